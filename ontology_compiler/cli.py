@@ -1,0 +1,107 @@
+"""``compile-ontology SRC_DIR``: a thin click layer over :func:`ontology_compiler.compile_ontology`."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+US_ENGLISH = 900000000000509007
+
+
+def summary(result) -> str:
+    """The human summary printed after a compile."""
+    m = result.manifest
+    c, cov = m["counts"], m["coverage"]
+    rel = m["release"]
+    lines = [
+        f"release   {rel['name']} ({rel['type']}{', as of ' + rel['as_of'] if rel.get('as_of') else ''}; "
+        f"package date {rel['date']}; namespaces {', '.join(rel['namespaces'])})",
+        f"concepts  {c['concepts']:,} tokens ({cov['codes']:,} ICD codes: "
+        + ", ".join(f"{k} {v:,}" for k, v in cov["codes_by_vocabulary"].items())
+        + ")",
+        f"atoms     {c['atoms']:,} (" + ", ".join(f"{k} {v:,}" for k, v in c["atoms_by_kind"].items()) + ")",
+        f"relations {c['relations']:,}   edges {c['edges']:,}   slices {c['slices']:,}",
+        "max multiplicity per relation: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(c["max_multiplicity"].items(), key=lambda kv: -kv[1])[:12])
+        + (" ..." if len(c["max_multiplicity"]) > 12 else ""),
+        f"coverage  {cov['codes']:,} of {cov['codes_named_by_any_source']:,} codes named by a map "
+        f"({cov['codes_one_to_one']:,} one-to-one, {cov['codes_one_to_many']:,} one-to-many, "
+        f"{cov['codes_conditional_only']:,} only through IFA rules); "
+        f"{cov['snomed_concepts_mapped']:,} SNOMED concepts",
+        f"dropped   {c.get('descriptions_dropped_inactive_concept', 0):,} descriptions and "
+        f"{c.get('relationships_dropped_inactive_concept', 0):,} relationships of inactive concepts; "
+        f"{c.get('map_rows_dropped_inactive_concept', 0):,} map rows on inactive concepts",
+    ]
+    if c.get("ids_bad_check_digit") or c.get("ids_dropped_non_numeric"):
+        lines.append(
+            f"warnings  {c.get('ids_bad_check_digit', 0):,} SCTIDs with a bad check digit (kept), "
+            f"{c.get('ids_dropped_non_numeric', 0):,} rows with a non-numeric id (dropped)"
+        )
+    t = m.get("timings", {})
+    if "total" in t:
+        lines.append(f"time      {t['total']:.2f} s")
+    lines.append(
+        f"program   {result.path}"
+        + ("" if result.written else "   (up to date: identical inputs, nothing written)")
+    )
+    return "\n".join(lines)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("src_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", default="artifacts/programs", show_default=True, help="Programs root folder.")
+@click.option("--name", default=None, help="Release name (default: the folder's name).")
+@click.option(
+    "--as-of", "as_of", default=None, metavar="YYYYMMDD", help="Resolve a Full release at this date."
+)
+@click.option(
+    "--release",
+    type=click.Choice(["auto", "snapshot", "full"]),
+    default="auto",
+    show_default=True,
+    help="Which release type to read (auto: Snapshot when present).",
+)
+@click.option(
+    "--language",
+    "languages",
+    multiple=True,
+    type=int,
+    default=(US_ENGLISH,),
+    show_default=True,
+    help="Language refset id(s) for synonyms (repeatable; the first gives labels). GB: 900000000000508004.",
+)
+@click.option(
+    "--stopwords",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Replace the stopword list.",
+)
+@click.option("--stated", is_flag=True, help="Use stated instead of inferred relationships.")
+@click.option("--strict", is_flag=True, help="Bad SCTIDs (non-numeric, bad check digit) are fatal.")
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.option("-q", "--quiet", is_flag=True, help="Only errors.")
+def main(src_dir, out, name, as_of, release, languages, stopwords, stated, strict, verbose, quiet) -> None:
+    """Compile the SNOMED CT RF2 release in SRC_DIR into a versioned Parquet HRR program."""
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    from . import OntologyCompilerError, compile_ontology
+
+    try:
+        result = compile_ontology(
+            src_dir,
+            out=out,
+            name=name,
+            as_of=as_of,
+            release=release,
+            languages=tuple(languages),
+            stopwords=stopwords,
+            stated=stated,
+            strict=strict,
+        )
+    except OntologyCompilerError as e:
+        raise click.ClickException(str(e)) from e
+    if not quiet:
+        click.echo(summary(result))
+    else:
+        click.echo(str(result.path))

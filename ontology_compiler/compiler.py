@@ -1,0 +1,395 @@
+"""``compile_ontology``: RF2 release folder -> content-addressed HRR program (format 1)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import icd
+from . import rf2_schema as S
+from .graph import (
+    check_is_a_acyclic,
+    description_terms,
+    preferred_terms,
+    relationship_edges,
+    word_edges,
+)
+from .mapping import DEFAULT_PRECEDENCE, MappingStats, choose, extended_map_candidates
+from .program import FORMAT_VERSION, build_tables, sha256_file, verify_program, write_program
+from .release import Release, load_release
+from .rf2_files import choose_release_type, scan_release, select_files
+from .words import default_stopwords_path, load_stopwords, semantic_tag
+
+log = logging.getLogger(__name__)
+
+
+def compiler_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("hrrbert")
+    except Exception:  # not installed (running from a checkout)
+        return "0.1.0"
+
+
+@dataclass
+class CompileResult:
+    """Where the program is and what it holds."""
+
+    path: Path
+    program_id: str
+    written: bool  # False when an identical program already existed
+    manifest: dict
+
+
+def compile_ontology(
+    src: str | Path,
+    *,
+    out: str | Path = "artifacts/programs",
+    name: str | None = None,
+    as_of: str | int | None = None,
+    release: str = "auto",
+    languages: tuple[int, ...] = (S.US_ENGLISH,),
+    stopwords: str | Path | None = None,
+    stated: bool = False,
+    strict: bool = False,
+    precedence: tuple[str, ...] = DEFAULT_PRECEDENCE,
+) -> CompileResult:
+    """Compile the RF2 release folder ``src`` into ``out/<name>/<program_id>/``.
+
+    ``as_of`` (YYYYMMDD) resolves a Full release at that date; ``release`` is ``auto`` (Snapshot when
+    present), ``snapshot`` or ``full``. ``languages`` are the language refsets whose preferred and
+    acceptable synonyms give words (the first also gives labels). ``stopwords`` replaces the shipped
+    list. ``stated`` reads stated instead of inferred relationships. ``strict`` makes bad SCTIDs fatal.
+    Identical inputs and options give the same ``program_id``; recompiling is then a no-op.
+    """
+    t_start = time.perf_counter()
+    src = Path(src)
+    name = name or src.resolve().name
+    out_dir = Path(out) / name
+    languages = tuple(int(x) for x in languages)
+    # ---- inputs and options -> program_id (before any parsing, so a recompile is a cheap no-op)
+    all_files = scan_release(src)
+    rtype = choose_release_type(all_files, release, None if as_of is None else str(as_of))
+    selected = select_files(all_files, rtype, stated=stated, src=src)
+    stop_path = Path(stopwords) if stopwords is not None else default_stopwords_path()
+    stop_words = load_stopwords(stop_path)
+    inputs = []
+    for kind in sorted(selected):
+        for f in selected[kind]:
+            inputs.append(
+                {
+                    "role": kind,
+                    "path": str(f.path.relative_to(src)),
+                    "sha256": sha256_file(f.path),
+                    "bytes": f.path.stat().st_size,
+                }
+            )
+    inputs.append(
+        {
+            "role": "stopwords",
+            "path": str(stop_path)
+            if stopwords is not None
+            else "ontology_compiler/data/stopwords.txt (shipped)",
+            "sha256": sha256_file(stop_path),
+            "bytes": stop_path.stat().st_size,
+        }
+    )
+    options = {
+        "release": rtype,
+        "as_of": None if as_of is None else str(as_of),
+        "languages": list(languages),
+        "stated": stated,
+        "strict": strict,
+        "precedence": list(precedence),
+    }
+    program_id = _program_id(inputs, options)
+    final = out_dir / program_id
+    if final.exists():
+        manifest = verify_program(final) if _intact(final) else None
+        if manifest is not None and manifest.get("program_id") == program_id:
+            log.info("%s is up to date (identical inputs and options); nothing written", final)
+            return CompileResult(final, program_id, False, manifest)
+    t_hash = time.perf_counter() - t_start
+
+    # ---- read and resolve
+    rel = load_release(
+        src, as_of=as_of, release=rtype.lower(), languages=languages, stated=stated, strict=strict
+    )
+    t = time.perf_counter()
+    check_is_a_acyclic(rel.relationships)
+    rel.timings["is_a_check"] = round(time.perf_counter() - t, 3)
+
+    # ---- mapping
+    t = time.perf_counter()
+    mstats = MappingStats()
+    candidates = choose(extended_map_candidates(rel.maps, mstats), precedence)
+    chosen = candidates.filter(candidates["chosen"])
+    token_snomed = chosen.select(["vocabulary", "code", "sctid"])
+    sctids = pc.unique(token_snomed["sctid"]) if token_snomed.num_rows else pa.array([], pa.int64())
+    rel.timings["mapping"] = round(time.perf_counter() - t, 3)
+
+    # ---- graph
+    t = time.perf_counter()
+    rel_edges = relationship_edges(rel.relationships, sctids)
+    terms = description_terms(rel.descriptions, rel.language, sctids)
+    wedges = word_edges(terms, stop_words)
+    labels = preferred_terms(rel.descriptions, rel.language, languages[0])
+    tokens = _tokens(chosen, labels)
+    rel.timings["graph"] = round(time.perf_counter() - t, 3)
+
+    t = time.perf_counter()
+    tables = build_tables(tokens, rel_edges, wedges, token_snomed, labels)
+    graph_tables = _graph_tables(rel, labels, candidates)
+    rel.timings["program_tables"] = round(time.perf_counter() - t, 3)
+
+    counts = _counts(rel, tables, mstats, candidates)
+    coverage = _coverage(tables, candidates, sctids, rel_edges, wedges)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "program_id": program_id,
+        "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "compiler_version": compiler_version(),
+        "release": {
+            "name": name,
+            "date": rel.release_date,
+            "as_of": options["as_of"],
+            "type": rtype,
+            "namespaces": rel.namespaces,
+            "modules": sorted(int(m) for m in pc.unique(rel.concepts["moduleId"]).to_pylist()),
+            "note": "SNOMED CT content is licensed; this program is derived from the user's own release",
+        },
+        "inputs": inputs,
+        "options": options,
+        "counts": counts,
+        "coverage": coverage,
+        "findings": [e for r in rel.reports for e in r.examples][:50],
+        "timings": {"hash_inputs": round(t_hash, 3), **rel.timings},
+    }
+    t = time.perf_counter()
+    path, written = write_program(out_dir, program_id, tables, graph_tables, manifest)
+    manifest["timings"]["write"] = round(time.perf_counter() - t, 3)
+    manifest["timings"]["total"] = round(time.perf_counter() - t_start, 3)
+    if written:
+        log.info("wrote program %s", path)
+    return CompileResult(
+        path, program_id, written, verify_program(path, hashes=False) if not written else manifest
+    )
+
+
+def _intact(path: Path) -> bool:
+    try:
+        verify_program(path)
+        return True
+    except Exception:
+        return False
+
+
+def _program_id(inputs: list[dict], options: dict) -> str:
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "compiler_version": compiler_version(),
+        "inputs": sorted((i["role"], i["sha256"]) for i in inputs),
+        "options": options,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _tokens(chosen: pa.Table, labels: pa.Table) -> pa.Table:
+    """One row per ICD token: dotted form, title, SNOMED ids, source, kind, chapter."""
+    if chosen.num_rows == 0:
+        return pa.table(
+            {
+                "vocabulary": pa.array([], pa.string()),
+                "code": pa.array([], pa.string()),
+                "code_dotted": pa.array([], pa.string()),
+                "title": pa.array([], pa.string()),
+                "snomed_ids": pa.array([], pa.list_(pa.int64())),
+                "mapping_source": pa.array([], pa.string()),
+                "mapping_kind": pa.array([], pa.string()),
+                "chapter": pa.array([], pa.int8()),
+            }
+        )
+    c = chosen.sort_by([("vocabulary", "ascending"), ("code", "ascending"), ("sctid", "ascending")])
+    g = c.group_by(["vocabulary", "code"], use_threads=False).aggregate(
+        [("code_dotted", "first"), ("sctid", "list"), ("source", "first"), ("kind", "first")]
+    )
+    g = g.rename_columns(
+        ["vocabulary", "code", "code_dotted", "snomed_ids", "mapping_source", "mapping_kind"]
+    )
+    g = g.sort_by([("vocabulary", "ascending"), ("code", "ascending")])
+    first = pc.list_element(g["snomed_ids"], 0)
+    lab = (
+        pa.table({"sctid": first, "_i": pa.array(np.arange(g.num_rows))})
+        .join(labels, keys="sctid")
+        .sort_by("_i")
+    )
+    title = pc.coalesce(lab["preferred"], lab["fsn"])
+    chapter = np.zeros(g.num_rows, dtype=np.int8)
+    mask = np.ones(g.num_rows, dtype=bool)
+    for vocab in (icd.ICD9CM, icd.ICD10CM):
+        sel = pc.equal(g["vocabulary"], vocab).to_numpy(zero_copy_only=False)
+        if sel.any():
+            ch = icd.chapters(g["code"].filter(pa.array(sel)), vocab)
+            chapter[sel] = ch.fill_null(0).to_numpy()
+            mask[sel] = ch.is_null().to_numpy(zero_copy_only=False)
+    return g.append_column("title", title).append_column("chapter", pa.array(chapter, mask=mask))
+
+
+def _graph_tables(rel: Release, labels: pa.Table, candidates: pa.Table) -> dict[str, pa.Table]:
+    c = rel.concepts
+    fsn_tag = labels.append_column("semantic_tag", semantic_tag(labels["fsn"]))
+    concepts = (
+        pa.table(
+            {
+                "id": c["id"],
+                "effective_time": c["effectiveTime"],
+                "module_id": c["moduleId"],
+                "definition_status_id": c["definitionStatusId"],
+                "primitive": pc.equal(c["definitionStatusId"], pa.scalar(S.PRIMITIVE, pa.int64())),
+            }
+        )
+        .join(fsn_tag.rename_columns(["id", "fsn", "preferred_term", "semantic_tag"]), keys="id")
+        .sort_by("id")
+    )
+    r = rel.relationships
+    relationships = pa.table(
+        {
+            "id": r["id"],
+            "effective_time": r["effectiveTime"],
+            "module_id": r["moduleId"],
+            "source_id": r["sourceId"],
+            "destination_id": r["destinationId"],
+            "relationship_group": r["relationshipGroup"],
+            "type_id": r["typeId"],
+            "characteristic_type_id": r["characteristicTypeId"],
+        }
+    ).sort_by("id")
+    d = (
+        pa.concat_tables([rel.descriptions, rel.text_definitions])
+        if rel.text_definitions.num_rows
+        else rel.descriptions
+    )
+    lang = rel.language
+    acc = pa.table(
+        {
+            "id": lang["referencedComponentId"],
+            "language_refset_id": lang["refsetId"],
+            "acceptability_id": lang["acceptabilityId"],
+        }
+    )
+    desc = pa.table(
+        {
+            "id": d["id"],
+            "concept_id": d["conceptId"],
+            "effective_time": d["effectiveTime"],
+            "language_code": d["languageCode"],
+            "type_id": d["typeId"],
+            "type": pc.case_when(
+                pc.make_struct(
+                    pc.equal(d["typeId"], pa.scalar(S.FSN, pa.int64())),
+                    pc.equal(d["typeId"], pa.scalar(S.SYNONYM, pa.int64())),
+                ),
+                "fsn",
+                "synonym",
+                "definition",
+            ),
+            "term": d["term"],
+        }
+    ).join(acc, keys="id", join_type="left outer")
+    acceptability = pc.case_when(
+        pc.make_struct(
+            pc.equal(desc["acceptability_id"], pa.scalar(S.PREFERRED, pa.int64())),
+            pc.equal(desc["acceptability_id"], pa.scalar(S.ACCEPTABLE, pa.int64())),
+        ),
+        "preferred",
+        "acceptable",
+        pa.scalar(None, pa.string()),
+    )
+    desc = desc.append_column("acceptability", acceptability).sort_by(
+        [("id", "ascending"), ("language_refset_id", "ascending")]
+    )
+    out = {
+        "snomed_concepts": concepts,
+        "snomed_relationships": relationships,
+        "snomed_descriptions": desc,
+        "icd_map": candidates,
+    }
+    if rel.concrete_values.num_rows:
+        cv = rel.concrete_values
+        out["snomed_concrete_values"] = pa.table(
+            {
+                "id": cv["id"],
+                "source_id": cv["sourceId"],
+                "value": cv["value"],
+                "relationship_group": cv["relationshipGroup"],
+                "type_id": cv["typeId"],
+            }
+        ).sort_by("id")
+    return out
+
+
+def _counts(rel: Release, tables: dict[str, pa.Table], mstats: MappingStats, candidates: pa.Table) -> dict:
+    counts = {k: int(v) for k, v in sorted(rel.counts.items())}
+    counts.update({f"mapping_{k}": int(v) for k, v in sorted(mstats.counts.items())})
+    counts["map_candidates"] = candidates.num_rows
+    counts["atoms"] = tables["atoms"].num_rows
+    counts["atoms_by_kind"] = {
+        k: int(v)
+        for k, v in zip(
+            *np.unique(tables["atoms"]["kind"].to_numpy(zero_copy_only=False), return_counts=True),
+            strict=True,
+        )
+    }
+    counts["relations"] = tables["relations"].num_rows
+    counts["concepts"] = tables["concepts"].num_rows
+    counts["edges"] = tables["edges"].num_rows
+    counts["slices"] = tables["slices"].num_rows
+    rels = tables["relations"]
+    counts["max_multiplicity"] = {
+        str(lab): int(m)
+        for lab, m in zip(rels["label"].to_pylist(), rels["max_multiplicity"].to_pylist(), strict=True)
+    }
+    return counts
+
+
+def _coverage(tables, candidates, sctids, rel_edges, wedges) -> dict:
+    c = tables["concepts"].filter(pc.not_equal(tables["concepts"]["vocabulary"], "SPECIAL"))
+    nmap = pc.list_value_length(c["snomed_ids"]).to_numpy()
+    by_vocab = {
+        v: int(n)
+        for v, n in zip(
+            *np.unique(c["vocabulary"].to_numpy(zero_copy_only=False), return_counts=True), strict=True
+        )
+    }
+    all_codes = candidates.select(["vocabulary", "code"]).group_by(["vocabulary", "code"]).aggregate([])
+    with_edges = pc.unique(
+        pa.concat_arrays([rel_edges["sctid"].combine_chunks(), wedges["sctid"].combine_chunks()])
+    )
+    no_edges = int(len(sctids) - pc.sum(pc.is_in(sctids, value_set=with_edges)).as_py()) if len(sctids) else 0
+    return {
+        "codes": int(c.num_rows),
+        "codes_by_vocabulary": by_vocab,
+        "codes_named_by_any_source": int(all_codes.num_rows),
+        "codes_one_to_one": int((nmap == 1).sum()),
+        "codes_one_to_many": int((nmap > 1).sum()),
+        "codes_conditional_only": int(pc.sum(pc.equal(c["mapping_kind"], "conditional")).as_py() or 0),
+        "snomed_concepts_mapped": int(len(sctids)),
+        "snomed_concepts_without_edges": no_edges,
+        "by_source": {
+            s: int(n)
+            for s, n in zip(
+                *np.unique(c["mapping_source"].to_numpy(zero_copy_only=False), return_counts=True),
+                strict=True,
+            )
+        },
+    }

@@ -1,0 +1,67 @@
+"""Errors raised by the ontology compiler.
+
+Structural problems in the input raise a subclass of :class:`OntologyCompilerError` that carries the
+file, the line and what was expected; data-quality findings are counted and written to the manifest.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class OntologyCompilerError(Exception):
+    """Base class of every error the compiler raises on purpose."""
+
+
+class InputFileError(OntologyCompilerError):
+    """A problem located in one input file (and, where known, one line of it)."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        message: str,
+        *,
+        line: int | None = None,
+        expected: str | None = None,
+        found: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.expected = expected
+        self.found = found
+        self.hint = hint
+        where = f"{self.path}" + (f", line {line}" if line is not None else "")
+        parts = [f"{where}: {message}"]
+        if expected is not None:
+            parts.append(f"expected: {expected}")
+        if found is not None:
+            parts.append(f"found: {found}")
+        if hint:
+            parts.append(hint)
+        super().__init__("\n  ".join(parts))
+
+
+class MissingInputError(OntologyCompilerError):
+    """A required RF2 file (or mapping source) was not found under the release folder."""
+
+
+class HierarchyCycleError(OntologyCompilerError):
+    """The is-a hierarchy contains a cycle; ``members`` lists the concepts of one cycle."""
+
+    def __init__(self, members: list[int]) -> None:
+        self.members = members
+        chain = " -> ".join(str(m) for m in [*members, members[0]])
+        super().__init__(f"is-a hierarchy has a cycle through {len(members)} concept(s): {chain}")
+
+
+class AsOfError(OntologyCompilerError):
+    """``--as-of`` asks for a date the release cannot provide."""
+
+
+class OutputExistsError(OntologyCompilerError):
+    """The output folder already holds a different program; it is never overwritten."""
+
+
+class ProgramFormatError(OntologyCompilerError):
+    """A compiled program on disk does not match format 1 (version, hashes, files)."""

@@ -1,0 +1,145 @@
+"""The ontology graph of the mapped concepts: relationship and description-word edges, is-a check.
+
+Edges are keyed before ids exist: a relation key is the attribute's SCTID (is-a 116680003 included),
+:data:`DESCRIPTION_KEY` for description words, :data:`IDENTITY_KEY` for special tokens; an atom is a
+SNOMED concept (its SCTID) or a word.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import rf2_schema as S
+from .errors import HierarchyCycleError
+from .words import explode_words, strip_semantic_tag
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION_KEY = 0
+IDENTITY_KEY = -1
+
+
+def check_is_a_acyclic(relationships: pa.Table) -> None:
+    """Raise :class:`HierarchyCycleError` naming one cycle when is-a has one.
+
+    Leaves are peeled off in vectorised rounds (Kahn's algorithm, one round per hierarchy level); any
+    residue holds a cycle, which networkx finds and names.
+    """
+    isa = relationships.filter(pc.equal(relationships["typeId"], pa.scalar(S.IS_A, pa.int64())))
+    if isa.num_rows == 0:
+        return
+    child = isa["sourceId"].to_numpy()
+    parent = isa["destinationId"].to_numpy()
+    nodes, inv = np.unique(np.concatenate([child, parent]), return_inverse=True)
+    c, p = inv[: len(child)], inv[len(child) :]
+    alive = np.ones(len(c), dtype=bool)
+    while True:
+        indeg = np.bincount(p[alive], minlength=len(nodes))  # children still pointing at each node
+        leaf_edges = alive & (indeg[c] == 0)
+        if not leaf_edges.any():
+            break
+        alive &= ~leaf_edges
+    if not alive.any():
+        return
+    g = nx.DiGraph()
+    g.add_edges_from(zip(nodes[c[alive]].tolist(), nodes[p[alive]].tolist(), strict=True))
+    cycle = nx.find_cycle(g)
+    members = [int(u) for u, _v in cycle]
+    raise HierarchyCycleError(members)
+
+
+def relationship_edges(relationships: pa.Table, sctids: pa.Array) -> pa.Table:
+    """Edges ``(sctid, relation_key, atom_sctid, role_group, provenance)`` of the given concepts."""
+    r = relationships.filter(pc.is_in(relationships["sourceId"], value_set=sctids))
+    prov = pc.if_else(
+        pc.equal(r["characteristicTypeId"], pa.scalar(S.STATED, pa.int64())),
+        pa.scalar("stated"),
+        pa.scalar("inferred"),
+    )
+    return pa.table(
+        {
+            "sctid": r["sourceId"],
+            "relation_key": r["typeId"],
+            "atom_sctid": r["destinationId"],
+            "role_group": pc.cast(r["relationshipGroup"], pa.int32()),
+            "provenance": prov,
+        }
+    )
+
+
+def description_terms(descriptions: pa.Table, language: pa.Table, sctids: pa.Array) -> pa.Table:
+    """The terms that give a concept its words: FSN (tag removed) + synonyms in the language refset.
+
+    An FSN counts when the language refset lists it; a concept whose FSN the refset does not list keeps
+    its active FSN(s). Returns ``(sctid, description_id, type, term)``.
+    """
+    d = descriptions.filter(pc.is_in(descriptions["conceptId"], value_set=sctids))
+    accepted = pc.is_in(d["id"], value_set=language["referencedComponentId"].combine_chunks())
+    is_fsn = pc.equal(d["typeId"], pa.scalar(S.FSN, pa.int64()))
+    is_syn = pc.equal(d["typeId"], pa.scalar(S.SYNONYM, pa.int64()))
+    fsn_acc = pc.and_(is_fsn, accepted)
+    with_fsn = pc.unique(d["conceptId"].filter(fsn_acc))
+    fsn_fallback = pc.and_(is_fsn, pc.invert(pc.is_in(d["conceptId"], value_set=with_fsn)))
+    keep = pc.or_(pc.or_(fsn_acc, fsn_fallback), pc.and_(is_syn, accepted))
+    d = d.filter(keep)
+    is_fsn = pc.equal(d["typeId"], pa.scalar(S.FSN, pa.int64()))
+    term = pc.if_else(is_fsn, strip_semantic_tag(d["term"]), d["term"])
+    return pa.table(
+        {
+            "sctid": d["conceptId"],
+            "description_id": d["id"],
+            "type": pc.if_else(is_fsn, pa.scalar("fsn"), pa.scalar("synonym")),
+            "term": term,
+        }
+    )
+
+
+def word_edges(terms: pa.Table, stopwords: list[str]) -> pa.Table:
+    """Distinct ``(sctid, word)`` pairs with the kind of description that first gave the word."""
+    owner = pa.array(np.arange(terms.num_rows))
+    w = explode_words(owner, terms["term"], stopwords)
+    idx = w["owner"]
+    t = pa.table(
+        {"sctid": pc.take(terms["sctid"], idx), "word": w["word"], "provenance": pc.take(terms["type"], idx)}
+    )
+    # FSN before synonym so the kept provenance is the FSN's when both have the word
+    t = t.sort_by([("sctid", "ascending"), ("word", "ascending"), ("provenance", "ascending")])
+    g = t.group_by(["sctid", "word"], use_threads=False).aggregate([("provenance", "first")])
+    return g.rename_columns(["sctid", "word", "provenance"])
+
+
+def preferred_terms(descriptions: pa.Table, language: pa.Table, language_refset: int) -> pa.Table:
+    """Per concept: the preferred synonym in ``language_refset`` and the FSN -> ``(sctid, fsn, preferred)``."""
+    pref_ids = language.filter(
+        pc.and_(
+            pc.equal(language["refsetId"], pa.scalar(language_refset, pa.int64())),
+            pc.equal(language["acceptabilityId"], pa.scalar(S.PREFERRED, pa.int64())),
+        )
+    )["referencedComponentId"].combine_chunks()
+    is_pref = pc.is_in(descriptions["id"], value_set=pref_ids)
+    syn = descriptions.filter(
+        pc.and_(is_pref, pc.equal(descriptions["typeId"], pa.scalar(S.SYNONYM, pa.int64())))
+    )
+    fsn = descriptions.filter(pc.equal(descriptions["typeId"], pa.scalar(S.FSN, pa.int64())))
+    fsn_pref = pc.is_in(fsn["id"], value_set=pref_ids)
+    # preferred FSN first, then any FSN; ties broken by description id for determinism
+    fsn = fsn.append_column("_rank", pc.if_else(fsn_pref, 0, 1)).sort_by(
+        [("conceptId", "ascending"), ("_rank", "ascending"), ("id", "ascending")]
+    )
+    syn = syn.sort_by([("conceptId", "ascending"), ("id", "ascending")])
+    f = (
+        fsn.group_by("conceptId", use_threads=False)
+        .aggregate([("term", "first")])
+        .rename_columns(["sctid", "fsn"])
+    )
+    p = (
+        syn.group_by("conceptId", use_threads=False)
+        .aggregate([("term", "first")])
+        .rename_columns(["sctid", "preferred"])
+    )
+    return f.join(p, keys="sctid", join_type="full outer").sort_by("sctid")

@@ -1,0 +1,192 @@
+"""Load an RF2 release folder into its resolved, active state (one Arrow table per component kind).
+
+Steps: find files by name; pick Snapshot, or Full resolved at ``as_of``; read every file of a kind
+(International plus extensions) and merge; keep the latest row per id; keep active rows; drop, and
+count, descriptions, relationships, language and map rows whose concept (or description) is inactive.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import rf2_schema as S
+from .errors import AsOfError
+from .rf2_files import RF2File, choose_release_type, scan_release, select_files
+from .rf2_read import ReadReport, read_rf2_file
+from .snapshot import active, concat, latest_per_id
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Release:
+    """The resolved active state of a release, plus what was read and counted on the way."""
+
+    src: Path
+    release_type: str  # Snapshot or Full
+    as_of: int | None
+    files: dict[str, list[RF2File]]
+    concepts: pa.Table  # active concepts
+    descriptions: pa.Table  # active descriptions of active concepts
+    text_definitions: pa.Table
+    relationships: pa.Table  # active relationships, source, destination and type active
+    concrete_values: pa.Table
+    language: pa.Table  # active rows of the chosen language refsets, on active descriptions
+    maps: pa.Table  # active ExtendedMap rows on active concepts
+    associations: pa.Table  # active historical association rows
+    inactive_concepts: pa.Table  # id of concepts present but inactive at the date
+    counts: Counter = field(default_factory=Counter)
+    reports: list[ReadReport] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def release_date(self) -> str:
+        return max(f.date for fs in self.files.values() for f in fs)
+
+    @property
+    def namespaces(self) -> list[str]:
+        return sorted({f.namespace for f in self.files.get("Concept", [])})
+
+
+def load_release(
+    src: str | Path,
+    *,
+    as_of: str | int | None = None,
+    release: str = "auto",
+    languages: tuple[int, ...] = (S.US_ENGLISH,),
+    stated: bool = False,
+    strict: bool = False,
+) -> Release:
+    """Read and resolve a release folder. See the module docstring."""
+    t0 = time.perf_counter()
+    src = Path(src)
+    as_of_int = _parse_as_of(as_of)
+    all_files = scan_release(src)
+    rtype = choose_release_type(all_files, release, None if as_of_int is None else str(as_of_int))
+    files = select_files(all_files, rtype, stated=stated, src=src)
+    counts: Counter = Counter()
+    reports: list[ReadReport] = []
+    timings: dict[str, float] = {}
+
+    def load(kind: str, resolve: bool = True) -> pa.Table | None:
+        fs = files.get(kind)
+        if not fs:
+            return None
+        t = time.perf_counter()
+        tables = []
+        for f in fs:
+            table, report = read_rf2_file(f.path, kind, strict=strict)
+            reports.append(report)
+            counts[f"rows_read_{kind}"] += report.rows
+            counts["ids_dropped_non_numeric"] += report.dropped_non_numeric_id
+            counts["ids_bad_check_digit"] += report.bad_check_digit
+            tables.append(table.drop_columns(["_line"]))
+        merged = concat(tables)
+        if resolve:
+            merged = latest_per_id(merged, as_of_int if rtype == "Full" else None)
+        timings[f"read_{kind}"] = round(time.perf_counter() - t, 3)
+        return merged
+
+    concept_raw = load("Concept", resolve=False)
+    if as_of_int is not None:
+        first = pc.min(concept_raw["effectiveTime"]).as_py()
+        if first is None or as_of_int < first:
+            raise AsOfError(
+                f"--as-of {as_of_int} is before the first effective time of the release ({first}) in "
+                + ", ".join(str(f.path) for f in files["Concept"])
+            )
+    concept_all = latest_per_id(concept_raw, as_of_int if rtype == "Full" else None)
+    concepts = active(concept_all)
+    inactive_ids = pc.filter(concept_all["id"], pc.equal(concept_all["active"], pa.scalar(0, pa.int8())))
+    live = concepts["id"].combine_chunks()
+    counts["concepts_active"] = concepts.num_rows
+    counts["concepts_inactive"] = len(inactive_ids)
+
+    desc = active(load("Description"))
+    ok = pc.is_in(desc["conceptId"], value_set=live)
+    counts["descriptions_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+    desc = desc.filter(ok)
+    counts["descriptions_active"] = desc.num_rows
+
+    tdef = load("TextDefinition")
+    if tdef is not None:
+        tdef = active(tdef)
+        ok = pc.is_in(tdef["conceptId"], value_set=live)
+        counts["text_definitions_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+        tdef = tdef.filter(ok)
+        counts["text_definitions_active"] = tdef.num_rows
+
+    rel_kind = "StatedRelationship" if stated else "Relationship"
+    rel = active(load(rel_kind))
+    rel = rel.filter(pc.not_equal(rel["characteristicTypeId"], pa.scalar(S.ADDITIONAL, pa.int64())))
+    ok = pc.and_(
+        pc.and_(pc.is_in(rel["sourceId"], value_set=live), pc.is_in(rel["destinationId"], value_set=live)),
+        pc.is_in(rel["typeId"], value_set=live),
+    )
+    counts["relationships_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+    rel = rel.filter(ok)
+    counts["relationships_active"] = rel.num_rows
+    counts["relationships_is_a"] = int(
+        pc.sum(pc.equal(rel["typeId"], pa.scalar(S.IS_A, pa.int64()))).as_py() or 0
+    )
+
+    cv = load("RelationshipConcreteValues")
+    if cv is not None:
+        cv = active(cv)
+        ok = pc.is_in(cv["sourceId"], value_set=live)
+        counts["concrete_values_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+        cv = cv.filter(ok)
+        counts["concrete_values_active"] = cv.num_rows
+
+    lang = active(load("Language"))
+    lang = lang.filter(pc.is_in(lang["refsetId"], value_set=pa.array(list(languages), pa.int64())))
+    ok = pc.is_in(lang["referencedComponentId"], value_set=desc["id"].combine_chunks())
+    counts["language_rows_dropped_inactive_description"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+    lang = lang.filter(ok)
+    counts["language_rows_active"] = lang.num_rows
+
+    maps = active(load("ExtendedMap"))
+    ok = pc.is_in(maps["referencedComponentId"], value_set=live)
+    counts["map_rows_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+    maps = maps.filter(ok)
+    counts["map_rows_active"] = maps.num_rows
+
+    assoc = load("Association")
+    assoc = active(assoc) if assoc is not None else None
+
+    timings["load_release"] = round(time.perf_counter() - t0, 3)
+    empty_desc = desc.schema.empty_table()
+    return Release(
+        src=src,
+        release_type=rtype,
+        as_of=as_of_int,
+        files=files,
+        concepts=concepts,
+        descriptions=desc,
+        text_definitions=tdef if tdef is not None else empty_desc,
+        relationships=rel,
+        concrete_values=cv if cv is not None else pa.table({}),
+        language=lang,
+        maps=maps,
+        associations=assoc if assoc is not None else pa.table({}),
+        inactive_concepts=pa.table({"id": inactive_ids}),
+        counts=counts,
+        reports=reports,
+        timings=timings,
+    )
+
+
+def _parse_as_of(as_of: str | int | None) -> int | None:
+    if as_of is None:
+        return None
+    s = str(as_of)
+    if len(s) != 8 or not s.isdigit():
+        raise AsOfError(f"--as-of must be a date YYYYMMDD, got {as_of!r}")
+    return int(s)

@@ -1,0 +1,213 @@
+"""RF2 grammar as data: file-name pattern, column lists per file kind, and constant SCTIDs.
+
+See data-formats.md A1/A2. Nothing here reads files; readers and writers share these tables.
+"""
+
+from __future__ import annotations
+
+import re
+
+# <type>_<pattern?Refset_><content><_?><Full|Snapshot|Delta><-lang?>_<namespace>_<YYYYMMDD>.txt
+FILE_NAME_RE = re.compile(
+    r"^(?P<type>sct2|der2)_"
+    r"(?:(?P<pattern>[a-z]*)Refset_)?"
+    r"(?P<content>[A-Za-z]+?)_?"
+    r"(?P<release>Full|Snapshot|Delta)"
+    r"(?:-(?P<lang>[A-Za-z]{2,3}(?:-[A-Za-z0-9]+)*))?"
+    r"_(?P<namespace>[A-Za-z0-9]+)_(?P<date>\d{8})\.txt$"
+)
+
+# Column lists, in order, per content kind (the `content` group of FILE_NAME_RE).
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "Concept": ("id", "effectiveTime", "active", "moduleId", "definitionStatusId"),
+    "Description": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "conceptId",
+        "languageCode",
+        "typeId",
+        "term",
+        "caseSignificanceId",
+    ),
+    "TextDefinition": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "conceptId",
+        "languageCode",
+        "typeId",
+        "term",
+        "caseSignificanceId",
+    ),
+    "Relationship": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "sourceId",
+        "destinationId",
+        "relationshipGroup",
+        "typeId",
+        "characteristicTypeId",
+        "modifierId",
+    ),
+    "StatedRelationship": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "sourceId",
+        "destinationId",
+        "relationshipGroup",
+        "typeId",
+        "characteristicTypeId",
+        "modifierId",
+    ),
+    "RelationshipConcreteValues": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "sourceId",
+        "value",
+        "relationshipGroup",
+        "typeId",
+        "characteristicTypeId",
+        "modifierId",
+    ),
+    "Language": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "refsetId",
+        "referencedComponentId",
+        "acceptabilityId",
+    ),
+    "ExtendedMap": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "refsetId",
+        "referencedComponentId",
+        "mapGroup",
+        "mapPriority",
+        "mapRule",
+        "mapAdvice",
+        "mapTarget",
+        "correlationId",
+        "mapCategoryId",
+    ),
+    "SimpleMap": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "refsetId",
+        "referencedComponentId",
+        "mapTarget",
+    ),
+    "Association": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "refsetId",
+        "referencedComponentId",
+        "targetComponentId",
+    ),
+    "AssociationReference": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "refsetId",
+        "referencedComponentId",
+        "targetComponentId",
+    ),
+    "OWLExpression": (
+        "id",
+        "effectiveTime",
+        "active",
+        "moduleId",
+        "refsetId",
+        "referencedComponentId",
+        "owlExpression",
+    ),
+}
+
+# Columns holding SCTIDs (checked for digits and the Verhoeff check digit). Refset member ids are UUIDs.
+SCTID_COLUMNS: dict[str, tuple[str, ...]] = {
+    "Concept": ("id", "moduleId", "definitionStatusId"),
+    "Description": ("id", "moduleId", "conceptId", "typeId", "caseSignificanceId"),
+    "TextDefinition": ("id", "moduleId", "conceptId", "typeId", "caseSignificanceId"),
+    "Relationship": (
+        "id",
+        "moduleId",
+        "sourceId",
+        "destinationId",
+        "typeId",
+        "characteristicTypeId",
+        "modifierId",
+    ),
+    "StatedRelationship": (
+        "id",
+        "moduleId",
+        "sourceId",
+        "destinationId",
+        "typeId",
+        "characteristicTypeId",
+        "modifierId",
+    ),
+    "RelationshipConcreteValues": (
+        "id",
+        "moduleId",
+        "sourceId",
+        "typeId",
+        "characteristicTypeId",
+        "modifierId",
+    ),
+    "Language": ("moduleId", "refsetId", "referencedComponentId", "acceptabilityId"),
+    "ExtendedMap": ("moduleId", "refsetId", "referencedComponentId", "correlationId", "mapCategoryId"),
+    "SimpleMap": ("moduleId", "refsetId", "referencedComponentId"),
+    "Association": ("moduleId", "refsetId", "referencedComponentId", "targetComponentId"),
+    "AssociationReference": ("moduleId", "refsetId", "referencedComponentId", "targetComponentId"),
+    "OWLExpression": ("moduleId", "refsetId", "referencedComponentId"),
+}
+
+# Integer (non-SCTID) columns.
+INT_COLUMNS = ("effectiveTime", "active", "relationshipGroup", "mapGroup", "mapPriority")
+
+# Constant SCTIDs (data-formats.md A1).
+ROOT = 138875005
+IS_A = 116680003
+FSN = 900000000000003001
+SYNONYM = 900000000000013009
+DEFINITION = 900000000000550004
+INFERRED = 900000000000011006
+STATED = 900000000000010007
+ADDITIONAL = 900000000000227009
+PREFERRED = 900000000000548007
+ACCEPTABLE = 900000000000549004
+US_ENGLISH = 900000000000509007
+GB_ENGLISH = 900000000000508004
+CORE_MODULE = 900000000000207008
+MODEL_MODULE = 900000000000012004
+ICD10_MAP_MODULE = 449080006
+PRIMITIVE = 900000000000074008
+DEFINED = 900000000000073002
+CASE_INSENSITIVE = 900000000000448009
+EXISTENTIAL = 900000000000451002
+ICD10_MAP_REFSET = 447562003
+ICD10CM_MAP_REFSET = 6011000124106
+ICD10CM_MAP_MODULE = 5991000124107
+MAP_CORRELATION_NOT_SPECIFIED = 447561005
+MAP_CATEGORY_PROPERLY_CLASSIFIED = 447637006
+MAP_CATEGORY_CANNOT_CLASSIFY = 447638001
+MAP_CATEGORY_CONTEXT_DEPENDENT = 447639009
+REPLACED_BY = 900000000000526001
+SAME_AS = 900000000000527005
