@@ -5,9 +5,9 @@ from, whether it is conditional). :func:`choose` applies the policy and marks th
 candidate table is written to ``graph/icd_map.parquet`` so users can see what was not chosen and why.
 
 Sources today: the SNOMED ICD-10 extended maps (International 447562003, US ICD-10-CM 6011000124106),
-read in reverse (code -> concepts). The policy is a precedence list of source names: for each code the
-first source that has a candidate wins; within it, unconditional candidates win over conditional (IFA)
-ones; an ICD code mapped to several SNOMED concepts keeps them all (the union of their edges).
+read in reverse (code -> concepts). The policy: for each code, unconditional candidates win over
+conditional (IFA) ones; among those, the first source in a precedence list of source names wins; an ICD
+code mapped to several SNOMED concepts by that source keeps them all (the union of their edges).
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def extended_map_candidates(rows: pa.Table, stats: MappingStats) -> pa.Table:
 def choose(candidates: pa.Table, precedence: tuple[str, ...] = DEFAULT_PRECEDENCE) -> pa.Table:
     """Mark the chosen candidate rows (``chosen``, ``reason``) under a source-precedence policy.
 
-    For each (vocabulary, code): the highest-precedence source with any candidate; within it the
-    unconditional candidates if any, else the conditional ones. Duplicate (code, concept) rows collapse.
+    For each (vocabulary, code): unconditional candidates when any source has one, else the conditional
+    (IFA) ones; among those, the highest-precedence source's. Duplicate (code, concept) rows collapse.
     """
     n = candidates.num_rows
     if n == 0:
@@ -161,7 +161,7 @@ def choose(candidates: pa.Table, precedence: tuple[str, ...] = DEFAULT_PRECEDENC
     rank = {s: i for i, s in enumerate(precedence)}
     src_rank = np.array([rank[s] for s in candidates["source"].to_pylist()], dtype=np.int32)
     cond = pc.equal(candidates["kind"], "conditional").to_numpy(zero_copy_only=False).astype(np.int32)
-    t = candidates.append_column("_score", pa.array(src_rank * 2 + cond)).append_column(
+    t = candidates.append_column("_score", pa.array(cond * len(precedence) + src_rank)).append_column(
         "_row", pa.array(np.arange(n))
     )
     best = t.group_by(["vocabulary", "code"]).aggregate([("_score", "min")])

@@ -147,7 +147,8 @@ def load_release(
 
     lang = active(load("Language"))
     lang = lang.filter(pc.is_in(lang["refsetId"], value_set=pa.array(list(languages), pa.int64())))
-    ok = pc.is_in(lang["referencedComponentId"], value_set=desc["id"].combine_chunks())
+    described = [desc["id"].combine_chunks()] + ([tdef["id"].combine_chunks()] if tdef is not None else [])
+    ok = pc.is_in(lang["referencedComponentId"], value_set=pa.concat_arrays(described))
     counts["language_rows_dropped_inactive_description"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
     lang = lang.filter(ok)
     counts["language_rows_active"] = lang.num_rows

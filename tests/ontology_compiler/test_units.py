@@ -34,11 +34,23 @@ def test_vectorised_verhoeff_matches_scalar():
 
 
 def test_words_rule():
-    terms = pa.array(["Ménière's disease (disorder)", "Type 2 diabetes-mellitus, with  the coma", "Sjögren’s syndrome"])
+    terms = pa.array(
+        ["Ménière's disease (disorder)", "Type 2 diabetes-mellitus, with  the coma", "Sjögren’s syndrome"]
+    )
     assert strip_semantic_tag(terms).to_pylist()[0] == "Ménière's disease"
     assert semantic_tag(terms).to_pylist() == ["disorder", None, None]
     w = explode_words(pa.array([0, 1, 2]), strip_semantic_tag(terms), load_stopwords())
-    assert w["word"].to_pylist() == ["ménières", "disease", "type", "2", "diabetes", "mellitus", "coma", "sjögrens", "syndrome"]
+    assert w["word"].to_pylist() == [
+        "ménières",
+        "disease",
+        "type",
+        "2",
+        "diabetes",
+        "mellitus",
+        "coma",
+        "sjögrens",
+        "syndrome",
+    ]
     assert w["owner"].to_pylist() == [0, 0, 1, 1, 1, 1, 1, 2, 2]
 
 
@@ -52,7 +64,11 @@ def test_shipped_stopwords_documented_and_lowercase(tmp_path):
 
 
 def test_icd_dots_and_chapters():
-    assert icd.dotted(pa.array(["E119", "I10", "E1165"]), icd.ICD10CM).to_pylist() == ["E11.9", "I10", "E11.65"]
+    assert icd.dotted(pa.array(["E119", "I10", "E1165"]), icd.ICD10CM).to_pylist() == [
+        "E11.9",
+        "I10",
+        "E11.65",
+    ]
     assert icd.dotted(pa.array(["25000", "E8798", "V5861", "0389"]), icd.ICD9CM).to_pylist() == [
         "250.00",
         "E879.8",
@@ -60,8 +76,19 @@ def test_icd_dots_and_chapters():
         "038.9",
     ]
     assert icd.dotless(pa.array([" e11.9 ", "250.00"])).to_pylist() == ["E119", "25000"]
-    assert icd.chapters(pa.array(["E119", "I10", "O9A1", "S7200", "U071"]), icd.ICD10CM).to_pylist() == [4, 9, 15, 19, 22]
-    assert icd.chapters(pa.array(["25000", "E8798", "V5861", "0389"]), icd.ICD9CM).to_pylist() == [3, 19, 18, 1]
+    assert icd.chapters(pa.array(["E119", "I10", "O9A1", "S7200", "U071"]), icd.ICD10CM).to_pylist() == [
+        4,
+        9,
+        15,
+        19,
+        22,
+    ]
+    assert icd.chapters(pa.array(["25000", "E8798", "V5861", "0389"]), icd.ICD9CM).to_pylist() == [
+        3,
+        19,
+        18,
+        1,
+    ]
 
 
 def _maprows(rows):
@@ -102,7 +129,13 @@ def test_static_map_resolution():
     stats = MappingStats()
     cand = choose(extended_map_candidates(rows, stats))
     got = sorted(
-        zip(cand["code"].to_pylist(), cand["sctid"].to_pylist(), cand["kind"].to_pylist(), cand["chosen"].to_pylist(), strict=True)
+        zip(
+            cand["code"].to_pylist(),
+            cand["sctid"].to_pylist(),
+            cand["kind"].to_pylist(),
+            cand["chosen"].to_pylist(),
+            strict=True,
+        )
     )
     assert got == [
         ("E119", b, "unconditional", True),
@@ -136,7 +169,9 @@ def test_latest_per_id_full_resolution():
             "active": pa.array([1, 0, 1, 1, 0], pa.int8()),
         }
     )
-    at = lambda d: sorted(zip(*latest_per_id(t, d).select(["id", "effectiveTime"]).to_pydict().values(), strict=True))  # noqa: E731
+    at = lambda d: sorted(
+        zip(*latest_per_id(t, d).select(["id", "effectiveTime"]).to_pydict().values(), strict=True)
+    )  # noqa: E731
     assert at(None) == [(5, 20220131), (7, 20230131)]
     assert at(20211231) == [(5, 20210131), (7, 20200131)]
     assert at(20200131) == [(5, 20200131), (7, 20200131)]

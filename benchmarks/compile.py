@@ -1,0 +1,137 @@
+"""Benchmark: compile a synthetic release with SNOMED International volumes.
+
+Generates the release once (``benchmarks/synthetic_release.py``; cached under artifacts/releases/),
+then, each in a fresh process, measures wall time, rows per second and peak RSS of
+  * ``compile-ontology`` on the Snapshot,
+  * ``compile-ontology --as-of`` on the Full release (latest date, and an earlier date),
+  * a baseline measured in the same run: the plain Python ``csv`` module reading every input row of the
+    Snapshot (no typing, no resolution, no output) -- the floor of a row-by-row Python compiler.
+Prints a table with the ratios. Goals (issue #2): Snapshot <= 60 s and <= 4 GB peak RSS on the 2-core
+machine; Full --as-of within 2x of the Snapshot.
+
+    python benchmarks/compile.py              # full scale (generates ~2 GB of RF2 once)
+    python benchmarks/compile.py --scale 0.05 # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CHILD_COMPILE = r"""
+import json, resource, sys, time
+from ontology_compiler import compile_ontology
+src, out, as_of = sys.argv[1], sys.argv[2], (sys.argv[3] or None)
+t = time.perf_counter()
+r = compile_ontology(src, out=out, as_of=as_of)
+dt = time.perf_counter() - t
+rows = sum(v for k, v in r.manifest["counts"].items() if k.startswith("rows_read_"))
+print(json.dumps({"seconds": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rows": rows, "edges": r.manifest["counts"]["edges"], "concepts": r.manifest["counts"]["concepts"],
+                  "timings": r.manifest["timings"]}))
+"""
+
+CHILD_CSV = r"""
+import csv, json, resource, sys, time
+from pathlib import Path
+from ontology_compiler.rf2_files import scan_release, select_files
+files = select_files(scan_release(sys.argv[1]), "Snapshot", src=Path(sys.argv[1]))
+t = time.perf_counter(); rows = 0
+for kind, fs in files.items():
+    for f in fs:
+        with open(f.path, encoding="utf-8", newline="") as fh:
+            for row in csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE):
+                rows += 1
+dt = time.perf_counter() - t
+print(json.dumps({"seconds": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rows": rows}))
+"""
+
+
+def run_child(code: str, *args: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr)
+        raise SystemExit(f"child failed with exit code {proc.returncode}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--release-dir", type=Path, default=None)
+    ap.add_argument("--regenerate", action="store_true")
+    ap.add_argument("--skip-full", action="store_true")
+    ap.add_argument("--json", type=Path, default=None, help="Also write the results here.")
+    args = ap.parse_args()
+    rel = args.release_dir or ROOT / "artifacts" / "releases" / f"synthetic_int_s{args.scale:g}"
+    if args.regenerate and rel.exists():
+        shutil.rmtree(rel)
+    if not (rel / "release_info.json").is_file():
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from synthetic_release import generate_release
+
+        t = time.perf_counter()
+        generate_release(rel, scale=args.scale, seed=0, full=not args.skip_full)
+        print(f"generated {rel} in {time.perf_counter() - t:.1f} s")
+    info = json.loads((rel / "release_info.json").read_text())
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="hrrbench-") as tmp:
+        results["baseline: csv module reads the Snapshot rows"] = run_child(CHILD_CSV, str(rel))
+        results["compile Snapshot"] = run_child(CHILD_COMPILE, str(rel), str(Path(tmp) / "a"), "")
+        if not args.skip_full:
+            dates = sorted({str(d) for d in info.get("effective_times", [])}) or ["20220531"]
+            results[f"compile Full --as-of {dates[-1]}"] = run_child(
+                CHILD_COMPILE, str(rel), str(Path(tmp) / "b"), dates[-1]
+            )
+            mid = dates[len(dates) // 2]
+            results[f"compile Full --as-of {mid}"] = run_child(
+                CHILD_COMPILE, str(rel), str(Path(tmp) / "c"), mid
+            )
+    base = results["baseline: csv module reads the Snapshot rows"]["seconds"]
+    snap = results["compile Snapshot"]["seconds"]
+    print(
+        f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    print(
+        f"release: {rel.name} (scale {args.scale:g}): "
+        + ", ".join(f"{k} {v:,}" for k, v in info.get("counts", {}).items())
+    )
+    print()
+    print(
+        f"| {'run':<44} | {'seconds':>8} | {'rows read':>10} | {'rows/s':>10} | {'peak RSS MB':>11} | {'vs csv baseline':>15} | {'vs Snapshot':>11} |"
+    )
+    print(f"|{'-' * 46}|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 13}|{'-' * 17}|{'-' * 13}|")
+    for name, r in results.items():
+        print(
+            f"| {name:<44} | {r['seconds']:>8.2f} | {r['rows']:>10,} | {r['rows'] / r['seconds']:>10,.0f} | "
+            f"{r['rss_mb']:>11,.0f} | {r['seconds'] / base:>14.2f}x | {r['seconds'] / snap:>10.2f}x |"
+        )
+    s = results["compile Snapshot"]
+    print(
+        f"\nSnapshot: {s['concepts']:,} tokens, {s['edges']:,} edges. Stage timings (s): "
+        + json.dumps(s["timings"])
+    )
+    print(
+        "goals: Snapshot <= 60 s and <= 4096 MB; Full --as-of <= 2x Snapshot. "
+        "Anchors (not measured here): Hermes imports the International Edition in < 5 min; Snowstorm ~1 h."
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps({"release": str(rel), "scale": args.scale, "results": results}, indent=2)
+        )
+
+
+if __name__ == "__main__":
+    main()
