@@ -158,8 +158,9 @@ def choose(candidates: pa.Table, precedence: tuple[str, ...] = DEFAULT_PRECEDENC
         raise ValueError(
             f"mapping sources {sorted(unknown)} are not in the precedence list {list(precedence)}"
         )
-    rank = {s: i for i, s in enumerate(precedence)}
-    src_rank = np.array([rank[s] for s in candidates["source"].to_pylist()], dtype=np.int32)
+    src_rank = (
+        pc.index_in(candidates["source"], value_set=pa.array(list(precedence))).to_numpy().astype(np.int32)
+    )
     cond = pc.equal(candidates["kind"], "conditional").to_numpy(zero_copy_only=False).astype(np.int32)
     t = candidates.append_column("_score", pa.array(cond * len(precedence) + src_rank)).append_column(
         "_row", pa.array(np.arange(n))

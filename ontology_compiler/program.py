@@ -145,8 +145,8 @@ def build_tables(
         }
     )
     tok_index = concepts.select(["concept_id", "vocabulary", "code"])
-    ts = token_snomed.join(tok_index, keys=["vocabulary", "code"])
-    joined = ts.select(["concept_id", "sctid"]).join(per_sctid, keys="sctid")
+    ts = token_snomed.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
+    joined = ts.select(["concept_id", "sctid"]).join(per_sctid, keys="sctid", join_type="inner")
     joined = joined.sort_by(
         [("concept_id", "ascending"), ("relation_id", "ascending"), ("atom_id", "ascending"),
          ("role_group", "ascending"), ("sctid", "ascending")]

@@ -131,6 +131,17 @@ def load_release(
         pc.is_in(rel["typeId"], value_set=live),
     )
     counts["relationships_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+    unknown_type = pc.invert(pc.is_in(rel["typeId"], value_set=concept_all["id"].combine_chunks()))
+    n_unknown = int(pc.sum(unknown_type).as_py() or 0)
+    if n_unknown:
+        types = pc.unique(rel["typeId"].filter(unknown_type)).to_pylist()
+        log.warning(
+            "%d relationship(s) have a type that is not a concept of the release (%s%s); dropped",
+            n_unknown,
+            ", ".join(map(str, types[:5])),
+            " ..." if len(types) > 5 else "",
+        )
+        counts["relationships_dropped_unknown_type"] = n_unknown
     rel = rel.filter(ok)
     counts["relationships_active"] = rel.num_rows
     counts["relationships_is_a"] = int(

@@ -191,8 +191,13 @@ def _sctid_column(
     path: Path, name: str, col: pa.ChunkedArray, line_no: np.ndarray, strict: bool, report: ReadReport
 ) -> tuple[pa.Array, np.ndarray | None]:
     keep = None
-    numeric = pc.match_substring_regex(col, r"^\d{6,18}$")
-    if col.length() and not pc.all(numeric).as_py():
+    try:  # fast path: every value casts (sign, length and check digit are checked below)
+        ints = pc.cast(col, pa.int64()).combine_chunks()
+        numeric = None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        numeric = pc.match_substring_regex(col, r"^\d{6,18}$")
+        ints = None
+    if numeric is not None:
         bad = ~numeric.to_numpy(zero_copy_only=False)
         line, value = _first_bad(bad, line_no, col)
         msg = f"non-numeric SCTID in column {name}"
@@ -211,7 +216,7 @@ def _sctid_column(
         )
         keep = ~bad
         col = pc.if_else(numeric, col, pa.scalar("0"))
-    ints = pc.cast(col, pa.int64()).combine_chunks()
+        ints = pc.cast(col, pa.int64()).combine_chunks()
     values = ints.to_numpy()
     if name in _LOW_CARDINALITY:
         uniq, inv = np.unique(values, return_inverse=True)

@@ -129,7 +129,9 @@ def resolve(rows: list[dict[str, Any]], as_of: int) -> dict[Any, dict[str, Any]]
     """Full -> snapshot at ``as_of``: per id, the version with the greatest effectiveTime <= as_of."""
     out: dict[Any, dict[str, Any]] = {}
     for r in rows:
-        if r["effectiveTime"] <= as_of and (r["id"] not in out or r["effectiveTime"] > out[r["id"]]["effectiveTime"]):
+        if r["effectiveTime"] <= as_of and (
+            r["id"] not in out or r["effectiveTime"] > out[r["id"]]["effectiveTime"]
+        ):
             out[r["id"]] = r
     return out
 
@@ -202,9 +204,13 @@ class Builder:
         ids["FSN"] = self.description(cid, fsn, S.FSN, et=et, module=module, case=case, us="P", gb="P")
         for i, term in enumerate(synonyms):
             acc = "P" if i == 0 else "A"
-            ids[term] = self.description(cid, term, S.SYNONYM, et=et, module=module, case=case, us=acc, gb=acc)
+            ids[term] = self.description(
+                cid, term, S.SYNONYM, et=et, module=module, case=case, us=acc, gb=acc
+            )
         for term in gb_only or []:
-            ids[term] = self.description(cid, term, S.SYNONYM, et=et, module=module, case=case, us=None, gb="A")
+            ids[term] = self.description(
+                cid, term, S.SYNONYM, et=et, module=module, case=case, us=None, gb="A"
+            )
         for p in parents:
             self.relationship(cid, p, S.IS_A, 0, et=et, module=module, active=rels_active)
         return ids
@@ -387,7 +393,9 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
     ):
         b.concept(cid, fsn, [S.ROOT], et=et)
     b.concept(MODEL_COMPONENT, "SNOMED CT Model Component (metadata)", [S.ROOT], et=et, module=M)
-    b.concept(CONCEPT_MODEL_ATTRIBUTE, "Concept model attribute (attribute)", [MODEL_COMPONENT], et=et, module=M)
+    b.concept(
+        CONCEPT_MODEL_ATTRIBUTE, "Concept model attribute (attribute)", [MODEL_COMPONENT], et=et, module=M
+    )
     for cid, fsn in (
         (S.IS_A, "Is a (attribute)"),
         (FINDING_SITE, "Finding site (attribute)"),
@@ -410,7 +418,10 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
         (S.ADDITIONAL, "Additional relationship (core metadata concept)"),
         (S.PREFERRED, "Preferred (foundation metadata concept)"),
         (S.ACCEPTABLE, "Acceptable (foundation metadata concept)"),
-        (S.US_ENGLISH, "United States of America English language reference set (foundation metadata concept)"),
+        (
+            S.US_ENGLISH,
+            "United States of America English language reference set (foundation metadata concept)",
+        ),
         (S.GB_ENGLISH, "Great Britain English language reference set (foundation metadata concept)"),
         (S.CORE_MODULE, "SNOMED CT core module (core metadata concept)"),
         (S.MODEL_MODULE, "SNOMED CT model component module (core metadata concept)"),
@@ -422,8 +433,14 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
         (S.EXISTENTIAL, "Existential restriction modifier (core metadata concept)"),
         (S.ICD10_MAP_REFSET, "ICD-10 complex map reference set (foundation metadata concept)"),
         (S.MAP_CORRELATION_NOT_SPECIFIED, "Map correlation not specified (foundation metadata concept)"),
-        (S.MAP_CATEGORY_PROPERLY_CLASSIFIED, "Map source concept is properly classified (foundation metadata concept)"),
-        (S.MAP_CATEGORY_CANNOT_CLASSIFY, "Map source concept cannot be classified (foundation metadata concept)"),
+        (
+            S.MAP_CATEGORY_PROPERLY_CLASSIFIED,
+            "Map source concept is properly classified (foundation metadata concept)",
+        ),
+        (
+            S.MAP_CATEGORY_CANNOT_CLASSIFY,
+            "Map source concept cannot be classified (foundation metadata concept)",
+        ),
         (S.MAP_CATEGORY_CONTEXT_DEPENDENT, "Map is context dependent (foundation metadata concept)"),
         (S.REPLACED_BY, "REPLACED BY association reference set (foundation metadata concept)"),
         (S.SAME_AS, "SAME AS association reference set (foundation metadata concept)"),
@@ -465,7 +482,9 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
     b.concept(FEMALE, "Female (finding)", [CLINICAL_FINDING], et=et)
     b.concept(AGE_AT_ONSET, "Age at onset of clinical finding (observable entity)", [OBSERVABLE], et=et)
     b.concept(metformin_tab, "Metformin 500 mg oral tablet (clinical drug)", [PRODUCT], et=et, defined=True)
-    b.concept(amoxicillin_cap, "Amoxicillin 250 mg oral capsule (clinical drug)", [PRODUCT], et=et, defined=True)
+    b.concept(
+        amoxicillin_cap, "Amoxicillin 250 mg oral capsule (clinical drug)", [PRODUCT], et=et, defined=True
+    )
     b.relationship(metformin_tab, metformin, HAS_ACTIVE_INGREDIENT, 1, et=et)
     b.relationship(amoxicillin_cap, amoxicillin, HAS_ACTIVE_INGREDIENT, 1, et=et)
     cv = [
@@ -485,16 +504,24 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
     cs = CASE_SENSITIVE
 
     b.concept(disease, f"Disease {d}", [CLINICAL_FINDING], ["Disease", "Illness"], et=et)
-    b.concept(metabolic, f"Metabolic disease {d}", [disease], ["Metabolic disease", "Disorder of metabolism"], et=et)
+    b.concept(
+        metabolic, f"Metabolic disease {d}", [disease], ["Metabolic disease", "Disorder of metabolism"], et=et
+    )
     b.concept(dm, f"Diabetes mellitus {d}", [metabolic], ["Diabetes mellitus", "Diabetes"], et=et)
     t2dm_d = b.concept(
         t2dm,
         f"Type 2 diabetes mellitus {d}",
         [dm],
-        ["Type 2 diabetes mellitus", "Non-insulin-dependent diabetes mellitus, type 2", "Adult-onset diabetes"],
+        [
+            "Type 2 diabetes mellitus",
+            "Non-insulin-dependent diabetes mellitus, type 2",
+            "Adult-onset diabetes",
+        ],
         et=et,
     )
-    b.concept(kidney_dis, f"Kidney disease {d}", [disease], ["Kidney disease", "Renal disease"], et=et, defined=True)
+    b.concept(
+        kidney_dis, f"Kidney disease {d}", [disease], ["Kidney disease", "Renal disease"], et=et, defined=True
+    )
     b.concept(
         dkd,
         f"Kidney disease due to type 2 diabetes mellitus {d}",
@@ -504,14 +531,20 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
         defined=True,
     )
     b.concept(
-        respiratory, f"Respiratory disease {d}", [disease], ["Respiratory disease", "Disorder of lungs"], et=et
+        respiratory,
+        f"Respiratory disease {d}",
+        [disease],
+        ["Respiratory disease", "Disorder of lungs"],
+        et=et,
     )
     asthma_d = b.concept(asthma, f"Asthma {d}", [respiratory], ["Asthma", "Reactive airway disease"], et=et)
     b.concept(child_asthma, f"Asthma with onset in childhood {d}", [asthma], ["Childhood asthma"], et=et)
     b.concept(
         appendicitis, f"Appendicitis {d}", [disease], ["Appendicitis", "Inflammation of the appendix"], et=et
     )
-    b.concept(acute_app, f"Acute appendicitis {d}", [appendicitis], ["Acute appendicitis"], et=et, defined=True)
+    b.concept(
+        acute_app, f"Acute appendicitis {d}", [appendicitis], ["Acute appendicitis"], et=et, defined=True
+    )
     htn_d = b.concept(
         hypertension, f"Hypertensive disorder {d}", [disease], ["Hypertension", "High blood pressure"], et=et
     )
@@ -548,7 +581,9 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
         et=et,
         defined=True,
     )
-    b.concept(osteoporosis, f"Osteoporosis {d}", [disease], ["Osteoporosis", "Low bone density disorder"], et=et)
+    b.concept(
+        osteoporosis, f"Osteoporosis {d}", [disease], ["Osteoporosis", "Low bone density disorder"], et=et
+    )
     b.concept(
         femur_fx,
         f"Fracture of left femur {d}",
@@ -618,9 +653,7 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
     r(crohn, inflammation, MORPHOLOGY, 1, et=et)
     r(resp_disorder, bronchus, FINDING_SITE, 1, et=et, active=False)
     dm_nc_isa = next(
-        row["id"]
-        for row in pkg.full["Relationship"]
-        if row["sourceId"] == dm_nc and row["typeId"] == S.IS_A
+        row["id"] for row in pkg.full["Relationship"] if row["sourceId"] == dm_nc and row["typeId"] == S.IS_A
     )
 
     # stated relationships (legacy file; a few rows)
@@ -635,17 +668,26 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
 
     # text definitions (preferred in both dialects)
     for cid, text in (
-        (t2dm, "A form of diabetes mellitus in which the body still makes insulin but responds poorly to it."),
+        (
+            t2dm,
+            "A form of diabetes mellitus in which the body still makes insulin but responds poorly to it.",
+        ),
         (asthma, "Long-term disease of the airways with recurring, reversible narrowing and wheeze."),
         (meniere, "Disorder of the inner ear with episodes of vertigo, ringing in the ear and hearing loss."),
     ):
         b.description(cid, text, S.DEFINITION, et=et, us="P", gb="P", kind="TextDefinition")
 
     # ICD-10 map (module 449080006, refset 447562003)
-    P, U, X = S.MAP_CATEGORY_PROPERLY_CLASSIFIED, S.MAP_CATEGORY_CANNOT_CLASSIFY, S.MAP_CATEGORY_CONTEXT_DEPENDENT
+    P, U, X = (
+        S.MAP_CATEGORY_PROPERLY_CLASSIFIED,
+        S.MAP_CATEGORY_CANNOT_CLASSIFY,
+        S.MAP_CATEGORY_CONTEXT_DEPENDENT,
+    )
 
     def mp(cid: int, g: int, p: int, rule: str, advice: str, target: str, cat: int, when: int = et) -> str:
-        return b.map_row(S.ICD10_MAP_REFSET, S.ICD10_MAP_MODULE, cid, g, p, rule, advice, target, cat, et=when)
+        return b.map_row(
+            S.ICD10_MAP_REFSET, S.ICD10_MAP_MODULE, cid, g, p, rule, advice, target, cat, et=when
+        )
 
     mp(disease, 1, 1, "TRUE", "MAP SOURCE CONCEPT CANNOT BE CLASSIFIED WITH AVAILABLE DATA", "", U)
     for cid, code in (
@@ -677,7 +719,15 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
         "N08.3",
         P,
     )
-    mp(child_asthma, 1, 1, AGE_RULE, f"IF AGE AT ONSET OF CLINICAL FINDING BEFORE 18.0 YEARS CHOOSE J45.0 | {CONTEXT}", "J45.0", X)
+    mp(
+        child_asthma,
+        1,
+        1,
+        AGE_RULE,
+        f"IF AGE AT ONSET OF CLINICAL FINDING BEFORE 18.0 YEARS CHOOSE J45.0 | {CONTEXT}",
+        "J45.0",
+        X,
+    )
     mp(child_asthma, 1, 2, "OTHERWISE TRUE", "ALWAYS J45.9", "J45.9", P)
     mp(osteoporosis, 1, 1, FEMALE_RULE, f"IF FEMALE CHOOSE M81.0 | {CONTEXT}", "M81.0", X)
     mp(osteoporosis, 1, 2, "OTHERWISE TRUE", "ALWAYS M81.9", "M81.9", P)
@@ -696,7 +746,9 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
     pkg.change("Description", desc_changed, new, term="High blood pressure disorder")
     desc_inactive = asthma_d["Reactive airway disease"]
     pkg.change("Description", desc_inactive, new, active=0)
-    lang_inactive_with_desc = [member_uuid(f"lang:{rs}:{desc_inactive}") for rs in (S.US_ENGLISH, S.GB_ENGLISH)]
+    lang_inactive_with_desc = [
+        member_uuid(f"lang:{rs}:{desc_inactive}") for rs in (S.US_ENGLISH, S.GB_ENGLISH)
+    ]
     for mid in lang_inactive_with_desc:
         pkg.change("Language", mid, new, active=0)
     gb_lang_inactive = member_uuid(f"lang:{S.GB_ENGLISH}:{t2dm_d['Adult-onset diabetes']}")
@@ -761,9 +813,24 @@ def build_us(int_ids: dict[str, Any]) -> tuple[Package, Builder, dict[str, Any]]
     et = ET_US
     ic = int_ids["concepts"]
     c = b.concept_id
-    b.concept(US_MODULE, "US National Library of Medicine maintained module (core metadata concept)", [MODEL_COMPONENT], et=et)
-    b.concept(S.ICD10CM_MAP_MODULE, "SNOMED CT to ICD-10-CM rule-based mapping module (core metadata concept)", [MODEL_COMPONENT], et=et)
-    b.concept(S.ICD10CM_MAP_REFSET, "ICD-10-CM complex map reference set (foundation metadata concept)", [MODEL_COMPONENT], et=et)
+    b.concept(
+        US_MODULE,
+        "US National Library of Medicine maintained module (core metadata concept)",
+        [MODEL_COMPONENT],
+        et=et,
+    )
+    b.concept(
+        S.ICD10CM_MAP_MODULE,
+        "SNOMED CT to ICD-10-CM rule-based mapping module (core metadata concept)",
+        [MODEL_COMPONENT],
+        et=et,
+    )
+    b.concept(
+        S.ICD10CM_MAP_REFSET,
+        "ICD-10-CM complex map reference set (foundation metadata concept)",
+        [MODEL_COMPONENT],
+        et=et,
+    )
     t2dm_hyper, exercise_asthma, pm_osteo, ckd3 = c(99001), c(99002), c(99003), c(99004)
     d = "(disorder)"
     b.concept(
@@ -773,7 +840,9 @@ def build_us(int_ids: dict[str, Any]) -> tuple[Package, Builder, dict[str, Any]]
         ["Type 2 diabetes mellitus with hyperglycemia", "Type 2 diabetes with high blood sugar"],
         et=et,
     )
-    b.concept(exercise_asthma, f"Exercise-induced asthma {d}", [ic["asthma"]], ["Exercise-induced asthma"], et=et)
+    b.concept(
+        exercise_asthma, f"Exercise-induced asthma {d}", [ic["asthma"]], ["Exercise-induced asthma"], et=et
+    )
     b.concept(
         pm_osteo,
         f"Osteoporosis after menopause {d}",
@@ -785,7 +854,10 @@ def build_us(int_ids: dict[str, Any]) -> tuple[Package, Builder, dict[str, Any]]
         ckd3,
         f"Chronic kidney disease stage 3 due to type 2 diabetes mellitus {d}",
         [ic["kidney_disease_due_to_t2dm"]],
-        ["Chronic kidney disease stage 3 due to type 2 diabetes mellitus", "CKD stage 3 due to type 2 diabetes"],
+        [
+            "Chronic kidney disease stage 3 due to type 2 diabetes mellitus",
+            "CKD stage 3 due to type 2 diabetes",
+        ],
         et=et,
         defined=True,
     )
@@ -795,7 +867,9 @@ def build_us(int_ids: dict[str, Any]) -> tuple[Package, Builder, dict[str, Any]]
     b.relationship(ckd3, ic["type_2_diabetes"], DUE_TO, 2, et=et)
 
     def mp(cid: int, g: int, p: int, rule: str, advice: str, target: str, cat: int) -> str:
-        return b.map_row(S.ICD10CM_MAP_REFSET, S.ICD10CM_MAP_MODULE, cid, g, p, rule, advice, target, cat, et=et)
+        return b.map_row(
+            S.ICD10CM_MAP_REFSET, S.ICD10CM_MAP_MODULE, cid, g, p, rule, advice, target, cat, et=et
+        )
 
     P, X = S.MAP_CATEGORY_PROPERLY_CLASSIFIED, S.MAP_CATEGORY_CONTEXT_DEPENDENT
     for cid, code in (
@@ -807,7 +881,13 @@ def build_us(int_ids: dict[str, Any]) -> tuple[Package, Builder, dict[str, Any]]
     ):
         mp(cid, 1, 1, "TRUE", f"ALWAYS {code}", code, P)
     escaped = mp(
-        pm_osteo, 1, 1, "IFA 248152002 &#x7C; Female (finding) &#x7C;", f"IF FEMALE CHOOSE M81.0 &#x7C; {CONTEXT}", "M81.0", X
+        pm_osteo,
+        1,
+        1,
+        "IFA 248152002 &#x7C; Female (finding) &#x7C;",
+        f"IF FEMALE CHOOSE M81.0 &#x7C; {CONTEXT}",
+        "M81.0",
+        X,
     )
     mp(pm_osteo, 1, 2, "OTHERWISE TRUE", "ALWAYS M81.8", "M81.8", P)
     mp(ckd3, 1, 1, "TRUE", "ALWAYS E11.22", "E11.22", P)
@@ -866,7 +946,8 @@ def counts(
     lang_on_inactive_concept = [
         r
         for r in lang
-        if r["referencedComponentId"] in desc_active and desc_concept[r["referencedComponentId"]] in inactive_c
+        if r["referencedComponentId"] in desc_active
+        and desc_concept[r["referencedComponentId"]] in inactive_c
     ]
     lang_on_tdef = [r for r in lang if r["referencedComponentId"] in snap.get("TextDefinition", {})]
     maps = act("ExtendedMap")
@@ -880,7 +961,9 @@ def counts(
         "descriptions_active": len(desc),
         "descriptions_active_on_active_concepts": sum(r["conceptId"] in active_c for r in desc),
         "descriptions_dropped_inactive_concept": sum(r["conceptId"] in inactive_c for r in desc),
-        "fsn_active_on_active_concepts": sum(r["conceptId"] in active_c and r["typeId"] == S.FSN for r in desc),
+        "fsn_active_on_active_concepts": sum(
+            r["conceptId"] in active_c and r["typeId"] == S.FSN for r in desc
+        ),
         "text_definitions_active": len(tdef),
         "relationships_inferred_active": len(rels),
         "relationships_inferred_active_on_active_concepts": sum(
@@ -890,7 +973,8 @@ def counts(
             r["sourceId"] in inactive_c or r["destinationId"] in inactive_c for r in rels
         ),
         "isa_active_on_active_concepts": sum(
-            r["typeId"] == S.IS_A and r["sourceId"] in active_c and r["destinationId"] in active_c for r in rels
+            r["typeId"] == S.IS_A and r["sourceId"] in active_c and r["destinationId"] in active_c
+            for r in rels
         ),
         "relationships_inactive": sum(not r["active"] for r in snap.get("Relationship", {}).values()),
         "stated_relationships_active": len(act("StatedRelationship")),
@@ -931,7 +1015,12 @@ def static_map(snap: dict[str, dict[Any, dict[str, Any]]], refset: int) -> dict[
         for x in rows:
             if x["mapRule"].startswith("IFA") and x["mapTarget"]:
                 conditional[x["mapTarget"]].append(
-                    {"concept": cid, "group": grp, "priority": x["mapPriority"], "rule": unescape_rule(x["mapRule"])}
+                    {
+                        "concept": cid,
+                        "group": grp,
+                        "priority": x["mapPriority"],
+                        "rule": unescape_rule(x["mapRule"]),
+                    }
                 )
     codes = sorted(set(static) | set(conditional))
     return {
@@ -1020,7 +1109,9 @@ def _check_ids(pkgs: list[Package]) -> None:
                 assert verhoeff_valid(vals).all(), (pkg.name, kind, col)
 
 
-def build_expected(intl: Package, us: Package, int_ids: dict[str, Any], us_ids: dict[str, Any]) -> dict[str, Any]:
+def build_expected(
+    intl: Package, us: Package, int_ids: dict[str, Any], us_ids: dict[str, Any]
+) -> dict[str, Any]:
     int_snap = snapshot_of([intl], ET_NEW)
     int_old = snapshot_of([intl], ET_OLD)
     us_snap = snapshot_of([us], ET_US)
@@ -1114,7 +1205,10 @@ def build_expected(intl: Package, us: Package, int_ids: dict[str, Any], us_ids: 
                 "member_id": int_ids["gb_lang_inactive"],
                 "description": int_ids["gb_lang_inactive_desc"],
             },
-            "gb_only_synonym": {"description": int_ids["gb_only_desc"], "concept": ic["iron_deficiency_anemia"]},
+            "gb_only_synonym": {
+                "description": int_ids["gb_only_desc"],
+                "concept": ic["iron_deficiency_anemia"],
+            },
             "association_replaced_by": int_ids["assoc_replaced"],
             "association_same_as": int_ids["assoc_same_as"],
             "us_escaped_pipe_map_row": us_ids["escaped_pipe_map_row"],
@@ -1135,7 +1229,9 @@ def main() -> None:
     for pkg in (intl, us):
         files += write_package(OUT_DIR, pkg)
     expected = build_expected(intl, us, int_ids, us_ids)
-    EXPECTED_JSON.write_text(json.dumps(expected, indent=1, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8")
+    EXPECTED_JSON.write_text(
+        json.dumps(expected, indent=1, ensure_ascii=False, sort_keys=False) + "\n", encoding="utf-8"
+    )
     total = sum(p.stat().st_size for p in files)
     log.info("wrote %d files (%d bytes) under %s and %s", len(files), total, OUT_DIR, EXPECTED_JSON.name)
 

@@ -38,7 +38,10 @@ def test_cli_reports_bad_input_clearly(tmp_path):
 def test_sql_views_and_read_only(compiled):
     r = run_sql(compiled.path, "SELECT count(*) FROM edges; ")
     assert r.rows[0][0] == compiled.manifest["counts"]["edges"]
-    names = {row[0] for row in run_sql(compiled.path, "SELECT view_name FROM duckdb_views() WHERE NOT internal").rows}
+    names = {
+        row[0]
+        for row in run_sql(compiled.path, "SELECT view_name FROM duckdb_views() WHERE NOT internal").rows
+    }
     assert {"atoms", "relations", "concepts", "edges", "slices", "snomed_concepts", "snomed_relationships",
             "snomed_descriptions", "icd_map"} <= names  # fmt: skip
     for bad in ("CREATE TABLE t AS SELECT 1", "COPY (SELECT 1) TO 'x.csv'", "SELECT 1; DROP VIEW atoms"):

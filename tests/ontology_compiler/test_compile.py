@@ -72,7 +72,9 @@ def test_counts_match_the_fixture(compiled):
     assert c["text_definitions_active"] == exp["text_definitions_active"]
     us_rows = exp["language_rows_active_by_refset"][str(S.US_ENGLISH)]
     assert c["language_rows_active"] + c["language_rows_dropped_inactive_description"] == us_rows
-    assert 0 < c["language_rows_dropped_inactive_description"] <= exp["language_rows_dropped_inactive_concept"]
+    assert (
+        0 < c["language_rows_dropped_inactive_description"] <= exp["language_rows_dropped_inactive_concept"]
+    )
     assert compiled.manifest["release"]["namespaces"] == ["INT", "US1000124"]
 
 

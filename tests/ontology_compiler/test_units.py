@@ -169,9 +169,12 @@ def test_latest_per_id_full_resolution():
             "active": pa.array([1, 0, 1, 1, 0], pa.int8()),
         }
     )
-    at = lambda d: sorted(
-        zip(*latest_per_id(t, d).select(["id", "effectiveTime"]).to_pydict().values(), strict=True)
-    )  # noqa: E731
+
+    def at(d):
+        return sorted(
+            zip(*latest_per_id(t, d).select(["id", "effectiveTime"]).to_pydict().values(), strict=True)
+        )
+
     assert at(None) == [(5, 20220131), (7, 20230131)]
     assert at(20211231) == [(5, 20210131), (7, 20200131)]
     assert at(20200131) == [(5, 20200131), (7, 20200131)]

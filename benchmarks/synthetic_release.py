@@ -1,0 +1,940 @@
+"""Generate a synthetic SNOMED CT RF2 release with International Edition volumes, for benchmarks.
+
+    python benchmarks/synthetic_release.py --out artifacts/releases/synthetic_int --scale 1.0
+
+At ``scale=1.0`` it writes about 360k concepts (95 % active), 1.6M descriptions, 1.2M inferred
+relationships (an is-a DAG whose parents always have a smaller index, about 1.5 parents per concept,
+plus attribute relationships of ~40 real attribute types in role groups), one US English language
+refset row per active description, about 150k ICD-10 ExtendedMap rows (mostly ``TRUE``; some
+``IFA``/``OTHERWISE TRUE`` groups, some empty targets), a few thousand concrete values and about 5k
+text definitions. With ``full=True`` a Full folder is added: every Snapshot row plus an earlier version
+(older effectiveTime, a different value or active flag) for ~10 % of the rows, effective times spread
+over ten releases from 20170131 to 20220531.
+
+Everything is vectorised with numpy / pyarrow (no Python loop per row); all SCTIDs carry a correct
+Verhoeff check digit, computed with numpy. Terms are 2-8 words drawn Zipf-like from a ~30k synthetic
+vocabulary (some words non-ASCII); they are not SNOMED CT text. The output folder is the package root
+(``Snapshot/``, ``Full/``, ``release_info.json``). The same seed gives the same release.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_REPO = Path(__file__).resolve().parents[1]
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+from ontology_compiler import rf2_schema as S  # noqa: E402
+from ontology_compiler.rf2_write import rf2_file_name, rf2_folder, write_rf2_file  # noqa: E402
+from ontology_compiler.sctid import make_sctids, verhoeff_valid  # noqa: E402
+
+log = logging.getLogger("synthetic_release")
+
+RELEASE_DATE = "20220531"
+EFFECTIVE_TIMES = np.array(
+    [20170131, 20170731, 20180131, 20180731, 20190131, 20190731, 20200131, 20210131, 20210731, 20220531],
+    dtype=np.int64,
+)
+INITIAL_CHAR_INSENSITIVE = 900000000000020002
+
+# Volumes at scale 1.0 (SNOMED CT International 2022-05-31 orders of magnitude).
+N_CONCEPTS = 360_000
+N_DESCRIPTIONS = 1_600_000
+N_INFERRED = 1_200_000
+N_MAP_ROWS = 150_000
+N_CONCRETE = 4_000
+N_TEXT_DEFINITIONS = 5_000
+ACTIVE_CONCEPT_FRACTION = 0.95
+HISTORY_FRACTION = 0.10
+
+# Synthetic hierarchies: (key, root SCTID, root FSN, semantic tag of members, share of concepts).
+HIERARCHIES: list[tuple[str, int, str, str, float]] = [
+    ("finding", 404684003, "Clinical finding (finding)", "disorder", 0.34),
+    ("procedure", 71388002, "Procedure (procedure)", "procedure", 0.16),
+    ("body", 123037004, "Body structure (body structure)", "body structure", 0.10),
+    (
+        "morphology",
+        0,
+        "Morphologically abnormal structure (morphologic abnormality)",
+        "morphologic abnormality",
+        0.015,
+    ),
+    ("organism", 410607006, "Organism (organism)", "organism", 0.095),
+    ("substance", 105590001, "Substance (substance)", "substance", 0.075),
+    ("product", 373873005, "Pharmaceutical / biologic product (product)", "clinical drug", 0.07),
+    ("qualifier", 362981000, "Qualifier value (qualifier value)", "qualifier value", 0.03),
+    ("observable", 363787002, "Observable entity (observable entity)", "observable entity", 0.025),
+    ("situation", 243796009, "Situation with explicit context (situation)", "situation", 0.012),
+    ("event", 272379006, "Event (event)", "event", 0.01),
+    ("object", 260787004, "Physical object (physical object)", "physical object", 0.015),
+    ("specimen", 123038009, "Specimen (specimen)", "specimen", 0.006),
+    (
+        "environment",
+        308916002,
+        "Environment or geographical location (environment / location)",
+        "environment",
+        0.006,
+    ),
+    ("force", 78621006, "Physical force (physical force)", "physical force", 0.001),
+    ("record", 419891008, "Record artifact (record artifact)", "record artifact", 0.002),
+    ("social", 48176007, "Social context (social concept)", "social concept", 0.015),
+    ("special", 370115009, "Special concept (special concept)", "special concept", 0.001),
+    ("staging", 254291000, "Staging and scales (staging scale)", "staging scale", 0.006),
+]
+_HKEY = [h[0] for h in HIERARCHIES]
+
+# Attribute types: (SCTID, FSN, source hierarchy, destination hierarchy, weight).
+ATTRIBUTES: list[tuple[int, str, str, str, float]] = [
+    (363698007, "Finding site (attribute)", "finding", "body", 10),
+    (116676008, "Associated morphology (attribute)", "finding", "morphology", 8),
+    (246075003, "Causative agent (attribute)", "finding", "organism", 3),
+    (47429007, "Associated with (attribute)", "finding", "finding", 1),
+    (42752001, "Due to (attribute)", "finding", "finding", 1.5),
+    (255234002, "After (attribute)", "finding", "finding", 0.8),
+    (370135005, "Pathological process (attribute)", "finding", "qualifier", 2),
+    (363713009, "Has interpretation (attribute)", "finding", "qualifier", 1.5),
+    (363714003, "Interprets (attribute)", "finding", "observable", 1.5),
+    (246112005, "Severity (attribute)", "finding", "qualifier", 0.6),
+    (263502005, "Clinical course (attribute)", "finding", "qualifier", 1.2),
+    (246456000, "Episodicity (attribute)", "finding", "qualifier", 0.3),
+    (246454002, "Occurrence (attribute)", "finding", "qualifier", 0.7),
+    (418775008, "Finding method (attribute)", "finding", "procedure", 0.6),
+    (419066007, "Finding informer (attribute)", "finding", "qualifier", 0.3),
+    (363705008, "Has definitional manifestation (attribute)", "finding", "finding", 0.5),
+    (272741003, "Laterality (attribute)", "body", "qualifier", 1),
+    (260686004, "Method (attribute)", "procedure", "qualifier", 8),
+    (363704007, "Procedure site (attribute)", "procedure", "body", 2),
+    (405813007, "Procedure site - Direct (attribute)", "procedure", "body", 5),
+    (405814001, "Procedure site - Indirect (attribute)", "procedure", "body", 1),
+    (405816004, "Procedure morphology (attribute)", "procedure", "morphology", 0.5),
+    (363700003, "Direct morphology (attribute)", "procedure", "morphology", 1),
+    (424226004, "Using device (attribute)", "procedure", "object", 1),
+    (363699004, "Direct device (attribute)", "procedure", "object", 1.5),
+    (363701004, "Direct substance (attribute)", "procedure", "substance", 1.5),
+    (363589002, "Associated procedure (attribute)", "situation", "procedure", 2),
+    (246090004, "Associated finding (attribute)", "situation", "finding", 2),
+    (408729009, "Finding context (attribute)", "situation", "qualifier", 1.5),
+    (408731000, "Temporal context (attribute)", "situation", "qualifier", 2),
+    (408732007, "Subject relationship context (attribute)", "situation", "qualifier", 2),
+    (127489000, "Has active ingredient (attribute)", "product", "substance", 4),
+    (762949000, "Has precise active ingredient (attribute)", "product", "substance", 3),
+    (410675002, "Route of administration (attribute)", "product", "qualifier", 1),
+    (411116001, "Has manufactured dose form (attribute)", "product", "qualifier", 3),
+    (246093002, "Component (attribute)", "observable", "substance", 3),
+    (370130000, "Property (attribute)", "observable", "qualifier", 3),
+    (370132008, "Scale type (attribute)", "observable", "qualifier", 2),
+    (370134009, "Time aspect (attribute)", "observable", "qualifier", 2),
+    (704327008, "Direct site (attribute)", "observable", "body", 1),
+]
+STRENGTH_NUMERATOR_VALUE = 1142135004
+
+# Metadata concepts (real SCTIDs), all children of SNOMED CT Model Component.
+MODEL_COMPONENT = 900000000000441003
+CONCEPT_MODEL_ATTRIBUTE = 410662002
+METADATA: list[tuple[int, str]] = [
+    (S.FSN, "Fully specified name (core metadata concept)"),
+    (S.SYNONYM, "Synonym (core metadata concept)"),
+    (S.DEFINITION, "Definition (core metadata concept)"),
+    (S.INFERRED, "Inferred relationship (core metadata concept)"),
+    (S.STATED, "Stated relationship (core metadata concept)"),
+    (S.ADDITIONAL, "Additional relationship (core metadata concept)"),
+    (S.PREFERRED, "Preferred (foundation metadata concept)"),
+    (S.ACCEPTABLE, "Acceptable (foundation metadata concept)"),
+    (S.US_ENGLISH, "United States of America English language reference set (foundation metadata concept)"),
+    (S.GB_ENGLISH, "Great Britain English language reference set (foundation metadata concept)"),
+    (S.CORE_MODULE, "SNOMED CT core module (core metadata concept)"),
+    (S.MODEL_MODULE, "SNOMED CT model component module (core metadata concept)"),
+    (S.ICD10_MAP_MODULE, "SNOMED CT to ICD-10 rule-based mapping module (core metadata concept)"),
+    (S.PRIMITIVE, "Primitive definition status (core metadata concept)"),
+    (S.DEFINED, "Sufficiently defined definition status (core metadata concept)"),
+    (S.CASE_INSENSITIVE, "Entire term case insensitive (core metadata concept)"),
+    (INITIAL_CHAR_INSENSITIVE, "Only initial character case insensitive (core metadata concept)"),
+    (S.EXISTENTIAL, "Existential restriction modifier (core metadata concept)"),
+    (S.ICD10_MAP_REFSET, "ICD-10 complex map reference set (foundation metadata concept)"),
+    (S.MAP_CORRELATION_NOT_SPECIFIED, "Map correlation not specified (foundation metadata concept)"),
+    (
+        S.MAP_CATEGORY_PROPERLY_CLASSIFIED,
+        "Map source concept is properly classified (foundation metadata concept)",
+    ),
+    (S.MAP_CATEGORY_CANNOT_CLASSIFY, "Map source concept cannot be classified (foundation metadata concept)"),
+    (S.MAP_CATEGORY_CONTEXT_DEPENDENT, "Map is context dependent (foundation metadata concept)"),
+    (S.REPLACED_BY, "REPLACED BY association reference set (foundation metadata concept)"),
+    (S.SAME_AS, "SAME AS association reference set (foundation metadata concept)"),
+    (CONCEPT_MODEL_ATTRIBUTE, "Concept model attribute (attribute)"),
+    (S.IS_A, "Is a (attribute)"),
+]
+
+IFA_RULES: list[tuple[str, str]] = [
+    ("IFA 248152002 | Female (finding) |", "IF FEMALE CHOOSE"),
+    ("IFA 248153007 | Male (finding) |", "IF MALE CHOOSE"),
+    (
+        "IFA 445518008 | Age at onset of clinical finding (observable entity) | < 18.0 years",
+        "IF AGE AT ONSET OF CLINICAL FINDING BEFORE 18.0 YEARS CHOOSE",
+    ),
+    (
+        "IFA 445518008 | Age at onset of clinical finding (observable entity) | >= 65.0 years",
+        "IF AGE AT ONSET OF CLINICAL FINDING ON OR AFTER 65.0 YEARS CHOOSE",
+    ),
+    (
+        "IFA 424144002 | Current chronological age (observable entity) | < 28.0 days",
+        "IF CURRENT CHRONOLOGICAL AGE BEFORE 28.0 DAYS CHOOSE",
+    ),
+]
+
+_MEDICAL_WORDS = (
+    "of and with the in due to without or structure disorder disease acute chronic left right "
+    "upper lower anterior posterior lateral medial primary secondary congenital acquired benign "
+    "malignant neoplasm injury fracture infection inflammation syndrome deficiency pain lesion "
+    "abscess ulcer cyst hemorrhage stenosis obstruction dysfunction insufficiency failure "
+    "procedure excision repair biopsy incision drainage removal replacement transplantation "
+    "examination measurement assessment therapy injection infusion blood bone skin muscle nerve "
+    "artery vein heart lung liver kidney brain spinal cord eye ear nose throat mouth tooth "
+    "stomach intestine colon rectum bladder uterus ovary breast prostate thyroid gland joint "
+    "knee hip shoulder elbow wrist ankle foot hand finger toe head neck chest abdomen pelvis "
+    "back tissue cell fluid mass body entire part region surface wall cavity duct vessel "
+    "bacterial viral fungal parasitic allergic traumatic degenerative hereditary neonatal "
+    "maternal fetal postoperative recurrent severe mild moderate partial complete open closed "
+    "tablet capsule oral solution mg ml dose product containing only"
+).split()
+_SYLLABLES = (
+    "ab ac ad al am an ap ar as at ba be bi bo bra bro ca ce chi co cra cu da de di do dra du "
+    "el em en ep er es et ga ge gi go gra ha he hi ho hy id il im in ir is ka ke la le li lo lu "
+    "ma me mi mo mu my na ne ni no nu ob oc ol om on op or os ot pa pe phi pi po pra pro pu ra "
+    "re ri ro ru sa se si so spa sta ste stro su ta te ti to tra tri tu ul um un ur va ve vi vo "
+    "xa xe za ze zo"
+).split()
+
+
+@dataclass
+class _Sizes:
+    concepts: int
+    descriptions: int
+    inferred: int
+    map_rows: int
+    concrete: int
+    text_definitions: int
+
+
+# ----------------------------------------------------------------------------------------------------
+# vectorised helpers
+# ----------------------------------------------------------------------------------------------------
+
+
+def sctids(items: np.ndarray, partition: int) -> np.ndarray:
+    """Vectorised short-format SCTIDs: ``item || partition(2) || Verhoeff check digit``."""
+    return make_sctids(items, f"{partition:02d}")
+
+
+def uuids(rng: np.random.Generator, n: int) -> pa.Array:
+    """``n`` random version-4 UUID strings (deterministic for a seeded generator)."""
+    b = rng.integers(0, 256, size=(n, 16), dtype=np.uint8)
+    b[:, 6] = (b[:, 6] & 0x0F) | 0x40
+    b[:, 8] = (b[:, 8] & 0x3F) | 0x80
+    hexchars = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+    digits = np.empty((n, 32), dtype=np.uint8)
+    digits[:, 0::2] = hexchars[b >> 4]
+    digits[:, 1::2] = hexchars[b & 0x0F]
+    out = np.full((n, 36), ord("-"), dtype=np.uint8)
+    for dst, src in ((0, 0), (9, 8), (14, 12), (19, 16), (24, 20)):
+        width = {0: 8, 8: 4, 12: 4, 16: 4, 20: 12}[src]
+        out[:, dst : dst + width] = digits[:, src : src + width]
+    arr = pa.array(out.reshape(-1).view("S36"), type=pa.binary(36)) if n else pa.array([], pa.binary(36))
+    return pc.cast(pc.cast(arr, pa.binary()), pa.string())
+
+
+def log_uniform_ranks(rng: np.random.Generator, n: int, size: int) -> np.ndarray:
+    """``size`` ranks in [0, n) with P(rank r) ~ 1/(r+1) (Zipf exponent 1)."""
+    u = rng.random(size)
+    return np.minimum((np.exp(u * np.log(n + 1)) - 1).astype(np.int64), n - 1)
+
+
+def build_vocabulary(rng: np.random.Generator, size: int = 30_000) -> pa.Array:
+    """~30k synthetic words: real medical words first (most frequent), then syllable words."""
+    syl = np.array(_SYLLABLES)
+    n_cand = size * 3
+    k = rng.integers(2, 5, n_cand)
+    parts = syl[rng.integers(0, len(syl), (n_cand, 4))]
+    cand = np.char.add(np.char.add(parts[:, 0], parts[:, 1]), np.where(k >= 3, parts[:, 2], ""))
+    cand = np.char.add(cand, np.where(k >= 4, parts[:, 3], ""))
+    cand = np.setdiff1d(np.unique(cand), np.array(_MEDICAL_WORDS))
+    cand = cand[rng.permutation(len(cand))][: size - len(_MEDICAL_WORDS)]
+    words = pa.array(np.concatenate([np.array(_MEDICAL_WORDS), cand]).tolist(), pa.string())
+    # ~2 % of the synthetic words carry a non-ASCII letter (é, ö, ü, ç)
+    idx = np.arange(len(words))
+    for src, dst in (("e", "é"), ("o", "ö"), ("u", "ü"), ("c", "ç")):
+        pick = (rng.random(len(words)) < 0.005) & (idx >= len(_MEDICAL_WORDS))
+        words = pc.if_else(pa.array(pick), pc.replace_substring(words, src, dst, max_replacements=1), words)
+    return words
+
+
+def random_terms(
+    rng: np.random.Generator, vocab: pa.Array, n: int, lo: int = 2, hi: int = 8, capitalize: bool = True
+) -> pa.Array:
+    """``n`` terms of ``lo``-``hi`` words drawn Zipf-like from ``vocab``."""
+    lengths = rng.integers(lo, hi + 1, n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    word_ids = log_uniform_ranks(rng, len(vocab), int(offsets[-1]))
+    words = vocab.take(pa.array(word_ids))
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), words)
+    terms = pc.binary_join(lists, " ")
+    return pc.utf8_capitalize(terms) if capitalize else terms
+
+
+def _col(x: Any, n: int) -> pa.Array:
+    """A column from an int scalar (repeated), a numpy array or a pyarrow array."""
+    if isinstance(x, int | np.integer):
+        return pa.array(np.full(n, x, dtype=np.int64))
+    if isinstance(x, pa.Array | pa.ChunkedArray):
+        return x
+    return pa.array(x)
+
+
+def _repeat_str(value: str, n: int) -> pa.Array:
+    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int64)))
+
+
+def _table(kind: str, cols: dict[str, Any], n: int) -> pa.Table:
+    return pa.table({c: _col(cols[c], n) for c in S.COLUMNS[kind]})
+
+
+# ----------------------------------------------------------------------------------------------------
+# content generation
+# ----------------------------------------------------------------------------------------------------
+
+
+def _sizes(scale: float) -> _Sizes:
+    def s(n: int, floor: int) -> int:
+        return max(floor, round(n * scale))
+
+    return _Sizes(
+        concepts=s(N_CONCEPTS, 2_000),
+        descriptions=s(N_DESCRIPTIONS, 9_000),
+        inferred=s(N_INFERRED, 7_000),
+        map_rows=s(N_MAP_ROWS, 800),
+        concrete=s(N_CONCRETE, 40),
+        text_definitions=s(N_TEXT_DEFINITIONS, 50),
+    )
+
+
+def _concepts(rng: np.random.Generator, sz: _Sizes) -> dict[str, Any]:
+    """Concept table plus the block layout: fixed concepts first, then one block per hierarchy."""
+    # fixed concepts: root, model component, metadata, attribute types, hierarchy roots
+    fixed_ids = [S.ROOT, MODEL_COMPONENT] + [m[0] for m in METADATA] + [a[0] for a in ATTRIBUTES]
+    fixed_fsn = ["SNOMED CT Concept (SNOMED RT+CTV3)", "SNOMED CT Model Component (metadata)"]
+    fixed_fsn += [m[1] for m in METADATA] + [a[1] for a in ATTRIBUTES]
+    fixed_parent = (
+        [-1, 0] + [1] * len(METADATA) + [fixed_ids.index(CONCEPT_MODEL_ATTRIBUTE)] * len(ATTRIBUTES)
+    )
+    n_fixed = len(fixed_ids)
+    n_syn = sz.concepts - n_fixed
+    shares = np.array([h[4] for h in HIERARCHIES])
+    block_len = np.maximum(np.floor(shares / shares.sum() * n_syn).astype(np.int64), 3)
+    block_len[0] += n_syn - block_len.sum()
+    block_start = n_fixed + np.concatenate([[0], np.cumsum(block_len)[:-1]])
+    n = n_fixed + int(block_len.sum())
+
+    items = 20_000_000 + rng.permutation(n)  # synthetic item ids, disjoint from the real ones used
+    ids = sctids(items, 0)
+    ids[:n_fixed] = fixed_ids
+    block = np.full(n, -1, dtype=np.int64)
+    for b, (st, ln) in enumerate(zip(block_start, block_len, strict=True)):
+        block[st : st + ln] = b
+        root_id = HIERARCHIES[b][1]
+        if root_id:
+            ids[st] = root_id
+    active = rng.random(n) < ACTIVE_CONCEPT_FRACTION
+    roots = block_start
+    active[:n_fixed] = True
+    active[roots] = True
+    assert len(np.unique(ids)) == n, "SCTID collision"
+    return {
+        "n": n,
+        "n_fixed": n_fixed,
+        "ids": ids,
+        "active": active,
+        "block": block,
+        "block_start": block_start,
+        "block_len": block_len,
+        "fixed_fsn": fixed_fsn,
+        "fixed_parent": np.array(fixed_parent, dtype=np.int64),
+        "defined": rng.random(n) < 0.3,
+    }
+
+
+def _prev_active(active: np.ndarray) -> np.ndarray:
+    """For each index j, the largest active index <= j (block roots are active, so it stays in-block)."""
+    idx = np.where(active, np.arange(len(active)), -1)
+    return np.maximum.accumulate(idx)
+
+
+def _isa(rng: np.random.Generator, c: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(source index, parent index) pairs: ~1.5 parents per concept, parents always earlier in-block."""
+    n, n_fixed = c["n"], c["n_fixed"]
+    prev_act = _prev_active(c["active"])
+    src_f = np.arange(1, n_fixed)
+    dst_f = c["fixed_parent"][1:]
+    # hierarchy roots: children of the root; morphology under body structure
+    roots = c["block_start"]
+    root_parent = np.zeros(len(roots), dtype=np.int64)
+    root_parent[_HKEY.index("morphology")] = roots[_HKEY.index("body")]
+    members = np.setdiff1d(np.arange(n_fixed, n), roots)
+    start = c["block_start"][c["block"][members]]
+    span = members - start
+    srcs, dsts = [src_f, roots], [dst_f, root_parent]
+    for k, p in enumerate((1.0, 0.42, 0.08)):
+        pick = members if k == 0 else members[rng.random(len(members)) < p]
+        st = start if k == 0 else c["block_start"][c["block"][pick]]
+        sp = span if k == 0 else pick - st
+        par = st + np.floor(sp * rng.random(len(pick)) ** 1.6).astype(np.int64)
+        srcs.append(pick)
+        dsts.append(prev_act[par])
+    src = np.concatenate(srcs)
+    dst = np.concatenate(dsts)
+    key = np.unique(src * (1 << 24) + dst)
+    return key >> 24, key & ((1 << 24) - 1)
+
+
+def _attributes(rng: np.random.Generator, c: dict[str, Any], n_attr: int) -> dict[str, np.ndarray]:
+    """Attribute relationships of ~40 types in role groups, pointing into their range hierarchies."""
+    prev_act = _prev_active(c["active"])
+    types = np.array([a[0] for a in ATTRIBUTES], dtype=np.int64)
+    src_h = np.array([_HKEY.index(a[2]) for a in ATTRIBUTES])
+    dst_h = np.array([_HKEY.index(a[3]) for a in ATTRIBUTES])
+    weight = np.array([a[4] for a in ATTRIBUTES])
+    source_blocks = np.unique(src_h)
+    src_pool = np.concatenate(
+        [np.arange(c["block_start"][b] + 1, c["block_start"][b] + c["block_len"][b]) for b in source_blocks]
+    )
+    per = rng.poisson(n_attr / len(src_pool), len(src_pool))
+    per = np.minimum(per, 12)
+    src = np.repeat(src_pool, per)
+    # ordinal of the attribute inside its concept -> role group
+    first = np.repeat(np.cumsum(per) - per, per)
+    ordinal = np.arange(len(src)) - first
+    group = 1 + ordinal // 2
+    group[rng.random(len(src)) < 0.12] = 0
+    # attribute type: weighted draw among the types whose domain is the source hierarchy
+    sb = c["block"][src]
+    typ_idx = np.empty(len(src), dtype=np.int64)
+    for b in source_blocks:  # loop over ~5 hierarchies, not rows
+        rows = np.nonzero(sb == b)[0]
+        cand = np.nonzero(src_h == b)[0]
+        w = weight[cand] / weight[cand].sum()
+        typ_idx[rows] = cand[rng.choice(len(cand), size=len(rows), p=w)]
+    db = dst_h[typ_idx]
+    # destination: a heavy-tailed rank folded into the range block (popular targets near its root)
+    dst = c["block_start"][db] + log_uniform_ranks(rng, 1 << 30, len(src)) % c["block_len"][db]
+    return {"src": src, "dst": prev_act[dst], "type": types[typ_idx], "group": group}
+
+
+def _icd_codes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """``n`` WHO ICD-10-shaped codes (``A12`` or ``A12.3``), Zipf-like over ~20k distinct codes."""
+    letters = np.array(list("ABCDEFGHIJKLMNOPQRSTVZ"))
+    universe_letter = np.repeat(letters, 100 * 11)
+    num = np.tile(np.repeat(np.arange(100), 11), len(letters))
+    sub = np.tile(np.arange(11), 100 * len(letters))
+    base = np.char.add(universe_letter, np.char.zfill(num.astype(str), 2))
+    universe = np.where(sub == 10, base, np.char.add(np.char.add(base, "."), sub.astype(str)))
+    universe = universe[rng.permutation(len(universe))][:20_000]
+    return universe[log_uniform_ranks(rng, len(universe), n)]
+
+
+def _map_rows(rng: np.random.Generator, c: dict[str, Any], fsn: pa.Array, n_rows: int) -> dict[str, Any]:
+    b = _HKEY.index("finding")
+    st, ln = c["block_start"][b], c["block_len"][b]
+    cand = np.arange(st + 1, st + ln)
+    cand = cand[c["active"][cand] | (rng.random(len(cand)) < 0.2)]  # a few rows on inactive concepts
+    p_two, p_ifa = 0.2, 0.12
+    rows_per_concept = (1 + p_two) * (1 + p_ifa * 1.5)
+    n_src = min(len(cand), int(round(n_rows / rows_per_concept)))
+    src = np.sort(rng.choice(cand, n_src, replace=False))
+    n_groups = 1 + (rng.random(n_src) < p_two)
+    g_src = np.repeat(src, n_groups)
+    g_num = 1 + np.arange(len(g_src)) - np.repeat(np.cumsum(n_groups) - n_groups, n_groups)
+    n_ifa = np.where(rng.random(len(g_src)) < p_ifa, rng.integers(1, 3, len(g_src)), 0)
+    per_group = 1 + n_ifa
+    r_src = np.repeat(g_src, per_group)
+    r_group = np.repeat(g_num, per_group)
+    r_prio = 1 + np.arange(len(r_src)) - np.repeat(np.cumsum(per_group) - per_group, per_group)
+    r_last = r_prio == np.repeat(per_group, per_group)
+    is_ifa = ~r_last
+    ctx_group = np.repeat(n_ifa > 0, per_group)
+    n = len(r_src)
+    target = _icd_codes(rng, n)
+    empty = (~is_ifa) & (rng.random(n) < 0.03)
+    target = np.where(empty, "", target)
+    # IFA rules: sex / age templates, or "IFA <finding> | <its FSN> |"
+    kind = rng.integers(0, len(IFA_RULES) + 2, n)
+    tmpl_rule = np.array([r for r, _ in IFA_RULES] + ["", ""])[kind]
+    tmpl_adv = np.array([a for _, a in IFA_RULES] + ["", ""])[kind]
+    other = st + 1 + rng.integers(0, ln - 1, n)
+    other_rule = pc.binary_join_element_wise(
+        "IFA ", pc.cast(pa.array(c["ids"][other]), pa.string()), " | ", fsn.take(pa.array(other)), " |", ""
+    )
+    generic = kind >= len(IFA_RULES)
+    rule = pc.if_else(pa.array(generic), other_rule, pa.array(tmpl_rule))
+    rule = pc.if_else(pa.array(is_ifa), rule, pa.array(np.where(ctx_group, "OTHERWISE TRUE", "TRUE")))
+    adv_cond = pc.if_else(
+        pa.array(generic),
+        pc.binary_join_element_wise("IF ", pc.utf8_upper(fsn.take(pa.array(other))), " CHOOSE", ""),
+        pa.array(tmpl_adv),
+    )
+    tgt = pa.array(target, pa.string())
+    ifa_adv = pc.binary_join_element_wise(
+        pc.binary_join_element_wise(adv_cond, tgt, " "), "MAP OF SOURCE CONCEPT IS CONTEXT DEPENDENT", " | "
+    )
+    always = pc.binary_join_element_wise("ALWAYS", tgt, " ")
+    advice = pc.if_else(pa.array(is_ifa), ifa_adv, always)
+    advice = pc.if_else(
+        pa.array(empty), pa.scalar("MAP SOURCE CONCEPT CANNOT BE CLASSIFIED WITH AVAILABLE DATA"), advice
+    )
+    category = np.where(
+        empty,
+        S.MAP_CATEGORY_CANNOT_CLASSIFY,
+        np.where(is_ifa, S.MAP_CATEGORY_CONTEXT_DEPENDENT, S.MAP_CATEGORY_PROPERLY_CLASSIFIED),
+    )
+    return {
+        "id": uuids(rng, n),
+        "active": (rng.random(n) > 0.01).astype(np.int64),
+        "moduleId": S.ICD10_MAP_MODULE,
+        "refsetId": S.ICD10_MAP_REFSET,
+        "referencedComponentId": c["ids"][r_src],
+        "mapGroup": r_group,
+        "mapPriority": r_prio,
+        "mapRule": rule,
+        "mapAdvice": advice,
+        "mapTarget": tgt,
+        "correlationId": S.MAP_CORRELATION_NOT_SPECIFIED,
+        "mapCategoryId": category.astype(np.int64),
+        "_n": n,
+    }
+
+
+def _lookup(sorted_ids: np.ndarray, order: np.ndarray, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """``values`` of the rows whose id equals each of ``ids`` (every id must be present)."""
+    pos = order[np.searchsorted(sorted_ids, ids)]
+    return values[pos]
+
+
+def _date_rows(
+    rng: np.random.Generator, kind: str, snap: pa.Table, base: np.ndarray, later_ok: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Release indexes per row: first version ``k_first``, Snapshot version ``k_snap``, ``history`` flag.
+
+    ``base`` is the earliest release at which the row can exist (its concepts exist then); rows with
+    ``later_ok`` are created at ``base`` (70 %) or at a later release. Rows that are inactive in the
+    Snapshot, plus ~8 % of the others, get an earlier version when one fits before the last release.
+    """
+    n = snap.num_rows
+    last = len(EFFECTIVE_TIMES) - 1
+    later = later_ok & (rng.random(n) >= 0.7)
+    k_first = np.where(later, base + np.floor(rng.random(n) * (last + 1 - base)).astype(np.int64), base)
+    active = np.asarray(snap.column("active")).astype(bool)
+    history = (k_first < last) & ((rng.random(n) < 0.08) | ~active)
+    k_snap = np.where(
+        history, k_first + 1 + np.floor(rng.random(n) * (last - k_first)).astype(np.int64), k_first
+    )
+    return k_first, np.minimum(k_snap, last), history
+
+
+def _older_versions(
+    rng: np.random.Generator,
+    kind: str,
+    snap: pa.Table,
+    history: np.ndarray,
+    k_first: np.ndarray,
+    root_of_destination: np.ndarray | None = None,
+) -> pa.Table:
+    """First versions (dated ``k_first``) of the rows flagged in ``history``.
+
+    A row inactive in the Snapshot was active before (an inactivation). An active row had a different
+    value before: definition status, term, acceptability, concrete value, map target (another row's),
+    or for relationships the root of the destination's hierarchy (the link was refined later).
+    """
+    idx = np.nonzero(history)[0]
+    old = snap.take(pa.array(idx))
+    m = len(idx)
+
+    def put(table: pa.Table, name: str, values: Any) -> pa.Table:
+        return table.set_column(table.schema.get_field_index(name), name, values)
+
+    old = put(old, "effectiveTime", pa.array(EFFECTIVE_TIMES[k_first[idx]]))
+    inactive_now = ~np.asarray(old.column("active")).astype(bool)
+    old = put(old, "active", pa.array(np.ones(m, dtype=np.int64)))
+    value_col = {
+        "Concept": "definitionStatusId",
+        "Description": "term",
+        "TextDefinition": "term",
+        "Relationship": "destinationId",
+        "RelationshipConcreteValues": "value",
+        "Language": "acceptabilityId",
+        "ExtendedMap": "mapTarget",
+    }[kind]
+    col = old.column(value_col)
+    if kind == "Concept":
+        cur = np.asarray(col)
+        changed = pa.array(np.where(cur == S.PRIMITIVE, S.DEFINED, S.PRIMITIVE))
+    elif kind == "Language":
+        cur = np.asarray(col)
+        changed = pa.array(np.where(cur == S.PREFERRED, S.ACCEPTABLE, S.PREFERRED))
+    elif kind == "Relationship":
+        assert root_of_destination is not None
+        changed = pa.array(root_of_destination[idx])
+    else:  # another row's value of the same column
+        changed = col.take(pa.array(rng.permutation(m)))
+    return put(old, value_col, pc.if_else(pa.array(inactive_now), col, changed))
+
+
+# ----------------------------------------------------------------------------------------------------
+# the release
+# ----------------------------------------------------------------------------------------------------
+
+
+def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table], dict[str, np.ndarray]]:
+    """The Snapshot tables of a synthetic release, per RF2 content kind, plus per-concept facts.
+
+    The second result holds, aligned with the Concept table: ``created`` (release index at which the
+    concept first appears; non-decreasing along each hierarchy block, so parents are never newer than
+    their children) and ``root`` (the SCTID of the concept's hierarchy root).
+    """
+    rng = np.random.default_rng(seed)
+    sz = _sizes(scale)
+    c = _concepts(rng, sz)
+    n = c["n"]
+    ids = c["ids"]
+    vocab = build_vocabulary(rng)
+
+    # --- concepts
+    concepts = {
+        "id": ids,
+        "active": c["active"].astype(np.int64),
+        "moduleId": np.where(np.arange(n) < c["n_fixed"], S.MODEL_MODULE, S.CORE_MODULE),
+        "definitionStatusId": np.where(c["defined"], S.DEFINED, S.PRIMITIVE),
+    }
+    concepts["moduleId"][0] = S.CORE_MODULE
+
+    # --- descriptions: FSN + preferred synonym (= FSN without tag) + extra synonyms
+    base = random_terms(rng, vocab, n)
+    fixed_fsn = pa.array(c["fixed_fsn"], pa.string())
+    fixed_base = pc.replace_substring_regex(fixed_fsn, r" \([^()]*\)$", "")
+    roots = c["block_start"]
+    root_fsn = pa.array([h[2] for h in HIERARCHIES], pa.string())
+    tags = np.array([h[3] for h in HIERARCHIES])
+    tag = tags[np.maximum(c["block"], 0)]
+    fin = c["block"] == _HKEY.index("finding")
+    tag = np.where(fin & (rng.random(n) < 0.35), "finding", tag)
+    tag_close = pc.binary_join_element_wise(pa.array(tag), "", ")")  # tag + ")"
+    gen_fsn = pc.binary_join_element_wise(base, tag_close, " (")  # base + " (" + tag + ")"
+    root_base = pc.replace_substring_regex(root_fsn, r" \([^()]*\)$", "")
+    # fixed concepts and hierarchy roots take their own terms: pick per concept from the concatenation
+    sel = np.arange(n)
+    sel[: c["n_fixed"]] = n + np.arange(c["n_fixed"])
+    sel[roots] = n + c["n_fixed"] + np.arange(len(roots))
+    fsn = pa.concat_arrays([gen_fsn, fixed_fsn, root_fsn]).take(pa.array(sel))
+    base = pa.concat_arrays([base, fixed_base, root_base]).take(pa.array(sel))
+
+    extra_mean = max(sz.descriptions / n - 2, 0.1)
+    n_extra = np.minimum(rng.poisson(extra_mean, n), 8)
+    n_extra[: c["n_fixed"]] = 0
+    extra_terms = random_terms(rng, vocab, int(n_extra.sum()))
+    per = 2 + n_extra
+    d_concept = np.repeat(np.arange(n), per)
+    d_ord = np.arange(len(d_concept)) - np.repeat(np.cumsum(per) - per, per)
+    nd = len(d_concept)
+    # term source index into concat(fsn, base, extra_terms)
+    extra_pos = n * 2 + np.cumsum(d_ord >= 2) - 1
+    src_idx = np.where(d_ord == 0, d_concept, np.where(d_ord == 1, n + d_concept, extra_pos))
+    terms = pa.concat_arrays([fsn, base, extra_terms]).take(pa.array(src_idx))
+    d_active = ~((d_ord >= 2) & (rng.random(nd) < 0.04))
+    case = np.where(rng.random(nd) < 0.05, INITIAL_CHAR_INSENSITIVE, S.CASE_INSENSITIVE)
+    desc_ids = sctids(30_000_000 + np.arange(nd), 1)
+    descriptions = {
+        "id": desc_ids,
+        "active": d_active.astype(np.int64),
+        "moduleId": concepts["moduleId"][d_concept],
+        "conceptId": ids[d_concept],
+        "languageCode": _repeat_str("en", nd),
+        "typeId": np.where(d_ord == 0, S.FSN, S.SYNONYM),
+        "term": terms,
+        "caseSignificanceId": case,
+    }
+
+    # --- language refset (US English): one row per active description
+    la = np.nonzero(d_active)[0]
+    language = {
+        "id": uuids(rng, len(la)),
+        "active": 1,
+        "moduleId": descriptions["moduleId"][la],
+        "refsetId": S.US_ENGLISH,
+        "referencedComponentId": desc_ids[la],
+        "acceptabilityId": np.where(d_ord[la] <= 1, S.PREFERRED, S.ACCEPTABLE),
+    }
+
+    # --- text definitions
+    td_c = np.sort(rng.choice(np.nonzero(c["active"])[0], sz.text_definitions, replace=False))
+    td_terms = pc.binary_join_element_wise(random_terms(rng, vocab, len(td_c), 8, 20), "", ".")
+    text_definitions = {
+        "id": sctids(30_000_000 + nd + np.arange(len(td_c)), 1),
+        "active": 1,
+        "moduleId": S.CORE_MODULE,
+        "conceptId": ids[td_c],
+        "languageCode": _repeat_str("en", len(td_c)),
+        "typeId": S.DEFINITION,
+        "term": td_terms,
+        "caseSignificanceId": S.CASE_INSENSITIVE,
+    }
+
+    # --- inferred relationships
+    isa_src, isa_dst = _isa(rng, c)
+    attrs = _attributes(rng, c, max(sz.inferred - len(isa_src), 0))
+    r_src = np.concatenate([isa_src, attrs["src"]])
+    r_dst = np.concatenate([isa_dst, attrs["dst"]])
+    r_type = np.concatenate([np.full(len(isa_src), S.IS_A), attrs["type"]])
+    r_group = np.concatenate([np.zeros(len(isa_src), np.int64), attrs["group"]])
+    order = np.lexsort((r_group, r_src))
+    r_src, r_dst, r_type, r_group = r_src[order], r_dst[order], r_type[order], r_group[order]
+    nr = len(r_src)
+    relationships = {
+        "id": sctids(40_000_000 + np.arange(nr), 2),
+        "active": c["active"][r_src].astype(np.int64),
+        "moduleId": concepts["moduleId"][r_src],
+        "sourceId": ids[r_src],
+        "destinationId": ids[r_dst],
+        "relationshipGroup": r_group,
+        "typeId": r_type,
+        "characteristicTypeId": S.INFERRED,
+        "modifierId": S.EXISTENTIAL,
+    }
+
+    # --- concrete values on products
+    pb = _HKEY.index("product")
+    prod = c["block_start"][pb] + 1 + rng.integers(0, c["block_len"][pb] - 1, sz.concrete)
+    strengths = np.array(["#500", "#250", "#0.5", "#1", "#10", "#100", "#20", "#2.5", "#1000", "#5"])
+    concrete = {
+        "id": sctids(40_000_000 + nr + np.arange(sz.concrete), 2),
+        "active": c["active"][prod].astype(np.int64),
+        "moduleId": S.CORE_MODULE,
+        "sourceId": ids[prod],
+        "value": pa.array(strengths[log_uniform_ranks(rng, len(strengths), sz.concrete)]),
+        "relationshipGroup": 1 + rng.integers(0, 2, sz.concrete),
+        "typeId": STRENGTH_NUMERATOR_VALUE,
+        "characteristicTypeId": S.INFERRED,
+        "modifierId": S.EXISTENTIAL,
+    }
+
+    maps = _map_rows(rng, c, fsn, sz.map_rows)
+    n_map = maps.pop("_n")
+
+    out: dict[str, pa.Table] = {}
+    for kind, cols, rows in (
+        ("Concept", concepts, n),
+        ("Description", descriptions, nd),
+        ("TextDefinition", text_definitions, len(td_c)),
+        ("Relationship", relationships, nr),
+        ("RelationshipConcreteValues", concrete, sz.concrete),
+        ("Language", language, len(la)),
+        ("ExtendedMap", maps, n_map),
+    ):
+        cols = dict(cols)
+        cols.setdefault("effectiveTime", np.zeros(rows, np.int64))
+        out[kind] = _table(kind, cols, rows)
+    # creation release per concept: most concepts since the first release; sorted within each block
+    last = len(EFFECTIVE_TIMES) - 1
+    k = np.where(rng.random(n) < 0.6, 0, rng.integers(0, last + 1, n))
+    k[: c["n_fixed"]] = 0
+    k[c["block_start"]] = 0
+    blk = np.where(np.arange(n) < c["n_fixed"], -1, c["block"])
+    created = k[np.lexsort((k, blk))]  # blocks are contiguous and in order: per-block ascending
+    created[: c["n_fixed"]] = 0
+    root = np.where(blk < 0, S.ROOT, ids[c["block_start"][np.maximum(blk, 0)]])
+    return out, {"created": created, "root": root}
+
+
+def generate_release(
+    out_dir: str | Path, scale: float = 1.0, seed: int = 0, full: bool = True
+) -> dict[str, Any]:
+    """Write a synthetic RF2 release into ``out_dir`` (the package root); returns ``release_info``.
+
+    ``scale`` multiplies every volume (1.0 = International Edition size); ``seed`` makes it
+    reproducible; ``full`` adds the Full folder with earlier versions of ~10 % of the rows.
+    """
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    rng = np.random.default_rng(seed + 1)
+    tables, facts = build_tables(scale, seed)
+    t_build = time.perf_counter() - t0
+    log.info("built tables in %.1f s", t_build)
+    cids = np.asarray(tables["Concept"].column("id"))
+    c_order = np.argsort(cids)
+    c_sorted = cids[c_order]
+
+    def created(col: pa.ChunkedArray) -> np.ndarray:
+        return _lookup(c_sorted, c_order, facts["created"], np.asarray(col))
+
+    files: list[dict[str, Any]] = []
+    totals: dict[str, dict[str, int]] = {}
+    desc_first: dict[str, np.ndarray] = {}
+    for kind, snap in tables.items():
+        n = snap.num_rows
+        root_dst = None
+        if kind == "Concept":
+            base, later_ok = facts["created"], np.zeros(n, bool)
+        elif kind in ("Description", "TextDefinition"):
+            base = created(snap.column("conceptId"))
+            later_ok = np.asarray(snap.column("typeId")) != S.FSN
+        elif kind == "Relationship":
+            base = np.maximum(created(snap.column("sourceId")), created(snap.column("destinationId")))
+            later_ok = np.asarray(snap.column("typeId")) != S.IS_A
+            root_dst = _lookup(c_sorted, c_order, facts["root"], np.asarray(snap.column("destinationId")))
+        elif kind == "Language":  # follows its description
+            dids = np.asarray(snap.column("referencedComponentId"))
+            base = _lookup(desc_first["ids"], desc_first["order"], desc_first["k"], dids)
+            later_ok = np.zeros(n, bool)
+        else:  # concrete values, map rows
+            base = created(
+                snap.column("sourceId" if kind == "RelationshipConcreteValues" else "referencedComponentId")
+            )
+            later_ok = np.ones(n, bool)
+        k_first, k_snap, history = _date_rows(rng, kind, snap, base, later_ok)
+        if not full:
+            k_snap, history = np.where(history, k_snap, k_first), np.zeros(n, bool)
+        if kind == "Description":
+            ids_ = np.asarray(snap.column("id"))
+            order = np.argsort(ids_)
+            desc_first = {"ids": ids_[order], "order": order, "k": k_first}
+        snap = snap.set_column(
+            snap.schema.get_field_index("effectiveTime"), "effectiveTime", pa.array(EFFECTIVE_TIMES[k_snap])
+        )
+        releases = [("Snapshot", snap)]
+        if full:
+            older = _older_versions(rng, kind, snap, history, k_first, root_dst)
+            releases.append(("Full", pa.concat_tables([older, snap])))
+        for release, table in releases:
+            t1 = time.perf_counter()
+            path = out_dir / release / rf2_folder(kind) / rf2_file_name(kind, release, "INT", RELEASE_DATE)
+            size = write_rf2_file(path, kind, table)
+            dt = time.perf_counter() - t1
+            files.append(
+                {
+                    "path": str(path.relative_to(out_dir)),
+                    "content": kind,
+                    "release": release,
+                    "rows": table.num_rows,
+                    "bytes": size,
+                    "seconds": round(dt, 2),
+                }
+            )
+            log.info(
+                "%-70s %10d rows %12d bytes %6.1f s", path.relative_to(out_dir), table.num_rows, size, dt
+            )
+        active = np.asarray(snap.column("active")).astype(bool)
+        totals[kind] = {
+            "snapshot_rows": n,
+            "snapshot_active": int(active.sum()),
+            "full_extra_rows": int(history.sum()),
+        }
+    rel = tables["Relationship"]
+    totals["Relationship"]["is_a"] = int(pc.sum(pc.equal(rel.column("typeId"), S.IS_A)).as_py())
+    mp = tables["ExtendedMap"]
+    totals["ExtendedMap"]["empty_target"] = int(pc.sum(pc.equal(mp.column("mapTarget"), "")).as_py())
+    totals["ExtendedMap"]["ifa_rows"] = int(pc.sum(pc.starts_with(mp.column("mapRule"), "IFA")).as_py())
+    info = {
+        "generator": "benchmarks/synthetic_release.py",
+        "scale": scale,
+        "seed": seed,
+        "full": full,
+        "namespace": "INT",
+        "release_date": RELEASE_DATE,
+        "effective_times": EFFECTIVE_TIMES.tolist(),
+        "counts": {kind: t["snapshot_rows"] for kind, t in totals.items()},  # Snapshot rows per content kind
+        "counts_detail": totals,
+        "files": files,
+        "total_bytes": sum(f["bytes"] for f in files),
+        "seconds_build": round(t_build, 1),
+        "seconds_total": round(time.perf_counter() - t0, 1),
+    }
+    (out_dir / "release_info.json").write_text(json.dumps(info, indent=1) + "\n")
+    log.info(
+        "wrote %d files, %.1f MB in %.1f s", len(files), info["total_bytes"] / 1e6, info["seconds_total"]
+    )
+    return info
+
+
+def verify_release(out_dir: str | Path) -> dict[str, int]:
+    """Parse every RF2 file under ``out_dir`` with pyarrow.csv (TAB, no quoting) and check it.
+
+    Checks: the header equals ``COLUMNS[content]``, lines end in CRLF, SCTID columns pass Verhoeff.
+    Returns rows per file name; raises AssertionError on the first problem.
+    """
+    import pyarrow.csv as pcsv
+
+    rows: dict[str, int] = {}
+    for path in sorted(Path(out_dir).rglob("*.txt")):
+        m = S.FILE_NAME_RE.match(path.name)
+        assert m is not None, f"{path}: name does not match the RF2 grammar"
+        kind = m["content"]
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+        assert head.startswith(("\t".join(S.COLUMNS[kind]) + "\r\n").encode()), f"{path}: bad header"
+        assert head.count(b"\n") == head.count(b"\r\n"), f"{path}: LF without CR"
+        t = pcsv.read_csv(
+            path,
+            read_options=pcsv.ReadOptions(block_size=64 << 20),
+            parse_options=pcsv.ParseOptions(delimiter="\t", quote_char=False, newlines_in_values=False),
+            convert_options=pcsv.ConvertOptions(
+                column_types={c: pa.string() for c in S.COLUMNS[kind] if c not in S.SCTID_COLUMNS[kind]}
+                | {c: pa.int64() for c in S.SCTID_COLUMNS[kind]},
+                strings_can_be_null=False,
+            ),
+        )
+        assert tuple(t.column_names) == S.COLUMNS[kind], f"{path}: columns {t.column_names}"
+        for col in S.SCTID_COLUMNS[kind]:
+            ok = verhoeff_valid(t.column(col).to_numpy())
+            assert ok.all(), f"{path}: {int((~ok).sum())} bad SCTIDs in {col}"
+        assert not pc.any(pc.ends_with(t.column(t.column_names[-1]).cast(pa.string()), "\r")).as_py()
+        rows[str(path.relative_to(out_dir))] = t.num_rows
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    import click
+
+    @click.command(help=__doc__.split("\n\n")[0])
+    @click.option(
+        "--out", "out_dir", required=True, type=click.Path(file_okay=False), help="package root to write"
+    )
+    @click.option(
+        "--scale", default=1.0, show_default=True, help="volume multiplier (1.0 = International size)"
+    )
+    @click.option("--seed", default=0, show_default=True)
+    @click.option("--full/--no-full", default=True, show_default=True, help="also write the Full folder")
+    @click.option("--verify", is_flag=True, help="parse every written file back and check it")
+    def cli(out_dir: str, scale: float, seed: int, full: bool, verify: bool) -> None:
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        info = generate_release(out_dir, scale=scale, seed=seed, full=full)
+        click.echo(f"{'file':72} {'rows':>10} {'bytes':>12} {'s':>6}")
+        for f in info["files"]:
+            click.echo(f"{f['path']:72} {f['rows']:>10} {f['bytes']:>12} {f['seconds']:>6}")
+        click.echo(f"total {info['total_bytes'] / 1e6:.1f} MB in {info['seconds_total']} s -> {out_dir}")
+        if verify:
+            t0 = time.perf_counter()
+            rows = verify_release(out_dir)
+            click.echo(f"verified {len(rows)} files in {time.perf_counter() - t0:.1f} s")
+
+    cli.main(args=argv, standalone_mode=True)
+
+
+if __name__ == "__main__":
+    main()
