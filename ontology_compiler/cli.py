@@ -25,13 +25,15 @@ def summary(result) -> str:
         "max multiplicity per relation: "
         + ", ".join(f"{k} {v}" for k, v in sorted(c["max_multiplicity"].items(), key=lambda kv: -kv[1])[:12])
         + (" ..." if len(c["max_multiplicity"]) > 12 else ""),
-        f"coverage  {cov['codes']:,} of {cov['codes_named_by_any_source']:,} codes named by a map "
-        f"({cov['codes_one_to_one']:,} one-to-one, {cov['codes_one_to_many']:,} one-to-many, "
-        f"{cov['codes_conditional_only']:,} only through IFA rules); "
-        f"{cov['snomed_concepts_mapped']:,} SNOMED concepts",
+        f"coverage  {cov['codes']:,} tokens from {cov['codes_in_universe']:,} codes in the universe "
+        f"({cov['codes_named_by_any_source']:,} named by a mapping source); "
+        f"{cov.get('snomed_concepts_mapped', 0):,} SNOMED concepts",
+        *coverage_table(cov),
         f"dropped   {c.get('descriptions_dropped_inactive_concept', 0):,} descriptions and "
         f"{c.get('relationships_dropped_inactive_concept', 0):,} relationships of inactive concepts; "
-        f"{c.get('map_rows_dropped_inactive_concept', 0):,} map rows on inactive concepts",
+        f"{c.get('mapping_map_targets_redirected_by_association', 0):,} map targets redirected by "
+        f"REPLACED BY / SAME AS, {c.get('mapping_map_targets_inactive_dropped', 0):,} inactive and "
+        f"{c.get('mapping_map_targets_unknown_sctid', 0):,} unknown dropped",
     ]
     if c.get("ids_bad_check_digit") or c.get("ids_dropped_non_numeric"):
         lines.append(
@@ -46,6 +48,20 @@ def summary(result) -> str:
         + ("" if result.written else "   (up to date: identical inputs, nothing written)")
     )
     return "\n".join(lines)
+
+
+def coverage_table(cov: dict) -> list[str]:
+    """Per ICD version: codes one-to-one, one-to-many, conditional, by chain, by fallback, unmapped."""
+    cats = ("one_to_one", "one_to_many", "conditional", "chain", "fallback", "unmapped")
+    rows = [f"  {'':<10}" + "".join(f"{c:>13}" for c in cats)]
+    for v, d in cov.get("by_vocabulary", {}).items():
+        rows.append(f"  {v:<10}" + "".join(f"{d.get(c, 0):>13,}" for c in cats))
+    occ = cov.get("occurrences")
+    if occ:
+        rows.append(
+            f"  occurrences lost: {occ['lost']:,} of {occ['total']:,} ({100 * occ['lost_share']:.2f} %)"
+        )
+    return rows
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -77,11 +93,58 @@ def summary(result) -> str:
     default=None,
     help="Replace the stopword list.",
 )
+@click.option(
+    "--map-policy",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Replace the shipped mapping policy (ontology_compiler/data/map_policy.toml).",
+)
+@click.option(
+    "--omop",
+    type=click.Path(exists=True),
+    default=None,
+    help="Folder with OMOP CONCEPT.csv and CONCEPT_RELATIONSHIP.csv.",
+)
+@click.option(
+    "--nlm-icd9",
+    type=click.Path(exists=True),
+    default=None,
+    help="Folder with NLM ICD9CM_SNOMED_MAP_1TO1/1TOM files.",
+)
+@click.option(
+    "--gem", type=click.Path(exists=True), default=None, help="Folder with CMS *_I10gem.txt / *_I9gem.txt."
+)
+@click.option(
+    "--icd10cm-map",
+    type=click.Path(exists=True),
+    default=None,
+    help="A tls_Icd10cmHumanReadableMap_*.tsv file.",
+)
+@click.option(
+    "--codes",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Code universe: MIMIC-IV d_icd_diagnoses.csv[.gz] or a version,code list.",
+)
+@click.option(
+    "--code-counts",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="CSV icd_version,icd_code,count: report the share of code occurrences lost.",
+)
+@click.option(
+    "--fallback",
+    type=click.Choice(["none", "icd"]),
+    default="none",
+    show_default=True,
+    help="icd: unmapped codes get their title words and nearest mapped ICD ancestor's concepts.",
+)
 @click.option("--stated", is_flag=True, help="Use stated instead of inferred relationships.")
 @click.option("--strict", is_flag=True, help="Bad SCTIDs (non-numeric, bad check digit) are fatal.")
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors.")
-def main(src_dir, out, name, as_of, release, languages, stopwords, stated, strict, verbose, quiet) -> None:
+def main(src_dir, out, name, as_of, release, languages, stopwords, map_policy, omop, nlm_icd9, gem, icd10cm_map,
+         codes, code_counts, fallback, stated, strict, verbose, quiet) -> None:  # fmt: skip
     """Compile the SNOMED CT RF2 release in SRC_DIR into a versioned Parquet HRR program."""
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
@@ -98,6 +161,14 @@ def main(src_dir, out, name, as_of, release, languages, stopwords, stated, stric
             stopwords=stopwords,
             stated=stated,
             strict=strict,
+            map_policy=map_policy,
+            omop=omop,
+            nlm_icd9=nlm_icd9,
+            gem=gem,
+            icd10cm_map=icd10cm_map,
+            codes=codes,
+            code_counts=code_counts,
+            fallback=fallback,
         )
     except OntologyCompilerError as e:
         raise click.ClickException(str(e)) from e

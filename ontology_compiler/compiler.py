@@ -16,14 +16,19 @@ import pyarrow.compute as pc
 
 from . import icd
 from . import rf2_schema as S
+from .codes import read_code_counts, read_code_universe
+from .errors import MissingInputError
 from .graph import (
     check_is_a_acyclic,
     description_terms,
     preferred_terms,
     relationship_edges,
+    token_word_edges,
     word_edges,
 )
-from .mapping import DEFAULT_PRECEDENCE, MappingStats, choose, extended_map_candidates
+from .map_codes import MappingResult, map_codes
+from .map_policy import load_policy
+from .map_sources import find_sources
 from .program import FORMAT_VERSION, build_tables, sha256_file, verify_program, write_program
 from .release import Release, load_release
 from .rf2_files import choose_release_type, scan_release, select_files
@@ -62,7 +67,14 @@ def compile_ontology(
     stopwords: str | Path | None = None,
     stated: bool = False,
     strict: bool = False,
-    precedence: tuple[str, ...] = DEFAULT_PRECEDENCE,
+    map_policy: str | Path | None = None,
+    omop: str | Path | None = None,
+    nlm_icd9: str | Path | None = None,
+    gem: str | Path | None = None,
+    icd10cm_map: str | Path | None = None,
+    codes: str | Path | None = None,
+    code_counts: str | Path | None = None,
+    fallback: str = "none",
 ) -> CompileResult:
     """Compile the RF2 release folder ``src`` into ``out/<name>/<program_id>/``.
 
@@ -70,6 +82,11 @@ def compile_ontology(
     present), ``snapshot`` or ``full``. ``languages`` are the language refsets whose preferred and
     acceptable synonyms give words (the first also gives labels). ``stopwords`` replaces the shipped
     list. ``stated`` reads stated instead of inferred relationships. ``strict`` makes bad SCTIDs fatal.
+    Mapping sources besides the RF2 ICD-10 maps (``omop``, ``nlm_icd9``, ``gem`` folders, ``icd10cm_map``
+    tls file) are found by name under ``src`` unless given; ``map_policy`` replaces the shipped policy;
+    ``codes`` (MIMIC-IV d_icd_diagnoses or a version,code list) decides which codes become tokens;
+    ``code_counts`` adds the share of occurrences lost to the coverage; ``fallback="icd"`` gives unmapped
+    codes their title words and nearest mapped ancestor's concepts.
     Identical inputs and options give the same ``program_id``; recompiling is then a no-op.
     """
     t_start = time.perf_counter()
@@ -83,6 +100,17 @@ def compile_ontology(
     selected = select_files(all_files, rtype, stated=stated, src=src)
     stop_path = Path(stopwords) if stopwords is not None else default_stopwords_path()
     stop_words = load_stopwords(stop_path)
+    if fallback not in ("none", "icd"):
+        raise ValueError(f"fallback must be 'none' or 'icd', got {fallback!r}")
+    policy = load_policy(map_policy)
+    given = [Path(x) for x in (omop, nlm_icd9, gem, icd10cm_map) if x is not None]
+    for g in given:
+        if not g.exists():
+            raise MissingInputError(f"{g}: mapping source not found")
+    map_sources = find_sources(given or [src])
+    if given:  # sources given explicitly; others still found by name under the release folder
+        for kind, paths in find_sources([src]).items():
+            map_sources.setdefault(kind, paths)
     inputs = []
     for kind in sorted(selected):
         for f in selected[kind]:
@@ -104,13 +132,33 @@ def compile_ontology(
             "bytes": stop_path.stat().st_size,
         }
     )
+    for kind, paths in sorted(map_sources.items()):
+        for mp in paths:
+            inputs.append(
+                {
+                    "role": f"map:{kind}",
+                    "path": _rel(mp, src),
+                    "sha256": sha256_file(mp),
+                    "bytes": mp.stat().st_size,
+                }
+            )
+    inputs.append({"role": "map_policy", "path": policy.path, "sha256": policy.sha256, "bytes": None})
+    for role, f in (("codes", codes), ("code_counts", code_counts)):
+        if f is not None:
+            fp = Path(f)
+            if not fp.is_file():
+                raise MissingInputError(f"{fp}: --{role.replace('_', '-')} file not found")
+            inputs.append(
+                {"role": role, "path": str(fp), "sha256": sha256_file(fp), "bytes": fp.stat().st_size}
+            )
     options = {
         "release": rtype,
         "as_of": None if as_of is None else str(as_of),
         "languages": list(languages),
         "stated": stated,
         "strict": strict,
-        "precedence": list(precedence),
+        "fallback": fallback,
+        "map_policy": policy.as_dict(),
     }
     program_id = _program_id(inputs, options)
     final = out_dir / program_id
@@ -131,10 +179,11 @@ def compile_ontology(
 
     # ---- mapping
     t = time.perf_counter()
-    mstats = MappingStats()
-    candidates = choose(extended_map_candidates(rel.maps, mstats), precedence)
-    chosen = candidates.filter(candidates["chosen"])
-    token_snomed = chosen.select(["vocabulary", "code", "sctid"])
+    universe = read_code_universe(codes) if codes is not None else None
+    counts_table = read_code_counts(code_counts) if code_counts is not None else None
+    mres = map_codes(rel.maps, rel.concepts["id"].combine_chunks(), rel.known_concepts, rel.associations, map_sources,
+                     policy, universe=universe, fallback=fallback, code_counts=counts_table)  # fmt: skip
+    token_snomed = mres.token_snomed
     sctids = pc.unique(token_snomed["sctid"]) if token_snomed.num_rows else pa.array([], pa.int64())
     rel.timings["mapping"] = round(time.perf_counter() - t, 3)
 
@@ -144,16 +193,19 @@ def compile_ontology(
     terms = description_terms(rel.descriptions, rel.language, sctids)
     wedges = word_edges(terms, stop_words)
     labels = preferred_terms(rel.descriptions, rel.language, languages[0])
-    tokens = _tokens(chosen, labels)
+    tokens = _tokens(mres.tokens, token_snomed, labels)
+    twords = token_word_edges(mres.token_terms, stop_words)
     rel.timings["graph"] = round(time.perf_counter() - t, 3)
 
     t = time.perf_counter()
-    tables = build_tables(tokens, rel_edges, wedges, token_snomed, labels)
-    graph_tables = _graph_tables(rel, labels, candidates)
+    tables = build_tables(tokens, rel_edges, wedges, token_snomed, labels, twords)
+    graph_tables = _graph_tables(rel, labels, mres.candidates)
     rel.timings["program_tables"] = round(time.perf_counter() - t, 3)
 
-    counts = _counts(rel, tables, mstats, candidates)
-    coverage = _coverage(tables, candidates, sctids, rel_edges, wedges)
+    counts = _counts(rel, tables, mres)
+    coverage = mres.coverage
+    coverage["snomed_concepts_mapped"] = int(len(sctids))
+    coverage["snomed_concepts_without_edges"] = _without_edges(sctids, rel_edges, wedges)
     manifest = {
         "format_version": FORMAT_VERSION,
         "program_id": program_id,
@@ -172,7 +224,8 @@ def compile_ontology(
         "options": options,
         "counts": counts,
         "coverage": coverage,
-        "findings": [e for r in rel.reports for e in r.examples][:50],
+        "findings": ([e for r in rel.reports for e in r.examples] + mres.findings)[:100],
+        "mapping_sources": mres.sources_used,
         "timings": {"hash_inputs": round(t_hash, 3), **rel.timings},
     }
     t = time.perf_counter()
@@ -204,36 +257,31 @@ def _program_id(inputs: list[dict], options: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _tokens(chosen: pa.Table, labels: pa.Table) -> pa.Table:
+def _rel(path: Path, src: Path) -> str:
+    try:
+        return str(path.relative_to(src))
+    except ValueError:
+        return str(path)
+
+
+def _tokens(tokens: pa.Table, token_snomed: pa.Table, labels: pa.Table) -> pa.Table:
     """One row per ICD token: dotted form, title, SNOMED ids, source, kind, chapter."""
-    if chosen.num_rows == 0:
-        return pa.table(
-            {
-                "vocabulary": pa.array([], pa.string()),
-                "code": pa.array([], pa.string()),
-                "code_dotted": pa.array([], pa.string()),
-                "title": pa.array([], pa.string()),
-                "snomed_ids": pa.array([], pa.list_(pa.int64())),
-                "mapping_source": pa.array([], pa.string()),
-                "mapping_kind": pa.array([], pa.string()),
-                "chapter": pa.array([], pa.int8()),
-            }
-        )
-    c = chosen.sort_by([("vocabulary", "ascending"), ("code", "ascending"), ("sctid", "ascending")])
-    g = c.group_by(["vocabulary", "code"], use_threads=False).aggregate(
-        [("code_dotted", "first"), ("sctid", "list"), ("source", "first"), ("kind", "first")]
-    )
-    g = g.rename_columns(
-        ["vocabulary", "code", "code_dotted", "snomed_ids", "mapping_source", "mapping_kind"]
-    )
+    ts = token_snomed.sort_by([("vocabulary", "ascending"), ("code", "ascending"), ("sctid", "ascending")])
+    ids = ts.group_by(["vocabulary", "code"], use_threads=False).aggregate([("sctid", "distinct")])
+    ids = ids.rename_columns(["vocabulary", "code", "snomed_ids"])
+    ids = ids.append_column("_k", pa.array(np.arange(ids.num_rows)))
+    g = tokens.join(ids.drop_columns(["snomed_ids"]), keys=["vocabulary", "code"], join_type="left outer")
     g = g.sort_by([("vocabulary", "ascending"), ("code", "ascending")])
-    first = pc.list_element(g["snomed_ids"], 0)
+    empty = pa.scalar([], pa.list_(pa.int64()))
+    picked = pc.take(ids["snomed_ids"], g["_k"])  # null where a token has no SNOMED concept (title fallback)
+    snomed_ids = pc.if_else(pc.is_valid(picked), picked, empty)
+    first = pc.list_element(pc.fill_null(picked, pa.scalar([-1], pa.list_(pa.int64()))), 0)
     lab = (
         pa.table({"sctid": first, "_i": pa.array(np.arange(g.num_rows))})
         .join(labels, keys="sctid")
         .sort_by("_i")
     )
-    title = pc.coalesce(lab["preferred"], lab["fsn"])
+    title = pc.coalesce(g["title"], lab["preferred"], lab["fsn"])
     chapter = np.zeros(g.num_rows, dtype=np.int8)
     mask = np.ones(g.num_rows, dtype=bool)
     for vocab in (icd.ICD9CM, icd.ICD10CM):
@@ -242,7 +290,18 @@ def _tokens(chosen: pa.Table, labels: pa.Table) -> pa.Table:
             ch = icd.chapters(g["code"].filter(pa.array(sel)), vocab)
             chapter[sel] = ch.fill_null(0).to_numpy()
             mask[sel] = ch.is_null().to_numpy(zero_copy_only=False)
-    return g.append_column("title", title).append_column("chapter", pa.array(chapter, mask=mask))
+    return pa.table(
+        {
+            "vocabulary": g["vocabulary"],
+            "code": g["code"],
+            "code_dotted": g["code_dotted"],
+            "title": title,
+            "snomed_ids": snomed_ids,
+            "mapping_source": g["mapping_source"],
+            "mapping_kind": g["mapping_kind"],
+            "chapter": pa.array(chapter, mask=mask),
+        }
+    )
 
 
 def _graph_tables(rel: Release, labels: pa.Table, candidates: pa.Table) -> dict[str, pa.Table]:
@@ -338,18 +397,13 @@ def _graph_tables(rel: Release, labels: pa.Table, candidates: pa.Table) -> dict[
     return out
 
 
-def _counts(rel: Release, tables: dict[str, pa.Table], mstats: MappingStats, candidates: pa.Table) -> dict:
+def _counts(rel: Release, tables: dict[str, pa.Table], mres: MappingResult) -> dict:
     counts = {k: int(v) for k, v in sorted(rel.counts.items())}
-    counts.update({f"mapping_{k}": int(v) for k, v in sorted(mstats.counts.items())})
-    counts["map_candidates"] = candidates.num_rows
+    counts.update({f"mapping_{k}": int(v) for k, v in sorted(mres.counts.items())})
+    counts["map_candidates"] = mres.candidates.num_rows
     counts["atoms"] = tables["atoms"].num_rows
-    counts["atoms_by_kind"] = {
-        k: int(v)
-        for k, v in zip(
-            *np.unique(tables["atoms"]["kind"].to_numpy(zero_copy_only=False), return_counts=True),
-            strict=True,
-        )
-    }
+    kinds, n = np.unique(tables["atoms"]["kind"].to_numpy(zero_copy_only=False), return_counts=True)
+    counts["atoms_by_kind"] = {str(k): int(v) for k, v in zip(kinds, n, strict=True)}
     counts["relations"] = tables["relations"].num_rows
     counts["concepts"] = tables["concepts"].num_rows
     counts["edges"] = tables["edges"].num_rows
@@ -362,34 +416,10 @@ def _counts(rel: Release, tables: dict[str, pa.Table], mstats: MappingStats, can
     return counts
 
 
-def _coverage(tables, candidates, sctids, rel_edges, wedges) -> dict:
-    c = tables["concepts"].filter(pc.not_equal(tables["concepts"]["vocabulary"], "SPECIAL"))
-    nmap = pc.list_value_length(c["snomed_ids"]).to_numpy()
-    by_vocab = {
-        v: int(n)
-        for v, n in zip(
-            *np.unique(c["vocabulary"].to_numpy(zero_copy_only=False), return_counts=True), strict=True
-        )
-    }
-    all_codes = candidates.select(["vocabulary", "code"]).group_by(["vocabulary", "code"]).aggregate([])
+def _without_edges(sctids: pa.Array, rel_edges: pa.Table, wedges: pa.Table) -> int:
+    if not len(sctids):
+        return 0
     with_edges = pc.unique(
         pa.concat_arrays([rel_edges["sctid"].combine_chunks(), wedges["sctid"].combine_chunks()])
     )
-    no_edges = int(len(sctids) - pc.sum(pc.is_in(sctids, value_set=with_edges)).as_py()) if len(sctids) else 0
-    return {
-        "codes": int(c.num_rows),
-        "codes_by_vocabulary": by_vocab,
-        "codes_named_by_any_source": int(all_codes.num_rows),
-        "codes_one_to_one": int((nmap == 1).sum()),
-        "codes_one_to_many": int((nmap > 1).sum()),
-        "codes_conditional_only": int(pc.sum(pc.equal(c["mapping_kind"], "conditional")).as_py() or 0),
-        "snomed_concepts_mapped": int(len(sctids)),
-        "snomed_concepts_without_edges": no_edges,
-        "by_source": {
-            s: int(n)
-            for s, n in zip(
-                *np.unique(c["mapping_source"].to_numpy(zero_copy_only=False), return_counts=True),
-                strict=True,
-            )
-        },
-    }
+    return int(len(sctids) - (pc.sum(pc.is_in(sctids, value_set=with_edges)).as_py() or 0))

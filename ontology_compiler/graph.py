@@ -143,3 +143,23 @@ def preferred_terms(descriptions: pa.Table, language: pa.Table, language_refset:
         .rename_columns(["sctid", "preferred"])
     )
     return f.join(p, keys="sctid", join_type="full outer").sort_by("sctid")
+
+
+def token_word_edges(token_terms: pa.Table, stopwords: list[str]) -> pa.Table:
+    """Distinct ``(vocabulary, code, word)`` from token titles (the ICD fallback)."""
+    if token_terms.num_rows == 0:
+        return pa.table(
+            {
+                "vocabulary": pa.array([], pa.string()),
+                "code": pa.array([], pa.string()),
+                "word": pa.array([], pa.string()),
+            }
+        )
+    w = explode_words(pa.array(np.arange(token_terms.num_rows)), token_terms["term"], stopwords)
+    t = pa.table({"vocabulary": pc.take(token_terms["vocabulary"], w["owner"]), "code": pc.take(token_terms["code"], w["owner"]),
+                  "word": w["word"]})  # fmt: skip
+    return (
+        t.group_by(["vocabulary", "code", "word"], use_threads=False)
+        .aggregate([])
+        .sort_by([("vocabulary", "ascending"), ("code", "ascending"), ("word", "ascending")])
+    )

@@ -47,6 +47,7 @@ def build_tables(
     snomed_word_edges: pa.Table,
     token_snomed: pa.Table,
     concept_labels: pa.Table,
+    token_words: pa.Table | None = None,
 ) -> dict[str, pa.Table]:
     """Assign ids and build atoms, relations, concepts, edges and slices.
 
@@ -54,11 +55,17 @@ def build_tables(
     mapping_kind, chapter), any order. ``snomed_rel_edges``: (sctid, relation_key, atom_sctid,
     role_group, provenance). ``snomed_word_edges``: (sctid, word, provenance). ``token_snomed``: chosen
     (vocabulary, code, sctid). ``concept_labels``: (sctid, fsn, preferred) for atom labels.
+    ``token_words``: (vocabulary, code, word) bound to tokens directly (the ICD title fallback).
     """
+    if token_words is None:
+        token_words = pa.table({"vocabulary": pa.array([], pa.string()), "code": pa.array([], pa.string()),
+                                "word": pa.array([], pa.string())})  # fmt: skip
     n_special = len(SPECIAL_TOKENS)
     # --- atoms
     atom_sctids = np.unique(snomed_rel_edges["atom_sctid"].to_numpy())
-    words = pc.unique(snomed_word_edges["word"]).sort()
+    words = pc.unique(
+        pa.concat_arrays([snomed_word_edges["word"].combine_chunks(), token_words["word"].combine_chunks()])
+    ).sort()
     n_ca, n_w = len(atom_sctids), len(words)
     lab = concept_labels.filter(pc.is_in(concept_labels["sctid"], value_set=pa.array(atom_sctids)))
     lab = pa.table({"sctid": pa.array(atom_sctids)}).join(lab, keys="sctid").sort_by("sctid")
@@ -165,7 +172,26 @@ def build_tables(
             "source_sctid": pa.nulls(n_special, pa.int64()),
         }
     )
-    e = pa.concat_tables([sp, e.cast(sp.schema)])
+    tw = token_words.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
+    tw = pa.table(
+        {
+            "concept_id": tw["concept_id"],
+            "relation_id": pa.array(np.ones(tw.num_rows, dtype=np.int32)),
+            "atom_id": pa.array(
+                (n_special + n_ca + pc.index_in(tw["word"], value_set=words).to_numpy()).astype(np.int32)
+            ),
+            "role_group": pa.array(np.zeros(tw.num_rows, dtype=np.int32)),
+            "provenance": pa.array(["fallback_title"] * tw.num_rows, pa.string()),
+            "source_sctid": pa.nulls(tw.num_rows, pa.int64()),
+        }
+    )
+    e = pa.concat_tables([sp, e.cast(sp.schema), tw.cast(sp.schema)])
+    # a title word the ancestor's concepts also give stays once (the concept's edge wins)
+    e = (
+        e.group_by(["concept_id", "relation_id", "atom_id"], use_threads=False)
+        .aggregate([("role_group", "first"), ("provenance", "first"), ("source_sctid", "first")])
+        .rename_columns(sp.column_names)
+    )
     # slot: k-th use of the relation by the concept, atoms in id order
     c = e["concept_id"].to_numpy()
     r = e["relation_id"].to_numpy()

@@ -39,9 +39,10 @@ class Release:
     relationships: pa.Table  # active relationships, source, destination and type active
     concrete_values: pa.Table
     language: pa.Table  # active rows of the chosen language refsets, on active descriptions
-    maps: pa.Table  # active ExtendedMap rows on active concepts
+    maps: pa.Table  # active ExtendedMap rows (with _file, _line)
     associations: pa.Table  # active historical association rows
     inactive_concepts: pa.Table  # id of concepts present but inactive at the date
+    known_concepts: pa.Array  # every concept id of the release at the date, active or not
     counts: Counter = field(default_factory=Counter)
     reports: list[ReadReport] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -87,7 +88,12 @@ def load_release(
             counts[f"rows_read_{kind}"] += report.rows
             counts["ids_dropped_non_numeric"] += report.dropped_non_numeric_id
             counts["ids_bad_check_digit"] += report.bad_check_digit
-            tables.append(table.drop_columns(["_line"]))
+            if kind == "ExtendedMap":  # map rows keep where they came from, for findings
+                tables.append(
+                    table.append_column("_file", pa.array([str(f.path)] * table.num_rows, pa.string()))
+                )
+            else:
+                tables.append(table.drop_columns(["_line"]))
         merged = concat(tables)
         if resolve:
             merged = latest_per_id(merged, as_of_int if rtype == "Full" else None)
@@ -164,11 +170,11 @@ def load_release(
     lang = lang.filter(ok)
     counts["language_rows_active"] = lang.num_rows
 
-    maps = active(load("ExtendedMap"))
-    ok = pc.is_in(maps["referencedComponentId"], value_set=live)
-    counts["map_rows_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
-    maps = maps.filter(ok)
+    maps = active(load("ExtendedMap"))  # rows on inactive concepts are resolved by the mapping step
     counts["map_rows_active"] = maps.num_rows
+    counts["map_rows_on_inactive_concept"] = int(
+        pc.sum(pc.invert(pc.is_in(maps["referencedComponentId"], value_set=live))).as_py() or 0
+    )
 
     assoc = load("Association")
     assoc = active(assoc) if assoc is not None else None
@@ -189,6 +195,7 @@ def load_release(
         maps=maps,
         associations=assoc if assoc is not None else pa.table({}),
         inactive_concepts=pa.table({"id": inactive_ids}),
+        known_concepts=concept_all["id"].combine_chunks(),
         counts=counts,
         reports=reports,
         timings=timings,

@@ -53,12 +53,13 @@ class ReadReport:
             self.examples.append(msg)
 
 
-def read_header(path: Path) -> list[str]:
-    """The header fields of an RF2 file (a leading BOM is tolerated and logged)."""
+def read_header(path: Path, *, bom_expected: bool = False) -> list[str]:
+    """The header fields of a TAB-separated file (a leading UTF-8 BOM is skipped)."""
     with open(path, "rb") as f:
         first = f.readline()
     if first.startswith(_BOM):
-        log.warning("%s: starts with a UTF-8 BOM (RF2 files have none); ignoring it", path)
+        if not bom_expected:
+            log.warning("%s: starts with a UTF-8 BOM (RF2 files have none); ignoring it", path)
         first = first[len(_BOM) :]
     try:
         text = first.decode("utf-8")
@@ -85,9 +86,25 @@ def read_rf2_file(path: str | Path, content: str, *, strict: bool = False) -> tu
             found=" ".join(header) + f" ({len(header)} columns)",
         )
     table = _read_strings(path, cols)
-    report = ReadReport(path=str(path), rows=table.num_rows)
     line_no = np.arange(table.num_rows, dtype=np.int64) + 2  # header is line 1; no quoting, so rows = lines
+    return type_rf2_table(path, content, table, line_no, strict=strict)
 
+
+def read_rf2_like(path: str | Path, table: pa.Table, content: str, *, strict: bool = False) -> pa.Table:
+    """Type a string table holding the columns of an RF2 kind (plus ``_line``), e.g. read from a tls file."""
+    line_no = table["_line"].to_numpy()
+    typed, _report = type_rf2_table(
+        Path(path), content, table.drop_columns(["_line"]), line_no, strict=strict
+    )
+    return typed
+
+
+def type_rf2_table(
+    path: Path, content: str, table: pa.Table, line_no: np.ndarray, *, strict: bool = False
+) -> tuple[pa.Table, ReadReport]:
+    """Validate and type the string columns of an RF2 kind; see :func:`read_rf2_file`."""
+    cols = COLUMNS[content]
+    report = ReadReport(path=str(path), rows=table.num_rows)
     out: dict[str, pa.Array] = {}
     keep = None  # bool mask of rows kept (non-numeric SCTIDs dropped when not strict)
     for name in cols:
@@ -108,6 +125,27 @@ def read_rf2_file(path: str | Path, content: str, *, strict: bool = False) -> tu
         line_no = line_no[keep]
     typed = typed.append_column("_line", pa.array(line_no.astype(np.int64)))
     return typed, report
+
+
+def read_tsv(
+    path: str | Path, columns: tuple[str, ...], what: str, *, bom_expected: bool = False
+) -> pa.Table:
+    """A TAB-separated, unquoted file with a header equal to ``columns``, all columns as strings.
+
+    Adds ``_line`` (the physical line of each row). Errors name the file and line.
+    """
+    path = Path(path)
+    header = read_header(path, bom_expected=bom_expected)
+    if tuple(header) != tuple(columns):
+        raise InputFileError(
+            path,
+            f"wrong header for {what}",
+            line=1,
+            expected=" ".join(columns) + f" ({len(columns)} TAB-separated columns)",
+            found=" ".join(header) + f" ({len(header)} columns)",
+        )
+    t = _read_strings(path, tuple(columns))
+    return t.append_column("_line", pa.array(np.arange(t.num_rows, dtype=np.int64) + 2))
 
 
 def _read_strings(path: Path, cols: tuple[str, ...]) -> pa.Table:

@@ -67,7 +67,9 @@ def test_counts_match_the_fixture(compiled):
     assert c["descriptions_dropped_inactive_concept"] == exp["descriptions_dropped_inactive_concept"]
     assert c["relationships_active"] == exp["relationships_inferred_active_on_active_concepts"]
     assert c["relationships_dropped_inactive_concept"] == exp["relationships_dropped_inactive_concept"]
-    assert c["map_rows_dropped_inactive_concept"] == exp["map_rows_dropped_inactive_concept"]
+    # the map row on an inactive concept follows its REPLACED BY association
+    assert c["map_rows_on_inactive_concept"] == exp["map_rows_dropped_inactive_concept"]
+    assert c["mapping_map_targets_redirected_by_association"] == exp["map_rows_dropped_inactive_concept"]
     assert c["concrete_values_active"] == exp["concrete_values_active"]
     assert c["text_definitions_active"] == exp["text_definitions_active"]
     us_rows = exp["language_rows_active_by_refset"][str(S.US_ENGLISH)]

@@ -8,6 +8,7 @@ import pytest
 
 from ontology_compiler import icd
 from ontology_compiler import rf2_schema as S
+from ontology_compiler.map_policy import load_policy
 from ontology_compiler.mapping import MappingStats, choose, extended_map_candidates
 from ontology_compiler.sctid import is_valid, make_sctid, verhoeff_valid
 from ontology_compiler.snapshot import latest_per_id
@@ -127,7 +128,7 @@ def test_static_map_resolution():
         ]
     )
     stats = MappingStats()
-    cand = choose(extended_map_candidates(rows, stats))
+    cand = choose(extended_map_candidates(rows, stats), load_policy())
     got = sorted(
         zip(
             cand["code"].to_pylist(),
@@ -154,7 +155,7 @@ def test_precedence_prefers_unconditional_then_source():
     a, b = make_sctid(9990001), make_sctid(9990002)
     rows = _maprows([(a, 1, 1, "IFA 248152002 | Female (finding) |", "N94.9"), (a, 1, 2, "OTHERWISE TRUE", "R10.2"),
                      (b, 1, 1, "TRUE", "N94.9")])  # fmt: skip
-    cand = choose(extended_map_candidates(rows, MappingStats()))
+    cand = choose(extended_map_candidates(rows, MappingStats()), load_policy())
     chosen = cand.filter(cand["chosen"])
     pairs = sorted(zip(chosen["code"].to_pylist(), chosen["sctid"].to_pylist(), strict=True))
     assert pairs == [("N949", b), ("R102", a)]  # the IFA candidate of N94.9 loses to b's TRUE row
