@@ -90,3 +90,17 @@ def test_demo_runs(tmp_path):
     res = CliRunner().invoke(hrrbert_main, ["demo", "--out", str(tmp_path)])
     assert res.exit_code == 0, res.output
     assert "atoms composing E11.9" in res.output and "multiplicity histogram" in res.output
+
+
+def test_cli_mapping_options_print_the_coverage_table(fixture_release, tmp_path):
+    m = Path(__file__).resolve().parents[1] / "data" / "mapping_sources"
+    args = [str(fixture_release), "--out", str(tmp_path), "--omop", str(m / "omop"), "--nlm-icd9", str(m / "nlm"),
+            "--gem", str(m / "gem"), "--codes", str(m / "d_icd_diagnoses.csv"), "--code-counts",
+            str(m / "code_counts.csv"), "--fallback", "icd"]  # fmt: skip
+    res = CliRunner().invoke(compile_main, args)
+    assert res.exit_code == 0, res.output
+    header = next(line for line in res.output.splitlines() if "one_to_one" in line)
+    assert header.split() == ["one_to_one", "one_to_many", "conditional", "chain", "fallback", "unmapped"]
+    assert "occurrences lost: 30 of 27,940 (0.11 %)" in res.output
+    bad = CliRunner().invoke(compile_main, [*args[:3], "--map-policy", str(m / "code_counts.csv")])
+    assert bad.exit_code == 1 and "TOML" in bad.output

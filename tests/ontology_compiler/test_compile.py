@@ -208,3 +208,12 @@ def test_stated_or_inferred(fixture_release, tmp_path, stated):
     r = compile_ontology(fixture_release, out=tmp_path, stated=stated)
     prov = set(_table(r, "edges")["provenance"].to_pylist())
     assert ("stated" in prov) == stated and ("inferred" in prov) != stated
+
+
+def test_output_is_deterministic(fixture_release, tmp_path):
+    a = compile_ontology(fixture_release, out=tmp_path / "a")
+    b = compile_ontology(fixture_release, out=tmp_path / "b")
+    assert a.program_id == b.program_id
+    fa = {f["path"]: f["sha256"] for f in verify_program(a.path)["files"]}
+    fb = {f["path"]: f["sha256"] for f in verify_program(b.path)["files"]}
+    assert fa == fb
