@@ -30,7 +30,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 bench: $(STAMP)
+	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/compile.py
+	$(BIN)/python benchmarks/kernel.py
 
 clean:
 	rm -rf $(VENV) artifacts/programs artifacts/releases

@@ -1,0 +1,245 @@
+"""The composer: build the HRR concept matrix (or selected rows) with explicit adjoints.
+
+Forward (see :mod:`hrr_kernel.plan` for M, Q, row_map)::
+
+    A_hat = rfft(atoms)                      # (A, F)
+    B[u]  = A_hat[atom(u)] * R_hat[rel(u)]   # (P, F), per relation span, R_hat = rfft(relations)
+    C_hat = M @ B                            # (U, F), sparse × dense on the real view (U, 2F)
+    C     = irfft(C_hat, n=D)[row_map]       # (N, D)
+
+Backward, with G = dL/dC: the adjoint of ``irfft(·, n=D)`` composed with ``rfft`` on the other side
+cancels exactly (both only rescale the non-self-conjugate bins, in opposite directions), so::
+
+    G_hat  = rfft(Σ_{i: row_map(i)=u} G[i])             # (U, F)
+    gB     = Mᵀ @ G_hat                                 # (P, F)
+    gR_hat[j] = Σ_{u ∈ j} conj(A_hat[atom(u)]) * gB[u]  # (R, F)
+    gA_hat = Q @ (conj(R_hat[rel(u)]) * gB[u])          # (A, F)
+    gA, gR = irfft(gA_hat, n=D), irfft(gR_hat, n=D)     # circular correlations
+
+so backward costs about what forward costs. Scratch buffers come from the program's
+:class:`~hrr_kernel.plan.Workspace` and are reused across steps.
+
+Dimension legend: N output rows, U distinct computed rows, P (relation, atom) pairs, A atoms,
+R relations, D dimension, F = D // 2 + 1 frequencies.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from .errors import ShapeError
+from .plan import ComposePlan, Workspace
+
+__all__ = ["compose", "compose_plan"]
+
+_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+# Pair-table work runs in blocks of this many bytes: few enough parallel regions that a busy shared CPU
+# does not stall every one of them, small enough that the per-block temporaries stay cache-sized.
+_CHUNK_BYTES = 16 << 20
+
+
+def _real2d(z: Tensor) -> Tensor:
+    """(n, F) complex -> (n, 2F) real view."""
+    return torch.view_as_real(z).view(z.shape[0], 2 * z.shape[1])
+
+
+def _blocks(plan: ComposePlan, f: int, elem: int):
+    step = max(256, _CHUNK_BYTES // max(1, f * elem))
+    for b in range(0, plan.n_pairs, step):
+        yield b, min(plan.n_pairs, b + step)
+
+
+def _gather_bind(a_hat: Tensor, r_hat: Tensor, plan: ComposePlan, ws: Workspace, out: Tensor) -> None:
+    """out[u] = a_hat[atom(u)] * r_hat[rel(u)]  (P, F)."""
+    f = out.shape[1]
+    tmp = ws.take(
+        "block", (min(plan.n_pairs, _CHUNK_BYTES // (f * out.element_size()) + 256), f), out.dtype, out.device
+    )
+    for s, e in _blocks(plan, f, out.element_size()):
+        blk, rel = out[s:e], tmp[: e - s]  # (n, F)
+        torch.index_select(a_hat, 0, plan.pair_atom[s:e], out=blk)
+        torch.index_select(r_hat, 0, plan.pair_relation[s:e], out=rel)
+        blk.mul_(rel)
+    ws.give("block", tmp)
+
+
+def _relation_grads(a_hat: Tensor, gb: Tensor, plan: ComposePlan, ws: Workspace, gr_hat: Tensor) -> None:
+    """gr_hat[j] += Σ_{u ∈ j} conj(a_hat[atom(u)]) * gb[u]."""
+    f = gb.shape[1]
+    tmp = ws.take(
+        "block", (min(plan.n_pairs, _CHUNK_BYTES // (f * gb.element_size()) + 256), f), gb.dtype, gb.device
+    )
+    for s, e in _blocks(plan, f, gb.element_size()):
+        blk = tmp[: e - s]  # (n, F)
+        torch.index_select(a_hat, 0, plan.pair_atom[s:e], out=blk)
+        blk.conj_physical_().mul_(gb[s:e])
+        gr_hat.index_add_(0, plan.pair_relation[s:e], blk)
+    ws.give("block", tmp)
+
+
+def _scale_by_conj_relation(gb: Tensor, r_hat: Tensor, plan: ComposePlan, ws: Workspace) -> None:
+    """gb[u] *= conj(r_hat[rel(u)]) in place."""
+    f = gb.shape[1]
+    tmp = ws.take(
+        "block", (min(plan.n_pairs, _CHUNK_BYTES // (f * gb.element_size()) + 256), f), gb.dtype, gb.device
+    )
+    r_conj = r_hat.conj_physical()  # (R, F)
+    for s, e in _blocks(plan, f, gb.element_size()):
+        rel = tmp[: e - s]
+        torch.index_select(r_conj, 0, plan.pair_relation[s:e], out=rel)
+        gb[s:e].mul_(rel)
+    ws.give("block", tmp)
+
+
+def _give_back(ws: Workspace, a_hat: Tensor, held: dict) -> None:
+    """Return the forward's atom spectrum to the pool once (after backward, or when the graph dies)."""
+    if not held["given"]:
+        ws.give("a_hat", a_hat)
+        held["given"], held["takes"] = True, ws.takes("a_hat", a_hat.dtype, a_hat.device)
+
+
+class _Compose(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, atoms: Tensor, relations: Tensor, plan: ComposePlan, ws: Workspace) -> Tensor:
+        d = atoms.shape[1]
+        f = d // 2 + 1
+        cdt = _COMPLEX[atoms.dtype]
+        dev = atoms.device
+        m, _, _ = plan.matrices(atoms.dtype)
+        src = atoms if plan.atoms_used is None else atoms.index_select(0, plan.atoms_used)  # (A', D)
+        a_hat = ws.take("a_hat", (src.shape[0], f), cdt, dev)  # (A', F)
+        if src.shape[0]:  # MKL refuses empty transforms
+            torch.fft.rfft(src, dim=1, out=a_hat)
+        r_hat = torch.fft.rfft(relations, dim=1)  # (R, F)
+        b = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
+        _gather_bind(a_hat, r_hat, plan, ws, b)
+        c_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
+        torch.addmm(_real2d(c_hat), m, _real2d(b), beta=0, out=_real2d(c_hat))
+        ws.give("pairs", b)
+        if plan.row_map is None:
+            out = torch.fft.irfft(c_hat, n=d, dim=1)  # (N, D), fresh: the caller owns it
+        else:
+            c_u = ws.take("rows", (plan.n_rows, d), atoms.dtype, dev)  # (U, D)
+            torch.fft.irfft(c_hat, n=d, dim=1, out=c_u)
+            out = c_u.index_select(0, plan.row_map)  # (N, D)
+            ws.give("rows", c_u)
+        ws.give("rows_hat", c_hat)
+        need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if need_a or need_r:
+            ctx.save_for_backward(atoms)  # version-checked; a_hat is recomputed from it if reclaimed
+            ctx.plan, ctx.ws, ctx.d = plan, ws, d
+            ctx.a_hat, ctx.r_hat = a_hat, r_hat
+            # the spectrum goes back to the pool after the first backward, or when the graph is freed
+            ctx.held = {"given": False, "takes": 0}
+            weakref.finalize(ctx, _give_back, ws, a_hat, ctx.held)
+        else:
+            ws.give("a_hat", a_hat)
+        return out
+
+    @staticmethod
+    def _saved_a_hat(ctx) -> Tensor:
+        """The forward's atom spectrum; recomputed when its buffer went back to the pool and was reused
+        (a second backward through a retained graph after another forward)."""
+        (atoms,) = ctx.saved_tensors
+        a_hat = ctx.a_hat
+        held = ctx.held
+        if held["given"] and ctx.ws.takes("a_hat", a_hat.dtype, a_hat.device) != held["takes"]:
+            plan = ctx.plan
+            src = atoms if plan.atoms_used is None else atoms.index_select(0, plan.atoms_used)  # (A', D)
+            a_hat = ctx.a_hat = torch.fft.rfft(src, dim=1)  # (A', F), not pooled
+        return a_hat
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor):
+        plan: ComposePlan = ctx.plan
+        ws: Workspace = ctx.ws
+        a_hat, r_hat, d = _Compose._saved_a_hat(ctx), ctx.r_hat, ctx.d
+        need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dtype, dev = grad.dtype, grad.device
+        cdt, f = a_hat.dtype, a_hat.shape[1]
+        _, mt, q = plan.matrices(dtype)
+        g_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
+        if plan.row_map is None:
+            torch.fft.rfft(grad.contiguous(), dim=1, out=g_hat)
+        else:
+            g_u = ws.take("rows", (plan.n_rows, d), dtype, dev).zero_()  # (U, D)
+            g_u.index_add_(0, plan.row_map, grad)
+            torch.fft.rfft(g_u, dim=1, out=g_hat)
+            ws.give("rows", g_u)
+        gb = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
+        torch.addmm(_real2d(gb), mt, _real2d(g_hat), beta=0, out=_real2d(gb))
+        ws.give("rows_hat", g_hat)
+        grad_r = grad_a = None
+        if need_r:
+            gr_hat = torch.zeros_like(r_hat)  # (R, F)
+            _relation_grads(a_hat, gb, plan, ws, gr_hat)
+            grad_r = torch.fft.irfft(gr_hat, n=d, dim=1)  # (R, D)
+        if not ctx.held["given"]:
+            _give_back(ws, a_hat, ctx.held)
+        if need_a:
+            _scale_by_conj_relation(gb, r_hat, plan, ws)
+            ga_hat = ws.take("atoms_hat", (plan.n_atoms_used, f), cdt, dev)  # (A', F)
+            torch.addmm(_real2d(ga_hat), q, _real2d(gb), beta=0, out=_real2d(ga_hat))
+            if plan.atoms_used is None:
+                grad_a = torch.fft.irfft(ga_hat, n=d, dim=1)  # (A, D)
+            else:
+                grad_a = torch.zeros((plan.n_atoms, d), dtype=dtype, device=dev)  # (A, D)
+                if ga_hat.shape[0]:
+                    grad_a.index_copy_(0, plan.atoms_used, torch.fft.irfft(ga_hat, n=d, dim=1))
+            ws.give("atoms_hat", ga_hat)
+        ws.give("pairs", gb)
+        return grad_a, grad_r, None, None
+
+
+def _validate(plan: ComposePlan, atoms: Tensor, relations: Tensor) -> None:
+    for name, x, n in (("atoms", atoms, plan.n_atoms), ("relations", relations, plan.n_relations)):
+        if not isinstance(x, Tensor) or x.dim() != 2:
+            raise ShapeError(
+                f"{name} must be a 2-D tensor ({n}, D), got shape {tuple(getattr(x, 'shape', ()))}"
+            )
+        if x.shape[0] != n:
+            raise ShapeError(f"{name} must have {n} rows (the program's count), got {x.shape[0]}")
+        if x.dtype not in _COMPLEX:
+            raise ShapeError(f"{name} must be float32 or float64, got {x.dtype}")
+    if atoms.shape[1] != relations.shape[1]:
+        raise ShapeError(f"atoms have D={atoms.shape[1]} but relations have D={relations.shape[1]}")
+    if atoms.shape[1] < 1:
+        raise ShapeError(f"D must be at least 1, got {atoms.shape[1]}")
+    if atoms.dtype != relations.dtype:
+        raise ShapeError(f"atoms are {atoms.dtype} but relations are {relations.dtype}")
+    if atoms.device != relations.device or atoms.device != plan.pair_atom.device:
+        raise ShapeError(
+            f"devices differ: atoms on {atoms.device}, relations on {relations.device}, program on "
+            f"{plan.pair_atom.device}"
+        )
+
+
+def compose_plan(
+    plan: ComposePlan, atoms: Tensor, relations: Tensor, workspace: Workspace | None = None
+) -> Tensor:
+    """Compose the rows a plan describes (see :func:`compose`)."""
+    _validate(plan, atoms, relations)
+    ws = workspace if workspace is not None else Workspace()
+    if plan.n_out == 0:
+        return atoms[:0] * 0  # (0, D), still attached to the graph
+    return _Compose.apply(atoms.contiguous(), relations.contiguous(), plan, ws)
+
+
+def compose(program, atoms: Tensor, relations: Tensor, rows: Tensor | None = None) -> Tensor:
+    """The HRR concept matrix ``C[i] = Σ_{(j,k) ∈ G_i} r_j ⊛ a_k`` of a loaded program.
+
+    Differentiable in ``atoms`` and ``relations`` (custom backward with explicit adjoints); float32 or
+    float64; any device the program was loaded on. Concepts without edges give zero rows.
+
+    Shapes:
+        - atoms: ``(A, D)``; relations: ``(R, D)``
+        - rows: ``(N,)`` concept ids (any order, repeats allowed) or None for all concepts
+        - output: ``(N, D)`` (``N = n_concepts`` when ``rows`` is None)
+    """
+    plan = program.plan_for(rows)
+    return compose_plan(plan, atoms, relations, program.workspace)

@@ -1,0 +1,186 @@
+"""``HRREmbedding``: concept embeddings generated from a program, in the paper's configurations.
+
+Modes (Kang et al., HRR-ontology paper):
+
+- ``unstructured``: a plain learnable table (the control).
+- ``base``: pure HRR, ``E = C`` with ``C`` composed from learnable atoms and relations.
+- ``freq``: ``E = C + PE(bin(log_frequency))``, a unit-norm sinusoidal encoding of the discretized log
+  code frequency (frequencies supplied from data; fixed, not learned).
+- ``add``: ``E = C + W`` with a learnable table ``W``.
+- ``cat``: ``E = [C, W]``, a D/2 HRR half concatenated with a learnable D - D/2 table.
+
+All parameters start N(0, 0.02). ``normalize=True`` rescales each HRR row (each concept vector) to unit
+L2 norm; rows without edges stay zero.
+
+Dimension legend: N concepts, B batch, T codes per sequence, A atoms, R relations, D dimension,
+H = HRR part dimension (D, or D // 2 in ``cat``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .composer import compose
+from .errors import ShapeError
+from .program import Program
+
+__all__ = ["HRREmbedding", "MODES", "sinusoidal_encoding"]
+
+MODES = ("unstructured", "base", "freq", "add", "cat")
+INIT_STD = 0.02
+# fraction of the vocabulary above which a lookup builds the full matrix instead of selected rows
+FULL_MATRIX_FRACTION = 0.5
+
+
+def sinusoidal_encoding(positions: Tensor, dim: int) -> Tensor:
+    """Transformer sinusoidal encoding of (possibly fractional) positions, each row scaled to unit norm.
+
+    Shapes:
+        - positions: ``(N,)``
+        - output: ``(N, D)``
+    """
+    if positions.dim() != 1:
+        raise ShapeError(f"positions must be 1-D, got shape {tuple(positions.shape)}")
+    pos = positions.to(torch.float64).unsqueeze(1)  # (N, 1)
+    i = torch.arange(dim, dtype=torch.float64, device=positions.device)  # (D,)
+    rate = torch.exp(-math.log(10000.0) * (2 * (i // 2)) / dim)  # (D,)
+    angle = pos * rate  # (N, D)
+    enc = torch.where(i % 2 == 0, torch.sin(angle), torch.cos(angle))  # (N, D)
+    return F.normalize(enc, dim=1).to(torch.float32)
+
+
+class HRREmbedding(nn.Module):
+    """Concept embeddings of a program; ``forward(ids)`` looks rows up, :meth:`matrix` gives them all.
+
+    Args:
+        program: a loaded program (:func:`hrr_kernel.load_program`).
+        dim: embedding dimension D.
+        mode: one of ``unstructured``, ``base``, ``freq``, ``add``, ``cat``.
+        normalize: scale each HRR row to unit L2 norm (per concept, not per dimension).
+        log_frequency: ``(N,)`` log code frequencies, required for ``freq``.
+        freq_resolution: bins per unit of log frequency when discretizing for ``freq``.
+        dtype: parameter dtype (float32 default; float64 for checks).
+
+    In eval mode with gradients disabled the full matrix is cached until a parameter changes
+    (tracked by each parameter's in-place version counter and storage).
+    """
+
+    def __init__(
+        self,
+        program: Program,
+        dim: int,
+        mode: str = "base",
+        *,
+        normalize: bool = False,
+        log_frequency: Tensor | None = None,
+        freq_resolution: float = 10.0,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ShapeError(f"mode must be one of {MODES}, got {mode!r}")
+        if not isinstance(dim, int) or dim < 1 or (mode == "cat" and dim < 2):
+            raise ShapeError(
+                f"dim must be an int >= {2 if mode == 'cat' else 1} for mode {mode!r}, got {dim!r}"
+            )
+        self.program = program
+        self.mode = mode
+        self.dim = dim
+        self.normalize = normalize
+        n, dev = program.n_concepts, program.device
+        self.hrr_dim = 0 if mode == "unstructured" else (dim // 2 if mode == "cat" else dim)
+        table_dim = {"unstructured": dim, "add": dim, "cat": dim - dim // 2}.get(mode, 0)
+
+        def param(rows: int, cols: int) -> nn.Parameter:
+            return nn.Parameter(torch.randn(rows, cols, dtype=dtype, device=dev) * INIT_STD)
+
+        self.atoms = param(program.n_atoms, self.hrr_dim) if self.hrr_dim else None
+        self.relations = param(program.n_relations, self.hrr_dim) if self.hrr_dim else None
+        self.table = param(n, table_dim) if table_dim else None
+        if mode == "freq":
+            if log_frequency is None:
+                raise ShapeError("mode 'freq' needs log_frequency, a (n_concepts,) tensor; got None")
+            if log_frequency.shape != (n,):
+                raise ShapeError(f"log_frequency must have shape ({n},), got {tuple(log_frequency.shape)}")
+            bins = torch.round(log_frequency.to(torch.float64) * freq_resolution)  # (N,)
+            self.register_buffer("freq_encoding", sinusoidal_encoding(bins, dim).to(dtype=dtype, device=dev))
+        else:
+            self.freq_encoding = None
+        self._cache: Tensor | None = None
+        self._cache_key: tuple | None = None
+
+    def extra_repr(self) -> str:
+        return f"program={self.program.program_id}, n={self.program.n_concepts}, dim={self.dim}, mode={self.mode}, normalize={self.normalize}"
+
+    def _hrr(self, rows: Tensor | None) -> Tensor:
+        c = compose(self.program, self.atoms, self.relations, rows)  # (N, H)
+        return F.normalize(c, dim=1, eps=1e-12) if self.normalize else c
+
+    def _build(self, rows: Tensor | None) -> Tensor:
+        """Embedding rows (all when ``rows`` is None). Shapes: rows ``(N,)`` -> ``(N, D)``."""
+        if self.mode == "unstructured":
+            return self.table if rows is None else self.table[rows]
+        c = self._hrr(rows)  # (N, H)
+        if self.mode == "base":
+            return c
+        if self.mode == "freq":
+            return c + (self.freq_encoding if rows is None else self.freq_encoding[rows])
+        w = self.table if rows is None else self.table[rows]  # (N, D) or (N, D - H)
+        return c + w if self.mode == "add" else torch.cat([c, w], dim=1)
+
+    def _key(self) -> tuple:
+        return tuple((p._version, p.data_ptr(), p.dtype, p.device) for p in self.parameters()) + (
+            self.normalize,
+        )
+
+    def _cacheable(self) -> bool:
+        return not self.training and not (
+            torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        )
+
+    def matrix(self) -> Tensor:
+        """The full embedding matrix (for a tied decoder). Shapes: output ``(N, D)``."""
+        if not self._cacheable():
+            self._cache = self._cache_key = None
+            return self._build(None)
+        key = self._key()
+        if self._cache is None or self._cache_key != key:
+            self._cache, self._cache_key = self._build(None), key
+        return self._cache
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """Embedding rows for concept ids, composing only the rows needed.
+
+        Shapes:
+            - ids: ``(N,)``
+            - output: ``(N, D)``
+        """
+        return self._build(ids)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """Look up embeddings.
+
+        Shapes:
+            - ids: ``(*)`` integer concept ids, e.g. ``(B, T)``
+            - output: ``(*, D)``
+        """
+        if ids.dtype.is_floating_point or ids.is_complex():
+            raise ShapeError(f"ids must be an integer tensor, got dtype {ids.dtype}")
+        flat = ids.reshape(-1).to(torch.int64)  # (B*T,)
+        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= self.program.n_concepts):
+            raise ShapeError(
+                f"ids must lie in [0, {self.program.n_concepts - 1}], got [{int(flat.min())}, {int(flat.max())}]"
+            )
+        if self._cacheable() or self.mode == "unstructured":
+            out = F.embedding(flat, self.matrix())  # (B*T, D)
+        else:
+            uniq, inv = torch.unique(flat, return_inverse=True)  # (U,), (B*T,)
+            if uniq.numel() > FULL_MATRIX_FRACTION * self.program.n_concepts:
+                out = F.embedding(flat, self._build(None))
+            else:
+                out = self._build(uniq)[inv]  # (B*T, D)
+        return out.view(*ids.shape, self.dim)  # (*, D)

@@ -1,0 +1,425 @@
+"""Read an HRR program (format 1) from its files into tensors.
+
+The program is known only through its files (``../shared/docs/architecture.md``, "The HRR program,
+format 1"): ``manifest.json`` plus ``atoms``, ``relations``, ``concepts``, ``edges`` and ``slices``
+Parquet files. The reader verifies the format version, every read file's sha256 against the manifest,
+the Parquet key-value metadata, row counts, dense ids, the edge ordering and the slice table.
+
+Dimension legend: N concepts, A atoms, R relations, E edges, S slices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from torch import Tensor
+
+from .errors import FormatVersionError, HashMismatchError, ProgramError
+from .plan import BasePlan, ComposePlan, Workspace, build_base_plan, plan_rows
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_MAJOR_VERSIONS: tuple[int, ...] = (1,)
+
+# file -> columns this reader needs (grammar as data; extra columns are allowed)
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "atoms.parquet": ("atom_id", "kind", "key", "label"),
+    "relations.parquet": ("relation_id", "kind", "sctid", "label", "max_multiplicity", "edges"),
+    "concepts.parquet": ("concept_id", "vocabulary", "code", "code_dotted", "title", "snomed_ids"),
+    "edges.parquet": ("concept_id", "relation_id", "atom_id", "slot", "role_group", "provenance"),
+    "slices.parquet": ("relation_id", "slot", "start", "length"),
+}
+RELATION_KINDS = frozenset({"is_a", "attribute", "description", "identity"})
+# manifest `counts` key -> file whose row count it must equal (checked when present)
+COUNT_KEYS: dict[str, str] = {
+    "atoms": "atoms.parquet",
+    "relations": "relations.parquet",
+    "concepts": "concepts.parquet",
+    "edges": "edges.parquet",
+    "slices": "slices.parquet",
+}
+
+
+@dataclass(eq=False)
+class Program:
+    """A loaded program: edge tensors in the orders the composer needs, plus identifiers.
+
+    Edge tensors (int64, on ``device``) are in stored order, sorted by (relation, slot, concept);
+    ``order_by_concept`` and ``order_by_atom`` are permutations of them (stable) for per-concept and
+    per-atom traversals. ``plan`` is the compiled composition plan for the full matrix.
+    """
+
+    program_id: str
+    format_version: int
+    path: Path
+    manifest: dict[str, Any]
+    n_concepts: int
+    n_atoms: int
+    n_relations: int
+    edge_concept: Tensor  # (E,) int64
+    edge_relation: Tensor  # (E,) int64
+    edge_atom: Tensor  # (E,) int64
+    edge_slot: Tensor  # (E,) int64
+    order_by_concept: Tensor  # (E,) int64, permutation sorted by (concept, relation, atom)
+    order_by_atom: Tensor  # (E,) int64, permutation sorted by (atom, relation, concept)
+    slice_relation: Tensor  # (S,) int64
+    slice_start: Tensor  # (S,) int64
+    slice_length: Tensor  # (S,) int64
+    concept_codes: list[str]
+    relation_kinds: list[str]
+    relation_labels: list[str]
+    atom_keys: list[str]
+    base: BasePlan
+    device: torch.device
+    workspace: Workspace = field(default_factory=Workspace)
+    _plan: ComposePlan | None = None
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.edge_concept.numel())
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            "concepts": self.n_concepts,
+            "atoms": self.n_atoms,
+            "relations": self.n_relations,
+            "edges": self.n_edges,
+            "slices": int(self.slice_start.numel()),
+            "pairs": self.base.n_pairs,
+            "distinct_rows": self.base.n_unique_rows,
+        }
+
+    @property
+    def plan(self) -> ComposePlan:
+        """The composition plan for the full matrix (built once, on ``device``)."""
+        if self._plan is None:
+            self._plan = plan_rows(self.base, None)
+        return self._plan
+
+    def plan_for(self, rows: Tensor | None) -> ComposePlan:
+        """A composition plan for the given concept rows (``None``: all rows)."""
+        return self.plan if rows is None else plan_rows(self.base, rows)
+
+    def to(self, device: str | torch.device) -> Program:
+        """A copy of this program with every tensor on ``device``."""
+        device = torch.device(device)
+        moved = {
+            name: getattr(self, name).to(device)
+            for name in (
+                "edge_concept",
+                "edge_relation",
+                "edge_atom",
+                "edge_slot",
+                "order_by_concept",
+                "order_by_atom",
+                "slice_relation",
+                "slice_start",
+                "slice_length",
+            )
+        }
+        return Program(
+            program_id=self.program_id,
+            format_version=self.format_version,
+            path=self.path,
+            manifest=self.manifest,
+            n_concepts=self.n_concepts,
+            n_atoms=self.n_atoms,
+            n_relations=self.n_relations,
+            concept_codes=self.concept_codes,
+            relation_kinds=self.relation_kinds,
+            relation_labels=self.relation_labels,
+            atom_keys=self.atom_keys,
+            base=self.base.to(device),
+            device=device,
+            **moved,
+        )
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Hex sha256 of a file, streamed."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _major(version: object) -> int | None:
+    if isinstance(version, bool):
+        return None
+    if isinstance(version, int):
+        return version
+    if isinstance(version, str):
+        head = version.split(".", 1)[0]
+        return int(head) if head.isdigit() else None
+    return None
+
+
+def _read_manifest(root: Path) -> dict[str, Any]:
+    mpath = root / "manifest.json"
+    if not mpath.is_file():
+        raise ProgramError("manifest.json not found; is this a compiled program folder?", path=root)
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProgramError(f"manifest.json is not valid JSON: {exc}", path=root) from exc
+    if not isinstance(manifest, dict):
+        raise ProgramError("manifest.json must hold a JSON object", path=root)
+    for key in ("format_version", "program_id", "files"):
+        if key not in manifest:
+            raise ProgramError(f"manifest.json lacks the required key {key!r}", path=root)
+    major = _major(manifest["format_version"])
+    if major not in SUPPORTED_MAJOR_VERSIONS:
+        raise FormatVersionError(
+            path=root, found=manifest["format_version"], supported=SUPPORTED_MAJOR_VERSIONS
+        )
+    return manifest
+
+
+def _manifest_files(root: Path, manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    files = manifest["files"]
+    if not isinstance(files, list) or not all(isinstance(f, dict) and "path" in f for f in files):
+        raise ProgramError("manifest.json 'files' must be a list of {path, sha256, rows}", path=root)
+    by_path = {str(f["path"]): f for f in files}
+    for name in REQUIRED_COLUMNS:
+        if name not in by_path:
+            raise ProgramError(f"manifest.json does not list the required file {name}", path=root)
+        if "sha256" not in by_path[name]:
+            raise ProgramError(f"manifest.json gives no sha256 for {name}", path=root)
+    return by_path
+
+
+def _verify_hash(root: Path, entry: dict[str, Any]) -> None:
+    fpath = root / entry["path"]
+    if not fpath.is_file():
+        raise ProgramError(f"{entry['path']} is listed in the manifest but missing", path=root)
+    found = sha256_file(fpath)
+    expected = str(entry["sha256"]).lower()
+    if found != expected:
+        raise HashMismatchError(path=root, file=str(entry["path"]), expected=expected, found=found)
+
+
+def _read_table(root: Path, name: str, entry: dict[str, Any], manifest: dict[str, Any]):
+    table = pq.read_table(root / name)
+    meta = table.schema.metadata or {}
+    pid = meta.get(b"program_id", b"").decode()
+    fver = meta.get(b"format_version", b"").decode()
+    if pid != str(manifest["program_id"]):
+        raise ProgramError(
+            f"{name} key-value metadata program_id is {pid!r}, manifest says {manifest['program_id']!r}",
+            path=root,
+        )
+    if _major(fver) != _major(manifest["format_version"]):
+        raise ProgramError(
+            f"{name} key-value metadata format_version is {fver!r}, manifest says "
+            f"{manifest['format_version']!r}",
+            path=root,
+        )
+    missing = [c for c in REQUIRED_COLUMNS[name] if c not in table.column_names]
+    if missing:
+        raise ProgramError(f"{name} lacks column(s) {missing}; found {table.column_names}", path=root)
+    if "rows" in entry and int(entry["rows"]) != table.num_rows:
+        raise ProgramError(f"{name} has {table.num_rows} rows, manifest says {entry['rows']}", path=root)
+    return table
+
+
+def _int_column(table, column: str, name: str, root: Path) -> np.ndarray:
+    col = table.column(column)
+    if col.null_count:
+        raise ProgramError(f"{name} column {column} has {col.null_count} null(s)", path=root)
+    return np.array(col.to_numpy(), dtype=np.int64)
+
+
+def _dense_order(ids: np.ndarray, name: str, column: str, root: Path) -> np.ndarray:
+    """Permutation that sorts ``ids``; raises unless ids are exactly 0..n-1."""
+    order = np.argsort(ids, kind="stable")
+    if not np.array_equal(ids[order], np.arange(ids.size)):
+        raise ProgramError(f"{name} column {column} is not dense from 0 (0..{ids.size - 1})", path=root)
+    return order
+
+
+def load_program(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    verify_all_files: bool = False,
+    dedup_rows: bool = True,
+) -> Program:
+    """Load a compiled program (format 1) from its folder.
+
+    Checks the major ``format_version``, the sha256 of every file read (``verify_all_files=True`` also
+    hashes the other files the manifest lists, e.g. ``graph/*``), the Parquet key-value metadata, row
+    counts, dense ids, the (relation, slot, concept) edge order and the slice table. Concepts whose edge
+    multisets are identical share one computed row when ``dedup_rows`` (the result is the same).
+
+    Raises:
+        FormatVersionError: unknown major ``format_version``.
+        HashMismatchError: a file's sha256 differs from the manifest (names file, expected, found).
+        ProgramError: any other structural problem.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ProgramError("program folder does not exist", path=root)
+    manifest = _read_manifest(root)
+    files = _manifest_files(root, manifest)
+    to_hash = list(files.values()) if verify_all_files else [files[n] for n in REQUIRED_COLUMNS]
+    for entry in to_hash:
+        _verify_hash(root, entry)
+    tables = {name: _read_table(root, name, files[name], manifest) for name in REQUIRED_COLUMNS}
+
+    atoms, relations, concepts = (
+        tables[n] for n in ("atoms.parquet", "relations.parquet", "concepts.parquet")
+    )
+    atom_order = _dense_order(
+        _int_column(atoms, "atom_id", "atoms.parquet", root), "atoms.parquet", "atom_id", root
+    )
+    rel_order = _dense_order(
+        _int_column(relations, "relation_id", "relations.parquet", root),
+        "relations.parquet",
+        "relation_id",
+        root,
+    )
+    con_order = _dense_order(
+        _int_column(concepts, "concept_id", "concepts.parquet", root), "concepts.parquet", "concept_id", root
+    )
+    n_atoms, n_relations, n_concepts = atom_order.size, rel_order.size, con_order.size
+    relation_kinds = [relations.column("kind").to_pylist()[i] for i in rel_order]
+    bad = sorted({k for k in relation_kinds if k not in RELATION_KINDS}, key=str)
+    if bad:
+        raise ProgramError(
+            f"relations.parquet has unknown kind(s) {bad}; known {sorted(RELATION_KINDS)}", path=root
+        )
+
+    edges = tables["edges.parquet"]
+    ec, er, ea, es = (
+        _int_column(edges, c, "edges.parquet", root) for c in ("concept_id", "relation_id", "atom_id", "slot")
+    )
+    for arr, col, hi in (
+        (ec, "concept_id", n_concepts),
+        (er, "relation_id", n_relations),
+        (ea, "atom_id", n_atoms),
+    ):
+        if arr.size and (arr.min() < 0 or arr.max() >= hi):
+            raise ProgramError(
+                f"edges.parquet column {col} has values in [{arr.min()}, {arr.max()}], expected [0, {hi - 1}]",
+                path=root,
+            )
+    if es.size and es.min() < 0:
+        raise ProgramError("edges.parquet column slot has negative values", path=root)
+    if ec.size > 1:
+        key = np.lexsort((ec, es, er))
+        if not np.array_equal(key, np.arange(ec.size)):
+            raise ProgramError("edges.parquet is not sorted by (relation_id, slot, concept_id)", path=root)
+        same = (er[1:] == er[:-1]) & (es[1:] == es[:-1]) & (ec[1:] == ec[:-1])
+        if same.any():
+            i = int(np.flatnonzero(same)[0])
+            raise ProgramError(
+                f"edges.parquet repeats (relation, slot, concept) = ({er[i]}, {es[i]}, {ec[i]})", path=root
+            )
+
+    sl = tables["slices.parquet"]
+    sr, ss, sst, sln = (
+        _int_column(sl, c, "slices.parquet", root) for c in ("relation_id", "slot", "start", "length")
+    )
+    _check_slices(root, er, es, sr, ss, sst, sln)
+
+    counts = manifest.get("counts") or {}
+    for key, fname in COUNT_KEYS.items():
+        if (
+            isinstance(counts, dict)
+            and isinstance(counts.get(key), int)
+            and counts[key] != tables[fname].num_rows
+        ):
+            raise ProgramError(
+                f"manifest counts.{key} = {counts[key]} but {fname} has {tables[fname].num_rows} rows",
+                path=root,
+            )
+
+    base = build_base_plan(
+        n_concepts=n_concepts,
+        n_atoms=n_atoms,
+        n_relations=n_relations,
+        edge_concept=ec,
+        edge_relation=er,
+        edge_atom=ea,
+        dedup_rows=dedup_rows,
+    )
+    dev = torch.device(device)
+
+    def t(x: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev)
+
+    program = Program(
+        program_id=str(manifest["program_id"]),
+        format_version=int(_major(manifest["format_version"])),
+        path=root,
+        manifest=manifest,
+        n_concepts=n_concepts,
+        n_atoms=n_atoms,
+        n_relations=n_relations,
+        edge_concept=t(ec),
+        edge_relation=t(er),
+        edge_atom=t(ea),
+        edge_slot=t(es),
+        order_by_concept=t(np.lexsort((ea, er, ec))),
+        order_by_atom=t(np.lexsort((ec, er, ea))),
+        slice_relation=t(sr),
+        slice_start=t(sst),
+        slice_length=t(sln),
+        concept_codes=[
+            str(c) for c in np.asarray(concepts.column("code").to_pylist(), dtype=object)[con_order]
+        ],
+        relation_kinds=relation_kinds,
+        relation_labels=[
+            str(x) for x in np.asarray(relations.column("label").to_pylist(), dtype=object)[rel_order]
+        ],
+        atom_keys=[str(x) for x in np.asarray(atoms.column("key").to_pylist(), dtype=object)[atom_order]],
+        base=base.to(dev),
+        device=dev,
+    )
+    log.info(
+        "loaded program %s: %d concepts (%d distinct rows), %d atoms, %d relations, %d edges, %d pairs",
+        program.program_id,
+        n_concepts,
+        base.n_unique_rows,
+        n_atoms,
+        n_relations,
+        program.n_edges,
+        base.n_pairs,
+    )
+    return program
+
+
+def _check_slices(root, er, es, sr, ss, sst, sln) -> None:
+    """The slice table must tile the edge list into its (relation, slot) runs, in order."""
+    if er.size == 0:
+        if sr.size:
+            raise ProgramError("slices.parquet has rows but edges.parquet is empty", path=root)
+        return
+    order = np.argsort(sst, kind="stable")
+    sr, ss, sst, sln = sr[order], ss[order], sst[order], sln[order]
+    change = np.flatnonzero((er[1:] != er[:-1]) | (es[1:] != es[:-1])) + 1
+    starts = np.concatenate(([0], change))
+    lengths = np.diff(np.concatenate((starts, [er.size])))
+    ok = (
+        sr.size == starts.size
+        and np.array_equal(sst, starts)
+        and np.array_equal(sln, lengths)
+        and np.array_equal(sr, er[starts])
+        and np.array_equal(ss, es[starts])
+    )
+    if not ok:
+        raise ProgramError(
+            f"slices.parquet does not match the (relation_id, slot) runs of edges.parquet: expected "
+            f"{starts.size} slices, found {sr.size}",
+            path=root,
+        )

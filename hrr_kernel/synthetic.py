@@ -1,0 +1,248 @@
+"""Write synthetic programs in format 1, for tests and benchmarks.
+
+This is a minimal writer of the documented file format (``../shared/docs/architecture.md``), not the
+ontology compiler: it takes an edge list and writes ``manifest.json`` (with each file's sha256) and the
+five Parquet files, each carrying ``program_id`` and ``format_version`` in its key-value metadata.
+:func:`paper_scale_edges` draws an edge list with the paper's sizes and realistic multiplicities.
+
+Dimension legend: N concepts, A atoms, R relations, E edges.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+__all__ = ["write_program", "paper_scale_edges", "random_edges"]
+
+FORMAT_VERSION = 1
+
+
+def _order_edges(concept: np.ndarray, relation: np.ndarray, atom: np.ndarray):
+    """Assign slots (k-th use of a relation by a concept) and sort by (relation, slot, concept)."""
+    o = np.lexsort((atom, relation, concept))
+    c, r, a = concept[o], relation[o], atom[o]
+    n = c.size
+    new_group = np.ones(n, dtype=bool)
+    new_group[1:] = (c[1:] != c[:-1]) | (r[1:] != r[:-1])
+    group_start = np.maximum.accumulate(np.where(new_group, np.arange(n), 0))
+    slot = np.arange(n) - group_start
+    o2 = np.lexsort((c, slot, r))
+    return c[o2], r[o2], a[o2], slot[o2]
+
+
+def _write_parquet(table: pa.Table, path: Path, program_id: str) -> None:
+    meta = {b"program_id": program_id.encode(), b"format_version": str(FORMAT_VERSION).encode()}
+    pq.write_table(table.replace_schema_metadata(meta), path)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_program(
+    root: str | Path,
+    *,
+    n_concepts: int,
+    n_atoms: int,
+    n_relations: int,
+    edges: tuple[np.ndarray, np.ndarray, np.ndarray],
+    relation_kinds: list[str] | None = None,
+    program_id: str | None = None,
+) -> Path:
+    """Write a format-1 program to ``root`` (created) and return ``root``.
+
+    ``edges`` is ``(concept_id, relation_id, atom_id)``, three equal-length integer arrays in any order.
+    Relation kinds default to ``is_a``, ``description``, ``identity``, then ``attribute``.
+    """
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    concept, relation, atom = (np.asarray(x, dtype=np.int64).reshape(-1) for x in edges)
+    c, r, a, slot = _order_edges(concept, relation, atom)
+    if program_id is None:
+        h = hashlib.sha256()
+        for x in (c, r, a, np.array([n_concepts, n_atoms, n_relations])):
+            h.update(x.tobytes())
+        program_id = h.hexdigest()[:16]
+    kinds = relation_kinds or [
+        ["is_a", "description", "identity"][j] if j < 3 else "attribute" for j in range(n_relations)
+    ]
+    mult = np.zeros(n_relations, dtype=np.int64)
+    np.maximum.at(mult, r, slot + 1)
+    n_edges_rel = np.bincount(r, minlength=n_relations)
+    tables = {
+        "atoms.parquet": pa.table(
+            {
+                "atom_id": pa.array(np.arange(n_atoms, dtype=np.int32)),
+                "kind": pa.array(["concept"] * n_atoms),
+                "key": pa.array([str(100000 + i) for i in range(n_atoms)]),
+                "label": pa.array([f"atom {i}" for i in range(n_atoms)]),
+            }
+        ),
+        "relations.parquet": pa.table(
+            {
+                "relation_id": pa.array(np.arange(n_relations, dtype=np.int32)),
+                "kind": pa.array(kinds),
+                "sctid": pa.array(
+                    [None if k != "attribute" else 900000 + j for j, k in enumerate(kinds)], pa.int64()
+                ),
+                "label": pa.array([f"{k} {j}" for j, k in enumerate(kinds)]),
+                "max_multiplicity": pa.array(mult.astype(np.int32)),
+                "edges": pa.array(n_edges_rel.astype(np.int64)),
+            }
+        ),
+        "concepts.parquet": pa.table(
+            {
+                "concept_id": pa.array(np.arange(n_concepts, dtype=np.int32)),
+                "vocabulary": pa.array(["ICD10CM"] * n_concepts),
+                "code": pa.array([f"X{i:05d}" for i in range(n_concepts)]),
+                "code_dotted": pa.array([f"X{i:05d}"[:3] + "." + f"X{i:05d}"[3:] for i in range(n_concepts)]),
+                "title": pa.array([f"code {i}" for i in range(n_concepts)]),
+                "snomed_ids": pa.array([[1000 + i] for i in range(n_concepts)], pa.list_(pa.int64())),
+                "mapping_source": pa.array(["synthetic"] * n_concepts),
+                "mapping_kind": pa.array(["one_to_one"] * n_concepts),
+                "chapter": pa.array(np.ones(n_concepts, dtype=np.int8)),
+            }
+        ),
+        "edges.parquet": pa.table(
+            {
+                "concept_id": pa.array(c.astype(np.int32)),
+                "relation_id": pa.array(r.astype(np.int32)),
+                "atom_id": pa.array(a.astype(np.int32)),
+                "slot": pa.array(slot.astype(np.int32)),
+                "role_group": pa.array(np.zeros(c.size, dtype=np.int32)),
+                "provenance": pa.array(["synthetic"] * c.size),
+            }
+        ),
+    }
+    change = (
+        np.flatnonzero((r[1:] != r[:-1]) | (slot[1:] != slot[:-1])) + 1 if r.size else np.zeros(0, np.int64)
+    )
+    starts = np.concatenate(([0], change)) if r.size else np.zeros(0, np.int64)
+    lengths = np.diff(np.concatenate((starts, [r.size]))) if r.size else np.zeros(0, np.int64)
+    tables["slices.parquet"] = pa.table(
+        {
+            "relation_id": pa.array(r[starts].astype(np.int32)),
+            "slot": pa.array(slot[starts].astype(np.int32)),
+            "start": pa.array(starts.astype(np.int64)),
+            "length": pa.array(lengths.astype(np.int64)),
+        }
+    )
+    files = []
+    for name, table in tables.items():
+        _write_parquet(table, root / name, program_id)
+        files.append({"path": name, "sha256": _sha256(root / name), "rows": table.num_rows})
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "program_id": program_id,
+        "created_at": "1970-01-01T00:00:00Z",
+        "compiler_version": "hrr_kernel.synthetic",
+        "release": {"name": "synthetic"},
+        "inputs": [],
+        "options": {},
+        "files": files,
+        "counts": {
+            "concepts": n_concepts,
+            "atoms": n_atoms,
+            "relations": n_relations,
+            "edges": int(c.size),
+            "slices": int(starts.size),
+        },
+        "coverage": {},
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return root
+
+
+def random_edges(
+    rng: np.random.Generator, n_concepts: int, n_atoms: int, n_relations: int, n_edges: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Uniformly random edges (duplicates possible): ``(concept, relation, atom)``, each ``(E,)``."""
+    return (
+        rng.integers(0, n_concepts, n_edges),
+        rng.integers(0, n_relations, n_edges),
+        rng.integers(0, n_atoms, n_edges),
+    )
+
+
+def _zipf_choice(rng: np.random.Generator, n: int, size: int, s: float = 1.0) -> np.ndarray:
+    w = 1.0 / np.arange(1, n + 1) ** s
+    return rng.permutation(n)[rng.choice(n, size=size, p=w / w.sum())]
+
+
+def paper_scale_edges(
+    rng: np.random.Generator,
+    n_concepts: int = 25_493,
+    n_targets: int = 13_887,
+    n_words: int = 8_833,
+    n_attributes: int = 39,
+    shared_mapping_fraction: float = 0.0,
+) -> tuple[dict[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """A synthetic program shaped like the paper's (defaults: 25,493 codes, 22,725 atoms, 42 relations).
+
+    Relations: 0 is_a (1–4 per concept), 1 description (words, 1–25, about 8 per concept), 2 identity
+    (5 special tokens), 3.. attributes (0–6 uses each, about 2 attribute edges per concept). Targets and
+    words are drawn Zipf-like, as in an ontology. With ``shared_mapping_fraction`` > 0 that fraction of
+    codes copies the edge set of another code (several ICD codes mapping to one SNOMED concept).
+
+    Returns ``(sizes, (concept, relation, atom))``; sizes has n_concepts, n_atoms, n_relations.
+    """
+    n_special = 5
+    n_rel = 3 + n_attributes
+    n_atoms = n_targets + n_words + n_special
+    n_codes = n_concepts - n_special
+    n_isa = np.minimum(1 + rng.poisson(0.65, n_codes), 4)
+    n_desc = np.clip(
+        rng.poisson(8.1, n_codes) + np.where(rng.random(n_codes) < 0.02, rng.integers(5, 18, n_codes), 0),
+        1,
+        25,
+    )
+    n_attr = rng.poisson(2.1, n_codes)
+    cc, rr, aa = [], [], []
+    codes = np.arange(n_codes)
+    cc.append(np.repeat(codes, n_isa))
+    rr.append(np.zeros(n_isa.sum(), np.int64))
+    aa.append(_zipf_choice(rng, n_targets, int(n_isa.sum()), 0.5))
+    cc.append(np.repeat(codes, n_desc))
+    rr.append(np.ones(n_desc.sum(), np.int64))
+    aa.append(n_targets + _zipf_choice(rng, n_words, int(n_desc.sum()), 1.0))
+    att_c = np.repeat(codes, n_attr)
+    att_rel = 3 + _zipf_choice(rng, n_attributes, att_c.size, 1.2)
+    cc.append(att_c)
+    rr.append(att_rel)
+    # each attribute draws targets from its own slice of the target space
+    span = max(1, n_targets // 2)
+    offs = (att_rel * 7919) % max(1, n_targets - span)
+    aa.append(offs + _zipf_choice(rng, span, att_c.size, 0.95))
+    c, r, a = np.concatenate(cc), np.concatenate(rr), np.concatenate(aa)
+    if shared_mapping_fraction > 0:
+        n_copy = int(shared_mapping_fraction * n_codes)
+        copies = rng.choice(n_codes, n_copy, replace=False)
+        sources = rng.choice(np.setdiff1d(codes, copies), n_copy)
+        src_of = np.arange(n_codes)
+        src_of[copies] = sources
+        keep = ~np.isin(c, copies)
+        c, r, a = c[keep], r[keep], a[keep]
+        add_c, add_r, add_a = [], [], []
+        order = np.argsort(c, kind="stable")
+        c_sorted = c[order]
+        for dst, src in zip(copies.tolist(), sources.tolist(), strict=True):
+            lo, hi = np.searchsorted(c_sorted, [src, src + 1])
+            sel = order[lo:hi]
+            add_c.append(np.full(sel.size, dst))
+            add_r.append(r[sel])
+            add_a.append(a[sel])
+        c = np.concatenate([c, *add_c])
+        r = np.concatenate([r, *add_r])
+        a = np.concatenate([a, *add_a])
+    special = n_codes + np.arange(n_special)
+    c = np.concatenate([c, special])
+    r = np.concatenate([r, np.full(n_special, 2)])
+    a = np.concatenate([a, n_targets + n_words + np.arange(n_special)])
+    sizes = {"n_concepts": n_concepts, "n_atoms": n_atoms, "n_relations": n_rel}
+    return sizes, (c, r, a)
