@@ -344,32 +344,40 @@ def _same_or_raise(final: Path, program_id: str) -> bool:
     return False
 
 
-def read_manifest(path: str | Path) -> dict:
+def read_json_manifest(path: str | Path, what: str, error: type[Exception] = ProgramFormatError) -> dict:
+    """``path/manifest.json`` of a format-1 artifact (a program, a dataset), version checked."""
     p = Path(path) / "manifest.json"
     if not p.is_file():
-        raise ProgramFormatError(f"{path}: no manifest.json (not a compiled program folder)")
+        raise error(f"{path}: no manifest.json (not a {what} folder)")
     try:
         manifest = json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ProgramFormatError(f"{p}: not valid JSON: {e}") from e
+        raise error(f"{p}: not valid JSON: {e}") from e
     version = manifest.get("format_version")
     if not isinstance(version, int) or version != FORMAT_VERSION:
-        raise ProgramFormatError(
-            f"{p}: format_version {version!r} is not supported (expected {FORMAT_VERSION})"
-        )
+        raise error(f"{p}: format_version {version!r} is not supported (expected {FORMAT_VERSION})")
     return manifest
+
+
+def verify_manifest_files(path: str | Path, manifest: dict, *, hashes: bool = True,
+                          error: type[Exception] = ProgramFormatError) -> dict:  # fmt: skip
+    """Every file the manifest lists is present and, with ``hashes``, has the listed sha256."""
+    path = Path(path)
+    for f in manifest.get("files", []):
+        p = path / f["path"]
+        if not p.is_file():
+            raise error(f"{p}: listed in the manifest but missing")
+        if hashes:
+            got = sha256_file(p)
+            if got != f["sha256"]:
+                raise error(f"{p}: sha256 {got} differs from the manifest's {f['sha256']}")
+    return manifest
+
+
+def read_manifest(path: str | Path) -> dict:
+    return read_json_manifest(path, "compiled program")
 
 
 def verify_program(path: str | Path, *, hashes: bool = True) -> dict:
     """Check a program folder against its manifest (format version, every file's presence and sha256)."""
-    path = Path(path)
-    manifest = read_manifest(path)
-    for f in manifest.get("files", []):
-        p = path / f["path"]
-        if not p.is_file():
-            raise ProgramFormatError(f"{p}: listed in the manifest but missing")
-        if hashes:
-            got = sha256_file(p)
-            if got != f["sha256"]:
-                raise ProgramFormatError(f"{p}: sha256 {got} differs from the manifest's {f['sha256']}")
-    return manifest
+    return verify_manifest_files(path, read_manifest(path), hashes=hashes)

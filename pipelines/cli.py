@@ -40,3 +40,70 @@ def demo_cmd(out: str) -> None:
     from pipelines.demo import run_demo
 
     sys.exit(run_demo(out))
+
+
+@main.command("prepare")
+@click.option("--mimic", type=click.Path(exists=True, file_okay=False), help="MIMIC-IV root (holding hosp/).")
+@click.option(
+    "--eicu", type=click.Path(exists=True, file_okay=False), help="eICU-CRD folder (patient.csv.gz, ...)."
+)
+@click.option("--meds", type=click.Path(exists=True, file_okay=False), help="MEDS root (data/, metadata/).")
+@click.option(
+    "--demo", is_flag=True, help="Build the demo release, compile it, generate the synthetic cohort."
+)
+@click.option("--program", type=click.Path(exists=True, file_okay=False), help="Compiled program folder.")
+@click.option("--out", type=click.Path(file_okay=False), default="artifacts/datasets", show_default=True)
+@click.option("--name", default=None, help="Dataset name (default: <source kind>-<input folder name>).")
+@click.option(
+    "--max-len", type=int, default=128, show_default=True, help="Tokens per sequence, [CLS] included."
+)
+@click.option(
+    "--max-visits", type=int, default=100, show_default=True, help="Visits (segments) per sequence."
+)
+@click.option("--unknown", type=click.Choice(["drop", "unk"]), default="drop", show_default=True,
+              help="Codes not in the program: drop them (counted) or map them to [UNK].")  # fmt: skip
+@click.option("--rood-codes", type=int, default=32, show_default=True, help="Held-out (ROOD) codes; 0: none.")
+@click.option(
+    "--finetune-train", type=int, default=None, help="Fine-tuning train size (default: scaled 13k/190k)."
+)
+@click.option(
+    "--finetune-val", type=int, default=None, help="Fine-tuning validation size (default: scaled 2k/190k)."
+)
+@click.option("--test", "test_size", type=int, default=None, help="Test size (default: min(666, 5 %)).")
+@click.option("--disease-train", type=int, default=None, help="Disease-task subset of fine-tuning train.")
+@click.option("--disease-val", type=int, default=None, help="Disease-task subset of fine-tuning validation.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--demo-size", type=click.Choice(["default", "small"]), default="default", show_default=True)
+@click.option("--demo-patients", type=int, default=20000, show_default=True)
+@click.option("--artifacts", type=click.Path(file_okay=False), default="artifacts", show_default=True,
+              help="Where --demo writes releases/, programs/ and ehr/.")  # fmt: skip
+@click.option("-v", "--verbose", is_flag=True, help="Log progress.")
+def prepare_cmd(**kw: object) -> None:
+    """Read EHR diagnoses, tokenize them against a program and write a tokenized dataset."""
+    import logging
+
+    from ontology_compiler import OntologyCompilerError
+    from pipelines.errors import PipelineError
+    from pipelines.prepare import prepare
+    from pipelines.splits import SplitOptions
+
+    logging.basicConfig(level=logging.INFO if kw.pop("verbose") else logging.WARNING, format="%(message)s")
+    split_keys = ("rood_codes", "finetune_train", "finetune_val", "disease_train", "disease_val")
+    splits = SplitOptions(test=kw.pop("test_size"), seed=kw["seed"], **{k: kw.pop(k) for k in split_keys})
+    try:
+        results = prepare(splits=splits, **kw)
+    except (PipelineError, OntologyCompilerError) as e:
+        raise click.ClickException(str(e)) from e
+    for r in results:
+        c = r.manifest["counts"]
+        p, codes = c["patients"], c["codes"]
+        click.echo(
+            f"dataset   {r.path}{'' if r.written else ' (already prepared)'}\n"
+            f"patients  {p['kept']} kept of {p['in_source']}; dropped {p['dropped']}\n"
+            f"splits    {', '.join(f'{k} {v}' for k, v in p['by_split'].items())}\n"
+            f"codes     {codes['tokens']} tokens, {codes['concepts_seen_in_pretraining']} of "
+            f"{codes['program_concepts']} concepts seen in pretraining, log frequency "
+            f"{codes['log_frequency_min']:.2f} to {codes['log_frequency_max']:.2f}\n"
+            f"unknown   {codes['unknown_code_rows']} code rows ({100 * codes['unknown_code_share']:.2f} %), "
+            f"{codes['unknown_codes_distinct']} distinct codes not in the program"
+        )

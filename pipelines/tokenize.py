@@ -1,0 +1,168 @@
+"""Tokenization of the common long table against a compiled program (pure numpy/pyarrow, no I/O).
+
+Dimension legend: R code rows, P patients, V visits, T tokens, N concepts.
+
+A code is looked up by (vocabulary, dotless code) in the program's ``concepts.parquet``; codes the
+program does not know are dropped (the paper's choice), counted and listed. A visit left without
+codes disappears; a patient left without codes is dropped (reason ``no_known_codes``). Each sequence is
+``[CLS]`` + codes; the most recent visits are kept so that it fits ``max_len`` (a last visit longer than
+``max_len - 1`` keeps its first codes, by ``seq``) and at most ``max_visits`` visits. Segment ids number
+the kept visits 0.. in time order (``[CLS]`` shares segment 0), so they stay below ``max_visits``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+CLS_ID = 1  # SPECIAL_TOKENS order: [PAD]=0, [CLS]=1, [SEP]=2, [MASK]=3, [UNK]=4
+
+
+@dataclass
+class Tokenized:
+    """Sequences as flat arrays (CSR by patient) plus what was dropped on the way."""
+
+    subject_id: np.ndarray  # (P,) int64
+    offsets: np.ndarray  # (P+1,) int64 into input_ids
+    input_ids: np.ndarray  # (T,) int32
+    segment_ids: np.ndarray  # (T,) int16
+    n_visits: np.ndarray  # (P,) int32 visits in the sequence
+    last_visit_start: np.ndarray  # (P,) int32 offset of the last visit within the sequence
+    truncated: np.ndarray  # (P,) bool: visits or codes were cut to fit
+    pair_patient: np.ndarray  # (U,) int64 patient index of each distinct (patient, concept) before truncation
+    pair_concept: np.ndarray  # (U,) int32
+    unknown: pa.Table  # vocabulary, code, occurrences, patients
+    counts: dict = field(default_factory=dict)
+
+
+def lookup(events: pa.Table, concepts: pa.Table, unk_id: int | None = None) -> np.ndarray:
+    """(R,) int32 concept id of each event row; -1 where unknown (or ``unk_id`` when given)."""
+    keys = pc.binary_join_element_wise(concepts["vocabulary"], concepts["code"], "|")
+    ev = pc.binary_join_element_wise(events["vocabulary"], events["code"], "|")
+    idx = pc.index_in(ev, value_set=keys)
+    ids = concepts["concept_id"].to_numpy().astype(np.int32)
+    pos = idx.to_numpy(zero_copy_only=False)  # float with NaN for nulls
+    out = np.full(len(pos), -1 if unk_id is None else unk_id, dtype=np.int32)
+    ok = ~np.isnan(pos)
+    out[ok] = ids[pos[ok].astype(np.int64)]
+    return out
+
+
+def _unknown_table(events: pa.Table, mask: np.ndarray) -> pa.Table:
+    if not mask.any():
+        return pa.table({"vocabulary": pa.array([], pa.string()), "code": pa.array([], pa.string()),
+                         "occurrences": pa.array([], pa.int64()), "patients": pa.array([], pa.int64())})  # fmt: skip
+    t = events.select(["subject_id", "vocabulary", "code"]).filter(pa.array(mask))
+    g = t.group_by(["vocabulary", "code"]).aggregate(
+        [("subject_id", "count"), ("subject_id", "count_distinct")]
+    )
+    g = pa.table(
+        {
+            "vocabulary": g["vocabulary"],
+            "code": g["code"],
+            "occurrences": g["subject_id_count"],
+            "patients": g["subject_id_count_distinct"],
+        }
+    )
+    return g.sort_by([("occurrences", "descending"), ("vocabulary", "ascending"), ("code", "ascending")])
+
+
+def _runs(*keys: np.ndarray) -> np.ndarray:
+    """(R,) bool: True where any key differs from the previous row (a new run starts)."""
+    start = np.ones(len(keys[0]), dtype=bool)
+    if len(start):
+        start[1:] = np.any(np.stack([k[1:] != k[:-1] for k in keys]), axis=0)
+    return start
+
+
+def tokenize(
+    events: pa.Table, concepts: pa.Table, *, max_len: int = 128, max_visits: int = 100, unknown: str = "drop"
+) -> Tokenized:
+    """Turn sorted events into sequences; ``unknown`` is ``drop`` (default) or ``unk`` (map to ``[UNK]``).
+
+    Shapes: events R rows sorted by (subject_id, visit_index, seq) -> P sequences, T tokens in all.
+    """
+    if max_len < 2:
+        raise ValueError(f"max_len must be at least 2 ([CLS] + one code), got {max_len}")
+    if unknown not in ("drop", "unk"):
+        raise ValueError(f"unknown must be 'drop' or 'unk', got {unknown!r}")
+    cid = lookup(events, concepts)
+    is_unknown = cid < 0
+    unk_table = _unknown_table(events, is_unknown)
+    if unknown == "unk":
+        unk = concepts.filter(pc.equal(concepts["code"], "[UNK]"))["concept_id"].to_numpy()
+        cid[is_unknown] = int(unk[0]) if len(unk) else 4
+        keep = np.ones(len(cid), dtype=bool)
+    else:
+        keep = ~is_unknown
+    subj = events["subject_id"].to_numpy()[keep]  # (R',)
+    visit = events["visit_index"].to_numpy()[keep]
+    cid = cid[keep]
+    # visits (V) and patients (P) as runs of the sorted rows
+    v_start = np.flatnonzero(_runs(subj, visit))  # (V,)
+    v_len = np.diff(np.append(v_start, len(subj)))
+    v_subj = subj[v_start]
+    p_vstart = np.flatnonzero(_runs(v_subj))  # (P,) first visit of each patient
+    p_nvis = np.diff(np.append(p_vstart, len(v_start)))
+    v_owner = np.repeat(np.arange(len(p_vstart)), p_nvis)  # (V,)
+    v_from_end = np.repeat(p_vstart + p_nvis - 1, p_nvis) - np.arange(len(v_start))  # 0 = last visit
+    csum = np.cumsum(v_len)
+    p_end = csum[p_vstart + p_nvis - 1]
+    rev_cum = p_end[v_owner] - csum + v_len  # codes in this and all later visits of the patient
+    keep_v = ((rev_cum <= max_len - 1) & (v_from_end < max_visits)) | (v_from_end == 0)
+    # rows: kept visit and (for an over-long last visit) within the first max_len - 1 codes
+    row_v = np.repeat(np.arange(len(v_start)), v_len)  # (R',)
+    pos_in_v = np.arange(len(subj)) - v_start[row_v]
+    keep_r = keep_v[row_v] & (pos_in_v < max_len - 1)
+    kept_visits = np.bincount(v_owner, weights=keep_v, minlength=len(p_vstart)).astype(np.int32)
+    first_kept = np.repeat(kept_visits, p_nvis) - 1 - v_from_end  # segment id of each kept visit
+    p_codes = np.bincount(v_owner[row_v[keep_r]], minlength=len(p_vstart)).astype(np.int64)  # (P,)
+    seq_len = p_codes + 1
+    offsets = np.concatenate([[0], np.cumsum(seq_len)])
+    input_ids = np.empty(offsets[-1], dtype=np.int32)  # (T,)
+    segment_ids = np.zeros(offsets[-1], dtype=np.int16)
+    cls_pos = offsets[:-1]
+    body = np.ones(offsets[-1], dtype=bool)
+    body[cls_pos] = False
+    input_ids[cls_pos] = CLS_ID
+    input_ids[body] = cid[keep_r]
+    segment_ids[body] = first_kept[row_v[keep_r]]
+    last_v = p_vstart + p_nvis - 1
+    last_len = np.minimum(v_len[last_v], max_len - 1)
+    n_drop_pat = int(pc.count_distinct(events["subject_id"]).as_py()) - len(p_vstart)
+    # distinct (patient, concept) pairs before truncation, for the ROOD hold-out
+    pair = np.unique(v_owner[row_v].astype(np.int64) * (int(cid.max(initial=0)) + 1) + cid)
+    n_c = int(cid.max(initial=0)) + 1
+    counts = {
+        "code_rows": int(len(is_unknown)),
+        "unknown_code_rows": int(is_unknown.sum()),
+        "unknown_codes_distinct": int(unk_table.num_rows),
+        "unknown_code_share": float(is_unknown.mean()) if len(is_unknown) else 0.0,
+        "patients_no_known_codes": n_drop_pat,
+        "patients_truncated": int((seq_len - 1 < p_end - np.concatenate([[0], p_end[:-1]])).sum()),
+        "visits_dropped_by_truncation": int((~keep_v).sum()),
+        "code_rows_dropped_by_truncation": int((~keep_r).sum()),
+    }
+    total = p_end - np.concatenate([[0], p_end[:-1]])
+    return Tokenized(
+        subject_id=subj[v_start[p_vstart]] if len(p_vstart) else np.zeros(0, np.int64),
+        offsets=offsets.astype(np.int64),
+        input_ids=input_ids,
+        segment_ids=segment_ids,
+        n_visits=kept_visits,
+        last_visit_start=(seq_len - last_len).astype(np.int32),
+        truncated=seq_len - 1 < total,
+        pair_patient=pair // n_c,
+        pair_concept=(pair % n_c).astype(np.int32),
+        unknown=unk_table,
+        counts=counts,
+    )
+
+
+def list_column(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray | None = None) -> pa.ListArray:
+    """A list array from CSR ``offsets``/``values``, optionally taking ``rows`` (in that order)."""
+    arr = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pa.array(values))
+    return arr if rows is None else arr.take(pa.array(rows))
