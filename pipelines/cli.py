@@ -35,11 +35,13 @@ def sql_cmd(program: str, query: str, fmt: str, max_rows: int) -> None:
 
 @main.command("demo")
 @click.option("--out", type=click.Path(file_okay=False), default="artifacts", show_default=True)
-def demo_cmd(out: str) -> None:
-    """Compile the bundled fixture release and query it (the full demo arrives with the data issue)."""
+@click.option("--size", type=click.Choice(["small", "default"]), default="default", show_default=True)
+@click.option("--patients", type=int, default=20000, show_default=True, help="Synthetic cohort size.")
+def demo_cmd(out: str, size: str, patients: int) -> None:
+    """Build the demo release, compile it, generate and tokenize the cohort, and query the program."""
     from pipelines.demo import run_demo
 
-    sys.exit(run_demo(out))
+    sys.exit(run_demo(out, size=size, patients=patients))
 
 
 @main.command("prepare")

@@ -1,7 +1,9 @@
-"""``hrrbert demo``: compile the bundled fixture release and query it.
+"""``hrrbert demo``: the main job on the embedded default data.
 
-Until the full demo (generated release, cohort, pretraining) lands, the demo compiles the small
-hand-made RF2 fixture in ``tests/data/`` and runs the README's three SQL queries on the program.
+Builds the demo release (RF2 layout, from public ICD-10-CM / ICD-9-CM text and the real CMS GEMs; not
+SNOMED content), compiles it into an HRR program, generates the synthetic MIMIC-IV / eICU-layout cohort,
+tokenizes it into datasets, and queries the program with the README's SQL. Later stages (pretraining,
+fine-tuning, evaluation) join here as they land.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "snomed_mini_20220531"
+PROGRAM_NAME = "demo_icd10cm_default"
 
 # The README's queries, run by the demo and by a test.
 QUERIES: dict[str, str] = {
@@ -23,7 +25,7 @@ QUERIES: dict[str, str] = {
     "codes sharing most atoms with E11.9": (
         "WITH mine AS (SELECT relation_id, atom_id FROM edges JOIN concepts USING (concept_id) "
         "WHERE code = 'E119') "
-        "SELECT c.code_dotted AS code, c.title, count(*) AS shared FROM edges e "
+        "SELECT c.vocabulary, c.code_dotted AS code, c.title, count(*) AS shared FROM edges e "
         "JOIN mine USING (relation_id, atom_id) JOIN concepts c USING (concept_id) "
         "WHERE c.code <> 'E119' GROUP BY ALL ORDER BY shared DESC, code LIMIT 10"
     ),
@@ -35,19 +37,36 @@ QUERIES: dict[str, str] = {
 }
 
 
-def run_demo(out: str | Path = "artifacts") -> int:
-    """Compile the fixture into ``out/programs`` and print the summary and the three queries."""
+def run_demo(out: str | Path = "artifacts", *, size: str = "default", patients: int = 20000) -> int:
+    """Run the demo into ``out`` (releases/, programs/, ehr/, datasets/) and print what it made."""
     import click
 
     from ontology_compiler import compile_ontology, run_sql
     from ontology_compiler.cli import summary
     from ontology_compiler.sql import format_result
+    from pipelines.prepare import prepare_demo
 
-    if not FIXTURE.is_dir():
-        raise click.ClickException(f"{FIXTURE}: the bundled fixture release is missing (run from a checkout)")
-    result = compile_ontology(FIXTURE, out=Path(out) / "programs")
-    click.echo(summary(result))
+    out = Path(out)
+    datasets = prepare_demo(artifacts=out, size=size, n_patients=patients)
+    release = out / "releases" / f"demo_icd10cm_{size}"
+    program = compile_ontology(release, out=out / "programs")  # already compiled: a verified no-op
+    click.echo(summary(program))
+    for d in datasets:
+        m = d.manifest
+        click.echo(f"\ndataset   {d.path}")
+        click.echo("  " + ", ".join(f"{k} {v}" for k, v in _dataset_counts(m).items()))
     for title, query in QUERIES.items():
-        click.echo(f'\n-- {title}\n$ hrrbert sql {result.path} "{query}"')
-        click.echo(format_result(run_sql(result.path, query), max_rows=20))
+        click.echo(f'\n-- {title}\n$ hrrbert sql {program.path.parent} "{query}"')
+        click.echo(format_result(run_sql(program.path, query), max_rows=20))
     return 0
+
+
+def _dataset_counts(manifest: dict) -> dict:
+    c = manifest.get("counts", {})
+    p, k = c.get("patients", {}), c.get("codes", {})
+    out = {"patients kept": p.get("kept"), "splits": p.get("by_split"), "tokens": k.get("tokens")}
+    if "unknown_code_share" in k:
+        out["unknown code rows"] = f"{100 * k['unknown_code_share']:.2f} %"
+    if "log_frequency_min" in k:
+        out["log frequency"] = f"{k['log_frequency_min']:.1f} .. {k['log_frequency_max']:.1f}"
+    return {key: v for key, v in out.items() if v is not None}

@@ -69,7 +69,7 @@ def test_readme_queries_run_as_written(compiled, tmp_path):
     assert len(cmds) >= 3
     runner = CliRunner()
     for argv in cmds:
-        assert argv[0] == "sql" and argv[1] == "artifacts/programs/snomed_mini_20220531"
+        assert argv[0] == "sql" and argv[1] == "artifacts/programs/demo_icd10cm_default"
         argv = [argv[0], str(compiled.path.parent), *argv[2:]]
         res = runner.invoke(hrrbert_main, argv)
         assert res.exit_code == 0, res.output
@@ -86,10 +86,10 @@ def test_sql_output_formats(compiled):
     assert '"code_dotted": "E11.9"' in js
 
 
-def test_demo_runs(tmp_path):
-    res = CliRunner().invoke(hrrbert_main, ["demo", "--out", str(tmp_path)])
-    assert res.exit_code == 0, res.output
-    assert "atoms composing E11.9" in res.output and "multiplicity histogram" in res.output
+def test_readme_queries_are_the_demo_queries():
+    from pipelines.demo import QUERIES
+
+    assert [argv[2] for argv in _readme_sql_commands()] == list(QUERIES.values())
 
 
 def test_cli_mapping_options_print_the_coverage_table(fixture_release, tmp_path):
