@@ -17,6 +17,8 @@ from .errors import (
     OutputExistsError,
     ProgramFormatError,
 )
+from .owl_export import export_owl
+from .owl_input import compile_owl
 from .program import FORMAT_VERSION, SPECIAL_TOKENS, read_manifest, verify_program
 from .sql import run_sql
 
@@ -32,6 +34,8 @@ __all__ = [
     "OutputExistsError",
     "ProgramFormatError",
     "compile_ontology",
+    "compile_owl",
+    "export_owl",
     "read_manifest",
     "run_sql",
     "verify_program",

@@ -64,8 +64,50 @@ def coverage_table(cov: dict) -> list[str]:
     return rows
 
 
+def owl_summary(result) -> str:
+    """The human summary printed after an OWL compile."""
+    m = result.manifest
+    c, cov, rel = m["counts"], m["coverage"], m["release"]
+    lines = [
+        f"ontology  {rel['ontology_iri'] or '(no IRI)'}"
+        + (f" version {rel['version_iri']}" if rel.get("version_iri") else "")
+        + f" ({rel['format']})",
+        f"classes   {cov['classes']:,} live ({c.get('classes_deprecated', 0):,} deprecated dropped); "
+        f"is-a {c.get('is_a_edges', 0):,}, attribute edges {c.get('attribute_edges', 0):,} "
+        f"({c.get('role_groups', 0):,} role groups), {c.get('object_properties', 0):,} object properties",
+        f"text      {c.get('labels', 0):,} labels, {c.get('synonyms', 0):,} synonyms, "
+        f"{c.get('classes_without_label', 0):,} classes without a label (IRI fragment used)",
+        f"concepts  {cov['codes']:,} tokens ("
+        + ", ".join(f"{k} {v:,}" for k, v in cov["codes_by_vocabulary"].items())
+        + f") over {cov['classes_as_tokens']:,} classes, + {c['concepts'] - cov['codes']} special tokens",
+        f"atoms     {c['atoms']:,} (" + ", ".join(f"{k} {v:,}" for k, v in c["atoms_by_kind"].items()) + ")",
+        f"relations {c['relations']:,}   edges {c['edges']:,}   slices {c['slices']:,}",
+    ]
+    if cov.get("codes_unmatched"):
+        ex = ", ".join(u["entry"] for u in m.get("codes_unmatched", [])[:5])
+        lines.append(f"warnings  {cov['codes_unmatched']:,} --codes entries match no class: {ex}")
+    if m.get("findings"):
+        lines.append("findings  " + "; ".join(m["findings"][:8]))
+    t = m.get("timings", {})
+    if "total" in t:
+        lines.append(f"time      {t['total']:.2f} s")
+    lines.append(
+        f"program   {result.path}"
+        + ("" if result.written else "   (up to date: identical inputs, nothing written)")
+    )
+    return "\n".join(lines)
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("src_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("src_dir", metavar="SRC", type=click.Path(exists=True))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "rf2", "owl"]),
+    default="auto",
+    show_default=True,
+    help="Input kind: rf2 (a release folder) or owl (an .owl/.rdf/.owx/.nt file); auto: owl for a file.",
+)
 @click.option("--out", default="artifacts/programs", show_default=True, help="Programs root folder.")
 @click.option("--name", default=None, help="Release name (default: the folder's name).")
 @click.option(
@@ -124,7 +166,21 @@ def coverage_table(cov: dict) -> list[str]:
     "--codes",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="Code universe: MIMIC-IV d_icd_diagnoses.csv[.gz] or a version,code list.",
+    help="Code universe: MIMIC-IV d_icd_diagnoses.csv[.gz] or a version,code list. "
+    "OWL: a file of class IRIs or CURIEs (one per line) that become tokens.",
+)
+@click.option(
+    "--code-property",
+    default=None,
+    metavar="PROP",
+    help="OWL: annotation property (e.g. oboInOwl:hasDbXref) whose PREFIX:CODE values choose the tokens.",
+)
+@click.option(
+    "--code-prefix",
+    "code_prefixes",
+    multiple=True,
+    metavar="PREFIX",
+    help="OWL: accept only these --code-property prefixes (repeatable; e.g. ICD10CM, ICD-10, SNOMEDCT_US).",
 )
 @click.option(
     "--code-counts",
@@ -143,13 +199,47 @@ def coverage_table(cov: dict) -> list[str]:
 @click.option("--strict", is_flag=True, help="Bad SCTIDs (non-numeric, bad check digit) are fatal.")
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors.")
-def main(src_dir, out, name, as_of, release, languages, stopwords, map_policy, omop, nlm_icd9, gem, icd10cm_map,
-         codes, code_counts, fallback, stated, strict, verbose, quiet) -> None:  # fmt: skip
-    """Compile the SNOMED CT RF2 release in SRC_DIR into a versioned Parquet HRR program."""
+def main(src_dir, fmt, out, name, as_of, release, languages, stopwords, map_policy, omop, nlm_icd9, gem,
+         icd10cm_map, codes, code_property, code_prefixes, code_counts, fallback, stated, strict, verbose,
+         quiet) -> None:  # fmt: skip
+    """Compile SRC into a versioned Parquet HRR program.
+
+    SRC is a SNOMED CT RF2 release folder (--format rf2) or an OWL ontology file (--format owl: RDF/XML,
+    OWL/XML or N-Triples; tokens from --codes, --code-property, or every class).
+    """
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    from pathlib import Path
+
     from . import OntologyCompilerError, compile_ontology
 
+    is_file = Path(src_dir).is_file()
+    if fmt == "auto":
+        fmt = "owl" if is_file else "rf2"
+    if (fmt == "owl") != is_file:
+        raise click.BadParameter(
+            f"--format {fmt} needs {'an OWL file' if fmt == 'owl' else 'an RF2 release folder'}",
+            param_hint="SRC",
+        )
+    if fmt == "rf2" and (code_property or code_prefixes):
+        raise click.UsageError("--code-property/--code-prefix apply to --format owl only")
+    rf2_only = {"--as-of": as_of, "--map-policy": map_policy, "--omop": omop, "--nlm-icd9": nlm_icd9, "--gem": gem,
+                "--icd10cm-map": icd10cm_map, "--code-counts": code_counts, "--stated": stated, "--strict": strict,
+                "--fallback": fallback != "none"}  # fmt: skip
+    if fmt == "owl" and any(rf2_only.values()):
+        raise click.UsageError(
+            f"{', '.join(k for k, v in rf2_only.items() if v)}: RF2 options, not for --format owl"
+        )
+    if fmt == "owl":
+        from .owl_input import compile_owl
+
+        try:
+            result = compile_owl(src_dir, codes=codes, out=out, name=name, stopwords=stopwords,
+                                 code_property=code_property, code_prefixes=tuple(code_prefixes) or None)  # fmt: skip
+        except (OntologyCompilerError, ValueError) as e:
+            raise click.ClickException(str(e)) from e
+        click.echo(str(result.path) if quiet else owl_summary(result))
+        return
     try:
         result = compile_ontology(
             src_dir,

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass
@@ -26,6 +24,8 @@ from .graph import (
     token_word_edges,
     word_edges,
 )
+from .manifest import compiler_version, existing_program
+from .manifest import program_id as _program_id
 from .map_codes import MappingResult, map_codes
 from .map_policy import load_policy
 from .map_sources import find_sources
@@ -35,15 +35,6 @@ from .rf2_files import choose_release_type, scan_release, select_files
 from .words import default_stopwords_path, load_stopwords, semantic_tag
 
 log = logging.getLogger(__name__)
-
-
-def compiler_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("hrrbert")
-    except Exception:  # not installed (running from a checkout)
-        return "0.1.0"
 
 
 @dataclass
@@ -162,11 +153,10 @@ def compile_ontology(
     }
     program_id = _program_id(inputs, options)
     final = out_dir / program_id
-    if final.exists():
-        manifest = verify_program(final) if _intact(final) else None
-        if manifest is not None and manifest.get("program_id") == program_id:
-            log.info("%s is up to date (identical inputs and options); nothing written", final)
-            return CompileResult(final, program_id, False, manifest)
+    manifest = existing_program(final, program_id)
+    if manifest is not None:
+        log.info("%s is up to date (identical inputs and options); nothing written", final)
+        return CompileResult(final, program_id, False, manifest)
     t_hash = time.perf_counter() - t_start
 
     # ---- read and resolve
@@ -237,24 +227,6 @@ def compile_ontology(
     return CompileResult(
         path, program_id, written, verify_program(path, hashes=False) if not written else manifest
     )
-
-
-def _intact(path: Path) -> bool:
-    try:
-        verify_program(path)
-        return True
-    except Exception:
-        return False
-
-
-def _program_id(inputs: list[dict], options: dict) -> str:
-    payload = {
-        "format_version": FORMAT_VERSION,
-        "compiler_version": compiler_version(),
-        "inputs": sorted((i["role"], i["sha256"]) for i in inputs),
-        "options": options,
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _rel(path: Path, src: Path) -> str:

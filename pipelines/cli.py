@@ -109,3 +109,31 @@ def prepare_cmd(**kw: object) -> None:
             f"unknown   {codes['unknown_code_rows']} code rows ({100 * codes['unknown_code_share']:.2f} %), "
             f"{codes['unknown_codes_distinct']} distinct codes not in the program"
         )
+
+
+@main.command("export-owl")
+@click.argument("program", type=click.Path(exists=True, file_okay=False))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite OUT when it exists.")
+@click.option("--scope", type=click.Choice(["program", "all"]), default="program", show_default=True,
+              help="program: concepts the program uses and their ancestors; all: every graph concept.")  # fmt: skip
+@click.option(
+    "--base-iri", default=None, help="Ontology IRI (default https://hrrbert.invalid/program/<id>/)."
+)
+def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: str | None) -> None:
+    """Write a compiled PROGRAM as an OWL ontology (RDF/XML) to OUT, e.g. for Protégé."""
+    from ontology_compiler import OntologyCompilerError
+    from ontology_compiler.owl_export import export_owl
+    from ontology_compiler.sql import resolve_program
+
+    try:
+        r = export_owl(resolve_program(program), out, force=force, scope=scope, base_iri=base_iri)
+    except OntologyCompilerError as e:
+        raise click.ClickException(str(e)) from e
+    c = r.counts
+    click.echo(
+        f"classes   {c.get('ontology_classes', 0):,} ontology classes, {c.get('tokens', 0):,} tokens\n"
+        f"axioms    is-a {c.get('is_a', 0):,}, restrictions {c.get('restrictions', 0):,} "
+        f"({c.get('role_groups', 0):,} role groups), mappedTo {c.get('mapped_to', 0):,}\n"
+        f"owl       {r.path}"
+    )

@@ -1,0 +1,408 @@
+"""``compile_owl``: an OWL ontology (RDF/XML, OWL/XML, N-Triples) -> content-addressed HRR program (format 1).
+
+Classes become SNOMED-like concepts with synthetic int64 keys (``owl_read.CLASS_KEY_BASE`` + index by
+sorted IRI), object properties become attribute relations (keys from ``PROPERTY_KEY_BASE``; is-a keeps
+116680003), label and synonym annotation values become description words by the RF2 word rule.
+Which classes become tokens (rows of ``concepts.parquet``):
+
+- ``codes``: a file of class IRIs or CURIEs, one per line (``#`` comments); vocabulary ``OWL``, code =
+  the class CURIE. Entries that match no live class are counted and listed in the manifest.
+- ``code_property``: an annotation property (e.g. ``oboInOwl:hasDbXref``) whose values ``PREFIX:CODE``
+  with a prefix in :data:`CODE_PREFIXES` select classes; the token is the code (vocabulary from the
+  table, ICD codes dotless as MIMIC writes them) and maps to every class that names it.
+- neither: every live class is a token (vocabulary ``OWL``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import icd
+from .compiler import CompileResult
+from .errors import HierarchyCycleError, InputFileError, MissingInputError
+from .graph import check_is_a_acyclic, word_edges
+from .manifest import compiler_version, existing_program, program_id
+from .owl_read import IS_A_KEY, OwlGraph, expand, fragment, read_owl
+from .program import FORMAT_VERSION, build_tables, sha256_file, verify_program, write_program
+from .words import default_stopwords_path, load_stopwords
+
+log = logging.getLogger(__name__)
+
+OWL_VOCABULARY = "OWL"
+LABEL_PROPERTIES = ("rdfs:label", "skos:prefLabel")
+SYNONYM_PROPERTIES = ("skos:altLabel", "oboInOwl:hasExactSynonym", "oboInOwl:hasRelatedSynonym")
+# code-property value prefix (case-insensitive) -> token vocabulary
+CODE_PREFIXES = {
+    "ICD10CM": icd.ICD10CM, "ICD-10-CM": icd.ICD10CM, "ICD10-CM": icd.ICD10CM,
+    "ICD-10": "ICD10", "ICD10": "ICD10", "ICD10WHO": "ICD10",
+    "ICD9CM": icd.ICD9CM, "ICD-9-CM": icd.ICD9CM, "ICD9": icd.ICD9CM, "ICD-9": icd.ICD9CM,
+    "SNOMEDCT_US": "SNOMEDCT", "SNOMEDCT": "SNOMEDCT", "SNOMED": "SNOMEDCT", "SCTID": "SNOMEDCT",
+}  # fmt: skip
+ICD_RULES = {icd.ICD10CM: icd.ICD10CM, "ICD10": icd.ICD10CM, icd.ICD9CM: icd.ICD9CM}  # dot + chapter rules
+MAX_LISTED = 1000
+
+
+def compile_owl(
+    path: str | Path,
+    *,
+    codes: str | Path | None = None,
+    out: str | Path = "artifacts/programs",
+    name: str | None = None,
+    label_properties: tuple[str, ...] = LABEL_PROPERTIES,
+    synonym_properties: tuple[str, ...] = SYNONYM_PROPERTIES,
+    stopwords: str | Path | None = None,
+    code_property: str | None = None,
+    code_prefixes: tuple[str, ...] | None = None,
+    language: str | None = "en",
+) -> CompileResult:
+    """Compile the OWL file ``path`` into ``out/<name>/<program_id>/`` (``name``: the file's stem).
+
+    ``codes`` (a file of IRIs/CURIEs) or ``code_property`` (CURIE or IRI; ``code_prefixes`` limits the
+    accepted prefixes, default all of :data:`CODE_PREFIXES`) choose the tokens; with neither, every
+    class is one. ``label_properties``/``synonym_properties`` are CURIEs or IRIs. ``language`` keeps
+    literals without a tag or tagged with it (``None``: all). Identical inputs and options give the
+    same ``program_id``; recompiling is then a no-op.
+
+    Raises:
+        MissingInputError: ``path`` or ``codes`` does not exist.
+        InputFileError: owlready2 cannot parse the file (formats tried named), or it has no classes.
+        HierarchyCycleError: ``subClassOf`` has a cycle (``members``: the class CURIEs).
+    """
+    t_start = time.perf_counter()
+    path = Path(path)
+    if not path.is_file():
+        raise MissingInputError(f"{path}: OWL file not found")
+    if codes is not None and code_property is not None:
+        raise ValueError("give either codes (a file of classes) or code_property, not both")
+    label_iris = [expand(x) for x in label_properties]
+    synonym_iris = [expand(x) for x in synonym_properties]
+    code_iri = expand(code_property) if code_property is not None else None
+    prefixes = _prefixes(code_prefixes)
+    name = name or path.stem
+    out_dir = Path(out) / name
+    stop_path = Path(stopwords) if stopwords is not None else default_stopwords_path()
+    stop_words = load_stopwords(stop_path)
+    inputs = [
+        {"role": "owl", "path": str(path), "sha256": sha256_file(path), "bytes": path.stat().st_size},
+        {"role": "stopwords", "path": str(stop_path) if stopwords is not None
+         else "ontology_compiler/data/stopwords.txt (shipped)", "sha256": sha256_file(stop_path),
+         "bytes": stop_path.stat().st_size},
+    ]  # fmt: skip
+    if codes is not None:
+        cp = Path(codes)
+        if not cp.is_file():
+            raise MissingInputError(f"{cp}: --codes file not found")
+        inputs.append(
+            {"role": "codes", "path": str(cp), "sha256": sha256_file(cp), "bytes": cp.stat().st_size}
+        )
+    mode = "codes_file" if codes is not None else "code_property" if code_iri else "all_classes"
+    options = {
+        "format": "owl",
+        "tokens": mode,
+        "label_properties": label_iris,
+        "synonym_properties": synonym_iris,
+        "code_property": code_iri,
+        "code_prefixes": sorted(prefixes) if code_iri else None,
+        "language": language,
+    }
+    pid = program_id(inputs, options)
+    manifest = existing_program(out_dir / pid, pid)
+    if manifest is not None:
+        log.info("%s is up to date (identical inputs and options); nothing written", out_dir / pid)
+        return CompileResult(out_dir / pid, pid, False, manifest)
+    t_hash = time.perf_counter() - t_start
+    timings = {"hash_inputs": round(t_hash, 3)}
+
+    t = time.perf_counter()
+    og = read_owl(path, list(dict.fromkeys([*label_iris, *synonym_iris, *([code_iri] if code_iri else [])])),
+                  language)  # fmt: skip
+    timings["read_owl"] = round(time.perf_counter() - t, 3)
+    live = og.classes.filter(pc.invert(og.classes["deprecated"]))
+    if live.num_rows == 0:
+        raise InputFileError(path, f"no OWL classes found (parsed as {og.format}, {og.triples} triples)",
+                             expected="owl:Class declarations or rdfs:subClassOf axioms")  # fmt: skip
+    t = time.perf_counter()
+    _check_cycles(og)
+    timings["is_a_check"] = round(time.perf_counter() - t, 3)
+
+    t = time.perf_counter()
+    counts = Counter(og.counts)
+    terms, labels = _terms(og, live, label_iris, synonym_iris, counts)
+    if mode == "codes_file":
+        tokens, token_class, unmatched = _tokens_from_file(Path(codes), live, labels, counts)
+    elif mode == "code_property":
+        (tokens, token_class), unmatched = _tokens_from_property(og, code_iri, prefixes, labels, counts), []
+    else:
+        (tokens, token_class), unmatched = _tokens_all(live, labels), []
+    if tokens.num_rows == 0:
+        log.warning("%s: no class became a token (%s); the program holds only special tokens", path, mode)
+    keys = pc.unique(token_class["sctid"])
+    e = og.edges.filter(pc.is_in(og.edges["source_key"], value_set=keys))
+    rel_edges = pa.table({"sctid": e["source_key"], "relation_key": e["relation_key"], "atom_sctid": e["target_key"],
+                          "role_group": e["role_group"], "provenance": e["axiom"]})  # fmt: skip
+    wedges = word_edges(terms.filter(pc.is_in(terms["sctid"], value_set=keys)), stop_words)
+    concept_labels = pa.concat_tables([
+        pa.table({"sctid": labels["key"], "fsn": pa.nulls(labels.num_rows, pa.string()), "preferred": labels["label"]}),
+        pa.table({"sctid": og.properties["key"], "fsn": pa.nulls(og.properties.num_rows, pa.string()),
+                  "preferred": og.properties["label"]}),
+        pa.table({"sctid": pa.array([IS_A_KEY], pa.int64()), "fsn": pa.nulls(1, pa.string()),
+                  "preferred": pa.array(["is a"])}),
+    ])  # fmt: skip
+    timings["graph"] = round(time.perf_counter() - t, 3)
+    t = time.perf_counter()
+    tables = build_tables(tokens, rel_edges, wedges, token_class, concept_labels)
+    tables["atoms"] = _curie_keys(tables["atoms"], og.classes)
+    graph_tables = _graph_tables(og, labels, token_class, label_iris, synonym_iris)
+    timings["program_tables"] = round(time.perf_counter() - t, 3)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "program_id": pid,
+        "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "compiler_version": compiler_version(),
+        "release": {
+            "name": name,
+            "type": "OWL",
+            "format": og.format,
+            "ontology_iri": og.ontology_iri,
+            "version_iri": og.version_iri,
+            "version_info": og.version_info,
+            "imports_not_followed": og.imports,
+            "date": None,
+            "as_of": None,
+            "namespaces": [],
+        },
+        "inputs": inputs,
+        "options": options,
+        "counts": _counts(counts, tables),
+        "coverage": _coverage(tokens, token_class, live, unmatched, counts),
+        "codes_unmatched": unmatched[:MAX_LISTED],
+        "findings": [
+            f"{k}: {v}" for k, v in sorted(counts.items()) if k.startswith(("unsupported", "named_eq"))
+        ],
+        "timings": {**timings},
+    }
+    t = time.perf_counter()
+    final, written = write_program(out_dir, pid, tables, graph_tables, manifest)
+    manifest["timings"]["write"] = round(time.perf_counter() - t, 3)
+    manifest["timings"]["total"] = round(time.perf_counter() - t_start, 3)
+    if written:
+        log.info("wrote program %s", final)
+    return CompileResult(final, pid, written, manifest if written else verify_program(final, hashes=False))
+
+
+def _prefixes(code_prefixes: tuple[str, ...] | None) -> dict[str, str]:
+    if code_prefixes is None:
+        return dict(CODE_PREFIXES)
+    out = {}
+    for p in code_prefixes:
+        if p.upper() not in CODE_PREFIXES:
+            raise ValueError(f"code prefix {p!r} is not one of {', '.join(CODE_PREFIXES)}")
+        out[p.upper()] = CODE_PREFIXES[p.upper()]
+    return out
+
+
+def _check_cycles(og: OwlGraph) -> None:
+    e = og.edges
+    rels = pa.table(
+        {"typeId": e["relation_key"], "sourceId": e["source_key"], "destinationId": e["target_key"]}
+    )
+    try:
+        check_is_a_acyclic(rels)
+    except HierarchyCycleError as err:
+        curie_of = dict(zip(og.classes["key"].to_pylist(), og.classes["curie"].to_pylist(), strict=True))
+        raise HierarchyCycleError([curie_of.get(m, m) for m in err.members]) from err
+
+
+def _terms(
+    og: OwlGraph, live: pa.Table, label_iris, synonym_iris, counts: Counter
+) -> tuple[pa.Table, pa.Table]:
+    """Description terms ``(sctid, type, term)`` and one label per live class ``(key, label, has_label)``."""
+    a = og.annotations.filter(pc.is_in(og.annotations["key"], value_set=live["key"]))
+    is_label = pc.is_in(a["property"], value_set=pa.array(label_iris, pa.string()))
+    is_syn = pc.is_in(a["property"], value_set=pa.array(synonym_iris, pa.string()))
+    lab, syn = a.filter(is_label), a.filter(pc.and_(is_syn, pc.invert(is_label)))
+    # preferred label: label properties in the given order, untagged/matching language before others
+    rank = {p: i for i, p in enumerate(label_iris)}
+    lab = lab.append_column("_p", pa.array([rank[p] for p in lab["property"].to_pylist()], pa.int32()))
+    lab = lab.append_column("_l", pc.is_valid(lab["language"]))
+    first = (
+        lab.sort_by([("key", "ascending"), ("_p", "ascending"), ("_l", "ascending"), ("value", "ascending")])
+        .group_by("key", use_threads=False)
+        .aggregate([("value", "first")])
+        .rename_columns(["key", "label"])
+    )
+    labels = live.select(["key", "iri"]).join(first, keys="key", join_type="left outer").sort_by("key")
+    has_label = pc.is_valid(labels["label"])
+    missing = labels.filter(pc.invert(has_label))
+    counts["classes_without_label"] = missing.num_rows
+    counts["labels"], counts["synonyms"] = lab.num_rows, syn.num_rows
+    if missing.num_rows:
+        log.warning("%d classes have no label; their IRI fragments are used as words (e.g. %s)",
+                    missing.num_rows, missing["iri"][0].as_py())  # fmt: skip
+    frag = pa.array([fragment(i) for i in missing["iri"].to_pylist()], pa.string())
+    labels = pa.table({"key": labels["key"], "label": pc.coalesce(labels["label"], pa.array(
+        [fragment(i) for i in labels["iri"].to_pylist()], pa.string())), "has_label": has_label})  # fmt: skip
+    terms = pa.concat_tables([
+        pa.table({"sctid": lab["key"], "type": pa.array(["label"] * lab.num_rows, pa.string()), "term": lab["value"]}),
+        pa.table({"sctid": syn["key"], "type": pa.array(["synonym"] * syn.num_rows, pa.string()), "term": syn["value"]}),
+        pa.table({"sctid": missing["key"], "type": pa.array(["iri"] * missing.num_rows, pa.string()), "term": frag}),
+    ])  # fmt: skip
+    return terms, labels
+
+
+def _token_table(vocab, code, dotted, key_lists, labels: pa.Table, source: str) -> tuple[pa.Table, pa.Table]:
+    """Tokens (one per code) and the (vocabulary, code, sctid) table of their classes."""
+    label_of = dict(zip(labels["key"].to_pylist(), labels["label"].to_pylist(), strict=True))
+    n = len(code)
+    chapter = np.zeros(n, dtype=np.int8)
+    codes = pa.array(code, pa.string())
+    vocabs = pa.array(vocab, pa.string())
+    for v, rule in ICD_RULES.items():
+        sel = pc.equal(vocabs, v).to_numpy(zero_copy_only=False)
+        if sel.any():
+            chapter[sel] = icd.chapters(codes.filter(pa.array(sel)), rule).fill_null(0).to_numpy()
+    tokens = pa.table({
+        "vocabulary": vocabs, "code": codes, "code_dotted": pa.array(dotted, pa.string()),
+        "title": pa.array([label_of.get(k[0]) for k in key_lists], pa.string()),
+        "snomed_ids": pa.array(key_lists, pa.list_(pa.int64())),
+        "mapping_source": pa.array([source] * n, pa.string()),
+        "mapping_kind": pa.array(["one_to_one" if len(k) == 1 else "one_to_many" for k in key_lists], pa.string()),
+        "chapter": pa.array(chapter, pa.int8(), mask=chapter == 0),
+    })  # fmt: skip
+    lens = [len(k) for k in key_lists]
+    token_class = pa.table({
+        "vocabulary": pa.array(np.repeat(np.asarray(vocab, dtype=object), lens).tolist(), pa.string()),
+        "code": pa.array(np.repeat(np.asarray(code, dtype=object), lens).tolist(), pa.string()),
+        "sctid": pa.array([x for k in key_lists for x in k], pa.int64()),
+    })  # fmt: skip
+    return tokens, token_class
+
+
+def _tokens_all(live: pa.Table, labels: pa.Table) -> tuple[pa.Table, pa.Table]:
+    cur = live["curie"].to_pylist()
+    return _token_table([OWL_VOCABULARY] * len(cur), cur, cur, [[k] for k in live["key"].to_pylist()], labels,
+                        "all_classes")  # fmt: skip
+
+
+def _tokens_from_file(path: Path, live: pa.Table, labels: pa.Table, counts: Counter):
+    """Tokens for the classes a codes file names; unmatched entries as ``{line, entry, reason}``."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputFileError(path, "codes file is not valid UTF-8", expected="UTF-8 text") from e
+    by_name = dict(zip(live["iri"].to_pylist(), live["key"].to_pylist(), strict=True))
+    by_name.update(zip(live["curie"].to_pylist(), live["key"].to_pylist(), strict=True))
+    curie_of = dict(zip(live["key"].to_pylist(), live["curie"].to_pylist(), strict=True))
+    chosen, unmatched = {}, []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        entry = line.strip().strip("<>")
+        if not entry or entry.startswith("#"):
+            continue
+        counts["codes_entries"] += 1
+        key = by_name.get(entry)
+        if key is None:
+            unmatched.append(
+                {"line": lineno, "entry": entry, "reason": "no live class with this IRI or CURIE"}
+            )
+        else:
+            chosen.setdefault(key, lineno)
+    counts["codes_unmatched"] = len(unmatched)
+    if unmatched:
+        log.warning("%s: %d entries match no class (listed in the manifest), e.g. %r",
+                    path, len(unmatched), unmatched[0]["entry"])  # fmt: skip
+    keys = sorted(chosen)
+    cur = [curie_of[k] for k in keys]
+    tokens, token_class = _token_table(
+        [OWL_VOCABULARY] * len(keys), cur, cur, [[k] for k in keys], labels, "codes_file"
+    )
+    return tokens, token_class, unmatched
+
+
+def _tokens_from_property(og: OwlGraph, code_iri: str, prefixes: dict, labels: pa.Table, counts: Counter):
+    a = og.annotations.filter(pc.equal(og.annotations["property"], code_iri))
+    live_keys = set(labels["key"].to_pylist())
+    by_code: dict[tuple[str, str, str], set[int]] = {}
+    for key, value in zip(a["key"].to_pylist(), a["value"].to_pylist(), strict=True):
+        prefix, sep, code = value.strip().partition(":")
+        vocab = prefixes.get(prefix.strip().upper()) if sep else None
+        if vocab is None or not code.strip():
+            counts["code_values_ignored"] += 1
+            counts[f"code_values_ignored_prefix:{prefix if sep else '(none)'}"] += 1
+            continue
+        if key not in live_keys:
+            continue
+        code = code.strip()
+        if vocab in ICD_RULES:
+            dotless = icd.dotless(pa.array([code]))[0].as_py()
+            dotted = icd.dotted(pa.array([dotless]), ICD_RULES[vocab])[0].as_py()
+        else:
+            dotless = dotted = code
+        by_code.setdefault((vocab, dotless, dotted), set()).add(key)
+        counts["code_values_used"] += 1
+    items = sorted(by_code.items())
+    return _token_table([k[0] for k, _ in items], [k[1] for k, _ in items], [k[2] for k, _ in items],
+                        [sorted(v) for _, v in items], labels, "code_property")  # fmt: skip
+
+
+def _curie_keys(atoms: pa.Table, classes: pa.Table) -> pa.Table:
+    """Concept atoms keyed by class CURIE (``sctid`` keeps the synthetic key)."""
+    idx = pc.index_in(atoms["sctid"], value_set=classes["key"])
+    key = pc.if_else(pc.equal(atoms["kind"], "concept"), pc.take(classes["curie"], idx), atoms["key"])
+    return atoms.set_column(atoms.column_names.index("key"), "key", key)
+
+
+def _graph_tables(og: OwlGraph, labels: pa.Table, token_class: pa.Table, label_iris: list[str],
+                  synonym_iris: list[str]) -> dict[str, pa.Table]:  # fmt: skip
+    c = og.classes.join(labels, keys="key", join_type="left outer").sort_by("key")
+    c = c.append_column("token", pc.is_in(c["key"], value_set=pc.unique(token_class["sctid"])))
+    a = og.annotations
+    kind = pc.if_else(pc.is_in(a["property"], value_set=pa.array(label_iris, pa.string())), "label",
+                      pc.if_else(pc.is_in(a["property"], value_set=pa.array(synonym_iris, pa.string())),
+                                 "synonym", "code"))  # fmt: skip
+    code_map = token_class.sort_by(
+        [("vocabulary", "ascending"), ("code", "ascending"), ("sctid", "ascending")]
+    )
+    return {
+        "owl_classes": c.select(["key", "iri", "curie", "label", "has_label", "deprecated", "token"]),
+        "owl_properties": og.properties,
+        "owl_edges": og.edges,
+        "owl_labels": a.append_column("kind", kind),
+        "owl_code_map": code_map.rename_columns(["vocabulary", "code", "key"]),
+    }
+
+
+def _counts(counts: Counter, tables: dict[str, pa.Table]) -> dict:
+    out = {k: int(v) for k, v in sorted(counts.items())}
+    out["atoms"] = tables["atoms"].num_rows
+    kinds, n = np.unique(tables["atoms"]["kind"].to_numpy(zero_copy_only=False), return_counts=True)
+    out["atoms_by_kind"] = {str(k): int(v) for k, v in zip(kinds, n, strict=True)}
+    out["relations"] = tables["relations"].num_rows
+    out["concepts"] = tables["concepts"].num_rows
+    out["edges"] = tables["edges"].num_rows
+    out["slices"] = tables["slices"].num_rows
+    rels = tables["relations"]
+    out["max_multiplicity"] = {str(lab): int(m) for lab, m in zip(
+        rels["label"].to_pylist(), rels["max_multiplicity"].to_pylist(), strict=True)}  # fmt: skip
+    return out
+
+
+def _coverage(
+    tokens: pa.Table, token_class: pa.Table, live: pa.Table, unmatched: list, counts: Counter
+) -> dict:
+    v, n = np.unique(tokens["vocabulary"].to_numpy(zero_copy_only=False), return_counts=True)
+    return {
+        "codes": tokens.num_rows,
+        "codes_by_vocabulary": {str(a): int(b) for a, b in zip(v, n, strict=True)},
+        "classes": live.num_rows,
+        "classes_as_tokens": len(pc.unique(token_class["sctid"])),
+        "codes_entries": int(counts.get("codes_entries", 0)),
+        "codes_unmatched": len(unmatched),
+    }

@@ -1,0 +1,377 @@
+"""Read an OWL file through owlready2's quadstore into Arrow tables (no per-class Python objects).
+
+The file is parsed into a fresh in-memory owlready2 ``World``; the triples are then read in bulk with
+SQL from its SQLite quadstore (``resources``, ``objs``, ``datas``) and resolved with numpy and dicts.
+Imports (``owl:imports``) are not followed; they are listed.
+
+Reading rules (grammar as data below):
+
+- classes: named resources typed ``owl:Class`` (or used as a named superclass / ``some`` filler),
+  minus ``owl:Thing``/``owl:Nothing``; ``owl:deprecated true`` classes are kept in the class table but
+  dropped from edges and tokens. Keys: ``CLASS_KEY_BASE`` + the index of the IRI in sorted order.
+- object properties: keys ``PROPERTY_KEY_BASE`` + index by sorted IRI; is-a keeps 116680003.
+- ``C subClassOf D`` (D named) -> is-a; ``C subClassOf``/``equivalentClass`` an expression: named
+  conjuncts of an intersection -> is-a, ``P some D`` (D named) -> attribute edge group 0, and
+  ``G some (P1 some D1 and P2 some D2 ...)`` (a ``some`` whose filler is a restriction or an
+  intersection of restrictions: SNOMED's role group) -> attribute edges with group 1, 2, ... per class
+  (groups ordered by content, identical groups merged), ``G`` kept as ``group_property_key``.
+  Anything else (``only``, unions, complements, cardinalities, ``value``, deeper nesting) is counted.
+- ``C equivalentClass D`` with both named is skipped (counted): it would make an is-a cycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from . import rf2_schema as S
+from .errors import InputFileError
+
+log = logging.getLogger(__name__)
+
+NAMESPACES = {
+    "rdf": "http://www.w3.org/1999/02/22-rdf-syntax-ns#",
+    "rdfs": "http://www.w3.org/2000/01/rdf-schema#",
+    "owl": "http://www.w3.org/2002/07/owl#",
+    "xsd": "http://www.w3.org/2001/XMLSchema#",
+    "skos": "http://www.w3.org/2004/02/skos/core#",
+    "oboInOwl": "http://www.geneontology.org/formats/oboInOwl#",
+    "obo": "http://purl.obolibrary.org/obo/",
+    "dc": "http://purl.org/dc/elements/1.1/",
+    "dcterms": "http://purl.org/dc/terms/",
+}
+FORMATS = {"rdfxml": "RDF/XML", "owlxml": "OWL/XML", "ntriples": "N-Triples"}
+CLASS_KEY_BASE = 10**12
+PROPERTY_KEY_BASE = 2 * 10**12
+IS_A_KEY = S.IS_A
+_V = {k: NAMESPACES["rdf" if k in ("type", "first", "rest", "nil") else "owl"] + k for k in (
+    "type", "first", "rest", "nil", "Class", "Thing", "Nothing", "ObjectProperty", "Ontology", "Restriction",
+    "onProperty", "someValuesFrom", "intersectionOf", "equivalentClass", "deprecated", "versionIRI",
+    "versionInfo", "imports", "allValuesFrom", "unionOf", "complementOf", "hasValue", "oneOf",
+    "cardinality", "minCardinality", "maxCardinality", "qualifiedCardinality", "minQualifiedCardinality",
+    "maxQualifiedCardinality")}  # fmt: skip
+_V["subClassOf"] = NAMESPACES["rdfs"] + "subClassOf"
+_V["label"] = NAMESPACES["rdfs"] + "label"
+_V["oboId"] = NAMESPACES["oboInOwl"] + "id"
+UNSUPPORTED = ("allValuesFrom", "unionOf", "complementOf", "hasValue", "oneOf", "cardinality",
+               "minCardinality", "maxCardinality", "qualifiedCardinality", "minQualifiedCardinality",
+               "maxQualifiedCardinality")  # fmt: skip
+OBO_LOCAL_RE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)_([0-9]+)$")
+
+
+def expand(name: str) -> str:
+    """``oboInOwl:hasDbXref`` -> its IRI; a full IRI is returned unchanged."""
+    if "://" in name or name.startswith("urn:"):
+        return name
+    prefix, sep, local = name.partition(":")
+    if not sep or prefix not in NAMESPACES:
+        raise ValueError(
+            f"{name!r} is neither an IRI nor a CURIE with a known prefix ({', '.join(NAMESPACES)})"
+        )
+    return NAMESPACES[prefix] + local
+
+
+def fragment(iri: str) -> str:
+    """The part after the last ``#`` or ``/``."""
+    return re.split(r"[#/]", iri.rstrip("/#"))[-1]
+
+
+def curie(iri: str) -> str:
+    """OBO-style ``.../HP_0001250`` -> ``HP:0001250``; otherwise the IRI fragment."""
+    frag = fragment(iri)
+    m = OBO_LOCAL_RE.match(frag)
+    return f"{m.group(1)}:{m.group(2)}" if m else frag
+
+
+@dataclass
+class OwlGraph:
+    """The ontology as read: header, classes, properties, edges and annotation values."""
+
+    path: Path
+    format: str
+    ontology_iri: str | None
+    version_iri: str | None
+    version_info: str | None
+    imports: list[str]
+    classes: pa.Table  # key, iri, curie, deprecated
+    properties: pa.Table  # key, iri, curie, label
+    edges: pa.Table  # source_key, relation_key, target_key, role_group, group_property_key, axiom
+    annotations: pa.Table  # key, property (IRI), value, language
+    triples: int
+    counts: Counter = field(default_factory=Counter)
+
+
+def parse(path: Path) -> tuple[object, str, int]:
+    """Parse ``path`` into a fresh World: the guessed format first, then the others."""
+    import owlready2
+
+    with open(path, "rb") as f:
+        guessed = owlready2.driver._guess_format(f)
+    order = [guessed, *(f for f in FORMATS if f != guessed)]
+    errors = []
+    hook = sys.excepthook
+    sys.excepthook = lambda *a: None  # owlready2 prints parser tracebacks through the hook
+    try:
+        for fmt in order:
+            world = owlready2.World()
+            onto = world.get_ontology("http://hrrbert.invalid/unnamed/")
+            try:
+                with open(path, "rb") as f:
+                    onto.graph.parse(f, format=fmt, default_base=onto.base_iri)
+                return world, fmt, onto.graph.c
+            except Exception as e:  # owlready2 raises several types; every one means "not this format"
+                errors.append(f"{FORMATS[fmt]}: {_message(e)}")
+                world.close()
+    finally:
+        sys.excepthook = hook
+    raise InputFileError(path, "owlready2 cannot parse this file in any format it reads",
+                         expected="an OWL ontology in " + ", ".join(FORMATS.values()),
+                         found="; ".join(errors))  # fmt: skip
+
+
+def _message(e: BaseException) -> str:
+    a = e.args
+    while isinstance(a, tuple) and a and not isinstance(a[-1], str):
+        a = a[-1]
+    return str(a[-1] if isinstance(a, tuple) and a else e).strip()[:300]
+
+
+def read_owl(path: str | Path, annotation_properties: list[str], language: str | None) -> OwlGraph:
+    """Parse ``path`` and read classes, properties, edges and the given annotation properties' values.
+
+    ``annotation_properties`` are IRIs; literal values are kept when ``language`` is None, when they
+    carry no language tag, or when their tag is ``language`` or starts with ``language-``.
+    """
+    path = Path(path)
+    world, fmt, c = parse(path)
+    try:
+        return _read(world.graph, c, path, fmt, annotation_properties, language)
+    finally:
+        world.close()
+
+
+def _read(g, c: int, path: Path, fmt: str, ann_props: list[str], language: str | None) -> OwlGraph:
+    res = dict(g.execute("SELECT iri, storid FROM resources").fetchall())
+    iri_of = {v: k for k, v in res.items()}
+    sid = {k: res.get(v, 0) for k, v in _V.items()}
+    objs = np.array(
+        g.execute("SELECT s, p, o FROM objs WHERE c = ?", (c,)).fetchall() or np.zeros((0, 3)), np.int64
+    )
+    s, p, o = objs[:, 0], objs[:, 1], objs[:, 2]
+    counts: Counter = Counter()
+    counts["triples"] = len(objs)
+
+    # ---- header
+    onto_ids = s[(p == sid["type"]) & (o == sid["Ontology"]) & (s > 0)]
+    onto_sid = int(onto_ids[0]) if len(onto_ids) else None
+    ontology_iri = iri_of[onto_sid] if onto_sid else None
+
+    def obj_of(subject, pred):
+        hit = o[(s == subject) & (p == sid[pred])]
+        return iri_of.get(int(hit[0])) if len(hit) else None
+
+    version_iri = obj_of(onto_sid, "versionIRI") if onto_sid else None
+    imports = [iri_of[int(x)] for x in o[(s == onto_sid) & (p == sid["imports"])]] if onto_sid else []
+    if imports:
+        log.warning("%s imports %d ontologies; imports are not followed: %s", path, len(imports), imports)
+
+    # ---- classes and properties
+    nonclass = {sid["Thing"], sid["Nothing"], 0}
+    typed = (p == sid["type"]) & (s > 0)
+    declared = set(s[typed & (o == sid["Class"])].tolist())
+    sub = (p == sid["subClassOf"]) & (s > 0)
+    fillers = o[(p == sid["someValuesFrom"]) & (o > 0)]
+    class_ids = (declared | set(o[sub & (o > 0)].tolist()) | set(fillers.tolist())) - nonclass
+    prop_ids = set(s[typed & (o == sid["ObjectProperty"])].tolist()) | set(o[p == sid["onProperty"]].tolist())
+    prop_ids = {x for x in prop_ids if x > 0}
+    datas = g.execute(
+        "SELECT s, p, o, d FROM datas WHERE c = ? AND p IN (?, ?, ?, ?)",
+        (c, sid["deprecated"], sid["versionInfo"], sid["oboId"], sid["label"]),
+    ).fetchall()
+    deprecated = {r[0] for r in datas if r[1] == sid["deprecated"] and str(r[2]).lower() in ("true", "1")}
+    version_info = next((str(r[2]) for r in datas if r[1] == sid["versionInfo"] and r[0] == onto_sid), None)
+    obo_id = {r[0]: str(r[2]) for r in datas if r[1] == sid["oboId"]}
+    class_sids = sorted(class_ids, key=lambda x: iri_of[x])
+    key_of = {x: CLASS_KEY_BASE + i for i, x in enumerate(class_sids)}
+    prop_sids = sorted(prop_ids, key=lambda x: iri_of[x])
+    pkey_of = {x: PROPERTY_KEY_BASE + i for i, x in enumerate(prop_sids)}
+    class_iris = [iri_of[x] for x in class_sids]
+    classes = pa.table({
+        "key": pa.array([key_of[x] for x in class_sids], pa.int64()),
+        "iri": pa.array(class_iris, pa.string()),
+        "curie": pa.array([obo_id.get(x) or curie(i) for x, i in zip(class_sids, class_iris, strict=True)], pa.string()),
+        "deprecated": pa.array([x in deprecated for x in class_sids], pa.bool_()),
+    })  # fmt: skip
+    plabel = {}
+    for r in sorted((r for r in datas if r[1] == sid["label"] and r[0] in pkey_of), key=lambda r: str(r[2])):
+        plabel.setdefault(r[0], str(r[2]))
+    properties = pa.table({
+        "key": pa.array([pkey_of[x] for x in prop_sids], pa.int64()),
+        "iri": pa.array([iri_of[x] for x in prop_sids], pa.string()),
+        "curie": pa.array([curie(iri_of[x]) for x in prop_sids], pa.string()),
+        "label": pa.array([plabel.get(x) or fragment(iri_of[x]) for x in prop_sids], pa.string()),
+    })  # fmt: skip
+    counts["classes"] = len(class_sids)
+    counts["classes_deprecated"] = len(deprecated & class_ids)
+    counts["object_properties"] = len(prop_sids)
+
+    # ---- axioms -> edges
+    live = {x for x in class_ids if x not in deprecated}
+    edges = _Edges(s, p, o, sid, live, counts)
+    eq = (p == sid["equivalentClass"]) & (s > 0)
+    for axiom, mask in (("subClassOf", sub), ("equivalentClass", eq)):
+        for cls, e in zip(s[mask].tolist(), o[mask].tolist(), strict=True):
+            if cls not in live:
+                counts[f"axioms_of_{'deprecated' if cls in deprecated else 'non_class'}_dropped"] += 1
+            elif axiom == "equivalentClass" and e > 0:
+                counts["named_equivalences_skipped"] += 1
+            elif e not in nonclass:
+                edges.walk(cls, e, axiom)
+    edge_table = edges.table(key_of, pkey_of)
+
+    # ---- annotation values
+    ann = _annotations(g, c, res, ann_props, key_of, language, counts)
+    return OwlGraph(path, fmt, ontology_iri, version_iri, version_info, imports, classes, properties,
+                    edge_table, ann, len(objs), counts)  # fmt: skip
+
+
+class _Edges:
+    """Walks class expressions (blank nodes) and collects is-a and attribute edges."""
+
+    def __init__(self, s, p, o, sid, live, counts) -> None:
+        bn = s < 0
+
+        def m(name):
+            k = bn & (p == sid[name])
+            return dict(zip(s[k].tolist(), o[k].tolist(), strict=True))
+
+        self.onprop, self.some, self.inter = m("onProperty"), m("someValuesFrom"), m("intersectionOf")
+        self.first, self.rest, self.nil = m("first"), m("rest"), sid["nil"]
+        self.other = {}
+        for name in UNSUPPORTED:
+            for x in s[bn & (p == sid[name])].tolist():
+                self.other[x] = name
+        self.live, self.counts = live, counts
+        self.isa: set[tuple[int, int, str]] = set()
+        self.attr: set[tuple[int, int, int, str]] = set()
+        self.groups: dict[int, list[tuple[int, frozenset, str]]] = {}
+
+    def members(self, head: int) -> list[int]:
+        out, seen = [], set()
+        while head in self.first and head not in seen:
+            seen.add(head)
+            out.append(self.first[head])
+            head = self.rest.get(head, self.nil)
+        return out
+
+    def conjuncts(self, e: int) -> list[int]:
+        return [x for m in self.members(self.inter[e]) for x in self.conjuncts(m)] if e in self.inter else [e]
+
+    def target_ok(self, t: int) -> bool:
+        if t in self.live:
+            return True
+        self.counts["edges_to_deprecated_or_unknown_dropped"] += 1
+        return False
+
+    def walk(self, c: int, e: int, axiom: str) -> None:
+        for x in self.conjuncts(e):
+            if x > 0:
+                if self.target_ok(x):
+                    self.isa.add((c, x, axiom))
+            elif x in self.some and x in self.onprop:
+                v = self.some[x]
+                if v > 0:
+                    if self.target_ok(v):
+                        self.attr.add((c, self.onprop[x], v, axiom))
+                elif v in self.inter or v in self.some:
+                    self.group(c, self.onprop[x], v, axiom)
+                else:
+                    self.counts["unsupported_" + self.other.get(v, "expression")] += 1
+            else:
+                self.counts["unsupported_" + self.other.get(x, "expression")] += 1
+
+    def group(self, c: int, gprop: int, v: int, axiom: str) -> None:
+        pairs = []
+        for x in self.conjuncts(v):
+            if x < 0 and x in self.some and x in self.onprop and self.some[x] > 0:
+                if self.target_ok(self.some[x]):
+                    pairs.append((self.onprop[x], self.some[x]))
+            else:
+                self.counts["unsupported_in_role_group"] += 1
+        if pairs:
+            self.groups.setdefault(c, []).append((gprop, frozenset(pairs), axiom))
+
+    def table(self, key_of: dict, pkey_of: dict) -> pa.Table:
+        rows = [(key_of[c], IS_A_KEY, key_of[t], 0, None, ax) for c, t, ax in self.isa]
+        rows += [(key_of[c], pkey_of[r], key_of[t], 0, None, ax) for c, r, t, ax in self.attr]
+        for c, gs in self.groups.items():
+            uniq = {}
+            for gp, pairs, ax in gs:
+                content = tuple(sorted((pkey_of[r], key_of[t]) for r, t in pairs))
+                uniq.setdefault((pkey_of[gp], content), ax)
+            for n, ((gp, content), ax) in enumerate(sorted(uniq.items()), 1):
+                rows += [(key_of[c], r, t, n, gp, ax) for r, t in content]
+        self.counts["role_groups"] = sum(len({(g[0], g[1]) for g in gs}) for gs in self.groups.values())
+        rows.sort(key=lambda r: (r[0], r[1], r[3], r[2], r[5]))
+        cols = list(zip(*rows, strict=True)) if rows else [()] * 6
+        t = pa.table({
+            "source_key": pa.array(cols[0], pa.int64()),
+            "relation_key": pa.array(cols[1], pa.int64()),
+            "target_key": pa.array(cols[2], pa.int64()),
+            "role_group": pa.array(cols[3], pa.int32()),
+            "group_property_key": pa.array(cols[4], pa.int64()),
+            "axiom": pa.array(cols[5], pa.string()),
+        })  # fmt: skip
+        # the same edge from subClassOf and equivalentClass stays once (subClassOf first)
+        t = t.group_by(
+            ["source_key", "relation_key", "target_key", "role_group"], use_threads=False
+        ).aggregate([("group_property_key", "first"), ("axiom", "min")])
+        t = t.rename_columns(
+            ["source_key", "relation_key", "target_key", "role_group", "group_property_key", "axiom"]
+        )
+        self.counts["is_a_edges"] = sum(1 for r in t["relation_key"].to_pylist() if r == IS_A_KEY)
+        self.counts["attribute_edges"] = t.num_rows - self.counts["is_a_edges"]
+        return t.sort_by([("source_key", "ascending"), ("relation_key", "ascending"),
+                          ("role_group", "ascending"), ("target_key", "ascending")])  # fmt: skip
+
+
+def _annotations(
+    g, c: int, res: dict, props: list[str], key_of: dict, language: str | None, counts: Counter
+) -> pa.Table:
+    """``(key, property, value, language)`` for the classes' values of the given annotation properties."""
+    want = {res[x]: x for x in props if x in res}
+    rows = []
+    if want:
+        q = "SELECT s, p, o, d FROM datas WHERE c = ? AND p IN ({})".format(",".join("?" * len(want)))
+        for s, p, o, d in g.execute(q, (c, *want)).fetchall():
+            if s not in key_of:
+                continue
+            lang = d[1:] if isinstance(d, str) and d.startswith("@") else None
+            if (
+                language is not None
+                and lang is not None
+                and lang != language
+                and not lang.startswith(language + "-")
+            ):
+                counts["annotations_other_language_dropped"] += 1
+                continue
+            rows.append((key_of[s], want[p], str(o), lang))
+        iri_of = {v: k for k, v in res.items()}
+        q = "SELECT s, p, o FROM objs WHERE c = ? AND o > 0 AND p IN ({})".format(",".join("?" * len(want)))
+        rows += [(key_of[s], want[p], iri_of[o], None) for s, p, o in g.execute(q, (c, *want)).fetchall()
+                 if s in key_of]  # fmt: skip
+    rows.sort(key=lambda r: (r[0], r[1], r[2], r[3] or ""))
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 4
+    return pa.table({
+        "key": pa.array(cols[0], pa.int64()),
+        "property": pa.array(cols[1], pa.string()),
+        "value": pa.array(cols[2], pa.string()),
+        "language": pa.array(cols[3], pa.string()),
+    })  # fmt: skip
