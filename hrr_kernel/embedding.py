@@ -144,6 +144,8 @@ class HRREmbedding(nn.Module):
 
     def matrix(self) -> Tensor:
         """The full embedding matrix (for a tied decoder). Shapes: output ``(N, D)``."""
+        if self.mode == "unstructured":  # the table itself; caching it would register it a second time
+            return self.table
         if not self._cacheable():
             self._cache = self._cache_key = None
             return self._build(None)

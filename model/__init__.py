@@ -1,6 +1,22 @@
-"""Models over ICD-code sequences whose token embedding is the HRR kernel (BERT, memory networks).
+"""Models over ICD-code sequences whose token embedding is the HRR kernel.
 
-Nothing is exported yet: the models arrive with their issues.
+Public API: :class:`HRRBert` (BERT with ``HRREmbedding`` tokens, a tied MLM head and pooled task
+heads), :class:`BertConfig` and its presets, and the package's errors.
 """
 
-__all__: list[str] = []
+from .bert import PRESETS, TASKS, BertConfig, HRRBert, bert_base, bert_small, bert_tiny, preset
+from .errors import ModelError, PretrainedFileError, ProgramMismatchError
+
+__all__ = [
+    "HRRBert",
+    "BertConfig",
+    "PRESETS",
+    "TASKS",
+    "preset",
+    "bert_base",
+    "bert_small",
+    "bert_tiny",
+    "ModelError",
+    "ProgramMismatchError",
+    "PretrainedFileError",
+]

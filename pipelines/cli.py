@@ -111,6 +111,141 @@ def prepare_cmd(**kw: object) -> None:
         )
 
 
+def _log_level(verbose: bool, quiet: bool) -> None:
+    import logging
+
+    level = logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _train_errors() -> tuple[type[Exception], ...]:
+    from hrr_kernel import HRRKernelError
+    from model import ModelError
+    from pipelines.errors import PipelineError
+
+    return (PipelineError, ModelError, HRRKernelError)
+
+
+@main.command("pretrain")
+@click.argument("dataset", type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--program",
+    required=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Program the dataset was tokenized against.",
+)
+@click.option("--out", type=click.Path(file_okay=False), default="artifacts/runs", show_default=True)
+@click.option("--run-id", default=None, help="Run folder name (default: pretrain-<mode>-<model>-seed<seed>).")
+@click.option("--resume", is_flag=True, help="Continue the run from its newest checkpoint (same config).")
+@click.option(
+    "--model", type=click.Choice(["tiny", "small", "bert-base"]), default="small", show_default=True
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["unstructured", "base", "freq", "add", "cat"]),
+    default="base",
+    show_default=True,
+)
+@click.option("--normalize", is_flag=True, help="Unit-norm HRR concept vectors.")
+@click.option("--epochs", type=int, default=100, show_default=True)
+@click.option("--max-steps", type=int, default=None, help="Total steps (overrides --epochs).")
+@click.option("--batch-size", type=int, default=96, show_default=True, help="Global batch, split over ranks.")
+@click.option("--lr", type=float, default=1e-4, show_default=True)
+@click.option("--warmup", type=float, default=0.1, show_default=True, help="Warm-up fraction of the steps.")
+@click.option("--weight-decay", type=float, default=0.0, show_default=True)
+@click.option("--clip", type=float, default=1.0, show_default=True, help="Max gradient norm (0: off).")
+@click.option("--mask-prob", type=float, default=0.15, show_default=True)
+@click.option("--dropout", type=float, default=0.1, show_default=True)
+@click.option(
+    "--topk", type=int, multiple=True, default=(10, 100), show_default=True, help="Validation top-k."
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--bf16", is_flag=True, help="bf16 autocast (CUDA only).")
+@click.option(
+    "--val-every", type=int, default=0, show_default=True, help="Steps between validations (0: per epoch)."
+)
+@click.option("--max-val", type=int, default=None, help="Validate on at most this many patients.")
+@click.option("--save-every", type=int, default=500, show_default=True, help="Steps between checkpoints.")
+@click.option("--log-every", type=int, default=10, show_default=True)
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda.")
+@click.option("--tensorboard", is_flag=True, help="Also write TensorBoard scalars (if installed).")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("-v", "--verbose", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True)
+def pretrain_cmd(
+    dataset: str,
+    out: str,
+    run_id: str | None,
+    resume: bool,
+    verbose: bool,
+    quiet: bool,
+    no_progress: bool,
+    **kw,
+) -> None:
+    """Pretrain HRRBERT (masked-code modelling) on a tokenized DATASET; runs under torchrun too."""
+    _log_level(verbose, quiet)
+    from pipelines.train import pretrain
+
+    try:
+        r = pretrain(dataset, out=out, run_id=run_id, resume=resume, progress=not no_progress, **kw)
+    except _train_errors() as e:
+        raise click.ClickException(str(e)) from e
+    if int(__import__("os").environ.get("RANK", "0")) == 0:
+        val = ", ".join(f"{k} {v:.4f}" for k, v in r.validation.items() if isinstance(v, float))
+        click.echo(f"run       {r.run_dir}\nsteps     {r.step}\nvalidation {val}")
+
+
+@main.command("finetune")
+@click.argument("pretrained", type=click.Path(exists=True, file_okay=False))
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--task", type=click.Choice(["mortality", "chapters"]), default="mortality", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default="artifacts/runs", show_default=True)
+@click.option(
+    "--run-id", default=None, help="Run folder name (default: finetune-<task>-<pretrained>-seed<seed>)."
+)
+@click.option("--trials", type=int, default=1, show_default=True, help="Repeats with seeds seed, seed+1, ...")
+@click.option("--epochs", type=int, default=10, show_default=True)
+@click.option("--batch-size", type=int, default=80, show_default=True)
+@click.option("--lr", type=float, default=2e-5, show_default=True, help="Constant learning rate.")
+@click.option("--weight-decay", type=float, default=4e-6, show_default=True)
+@click.option("--clip", type=float, default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--select-by",
+    type=click.Choice(["f1", "auroc", "auprc", "accuracy", "loss"]),
+    default="f1",
+    show_default=True,
+)
+@click.option("--threshold", type=float, default=0.5, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--bf16", is_flag=True)
+@click.option("--no-progress", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True)
+def finetune_cmd(
+    pretrained: str, out: str, run_id: str | None, verbose: bool, quiet: bool, no_progress: bool, **kw
+) -> None:
+    """Fine-tune a PRETRAINED run (or model folder) on mortality or ICD-10 chapters."""
+    _log_level(verbose, quiet)
+    from pipelines.finetune import finetune
+
+    try:
+        r = finetune(pretrained, out=out, run_id=run_id, progress=not no_progress, **kw)
+    except _train_errors() as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"run       {r.run_dir}")
+    for t in r.trials:
+        m = t["test"] or t["val"]
+        which = "test" if t["test"] else "val"
+        vals = ", ".join(
+            f"{k} {m[k]:.4f}"
+            for k in ("accuracy", "precision", "recall", "f1", "auroc", "auprc")
+            if isinstance(m.get(k), float)
+        )
+        click.echo(f"trial {t['trial']}   {which}: {vals} (best epoch {t['best_epoch']})")
+
+
 @main.command("export-owl")
 @click.argument("program", type=click.Path(exists=True, file_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))

@@ -164,3 +164,14 @@ def test_embedding_validates_arguments(program):
         emb(torch.tensor([0, 8]))
     with pytest.raises(ValueError, match="integer"):
         emb(torch.tensor([0.0]))
+
+
+def test_unstructured_eval_does_not_register_the_table_twice(make_program):
+    """Regression: the eval cache must not hold the table Parameter (state dict keys stay the same)."""
+    p = load_program(make_program())
+    emb = HRREmbedding(p, dim=8, mode="unstructured").eval()
+    keys = set(emb.state_dict())
+    with torch.no_grad():
+        emb.matrix()
+        emb(torch.tensor([[1, 2]]))
+    assert set(emb.state_dict()) == keys and emb.matrix() is emb.table

@@ -1,0 +1,215 @@
+"""Benchmark one HRRBERT pretraining step per model preset and embedding mode.
+
+For each (preset, mode) it measures, on a synthetic paper-scale program (25,493 codes, 22,725 atoms,
+42 relations; written once with ``hrr_kernel.synthetic`` and cached under ``benchmarks/_cache/``):
+
+* step time: masked-code forward (full matrix built once, used for lookup and the tied decoder),
+  backward, gradient clipping and the AdamW update, on random sequences of 128 codes with 15 % masked;
+* tokens per second (batch x 128 / step time);
+* the embedding-matrix share: the time to build the matrix and back-propagate through it
+  (``token_matrix()`` + ``backward``), measured separately, divided by the step time;
+* ratios against the ``unstructured`` baseline of the same preset, measured in the same run.
+
+Goal (issue 6): the matrix share at most 15 % for BERT-base at paper scale on the 2-core CPU. Times are
+medians. The default run takes a few minutes on 2 cores::
+
+    python benchmarks/train_step.py                          # tiny, small, bert-base x 5 modes
+    python benchmarks/train_step.py --presets bert-base --batch bert-base=16 --steps 5
+    python benchmarks/train_step.py --device cuda --bf16 --batch bert-base=256   # on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+CACHE = ROOT / "benchmarks" / "_cache"
+PAPER = {"n_concepts": 25_493, "n_targets": 13_887, "n_words": 8_833}
+MODES = ("unstructured", "base", "freq", "add", "cat")
+PRESETS = ("tiny", "small", "bert-base")
+DEFAULT_BATCH = {"tiny": 32, "small": 16, "bert-base": 4}
+DEFAULT_STEPS = {"tiny": 5, "small": 4, "bert-base": 3}
+SEQ = 128
+
+
+def synthetic_program(n_concepts: int, seed: int = 0) -> Path:
+    """A paper-shaped synthetic program (cached; same layout as ``benchmarks/kernel.py``'s)."""
+    import numpy as np
+
+    from hrr_kernel.synthetic import paper_scale_edges, write_program
+
+    scale = n_concepts / PAPER["n_concepts"]
+    root = CACHE / f"synthetic-n{n_concepts}-shared0-seed{seed}"
+    if (root / "manifest.json").is_file():
+        return root
+    sizes, edges = paper_scale_edges(
+        np.random.default_rng(seed),
+        n_concepts=n_concepts,
+        n_targets=max(10, round(PAPER["n_targets"] * scale)),
+        n_words=max(10, round(PAPER["n_words"] * scale)),
+    )
+    write_program(root, **sizes, edges=edges)
+    return root
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def make_batch(n_concepts: int, batch: int, g: torch.Generator, device: torch.device):
+    ids = torch.randint(5, n_concepts, (batch, SEQ), generator=g)
+    ids[:, 0] = 1
+    seg = torch.arange(SEQ).div(8, rounding_mode="floor").clamp(max=99).expand(batch, SEQ).contiguous()
+    mask = torch.rand(batch, SEQ, generator=g) < 0.15
+    mask[:, 0] = False
+    att = torch.ones(batch, SEQ, dtype=torch.bool)
+    return ids.to(device), seg.to(device), att.to(device), mask.to(device), ids[mask.cpu()].to(device)
+
+
+def bench_one(
+    program, preset: str, mode: str, batch: int, steps: int, warmup: int, device, bf16: bool
+) -> dict:
+    from model import HRRBert
+    from model import preset as make_preset
+
+    torch.manual_seed(0)
+    logf = torch.linspace(-14, 0, program.n_concepts) if mode == "freq" else None
+    model = HRRBert(make_preset(preset, mode=mode), program, log_frequency=logf).train()
+    model.heads.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    ids, seg, att, mask, targets = make_batch(program.n_concepts, batch, g, device)
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
+            logits = model(ids, seg, att, mlm_mask=mask)
+        loss = F.cross_entropy(logits.float(), targets)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+
+    def build() -> None:
+        e = model.token_matrix()
+        if e.requires_grad:
+            e.backward(torch.ones_like(e))
+
+    times, builds = [], []
+    for i in range(warmup + steps):
+        sync(device)
+        t = time.perf_counter()
+        step()
+        sync(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+    for i in range(warmup + steps):
+        sync(device)
+        t = time.perf_counter()
+        build()
+        sync(device)
+        if i >= warmup:
+            builds.append(time.perf_counter() - t)
+    opt.zero_grad(set_to_none=True)
+    step_s, build_s = statistics.median(times), statistics.median(builds)
+    return {
+        "preset": preset,
+        "mode": mode,
+        "batch": batch,
+        "step_ms": 1000 * step_s,
+        "tokens_per_s": batch * SEQ / step_s,
+        "seq_per_s": batch / step_s,
+        "embed_ms": 1000 * build_s,
+        "embed_share": build_s / step_s,
+        "params_m": model.num_parameters() / 1e6,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    head = "| preset | mode | batch | params (M) | step (ms) | tokens/s | seq/s | matrix build+bwd (ms) | matrix share | step vs unstructured | tokens/s vs unstructured |"
+    out = [head, "|" + "---|" * 11]
+    base = {r["preset"]: r for r in rows if r["mode"] == "unstructured"}
+    for r in rows:
+        b = base.get(r["preset"])
+        ratio = f"{r['step_ms'] / b['step_ms']:.2f}x" if b else "-"
+        tratio = f"{r['tokens_per_s'] / b['tokens_per_s']:.2f}x" if b else "-"
+        out.append(
+            f"| {r['preset']} | {r['mode']} | {r['batch']} | {r['params_m']:.1f} | {r['step_ms']:.0f} | "
+            f"{r['tokens_per_s']:.0f} | {r['seq_per_s']:.1f} | {r['embed_ms']:.1f} | {100 * r['embed_share']:.1f} % | "
+            f"{ratio} | {tratio} |"
+        )
+    return "\n".join(out)
+
+
+def parse_map(items: list[str], default: dict[str, int]) -> dict[str, int]:
+    out = dict(default)
+    for it in items:
+        k, _, v = it.partition("=")
+        if k not in default or not v.isdigit():
+            raise SystemExit(f"expected PRESET=INT with PRESET in {sorted(default)}, got {it!r}")
+        out[k] = int(v)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", nargs="+", default=list(PRESETS), choices=PRESETS)
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    ap.add_argument(
+        "--batch", nargs="*", default=[], help="PRESET=N overrides (default tiny=32 small=16 bert-base=4)"
+    )
+    ap.add_argument(
+        "--steps", type=int, default=None, help="timed steps per config (default tiny 5, small 4, base 3)"
+    )
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--concepts", type=int, default=PAPER["n_concepts"], help="program size (paper: 25,493)")
+    ap.add_argument(
+        "--program", type=Path, default=None, help="a compiled program instead of the synthetic one"
+    )
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    a = ap.parse_args(argv)
+
+    from hrr_kernel import load_program
+
+    device = torch.device(a.device)
+    path = a.program or synthetic_program(a.concepts)
+    program = load_program(path, device=device)
+    batch = parse_map(a.batch, DEFAULT_BATCH)
+    print(f"program {path.name}: {program.n_concepts} concepts, {program.n_atoms} atoms, {program.n_relations} relations, "
+          f"{program.n_edges} edges; device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{platform.processor() or platform.machine()}", flush=True)  # fmt: skip
+    rows = []
+    t0 = time.perf_counter()
+    modes = ["unstructured"] + [m for m in a.modes if m != "unstructured"]
+    for p in a.presets:
+        steps = a.steps or DEFAULT_STEPS[p]
+        for m in modes:
+            r = bench_one(program, p, m, batch[p], steps, a.warmup, device, a.bf16)
+            rows.append(r)
+            print(
+                f"  {p:9s} {m:12s} step {r['step_ms']:8.0f} ms  matrix {100 * r['embed_share']:5.1f} %",
+                flush=True,
+            )
+    print(f"\n{table(rows)}\n\nwall time {time.perf_counter() - t0:.0f} s")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

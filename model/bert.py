@@ -1,0 +1,385 @@
+"""HRRBERT: a post-LayerNorm BERT over ICD-code sequences whose token embedding is ``HRREmbedding``.
+
+Everything a forward pass needs is in this file (HF ``modeling_bert.py`` / nanoGPT style): the config,
+the embeddings (token = HRR, plus learnable position and visit-segment embeddings), the encoder, the MLM
+head tied to the generated embedding matrix, and pooled heads for the binary (mortality) and multi-label
+(22 ICD-10 chapters) tasks. The embedding matrix is built once per MLM forward and used both for the
+input lookup and for the decoder; a classification forward composes only the rows the batch needs.
+
+Dimension legend: B batch, T codes per sequence, D model dim, H heads, K = D // H head dim,
+F feed-forward dim, N concepts (vocabulary = program concepts), M masked positions in a batch,
+L task labels (1 for mortality, 22 for chapters).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from hrr_kernel import MODES, HRREmbedding, Program
+
+from .errors import PretrainedFileError, ProgramMismatchError
+
+__all__ = ["BertConfig", "HRRBert", "PRESETS", "preset", "bert_base", "bert_small", "bert_tiny", "TASKS"]
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+MODEL_KIND = "hrrbert"
+# task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per chapter)
+TASKS: dict[str, int] = {"mortality": 1, "chapters": 22}
+PAD_CODE = "[PAD]"
+
+
+@dataclass
+class BertConfig:
+    """Sizes and options of an HRRBERT (saved as ``config.json``)."""
+
+    dim: int = 768  # hidden size D (also the HRR embedding dimension)
+    n_layers: int = 12  # Transformer layers
+    n_heads: int = 12  # attention heads H (D must be divisible by H)
+    ffn_dim: int = 3072  # feed-forward inner size F
+    max_len: int = 128  # codes per sequence, [CLS] included (position embeddings)
+    max_segments: int = 100  # visit-segment embeddings (visits per sequence)
+    dropout: float = 0.1  # dropout on embeddings, residual branches and the pooled heads
+    attn_dropout: float = 0.1  # dropout on attention probabilities
+    layer_norm_eps: float = 1e-12  # LayerNorm epsilon (BERT's)
+    init_std: float = 0.02  # std of the N(0, std) initialisation of every weight matrix
+    mode: str = "base"  # token embedding: unstructured, base, freq, add or cat (HRREmbedding)
+    normalize: bool = False  # scale each HRR concept vector to unit L2 norm
+    freq_resolution: float = 10.0  # bins per unit of log frequency (mode freq)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
+        for name in ("dim", "n_layers", "n_heads", "ffn_dim", "max_len", "max_segments"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> BertConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown BertConfig key(s) {unknown}; known {sorted(known)}")
+        return cls(**d)
+
+
+def bert_base(**overrides: Any) -> BertConfig:
+    """The paper's BERT-base: 12 layers, 768 wide, 12 heads, 3072 feed-forward."""
+    return replace(BertConfig(), **overrides)
+
+
+def bert_small(**overrides: Any) -> BertConfig:
+    """A CPU-sized model: 4 layers, 256 wide, 4 heads, 1024 feed-forward."""
+    return replace(BertConfig(dim=256, n_layers=4, n_heads=4, ffn_dim=1024), **overrides)
+
+
+def bert_tiny(**overrides: Any) -> BertConfig:
+    """A test-sized model: 2 layers, 64 wide, 2 heads, 256 feed-forward."""
+    return replace(BertConfig(dim=64, n_layers=2, n_heads=2, ffn_dim=256), **overrides)
+
+
+PRESETS = {"tiny": bert_tiny, "small": bert_small, "bert-base": bert_base}
+
+
+def preset(name: str, **overrides: Any) -> BertConfig:
+    """A preset config by name (``tiny``, ``small``, ``bert-base``) with field overrides."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
+    return PRESETS[name](**overrides)
+
+
+class Embeddings(nn.Module):
+    """Token (HRR) + position + visit-segment embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig, program: Program, log_frequency: Tensor | None) -> None:
+        super().__init__()
+        self.token = HRREmbedding(
+            program,
+            config.dim,
+            config.mode,
+            normalize=config.normalize,
+            log_frequency=log_frequency,
+            freq_resolution=config.freq_resolution,
+        )
+        self.position = nn.Embedding(config.max_len, config.dim)
+        self.segment = nn.Embedding(config.max_segments, config.dim)
+        self.norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids: Tensor, segment_ids: Tensor, token_matrix: Tensor | None) -> Tensor:
+        t = input_ids.shape[1]
+        if token_matrix is None:
+            tok = self.token(input_ids)  # (B, T, D), composing only the rows present
+        else:
+            tok = F.embedding(input_ids, token_matrix)  # (B, T, D)
+        pos = self.position.weight[:t]  # (T, D)
+        x = tok + pos.unsqueeze(0) + self.segment(segment_ids)  # (B, T, D)
+        return self.drop(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention (fused QKV, ``scaled_dot_product_attention``)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.dim, 3 * config.dim)
+        self.out = nn.Linear(config.dim, config.dim)
+        self.attn_dropout = config.attn_dropout
+
+    def forward(self, x: Tensor, attn_mask: Tensor) -> Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)  # 3 x (B, T, D)
+        q, k, v = (
+            z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v)
+        )  # (B, H, T, K)
+        p = self.attn_dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (B, H, T, K)
+        y = y.transpose(1, 2).reshape(b, t, d)  # (B, T, D)
+        return self.out(y)
+
+
+class Layer(nn.Module):
+    """A post-LayerNorm Transformer layer: ``x = LN(x + attn(x)); x = LN(x + ffn(x))``."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.attn = SelfAttention(config)
+        self.norm1 = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.ffn_in = nn.Linear(config.dim, config.ffn_dim)
+        self.ffn_out = nn.Linear(config.ffn_dim, config.dim)
+        self.norm2 = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.drop = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor, attn_mask: Tensor) -> Tensor:
+        x = self.norm1(x + self.drop(self.attn(x, attn_mask)))  # (B, T, D)
+        h = self.ffn_out(F.gelu(self.ffn_in(x)))  # (B, T, F) -> (B, T, D)
+        return self.norm2(x + self.drop(h))  # (B, T, D)
+
+
+class MLMHead(nn.Module):
+    """Transform (dense, GELU, LayerNorm) then a decoder tied to the token embedding matrix, plus a bias."""
+
+    def __init__(self, config: BertConfig, n_concepts: int) -> None:
+        super().__init__()
+        self.dense = nn.Linear(config.dim, config.dim)
+        self.norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(n_concepts))
+
+    def forward(self, h: Tensor, token_matrix: Tensor) -> Tensor:
+        h = self.norm(F.gelu(self.dense(h)))  # (M, D)
+        return h @ token_matrix.to(h.dtype).t() + self.bias  # (M, N)
+
+
+class PooledHead(nn.Module):
+    """BERT pooler on [CLS] (dense + tanh), dropout, then one linear layer per task."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        self.pool = nn.Linear(config.dim, config.dim)
+        self.drop = nn.Dropout(config.dropout)
+        self.tasks = nn.ModuleDict({name: nn.Linear(config.dim, n) for name, n in TASKS.items()})
+
+    def forward(self, cls: Tensor, task: str) -> Tensor:
+        pooled = self.drop(torch.tanh(self.pool(cls)))  # (B, D)
+        return self.tasks[task](pooled)  # (B, L)
+
+
+class HRRBert(nn.Module):
+    """BERT with an ``HRREmbedding`` token embedding, a tied MLM head and pooled task heads.
+
+    Args:
+        config: sizes and the embedding mode.
+        program: a loaded HRR program (:func:`hrr_kernel.load_program`); the vocabulary is its concepts.
+        log_frequency: ``(N,)`` log code frequencies, required for mode ``freq``.
+
+    ``forward`` does either MLM (``mlm_mask`` given: logits at the masked positions) or a task
+    (``task`` given: pooled logits), so one ``DistributedDataParallel`` wrapper serves both.
+    """
+
+    def __init__(self, config: BertConfig, program: Program, log_frequency: Tensor | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.program = program
+        self.n_concepts = program.n_concepts
+        self.pad_id = program.concept_codes.index(PAD_CODE) if PAD_CODE in program.concept_codes else 0
+        if log_frequency is not None:
+            log_frequency = log_frequency.to(program.device)
+        self.embeddings = Embeddings(config, program, log_frequency)
+        self.layers = nn.ModuleList(Layer(config) for _ in range(config.n_layers))
+        self.mlm = MLMHead(config, program.n_concepts)
+        self.heads = PooledHead(config)
+        self._init_weights()
+        self.to(program.device)
+
+    def _init_weights(self) -> None:
+        std = self.config.init_std
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, std)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.Embedding):
+                nn.init.normal_(m.weight, 0.0, std)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    @property
+    def program_id(self) -> str:
+        return self.program.program_id
+
+    def token_matrix(self) -> Tensor:
+        """The full token embedding matrix, built once per step. Shapes: output ``(N, D)``."""
+        token = self.embeddings.token
+        with torch.autocast(self.program.device.type, enabled=False):
+            return token.matrix()
+
+    def _check_inputs(self, input_ids: Tensor, segment_ids: Tensor, attention_mask: Tensor | None) -> None:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be (B, T), got shape {tuple(input_ids.shape)}")
+        if segment_ids.shape != input_ids.shape:
+            raise ValueError(
+                f"segment_ids shape {tuple(segment_ids.shape)} != input_ids shape {tuple(input_ids.shape)}"
+            )
+        if attention_mask is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
+            )
+        if input_ids.shape[1] > self.config.max_len:
+            raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_len {self.config.max_len}")
+
+    def encode(
+        self,
+        input_ids: Tensor,
+        segment_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_matrix: Tensor | None = None,
+    ) -> Tensor:
+        """Contextual code representations.
+
+        Shapes:
+            - input_ids, segment_ids, attention_mask (True/1 = real code): ``(B, T)``
+            - token_matrix: ``(N, D)`` or None (then only the rows present are composed)
+            - output: ``(B, T, D)``
+        """
+        self._check_inputs(input_ids, segment_ids, attention_mask)
+        if attention_mask is None:
+            attention_mask = input_ids != self.pad_id
+        x = self.embeddings(input_ids.long(), segment_ids.long(), token_matrix)  # (B, T, D)
+        attn_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        for layer in self.layers:
+            x = layer(x, attn_mask)  # (B, T, D)
+        return x
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        segment_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        *,
+        mlm_mask: Tensor | None = None,
+        task: str | None = None,
+    ) -> Tensor:
+        """MLM logits at the masked positions, or pooled task logits.
+
+        Shapes:
+            - input_ids, segment_ids, attention_mask, mlm_mask: ``(B, T)``
+            - output: ``(M, N)`` with ``mlm_mask`` (M = ``mlm_mask.sum()``, row-major order), else ``(B, L)``
+        """
+        if (mlm_mask is None) == (task is None):
+            raise ValueError("give exactly one of mlm_mask (MLM) or task (classification)")
+        if task is not None:
+            if task not in TASKS:
+                raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
+            h = self.encode(input_ids, segment_ids, attention_mask)  # (B, T, D)
+            return self.heads(h[:, 0], task)  # (B, L)
+        if mlm_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"mlm_mask shape {tuple(mlm_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
+            )
+        e = self.token_matrix()  # (N, D), used for the lookup and the decoder
+        h = self.encode(input_ids, segment_ids, attention_mask, token_matrix=e)  # (B, T, D)
+        return self.mlm(h[mlm_mask.bool()], e)  # (M, D) -> (M, N)
+
+    # --- persistence -------------------------------------------------------------------------------
+
+    def save_pretrained(self, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` (no pickle), both recording the program id."""
+        from safetensors.torch import save_file
+
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "kind": MODEL_KIND,
+            "config": asdict(self.config),
+            "program_id": self.program_id,
+            "n_concepts": self.n_concepts,
+            **(extra or {}),
+        }
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        tmp = d / (WEIGHTS_FILE + ".tmp")
+        save_file(state, str(tmp), metadata={"program_id": self.program_id, "kind": MODEL_KIND})
+        tmp.replace(d / WEIGHTS_FILE)
+        (d / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        return d
+
+    @classmethod
+    def read_config(cls, directory: str | Path) -> dict[str, Any]:
+        """The saved ``config.json`` of a model folder (kind, config, program_id, ...)."""
+        p = Path(directory) / CONFIG_FILE
+        if not p.is_file():
+            raise PretrainedFileError(
+                p, "missing; not a saved HRRBERT folder (expected config.json + model.safetensors)"
+            )
+        try:
+            meta = json.loads(p.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PretrainedFileError(p, f"not valid JSON ({e})") from e
+        if not isinstance(meta, dict) or meta.get("kind") != MODEL_KIND or "config" not in meta:
+            raise PretrainedFileError(
+                p, f"not an HRRBERT config (expected kind {MODEL_KIND!r} and a 'config')"
+            )
+        return meta
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, program: Program) -> HRRBert:
+        """Load a model saved by :meth:`save_pretrained` against ``program`` (whose id must match)."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        d = Path(directory)
+        meta = cls.read_config(d)
+        if meta.get("program_id") != program.program_id:
+            raise ProgramMismatchError(
+                path=d / CONFIG_FILE, expected=meta.get("program_id"), found=program.program_id
+            )
+        try:
+            config = BertConfig.from_dict(meta["config"])
+        except (TypeError, ValueError) as e:
+            raise PretrainedFileError(d / CONFIG_FILE, f"invalid config: {e}") from e
+        w = d / WEIGHTS_FILE
+        if not w.is_file():
+            raise PretrainedFileError(w, "missing")
+        try:
+            state = load_file(str(w), device=str(program.device))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise PretrainedFileError(w, f"unreadable or corrupt safetensors file ({e})") from e
+        placeholder = torch.zeros(program.n_concepts) if config.mode == "freq" else None
+        model = cls(config, program, log_frequency=placeholder)
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as e:
+            raise PretrainedFileError(w, f"weights do not fit the config: {e}") from e
+        return model
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

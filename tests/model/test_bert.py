@@ -1,0 +1,162 @@
+"""HRRBERT: shapes in every embedding mode, the tied decoder, post-LN, masking of padding, persistence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from hrr_kernel import MODES
+from model import BertConfig, HRRBert, PretrainedFileError, ProgramMismatchError, bert_base, preset
+
+
+def make(program, mode="base", **kw):
+    torch.manual_seed(0)
+    logf = torch.linspace(-8, -1, program.n_concepts) if mode == "freq" else None
+    return HRRBert(preset("tiny", mode=mode, **kw), program, log_frequency=logf)
+
+
+def batch(program, b=3, t=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, program.n_concepts, (b, t), generator=g)
+    ids[:, 0] = 1  # [CLS]
+    seg = torch.arange(t).div(3, rounding_mode="floor").expand(b, t).clone()
+    att = torch.ones(b, t, dtype=torch.bool)
+    att[0, 6:] = False
+    ids[0, 6:] = 0
+    return ids, seg, att
+
+
+def test_presets():
+    c = bert_base()
+    assert (c.n_layers, c.dim, c.n_heads, c.ffn_dim, c.max_len, c.max_segments) == (
+        12,
+        768,
+        12,
+        3072,
+        128,
+        100,
+    )
+    assert preset("small").dim == 256 and preset("tiny").n_layers == 2
+    with pytest.raises(ValueError, match="divisible"):
+        BertConfig(dim=10, n_heads=3)
+    with pytest.raises(ValueError, match="unknown model preset"):
+        preset("huge")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_forward_shapes_and_backward(program, mode):
+    m = make(program, mode)
+    ids, seg, att = batch(program)
+    mlm = torch.zeros_like(ids, dtype=torch.bool)
+    mlm[:, 2] = mlm[1, 4] = True
+    logits = m(ids, seg, att, mlm_mask=mlm)
+    assert logits.shape == (4, program.n_concepts)
+    logits.logsumexp(1).sum().backward()
+    tok = m.embeddings.token
+    grads = [p.grad for p in (tok.atoms, tok.relations, tok.table) if p is not None]
+    assert grads and all(g is not None and g.abs().sum() > 0 for g in grads)
+    for task, n in (("mortality", 1), ("chapters", 22)):
+        assert m(ids, seg, att, task=task).shape == (3, n)
+
+
+def test_decoder_is_tied_to_the_embedding_matrix(program):
+    m = make(program, "add").eval()
+    ids, seg, att = batch(program)
+    mlm = torch.zeros_like(ids, dtype=torch.bool)
+    mlm[1, 3] = True
+    with torch.no_grad():
+        e = m.token_matrix()
+        h = m.encode(ids, seg, att, token_matrix=e)[1, 3]
+        ref = m.mlm.norm(nn.functional.gelu(m.mlm.dense(h))) @ e.t() + m.mlm.bias
+        got = m(ids, seg, att, mlm_mask=mlm)[0]
+        # row lookup composing only the rows present equals the full-matrix lookup
+        assert torch.allclose(m.encode(ids, seg, att), m.encode(ids, seg, att, token_matrix=e), atol=1e-5)
+    torch.testing.assert_close(got, ref)
+    assert not any(p.shape == (program.n_concepts, m.config.dim) for n, p in m.mlm.named_parameters())
+
+
+def test_matrix_built_once_per_mlm_step(program, monkeypatch):
+    m = make(program, "base")
+    calls = []
+    orig = type(m.embeddings.token).matrix
+    monkeypatch.setattr(type(m.embeddings.token), "matrix", lambda self: calls.append(1) or orig(self))
+    ids, seg, att = batch(program)
+    m(ids, seg, att, mlm_mask=att)
+    assert len(calls) == 1
+
+
+def test_post_layer_norm_and_padding_is_ignored(program):
+    m = make(program, "unstructured").eval()
+    ids, seg, att = batch(program)
+    with torch.no_grad():
+        h = m.encode(ids, seg, att)
+        # post-LN: every output vector is LayerNorm-ed (weight 1, bias 0 at init)
+        torch.testing.assert_close(h.mean(-1), torch.zeros(h.shape[:2]), atol=1e-5, rtol=0)
+        ids2 = ids.clone()
+        ids2[0, 6:] = 7  # change padded positions only
+        h2 = m.encode(ids2, seg, att)
+    torch.testing.assert_close(h[0, :6], h2[0, :6])
+
+
+def test_bad_inputs(program):
+    m = make(program)
+    ids, seg, att = batch(program)
+    with pytest.raises(ValueError, match="segment_ids shape"):
+        m(ids, seg[:, :4], att, task="mortality")
+    with pytest.raises(ValueError, match="exactly one"):
+        m(ids, seg, att)
+    with pytest.raises(ValueError, match="unknown task"):
+        m(ids, seg, att, task="sepsis")
+    long = torch.ones(1, 129, dtype=torch.long)
+    with pytest.raises(ValueError, match="max_len 128"):
+        m(long, torch.zeros_like(long), task="mortality")
+
+
+@pytest.mark.parametrize("mode", ["base", "freq", "cat"])
+def test_save_and_load_roundtrip(program, tmp_path, mode):
+    m = make(program, mode).eval()
+    m.save_pretrained(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert meta["program_id"] == program.program_id and meta["config"]["mode"] == mode
+    with open(tmp_path / "m" / "model.safetensors", "rb") as f:
+        assert program.program_id.encode() in f.read(4096)  # in the safetensors header metadata
+    m2 = HRRBert.from_pretrained(tmp_path / "m", program).eval()
+    ids, seg, att = batch(program)
+    with torch.no_grad():
+        torch.testing.assert_close(m(ids, seg, att, task="chapters"), m2(ids, seg, att, task="chapters"))
+        torch.testing.assert_close(m(ids, seg, att, mlm_mask=att), m2(ids, seg, att, mlm_mask=att))
+
+
+def test_load_with_other_program_names_both_ids(program, other_program, tmp_path):
+    make(program).save_pretrained(tmp_path / "m")
+    with pytest.raises(ProgramMismatchError) as e:
+        HRRBert.from_pretrained(tmp_path / "m", other_program)
+    assert program.program_id in str(e.value) and other_program.program_id in str(e.value)
+
+
+def test_missing_or_corrupt_files_are_named(program, tmp_path):
+    with pytest.raises(PretrainedFileError, match="config.json"):
+        HRRBert.from_pretrained(tmp_path / "nothing", program)
+    make(program).save_pretrained(tmp_path / "m")
+    w = tmp_path / "m" / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+    with pytest.raises(PretrainedFileError, match="model.safetensors"):
+        HRRBert.from_pretrained(tmp_path / "m", program)
+    w.unlink()
+    with pytest.raises(PretrainedFileError, match="model.safetensors"):
+        HRRBert.from_pretrained(tmp_path / "m", program)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_eval_forward_keeps_the_state_dict_clean(program, mode):
+    m = make(program, mode)
+    keys = set(m.state_dict())
+    ids, seg, att = batch(program)
+    m.eval()
+    with torch.no_grad():
+        m(ids, seg, att, mlm_mask=att)
+        m(ids, seg, att, task="mortality")
+    assert set(m.state_dict()) == keys
