@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-all lint bench venv clean
+.PHONY: demo test test-slow test-all lint bench venv clean
 
 venv: $(STAMP)
 
@@ -21,6 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# the slow and multi-process tests (CI runs them after `make test`)
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m "slow or distributed"
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''

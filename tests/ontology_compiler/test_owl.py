@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import owlready2
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -13,8 +14,6 @@ from click.testing import CliRunner
 from ontology_compiler import HierarchyCycleError, InputFileError, MissingInputError, OutputExistsError
 from ontology_compiler.owl_export import export_owl
 from ontology_compiler.owl_input import compile_owl
-
-owlready2 = pytest.importorskip("owlready2")
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 OWL = DATA / "owl_mini.owl"
@@ -129,7 +128,8 @@ def test_code_property_tokens(by_xref, out):
 
 
 def test_all_classes_recompile_and_hrr_kernel(out, by_codes, by_xref):
-    hrr_kernel = pytest.importorskip("hrr_kernel")
+    import hrr_kernel
+
     every = compile_owl(OWL, out=out)
     assert every.manifest["coverage"]["codes"] == 23
     again = compile_owl(OWL, out=out)
