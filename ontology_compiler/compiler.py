@@ -29,7 +29,7 @@ from .manifest import program_id as _program_id
 from .map_codes import MappingResult, map_codes
 from .map_policy import load_policy
 from .map_sources import find_sources
-from .program import FORMAT_VERSION, build_tables, sha256_file, verify_program, write_program
+from .program import FORMAT_VERSION, build_tables, sha256_file, table_counts, verify_program, write_program
 from .release import Release, load_release
 from .rf2_files import choose_release_type, scan_release, select_files
 from .words import default_stopwords_path, load_stopwords, semantic_tag
@@ -373,19 +373,7 @@ def _counts(rel: Release, tables: dict[str, pa.Table], mres: MappingResult) -> d
     counts = {k: int(v) for k, v in sorted(rel.counts.items())}
     counts.update({f"mapping_{k}": int(v) for k, v in sorted(mres.counts.items())})
     counts["map_candidates"] = mres.candidates.num_rows
-    counts["atoms"] = tables["atoms"].num_rows
-    kinds, n = np.unique(tables["atoms"]["kind"].to_numpy(zero_copy_only=False), return_counts=True)
-    counts["atoms_by_kind"] = {str(k): int(v) for k, v in zip(kinds, n, strict=True)}
-    counts["relations"] = tables["relations"].num_rows
-    counts["concepts"] = tables["concepts"].num_rows
-    counts["edges"] = tables["edges"].num_rows
-    counts["slices"] = tables["slices"].num_rows
-    rels = tables["relations"]
-    counts["max_multiplicity"] = {
-        str(lab): int(m)
-        for lab, m in zip(rels["label"].to_pylist(), rels["max_multiplicity"].to_pylist(), strict=True)
-    }
-    return counts
+    return {**counts, **table_counts(tables)}
 
 
 def _without_edges(sctids: pa.Array, rel_edges: pa.Table, wedges: pa.Table) -> int:

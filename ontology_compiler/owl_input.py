@@ -31,7 +31,7 @@ from .errors import HierarchyCycleError, InputFileError, MissingInputError
 from .graph import check_is_a_acyclic, word_edges
 from .manifest import compiler_version, existing_program, program_id
 from .owl_read import IS_A_KEY, OwlGraph, expand, fragment, read_owl
-from .program import FORMAT_VERSION, build_tables, sha256_file, verify_program, write_program
+from .program import FORMAT_VERSION, build_tables, sha256_file, table_counts, verify_program, write_program
 from .words import default_stopwords_path, load_stopwords
 
 log = logging.getLogger(__name__)
@@ -380,18 +380,7 @@ def _graph_tables(og: OwlGraph, labels: pa.Table, token_class: pa.Table, label_i
 
 
 def _counts(counts: Counter, tables: dict[str, pa.Table]) -> dict:
-    out = {k: int(v) for k, v in sorted(counts.items())}
-    out["atoms"] = tables["atoms"].num_rows
-    kinds, n = np.unique(tables["atoms"]["kind"].to_numpy(zero_copy_only=False), return_counts=True)
-    out["atoms_by_kind"] = {str(k): int(v) for k, v in zip(kinds, n, strict=True)}
-    out["relations"] = tables["relations"].num_rows
-    out["concepts"] = tables["concepts"].num_rows
-    out["edges"] = tables["edges"].num_rows
-    out["slices"] = tables["slices"].num_rows
-    rels = tables["relations"]
-    out["max_multiplicity"] = {str(lab): int(m) for lab, m in zip(
-        rels["label"].to_pylist(), rels["max_multiplicity"].to_pylist(), strict=True)}  # fmt: skip
-    return out
+    return {**{k: int(v) for k, v in sorted(counts.items())}, **table_counts(tables)}
 
 
 def _coverage(

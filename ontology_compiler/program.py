@@ -8,12 +8,7 @@ first, then by (vocabulary, code). Edges are stored sorted by (relation_id, slot
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,23 +17,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import rf2_schema as S
+from .artifact import FORMAT_VERSION, publish, read_json_manifest, sha256_file, verify_manifest_files
 from .errors import OutputExistsError, ProgramFormatError
 from .graph import DESCRIPTION_KEY, IDENTITY_KEY
 from .words import strip_semantic_tag
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 TOP_FILES = ("atoms.parquet", "relations.parquet", "concepts.parquet", "edges.parquet", "slices.parquet")
-
-
-def sha256_file(path: str | Path, bufsize: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(bufsize):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def build_tables(
@@ -240,6 +227,21 @@ def build_tables(
     return {"atoms": atoms, "relations": relations, "concepts": concepts, "edges": e, "slices": slices}
 
 
+def table_counts(tables: dict[str, pa.Table]) -> dict:
+    """Rows of each program table, atoms by kind, and the max multiplicity of each relation."""
+    out: dict = {"atoms": tables["atoms"].num_rows}
+    kinds, n = np.unique(tables["atoms"]["kind"].to_numpy(zero_copy_only=False), return_counts=True)
+    out["atoms_by_kind"] = {str(k): int(v) for k, v in zip(kinds, n, strict=True)}
+    for name in ("relations", "concepts", "edges", "slices"):
+        out[name] = tables[name].num_rows
+    rels = tables["relations"]
+    out["max_multiplicity"] = {
+        str(lab): int(m)
+        for lab, m in zip(rels["label"].to_pylist(), rels["max_multiplicity"].to_pylist(), strict=True)
+    }
+    return out
+
+
 def write_parquet(table: pa.Table, path: Path, program_id: str) -> dict:
     meta = dict(table.schema.metadata or {})
     meta.update({b"program_id": program_id.encode(), b"format_version": str(FORMAT_VERSION).encode()})
@@ -262,71 +264,19 @@ def write_program(
     Raises :class:`OutputExistsError` when the target holds anything else.
     """
     final = out_dir / program_id
-    if final.exists():
-        return final, _same_or_raise(final, program_id)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{program_id}-{os.getpid()}-", dir=out_dir))
-    try:
+
+    def write_files(tmp: Path) -> list[dict]:
         files = []
-        for name, t in tables.items():
-            p = tmp / f"{name}.parquet"
-            info = write_parquet(t, p, program_id)
-            files.append(
-                {"path": p.name, "sha256": sha256_file(p), "rows": info["rows"], "bytes": p.stat().st_size}
-            )
-        for name, t in graph_tables.items():
-            p = tmp / "graph" / f"{name}.parquet"
-            info = write_parquet(t, p, program_id)
-            files.append(
-                {
-                    "path": f"graph/{p.name}",
-                    "sha256": sha256_file(p),
-                    "rows": info["rows"],
-                    "bytes": p.stat().st_size,
-                }
-            )
-        manifest = dict(manifest)
-        manifest["files"] = files
-        with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, sort_keys=False, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if final.exists():  # another process finished the same program first
-                shutil.rmtree(tmp, ignore_errors=True)
-                return final, _same_or_raise(final, program_id)
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final, True
+        for folder, group in (("", tables), ("graph/", graph_tables)):
+            for name, t in group.items():
+                p = tmp / f"{folder}{name}.parquet"
+                info = write_parquet(t, p, program_id)
+                files.append({"path": f"{folder}{p.name}", "sha256": sha256_file(p), "rows": info["rows"],
+                              "bytes": p.stat().st_size})  # fmt: skip
+        return files
 
-
-def clean_stale_temps(out_dir: Path) -> None:
-    """Remove temporary folders left by killed compiles (their process is gone)."""
-    for p in out_dir.glob(".tmp-*"):
-        parts = p.name.split("-")
-        try:
-            pid = int(parts[2])
-        except (IndexError, ValueError):
-            continue
-        if pid != os.getpid() and not _pid_alive(pid):
-            log.info("removing %s left by an interrupted compile (pid %d)", p, pid)
-            shutil.rmtree(p, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    written = publish(final, program_id, write_files, manifest, lambda: _same_or_raise(final, program_id))
+    return final, written
 
 
 def _same_or_raise(final: Path, program_id: str) -> bool:
@@ -342,36 +292,6 @@ def _same_or_raise(final: Path, program_id: str) -> bool:
             f"{final} holds program {manifest.get('program_id')!r}, not {program_id!r}; it is never overwritten"
         )
     return False
-
-
-def read_json_manifest(path: str | Path, what: str, error: type[Exception] = ProgramFormatError) -> dict:
-    """``path/manifest.json`` of a format-1 artifact (a program, a dataset), version checked."""
-    p = Path(path) / "manifest.json"
-    if not p.is_file():
-        raise error(f"{path}: no manifest.json (not a {what} folder)")
-    try:
-        manifest = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise error(f"{p}: not valid JSON: {e}") from e
-    version = manifest.get("format_version")
-    if not isinstance(version, int) or version != FORMAT_VERSION:
-        raise error(f"{p}: format_version {version!r} is not supported (expected {FORMAT_VERSION})")
-    return manifest
-
-
-def verify_manifest_files(path: str | Path, manifest: dict, *, hashes: bool = True,
-                          error: type[Exception] = ProgramFormatError) -> dict:  # fmt: skip
-    """Every file the manifest lists is present and, with ``hashes``, has the listed sha256."""
-    path = Path(path)
-    for f in manifest.get("files", []):
-        p = path / f["path"]
-        if not p.is_file():
-            raise error(f"{p}: listed in the manifest but missing")
-        if hashes:
-            got = sha256_file(p)
-            if got != f["sha256"]:
-                raise error(f"{p}: sha256 {got} differs from the manifest's {f['sha256']}")
-    return manifest
 
 
 def read_manifest(path: str | Path) -> dict:

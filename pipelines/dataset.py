@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ontology_compiler.program import (
-    clean_stale_temps,
-    read_json_manifest,
-    sha256_file,
-    verify_manifest_files,
-)
+from ontology_compiler.artifact import publish, read_json_manifest, sha256_file, verify_manifest_files
 
 from .errors import DatasetExistsError, PipelineError
 from .splits import SPLITS
@@ -88,35 +80,18 @@ def _write_parquet(table: pa.Table, path: Path, meta: dict[str, str]) -> dict:
 def write_dataset(final: Path, tables: dict[str, pa.Table], manifest: dict) -> bool:
     """Write ``tables`` and ``manifest`` to ``final`` atomically; False when it already held this dataset."""
     dataset_id = manifest["dataset_id"]
-    if final.exists():
-        return same_or_raise(final, dataset_id)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(final.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dataset_id}-{os.getpid()}-", dir=final.parent))
     meta = {
         "dataset_id": dataset_id,
         "program_id": manifest["program_id"],
         "format_version": str(FORMAT_VERSION),
     }
-    try:
-        manifest = dict(manifest)
-        manifest["files"] = [_write_parquet(t, tmp / f"{name}.parquet", meta) for name, t in tables.items()]
-        with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, ensure_ascii=False, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if final.exists():  # another process wrote the same dataset first
-                shutil.rmtree(tmp, ignore_errors=True)
-                return same_or_raise(final, dataset_id)
-            raise
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return True
+
+    def write_files(tmp: Path) -> list[dict]:
+        return [_write_parquet(t, tmp / f"{name}.parquet", meta) for name, t in tables.items()]
+
+    return publish(
+        final, dataset_id, write_files, manifest, lambda: same_or_raise(final, dataset_id), _json_default
+    )
 
 
 def _json_default(o: object) -> object:
