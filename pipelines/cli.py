@@ -37,11 +37,21 @@ def sql_cmd(program: str, query: str, fmt: str, max_rows: int) -> None:
 @click.option("--out", type=click.Path(file_okay=False), default="artifacts", show_default=True)
 @click.option("--size", type=click.Choice(["small", "default"]), default="default", show_default=True)
 @click.option("--patients", type=int, default=20000, show_default=True, help="Synthetic cohort size.")
-def demo_cmd(out: str, size: str, patients: int) -> None:
-    """Build the demo release, compile it, generate and tokenize the cohort, and query the program."""
+@click.option("--train-steps", type=int, default=None,
+              help="Pretraining steps per model (default: the demo's; 0: data steps only, no experiment).")  # fmt: skip
+@click.option("--trials", type=int, default=None, help="Fine-tuning trials per task (default: the demo's).")
+@click.option("--device", default="cpu", show_default=True, help="cpu, cuda or auto.")
+@click.option(
+    "--threads", type=int, default=1, show_default=True, help="torch CPU threads (0: torch's default)."
+)
+def demo_cmd(**kw) -> None:
+    """Build the demo data, then pretrain, fine-tune, evaluate and report the smallest experiment."""
+    import logging
+
     from pipelines.demo import run_demo
 
-    sys.exit(run_demo(out, size=size, patients=patients))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    sys.exit(run_demo(kw.pop("out"), **kw))
 
 
 @main.command("prepare")
@@ -244,6 +254,105 @@ def finetune_cmd(
             if isinstance(m.get(k), float)
         )
         click.echo(f"trial {t['trial']}   {which}: {vals} (best epoch {t['best_epoch']})")
+
+
+@main.command("evaluate")
+@click.argument("pretrained", type=click.Path(exists=True, file_okay=False))
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False),
+              help="Dataset the model was pretrained on.")  # fmt: skip
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False), help="Folder for evaluation.json, tsne.png."
+)
+@click.option("--mortality", type=click.Path(exists=True, file_okay=False), help="Mortality fine-tuning run.")
+@click.option(
+    "--chapters", type=click.Path(exists=True, file_okay=False), help="Chapters fine-tuning run (ROOD)."
+)
+@click.option("--transfer-dataset", type=click.Path(exists=True, file_okay=False),
+              help="Dataset of another layout (eICU) for the mortality transfer test.")  # fmt: skip
+@click.option("--per-bin", type=int, default=400, show_default=True, help="Codes probed per frequency bin.")
+@click.option("--neighbours", type=int, default=4, show_default=True, help="Top-k neighbours scored.")
+@click.option(
+    "--per-group", type=int, default=10, show_default=True, help="Common/rare/random codes studied."
+)
+@click.option(
+    "--tsne-points", type=int, default=2000, show_default=True, help="Codes in the t-SNE plot (0: none)."
+)
+@click.option(
+    "--cost-steps", type=int, default=3, show_default=True, help="Timed steps for the cost figures."
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("-v", "--verbose", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True)
+def evaluate_cmd(verbose: bool, quiet: bool, **kw) -> None:
+    """Evaluate a PRETRAINED run: frequency bins, neighbours, t-SNE, ROOD, transfer, cost."""
+    _log_level(verbose, quiet)
+    from pipelines.evaluate import evaluate, summary_lines
+
+    try:
+        r = evaluate(**kw)
+    except _train_errors() as e:
+        raise click.ClickException(str(e)) from e
+    click.echo("\n".join(summary_lines(r)))
+
+
+@main.command("report")
+@click.argument("runs_dir", type=click.Path(exists=True, file_okay=False))
+def report_cmd(runs_dir: str) -> None:
+    """Write report.md for the experiment in RUNS_DIR (or each experiment under it)."""
+    from pipelines.errors import PipelineError
+    from pipelines.report import report
+
+    try:
+        reps = report(runs_dir)
+    except PipelineError as e:
+        raise click.ClickException(str(e)) from e
+    for r in reps:
+        click.echo(f"report    {r.path}\n\n{r.headline}\n")
+
+
+@main.command("experiment")
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--transfer-dataset", type=click.Path(exists=True, file_okay=False), help="eICU-layout dataset."
+)
+@click.option("--name", default="experiment", show_default=True, help="Experiment folder name.")
+@click.option("--out", type=click.Path(file_okay=False), default="artifacts/runs", show_default=True)
+@click.option("--config", "configurations", multiple=True, default=("unstructured", "base"), show_default=True,
+              type=click.Choice(["unstructured", "base", "freq", "add", "cat"]), help="Embedding modes (repeat).")  # fmt: skip
+@click.option(
+    "--model", type=click.Choice(["tiny", "small", "bert-base"]), default="bert-base", show_default=True
+)
+@click.option(
+    "--seeds", "pretrain_seeds", type=int, default=3, show_default=True, help="Pretraining runs per config."
+)
+@click.option("--trials", type=int, default=10, show_default=True, help="Fine-tunings per run and task.")
+@click.option("--epochs", type=int, default=100, show_default=True, help="Pretraining epochs.")
+@click.option("--max-steps", type=int, default=None, help="Pretraining steps (overrides --epochs).")
+@click.option("--batch-size", type=int, default=96, show_default=True, help="Pretraining batch.")
+@click.option("--lr", type=float, default=1e-4, show_default=True, help="Pretraining peak learning rate.")
+@click.option("--finetune-epochs", type=int, default=10, show_default=True)
+@click.option("--finetune-lr", type=float, default=2e-5, show_default=True)
+@click.option("--finetune-batch-size", type=int, default=80, show_default=True)
+@click.option("--bf16", is_flag=True, help="bf16 autocast (CUDA only).")
+@click.option("--per-bin", type=int, default=400, show_default=True)
+@click.option("--tsne-points", type=int, default=2000, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--no-progress", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True)
+def experiment_cmd(verbose: bool, quiet: bool, no_progress: bool, **kw) -> None:
+    """The paper's protocol: configurations x seeds x trials, then evaluation and the report."""
+    _log_level(verbose, quiet)
+    from pipelines.experiment import options_to_config, run_experiment
+
+    try:
+        r = run_experiment(options_to_config(progress=not no_progress, **kw))
+    except _train_errors() as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"report    {r.report}\nwall time {r.seconds:.0f} s\n\n{r.headline}")
 
 
 @main.command("export-owl")

@@ -1,0 +1,74 @@
+"""``hrrbert experiment`` at toy size on the fixture program, and the demo's experiment end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from train_fixtures import dataset_dir, program_dir  # noqa: F401
+
+from pipelines.cli import main
+from pipelines.errors import PipelineError
+from pipelines.experiment import ExperimentConfig, run_experiment
+
+TOY = dict(
+    model="tiny", pretrain_seeds=1, trials=2, device="cpu", progress=False,
+    pretrain={"max_steps": 2, "batch_size": 8, "save_every": 1},
+    finetune={"epochs": 1, "batch_size": 8},
+    evaluate={"tsne_points": 10, "cost_steps": 1, "per_bin": 20},
+)  # fmt: skip
+
+
+def test_experiment_runs_every_step_and_resumes(tmp_path, dataset_dir, program_dir):  # noqa: F811
+    cfg = ExperimentConfig(dataset=str(dataset_dir), program=str(program_dir), transfer_dataset=str(dataset_dir),
+                           name="toy", out=str(tmp_path), **TOY)  # fmt: skip
+    r = run_experiment(cfg)
+    root = tmp_path / "toy"
+    exp = json.loads((root / "experiment.json").read_text())
+    assert [(x["configuration"], x["seed"]) for x in exp["runs"]] == [("unstructured", 0), ("base", 0)]
+    for x in exp["runs"]:
+        assert (root / x["pretrain"] / "model" / "model.safetensors").is_file()
+        for task in ("mortality", "chapters"):
+            s = json.loads((root / x["finetune"][task] / "summary.json").read_text())
+            assert len(s["trials"]) == 2
+        ev = json.loads((root / x["evaluation"]).read_text())
+        assert {"frequency_bins", "neighbours", "rood", "transfer", "tsne", "cost"} <= set(ev)
+    text = r.report.read_text()
+    for section in ("## Headline", "## Masked-code modelling", "## Mortality", "## Disease chapters", "## eICU",
+                    "## ROOD", "## Masked-code accuracy by code frequency", "## Nearest neighbours", "## Token embeddings",
+                    "## Cost"):  # fmt: skip
+        assert section in text, section
+    assert "| unstructured |" in r.headline and "| base |" in r.headline
+    # a second run finds every step done and only rewrites the report
+    stamp = (root / "eval" / "base-seed0" / "evaluation.json").stat().st_mtime_ns
+    again = run_experiment(cfg)
+    assert (root / "eval" / "base-seed0" / "evaluation.json").stat().st_mtime_ns == stamp
+    assert again.headline == r.headline
+    # continuing with another config is refused, naming the difference
+    with pytest.raises(PipelineError, match="trials: experiment has 2, now 3"):
+        run_experiment(ExperimentConfig(**{**cfg.__dict__, "trials": 3}))
+
+
+def test_experiment_cli_and_bad_options(tmp_path, dataset_dir, program_dir):  # noqa: F811
+    args = ["experiment", "--dataset", str(dataset_dir), "--program", str(program_dir), "--out", str(tmp_path),
+            "--name", "cli", "--config", "unstructured", "--model", "tiny", "--seeds", "1",
+            "--trials", "1", "--max-steps", "1", "--batch-size", "8", "--finetune-epochs", "1",
+            "--finetune-batch-size", "8", "--tsne-points", "0", "--per-bin", "10", "--device", "cpu", "--no-progress"]  # fmt: skip
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "report.md" in res.output and "| unstructured |" in res.output
+    with pytest.raises(ValueError, match="unknown configuration"):
+        ExperimentConfig(dataset="d", program="p", configurations=("bogus",))
+    with pytest.raises(ValueError, match="unknown task"):
+        ExperimentConfig(dataset="d", program="p", tasks=("bogus",))
+
+
+def test_demo_experiment_at_toy_size(tmp_path):
+    args = ["demo", "--out", str(tmp_path), "--size", "small", "--patients", "300", "--train-steps", "2",
+            "--trials", "1"]  # fmt: skip
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    assert "report    " in res.output and "| unstructured |" in res.output and "| base |" in res.output
+    text = (tmp_path / "runs" / "demo-small-n300-s2-t1" / "report.md").read_text()
+    assert "## ROOD" in text and "## eICU" in text and "## Cost" in text
