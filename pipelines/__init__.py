@@ -18,6 +18,11 @@ _API = {
     "prepare": "pipelines.prepare",
     "verify_dataset": "pipelines.dataset",
     "PipelineError": "pipelines.errors",
+    "pretrain": "pipelines.train",
+    "finetune": "pipelines.finetune",
+    "evaluate": "pipelines.evaluate",
+    "report": "pipelines.report",
+    "run_experiment": "pipelines.experiment",
 }
 
 __all__ = sorted(_API)
