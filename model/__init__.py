@@ -1,11 +1,14 @@
 """Models over ICD-code sequences whose token embedding is the HRR kernel.
 
 Public API: :class:`HRRBert` (BERT with ``HRREmbedding`` tokens, a tied MLM head and pooled task
-heads), :class:`BertConfig` and its presets, and the package's errors.
+heads), :class:`BertConfig` and its presets, the memory networks (:class:`MemN2N`, :class:`MemNN`), the
+visit-level :class:`VisitTransformer`, and the package's errors.
 """
 
 from .bert import PRESETS, TASKS, BertConfig, HRRBert, bert_base, bert_small, bert_tiny, preset
 from .errors import ModelError, PretrainedFileError, ProgramMismatchError
+from .memory_network import MemN2N, MemN2NConfig, MemNN, MemNNConfig, TokenEmbedding
+from .visit_transformer import VisitTransformer, VisitTransformerConfig, group_visits
 
 __all__ = [
     "HRRBert",
@@ -19,4 +22,12 @@ __all__ = [
     "ModelError",
     "ProgramMismatchError",
     "PretrainedFileError",
+    "MemN2N",
+    "MemN2NConfig",
+    "MemNN",
+    "MemNNConfig",
+    "TokenEmbedding",
+    "VisitTransformer",
+    "VisitTransformerConfig",
+    "group_visits",
 ]

@@ -210,6 +210,9 @@ def pretrain_cmd(
 @click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--task", type=click.Choice(["mortality", "chapters"]), default="mortality", show_default=True)
+@click.option("--model", type=click.Choice(["bert", "visit-transformer"]), default="bert", show_default=True,
+              help="bert: the pretrained BERT; visit-transformer: a visit-level Transformer whose code "
+              "embedding starts from the pretrained BERT's.")  # fmt: skip
 @click.option("--out", type=click.Path(file_okay=False), default="artifacts/runs", show_default=True)
 @click.option(
     "--run-id", default=None, help="Run folder name (default: finetune-<task>-<pretrained>-seed<seed>)."
@@ -353,6 +356,133 @@ def experiment_cmd(verbose: bool, quiet: bool, no_progress: bool, **kw) -> None:
     except _train_errors() as e:
         raise click.ClickException(str(e)) from e
     click.echo(f"report    {r.report}\nwall time {r.seconds:.0f} s\n\n{r.headline}")
+
+
+@main.group("qa")
+def qa_group() -> None:
+    """Clinical question answering with memory networks over a patient's diagnoses."""
+
+
+@qa_group.command("generate")
+@click.argument("dataset", type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default="artifacts/qa", show_default=True)
+@click.option("--name", default=None, help="QA set name (default: qa-<dataset name>).")
+@click.option("--max-memories", type=int, default=30, show_default=True)
+@click.option("--train-patients", type=int, default=2000, show_default=True)
+@click.option("--val-patients", type=int, default=300, show_default=True)
+@click.option("--test-patients", type=int, default=800, show_default=True)
+@click.option("--unseen-fraction", type=float, default=0.15, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def qa_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
+    """Generate a clinical QA set from a tokenized DATASET and its program."""
+    from pipelines.errors import PipelineError
+    from pipelines.qa_data import QAOptions, generate_qa
+
+    try:
+        r = generate_qa(dataset, program, out=out, name=name, options=QAOptions(**kw))
+    except (PipelineError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    q = r.manifest["counts"]["questions"]
+    click.echo(f"qa        {r.path}{'' if r.written else ' (already generated)'}")
+    click.echo("questions " + ", ".join(f"{k} {v}" for k, v in q.items()))
+
+
+@qa_group.command("train")
+@click.argument("qa", type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default="artifacts/runs", show_default=True)
+@click.option("--run-id", default=None)
+@click.option("--model", type=click.Choice(["memn2n", "memnn"]), default="memn2n", show_default=True)
+@click.option("--embedding", type=click.Choice(["plain", "hrr"]), default="plain", show_default=True)
+@click.option("--hrr-mode", default="base", show_default=True)
+@click.option("--dim", type=int, default=32, show_default=True)
+@click.option("--hops", type=int, default=3, show_default=True)
+@click.option(
+    "--tying", type=click.Choice(["adjacent", "layerwise", "none"]), default="adjacent", show_default=True
+)
+@click.option("--encoding", type=click.Choice(["bow", "position"]), default="position", show_default=True)
+@click.option("--no-temporal", is_flag=True, help="No temporal encoding.")
+@click.option("--epochs", type=int, default=8, show_default=True)
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--lr", type=float, default=0.01, show_default=True)
+@click.option(
+    "--max-train", type=int, default=0, show_default=True, help="At most this many train questions."
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--no-progress", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True)
+def qa_train_cmd(qa: str, out: str, run_id: str | None, no_temporal: bool, no_progress: bool,
+                 verbose: bool, quiet: bool, **kw) -> None:  # fmt: skip
+    """Train a memory network on a QA set; report test accuracy overall, per type, on unseen codes."""
+    _log_level(verbose, quiet)
+    from pipelines.qa import train_qa
+
+    try:
+        r = train_qa(qa, out=out, run_id=run_id, temporal=not no_temporal, progress=not no_progress, **kw)
+    except (*_train_errors(), ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"run       {r.run_dir}\nparams    {r.results['parameters']:,}")
+    click.echo(_qa_summary(r.results["test"] or r.results["val"]))
+
+
+def _qa_summary(m: dict) -> str:
+    lines = [
+        f"accuracy  {m['accuracy']:.4f} overall, {m['accuracy_unseen']:.4f} unseen codes ({m['n_unseen']})"
+    ]
+    lines += [f"  {t:<16} {a:.4f}" for t, a in m["by_type"].items()]
+    if m.get("skipped"):
+        lines.append("skipped   " + ", ".join(f"{k} {v}" for k, v in m["skipped"].items()))
+    return "\n".join(lines)
+
+
+@qa_group.command("evaluate")
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--qa", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--patient", type=int, default=None, help="Subject id whose attention is printed.")
+@click.option("--threshold", type=float, default=0.05, show_default=True, help="Smallest weight printed.")
+def qa_evaluate_cmd(
+    run: str, qa: str, program: str, split: str, patient: int | None, threshold: float
+) -> None:
+    """Evaluate a trained QA RUN (or model folder); print accuracy and one patient's attention per hop."""
+    from pipelines.qa import evaluate_qa
+
+    try:
+        report, text = evaluate_qa(run, qa, program, split=split, patient=patient, threshold=threshold)
+    except (*_train_errors(), ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(_qa_summary(report))
+    click.echo("")
+    click.echo(text)
+
+
+@qa_group.command("compare")
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option(
+    "--out", type=click.Path(file_okay=False), default="artifacts/runs/qa-compare", show_default=True
+)
+@click.option("--epochs", type=int, default=4, show_default=True)
+@click.option("--max-train", type=int, default=3000, show_default=True)
+@click.option("--finetune-epochs", type=int, default=3, show_default=True)
+@click.option("--pretrain-steps", type=int, default=60, show_default=True)
+@click.option("--skip-finetune", is_flag=True, help="Only the memory-network tables.")
+@click.option("--threads", type=int, default=1, show_default=True, help="torch threads (0: leave as is).")
+def qa_compare_cmd(**kw) -> None:
+    """Run the comparison grid on a dataset and write report.md (memory networks, visit Transformer vs BERT)."""
+    _log_level(False, True)
+    from pipelines.qa_compare import compare
+
+    try:
+        path = compare(**kw)
+    except (*_train_errors(), ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(path.read_text(encoding="utf-8"))
+    click.echo(f"report    {path}")
 
 
 @main.command("export-owl")

@@ -6,6 +6,8 @@ chapters task uses the rows flagged ``disease_task`` where the dataset has that 
 repeats the whole fine-tuning with seeds ``seed, seed + 1, ...``; each trial writes
 ``<out>/<run_id>/trial-<k>/`` with ``metrics.jsonl`` (one record per epoch), ``results.json``
 (validation and test metrics of the best epoch) and ``model/`` (its weights); ``summary.json`` lists all.
+``model="visit-transformer"`` fine-tunes a :class:`model.VisitTransformer` the size of the pretrained BERT
+whose code embedding is the BERT's pretrained token embedding, in the same loop and results format.
 
 Dimension legend: B batch, T codes, L labels.
 """
@@ -39,6 +41,7 @@ from .train_runtime import (
 log = logging.getLogger(__name__)
 
 TASKS = ("mortality", "chapters")
+MODELS = ("bert", "visit-transformer")
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
 
 
@@ -63,8 +66,11 @@ class FinetuneConfig:
     device: str = "auto"  # auto, cpu, cuda
     bf16: bool = False  # bf16 autocast (CUDA only)
     progress: bool = True  # tqdm bar (only on a terminal)
+    model: str = "bert"  # bert, or visit-transformer (code embedding initialised from the pretrained BERT)
 
     def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if self.select_by not in SELECT_BY:
@@ -171,7 +177,8 @@ def finetune(
     for name, s in (("finetune_train", train), ("finetune_val", val)):
         if len(s) == 0:
             raise PipelineError(f"{ds.patients_path}: split {name!r} has no rows for task {cfg.task!r}")
-    run_id = run_id or f"finetune-{cfg.task}-{Path(cfg.pretrained).name}-seed{cfg.seed}"
+    suffix = "" if cfg.model == "bert" else f"-{cfg.model}"
+    run_id = run_id or f"finetune-{cfg.task}-{Path(cfg.pretrained).name}{suffix}-seed{cfg.seed}"
     run_dir = Path(out) / run_id
     if (run_dir / "summary.json").exists():
         raise PipelineError(f"{run_dir}: fine-tuning run already exists; choose another --run-id")
@@ -183,6 +190,9 @@ def finetune(
         "model_config": asdict(mc),
         "versions": versions(),
     }
+    if cfg.model != "bert":
+        meta["model"] = cfg.model
+        meta["visit_transformer_config"] = asdict(visit_transformer_config(mc, program_))
     results = []
     for k in range(cfg.trials):
         results.append(_trial(k, cfg, mdir, program_, train, val, test, run_dir / f"trial-{k}", device, meta))
@@ -200,6 +210,33 @@ def finetune(
     return FinetuneResult(run_dir, results)
 
 
+def visit_transformer_config(mc, program):
+    """A visit Transformer the size of the BERT config ``mc`` (layers, heads, widths, visits)."""
+    from model import VisitTransformerConfig
+
+    pad = program.concept_codes.index("[PAD]") if "[PAD]" in program.concept_codes else 0
+    return VisitTransformerConfig(
+        n_codes=program.n_concepts,
+        dim=mc.dim,
+        n_layers=mc.n_layers,
+        n_heads=mc.n_heads,
+        ffn_dim=mc.ffn_dim,
+        max_visits=mc.max_segments,
+        dropout=mc.dropout,
+        pad_id=pad,
+        code_mode=mc.mode,
+    )
+
+
+def visit_transformer_from_bert(bert, program):
+    """A visit Transformer whose code embedding is the pretrained BERT's token embedding (same program)."""
+    from model import VisitTransformer
+
+    return VisitTransformer(visit_transformer_config(bert.config, program), bert.embeddings.token).to(
+        program.device
+    )
+
+
 def _trial(
     k, cfg: FinetuneConfig, mdir, program, train, val, test, tdir: Path, device, meta
 ) -> dict[str, Any]:
@@ -208,7 +245,10 @@ def _trial(
     seed = cfg.seed + k
     seed_everything(seed)
     model = HRRBert.from_pretrained(mdir, program)
-    model.mlm.requires_grad_(False)  # unused by the tasks
+    if cfg.model == "visit-transformer":
+        model = visit_transformer_from_bert(model, program)
+    else:
+        model.mlm.requires_grad_(False)  # unused by the tasks
     for name, head in model.heads.tasks.items():
         head.requires_grad_(name == cfg.task)
     params = [p for p in model.parameters() if p.requires_grad]
