@@ -27,30 +27,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 CACHE = ROOT / "benchmarks" / "_cache"
-PAPER = {"n_concepts": 25_493, "n_targets": 13_887, "n_words": 8_833}
+PAPER_CONCEPTS = 25_493  # hrr_kernel.synthetic.PAPER["n_concepts"]
 SWEEP = (5_000, 25_000, 100_000, 350_000)
 QUICK_SWEEP = (2_000, 5_000)
 
 
 def synthetic_program(n_concepts: int, shared: float = 0.0, seed: int = 0) -> Path:
     """Write (once, cached) a paper-shaped synthetic program with ``n_concepts`` codes."""
-    import numpy as np
+    from hrr_kernel.synthetic import cached_paper_program
 
-    from hrr_kernel.synthetic import paper_scale_edges, write_program
-
-    scale = n_concepts / PAPER["n_concepts"]
-    root = CACHE / f"synthetic-n{n_concepts}-shared{shared:g}-seed{seed}"
-    if (root / "manifest.json").is_file():
-        return root
-    sizes, edges = paper_scale_edges(
-        np.random.default_rng(seed),
-        n_concepts=n_concepts,
-        n_targets=max(10, round(PAPER["n_targets"] * scale)),
-        n_words=max(10, round(PAPER["n_words"] * scale)),
-        shared_mapping_fraction=shared,
-    )
-    write_program(root, **sizes, edges=edges)
-    return root
+    return cached_paper_program(CACHE, n_concepts, shared=shared, seed=seed)
 
 
 def run_worker(program: Path, method: str, dim: int, reps: int, warmup: int, timeout: float) -> dict:
@@ -220,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
         args.reps, args.warmup, args.baseline_reps = 3, 1, 1
         args.skip = sorted(set(args.skip) | {"torchhd"})
     out = [f"## hrr_kernel benchmark — {machine()}", ""]
-    n_main = 5_000 if args.quick else PAPER["n_concepts"]
+    n_main = 5_000 if args.quick else PAPER_CONCEPTS
     out += compare(
         synthetic_program(n_main), f"Synthetic paper-scale program ({n_main:,} codes)", args, baselines=True
     )

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 CACHE = ROOT / "benchmarks" / "_cache"
-PAPER = {"n_concepts": 25_493, "n_targets": 13_887, "n_words": 8_833}
+PAPER_CONCEPTS = 25_493  # hrr_kernel.synthetic.PAPER["n_concepts"]
 MODES = ("unstructured", "base", "freq", "add", "cat")
 PRESETS = ("tiny", "small", "bert-base")
 DEFAULT_BATCH = {"tiny": 32, "small": 16, "bert-base": 4}
@@ -45,23 +45,10 @@ SEQ = 128
 
 
 def synthetic_program(n_concepts: int, seed: int = 0) -> Path:
-    """A paper-shaped synthetic program (cached; same layout as ``benchmarks/kernel.py``'s)."""
-    import numpy as np
+    """A paper-shaped synthetic program (cached; the same one ``benchmarks/kernel.py`` uses)."""
+    from hrr_kernel.synthetic import cached_paper_program
 
-    from hrr_kernel.synthetic import paper_scale_edges, write_program
-
-    scale = n_concepts / PAPER["n_concepts"]
-    root = CACHE / f"synthetic-n{n_concepts}-shared0-seed{seed}"
-    if (root / "manifest.json").is_file():
-        return root
-    sizes, edges = paper_scale_edges(
-        np.random.default_rng(seed),
-        n_concepts=n_concepts,
-        n_targets=max(10, round(PAPER["n_targets"] * scale)),
-        n_words=max(10, round(PAPER["n_words"] * scale)),
-    )
-    write_program(root, **sizes, edges=edges)
-    return root
+    return cached_paper_program(CACHE, n_concepts, seed=seed)
 
 
 def sync(device: torch.device) -> None:
@@ -175,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "--steps", type=int, default=None, help="timed steps per config (default tiny 5, small 4, base 3)"
     )
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--concepts", type=int, default=PAPER["n_concepts"], help="program size (paper: 25,493)")
+    ap.add_argument("--concepts", type=int, default=PAPER_CONCEPTS, help="program size (paper: 25,493)")
     ap.add_argument(
         "--program", type=Path, default=None, help="a compiled program instead of the synthetic one"
     )

@@ -246,3 +246,26 @@ def paper_scale_edges(
     a = np.concatenate([a, n_targets + n_words + np.arange(n_special)])
     sizes = {"n_concepts": n_concepts, "n_atoms": n_atoms, "n_relations": n_rel}
     return sizes, (c, r, a)
+
+
+# Paper-scale sizes (25,493 codes; 13,887 SNOMED target concepts; 8,833 words) used by the benchmarks.
+PAPER = {"n_concepts": 25_493, "n_targets": 13_887, "n_words": 8_833}
+
+
+def cached_paper_program(cache: str | Path, n_concepts: int, shared: float = 0.0, seed: int = 0) -> Path:
+    """A paper-shaped synthetic program with ``n_concepts`` codes, written once under ``cache``."""
+    import numpy as np
+
+    scale = n_concepts / PAPER["n_concepts"]
+    root = Path(cache) / f"synthetic-n{n_concepts}-shared{shared:g}-seed{seed}"
+    if (root / "manifest.json").is_file():
+        return root
+    sizes, edges = paper_scale_edges(
+        np.random.default_rng(seed),
+        n_concepts=n_concepts,
+        n_targets=max(10, round(PAPER["n_targets"] * scale)),
+        n_words=max(10, round(PAPER["n_words"] * scale)),
+        shared_mapping_fraction=shared,
+    )
+    write_program(root, **sizes, edges=edges)
+    return root
