@@ -28,7 +28,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["MemN2N", "MemN2NConfig", "MemNN", "MemNNConfig", "TokenEmbedding", "TYINGS", "ENCODINGS"]
+__all__ = [
+    "MemN2N",
+    "MemN2NConfig",
+    "MemNN",
+    "MemNNConfig",
+    "TokenEmbedding",
+    "TYINGS",
+    "ENCODINGS",
+    "memory_read",
+]
 
 TYINGS = ("adjacent", "layerwise", "none")
 ENCODINGS = ("bow", "position")
@@ -209,6 +218,26 @@ def temporal_index(mask: Tensor) -> Tensor:
     return (n - 1 - idx).clamp(min=0)  # (B, M)
 
 
+def memory_read(query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """One soft memory read (a MemN2N hop): ``p = softmax(keys . query)`` over the real memories, ``o = p values``.
+
+    Shared by :class:`MemN2N` and :class:`model.doctor2vec.Doctor2Vec`. A row with no real memory gets
+    ``o = 0`` and ``p = 0`` (no NaN), so callers that allow empty memories need no special case.
+
+    Shapes:
+        - query: ``(B, D)``; keys, values: ``(B, M, D)``; mask: ``(B, M)`` bool, True = a real memory
+        - output: ``o`` ``(B, D)`` and attention ``p`` ``(B, M)`` (0 at masked memories)
+    """
+    if keys.shape[:2] != mask.shape or values.shape[:2] != mask.shape or query.shape[0] != mask.shape[0]:
+        raise ValueError(
+            f"memory_read: query {tuple(query.shape)}, keys {tuple(keys.shape)}, values "
+            f"{tuple(values.shape)} and mask {tuple(mask.shape)} disagree on (B, M)"
+        )
+    scores = torch.einsum("bmd,bd->bm", keys, query).masked_fill(~mask, float("-inf"))  # (B, M)
+    p = torch.nan_to_num(scores.softmax(-1), nan=0.0)  # (B, M), all-masked rows -> 0
+    return torch.einsum("bm,bmd->bd", p, values), p  # (B, D), (B, M)
+
+
 class MemoryEmbedding(nn.Module):
     """One embedding matrix of the MemN2N (A^k, B or C^k): token lookup plus its temporal table."""
 
@@ -281,10 +310,7 @@ class MemN2N(nn.Module):
 
         attention = []
         for a_i, c_i in zip(self.a_index, self.c_index, strict=True):
-            m, c = encoded(a_i), encoded(c_i)  # (B, M, D) each
-            scores = torch.einsum("bmd,bd->bm", m, u).masked_fill(~mask, float("-inf"))  # (B, M)
-            p = scores.softmax(-1)  # (B, M)
-            o = torch.einsum("bm,bmd->bd", p, c)  # (B, D)
+            o, p = memory_read(u, encoded(a_i), encoded(c_i), mask)  # (B, D), (B, M)
             u = (self.h(u) if self.h is not None else u) + o  # (B, D)
             attention.append(p)
         return self.answer(self.drop(u)), attention  # (B, A)

@@ -23,6 +23,10 @@ _API = {
     "evaluate": "pipelines.evaluate",
     "report": "pipelines.report",
     "run_experiment": "pipelines.experiment",
+    "generate_doctor2vec": "pipelines.doctor2vec_data",
+    "read_doctor2vec": "pipelines.doctor2vec_read",
+    "train_doctor2vec": "pipelines.doctor2vec",
+    "evaluate_doctor2vec": "pipelines.doctor2vec",
 }
 
 __all__ = sorted(_API)

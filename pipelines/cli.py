@@ -485,6 +485,140 @@ def qa_compare_cmd(**kw) -> None:
     click.echo(f"report    {path}")
 
 
+@main.group("doctor2vec")
+def doctor2vec_group() -> None:
+    """Doctor2Vec: match doctors to clinical trials through a memory of their patients."""
+
+
+@doctor2vec_group.command("generate")
+@click.argument("dataset", type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default="artifacts/doctor2vec", show_default=True)
+@click.option("--name", default=None, help="Data set name (default: d2v-<dataset name>).")
+@click.option("--doctors", type=int, default=300, show_default=True)
+@click.option("--train-trials", type=int, default=120, show_default=True)
+@click.option("--val-trials", type=int, default=30, show_default=True)
+@click.option("--test-trials", type=int, default=30, show_default=True)
+@click.option("--rare-trials", type=int, default=30, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
+    """Generate doctors, patient panels, trials and enrollment outcomes from a tokenized DATASET."""
+    from pipelines.doctor2vec_data import D2VOptions, generate_doctor2vec
+    from pipelines.errors import PipelineError
+
+    try:
+        r = generate_doctor2vec(dataset, program, out=out, name=name, options=D2VOptions(**kw))
+    except (PipelineError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    c = r.manifest.get("counts", {})
+    click.echo(f"data      {r.path}{'' if r.written else ' (already generated)'}")
+    click.echo(f"doctors   {c.get('doctors', 0):,} ({c.get('patients', 0):,} patients in panels)")
+    click.echo("trials    " + ", ".join(f"{k} {v}" for k, v in c.get("trials", {}).items()))
+    click.echo("positives " + ", ".join(f"{k} {100 * v:.1f} %" for k, v in c.get("positive_rate", {}).items()))
+    skipped = {k: v for k, v in c.get("skipped", {}).items() if v}
+    if skipped:
+        click.echo("skipped   " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in skipped.items()))
+
+
+@doctor2vec_group.command("train")
+@click.argument("data", type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--out", type=click.Path(file_okay=False), default="artifacts/runs", show_default=True)
+@click.option("--run-id", default=None)
+@click.option("--embedding", type=click.Choice(["plain", "hrr"]), default="hrr", show_default=True)
+@click.option("--hrr-mode", default="base", show_default=True)
+@click.option("--doctor", type=click.Choice(["dynamic", "static"]), default="dynamic", show_default=True)
+@click.option("--patient-encoder", type=click.Choice(["pooled", "visit-transformer"]), default="pooled",
+              show_default=True)  # fmt: skip
+@click.option("--dim", type=int, default=64, show_default=True)
+@click.option("--hops", type=int, default=1, show_default=True)
+@click.option("--max-memories", type=int, default=64, show_default=True, help="Patients per doctor memory.")
+@click.option("--epochs", type=int, default=12, show_default=True)
+@click.option("--doctors-per-batch", type=int, default=16, show_default=True)
+@click.option("--lr", type=float, default=3e-3, show_default=True)
+@click.option("--show-held-out", is_flag=True, help="Keep the rare trials' codes in training histories.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--no-progress", is_flag=True)
+@click.option("-v", "--verbose", is_flag=True)
+@click.option("-q", "--quiet", is_flag=True)
+def d2v_train_cmd(data: str, out: str, run_id: str | None, show_held_out: bool, no_progress: bool,
+                  verbose: bool, quiet: bool, **kw) -> None:  # fmt: skip
+    """Train Doctor2Vec on DATA's train trials; report test and rare-disease-trial metrics."""
+    _log_level(verbose, quiet)
+    from pipelines.doctor2vec import train_doctor2vec
+
+    try:
+        r = train_doctor2vec(data, out=out, run_id=run_id, hide_held_out=not show_held_out,
+                             progress=not no_progress, **kw)  # fmt: skip
+    except (*_train_errors(), ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"run       {r.run_dir}\nparams    {r.results['parameters']:,}")
+    for split in ("val", "test", "test_rare"):
+        if split in r.results:
+            click.echo(_d2v_summary(split, r.results[split]))
+
+
+def _d2v_summary(split: str, m: dict) -> str:
+    def f(x) -> str:
+        return "n/a" if x is None or x != x else f"{x:.4f}"
+
+    return (
+        f"{split:<10} PR-AUC {f(m['pr_auc'])}  ROC-AUC {f(m['roc_auc'])}  P@5 {f(m['p_at_5'])}  "
+        f"P@10 {f(m['p_at_10'])}  ({m['trials']} trials, {m['pairs']} pairs, {m['positives']} enrolling)"
+    )
+
+
+@doctor2vec_group.command("evaluate")
+@click.argument("run", type=click.Path(exists=True, file_okay=False))
+@click.option("--data", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--split", type=click.Choice(["train", "val", "test", "test_rare"]), default="test_rare",
+              show_default=True)  # fmt: skip
+@click.option("--trial", type=int, default=None, help="Trial id whose top doctors and attention are printed.")
+@click.option("--top-doctors", type=int, default=3, show_default=True)
+@click.option("--top-patients", type=int, default=5, show_default=True)
+def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, trial: int | None, top_doctors: int,
+                     top_patients: int) -> None:  # fmt: skip
+    """Evaluate a trained RUN on a split; print one trial's best doctors and the patients they were chosen for."""
+    from pipelines.doctor2vec import evaluate_doctor2vec
+
+    try:
+        report, text = evaluate_doctor2vec(run, data, program, split=split, trial=trial,
+                                           top_doctors=top_doctors, top_patients=top_patients)  # fmt: skip
+    except (*_train_errors(), ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(_d2v_summary(split, report))
+    click.echo("")
+    click.echo(text)
+
+
+@doctor2vec_group.command("compare")
+@click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--data", type=click.Path(exists=True, file_okay=False),
+              help="An existing Doctor2Vec data folder (default: generated from --dataset).")  # fmt: skip
+@click.option(
+    "--out", type=click.Path(file_okay=False), default="artifacts/runs/doctor2vec-compare", show_default=True
+)
+@click.option("--epochs", type=int, default=12, show_default=True)
+@click.option("--dim", type=int, default=64, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--visit-transformer", is_flag=True, help="Also the visit-Transformer patient encoder.")
+@click.option("--threads", type=int, default=1, show_default=True, help="torch threads (0: leave as is).")
+def d2v_compare_cmd(**kw) -> None:
+    """Plain vs HRR codes x dynamic vs static doctor, on test and rare-disease trials; writes report.md."""
+    _log_level(False, True)
+    from pipelines.doctor2vec_compare import compare
+
+    try:
+        path = compare(**kw)
+    except (*_train_errors(), ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(path.read_text(encoding="utf-8"))
+    click.echo(f"report    {path}")
+
+
 @main.command("export-owl")
 @click.argument("program", type=click.Path(exists=True, file_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))

@@ -28,6 +28,7 @@ MLM_METRICS = ("val_mlm_acc", "val_top10", "val_top100")
 NAMES = {"val_mlm_acc": "MLM acc", "val_top10": "top-10", "val_top100": "top-100", "f1": "F1",
          "auroc": "AUROC", "auprc": "AUPRC", "accuracy": "acc", "precision": "prec", "recall": "rec"}  # fmt: skip
 GROUPS = ("case_studies", "common", "rare", "random")
+D2V_COMPARE_FILE = "doctor2vec-compare.json"  # pipelines.doctor2vec_compare.COMPARE_FILE
 
 
 @dataclass
@@ -41,12 +42,26 @@ def report(runs_dir: str | Path) -> list[Report]:
     d = Path(runs_dir)
     if (d / "experiment.json").is_file():
         return [write_report(d)]
+    if (d / D2V_COMPARE_FILE).is_file():
+        return [_doctor2vec_report(d)]
     found = sorted(p.parent for p in d.glob("*/experiment.json"))
-    if not found:
+    found_d2v = sorted(p.parent for p in d.glob(f"*/{D2V_COMPARE_FILE}"))
+    if not found and not found_d2v:
         raise PipelineError(
-            f"{d}: no experiment.json here or in its sub-folders; run `hrrbert experiment` first"
+            f"{d}: no experiment.json or {D2V_COMPARE_FILE} here or in its sub-folders; run "
+            "`hrrbert experiment` or `hrrbert doctor2vec compare` first"
         )
-    return [write_report(p) for p in found]
+    return [write_report(p) for p in found] + [_doctor2vec_report(p) for p in found_d2v]
+
+
+def _doctor2vec_report(d: Path) -> Report:
+    """A Doctor2Vec comparison's report (its headline: the two result tables)."""
+    from .doctor2vec_compare import write_report as write_d2v
+
+    path = write_d2v(d)
+    text = path.read_text(encoding="utf-8")
+    tables = [b for b in text.split("\n\n") if b.startswith("| run")]
+    return Report(path, "\n\n".join(tables[:2]))
 
 
 def _read_json(p: Path) -> Any:

@@ -1,0 +1,445 @@
+"""Train and evaluate Doctor2Vec on a Doctor2Vec data set: :func:`train_doctor2vec`, :func:`evaluate_doctor2vec`.
+
+A run folder ``<out>/<run_id>/`` holds ``metrics.jsonl`` (one record per epoch), ``results.json`` (the
+best validation epoch's metrics on val, test and the rare-disease trials) and ``model/`` (``config.json``
++ ``model.safetensors``; the config records the program id and the data set's vocabulary fingerprint,
+so a model is never silently applied to other data).
+
+Metrics (:func:`ranking_metrics`): ROC-AUC and PR-AUC pooled over the split's (doctor, trial) pairs, and
+per trial — rank the doctors by score — precision at k and average precision, averaged over the trials
+with at least one enrolling doctor. Training sees the train trials only, with the rare-disease trials'
+condition codes removed from every patient history (``hide_held_out``), so those codes are unseen until
+the test.
+
+Dimension legend: B pairs, Np pairs of a split, Tr trials, Dn doctors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from .doctor2vec_tensors import D2VTensors, build_tensors, doctor_batches, make_batch
+from .errors import PipelineError
+from .metrics import auroc, average_precision
+from .train_runtime import (
+    MetricsLog,
+    now_iso,
+    progress,
+    resolve_device,
+    seed_everything,
+    versions,
+    write_json,
+)
+
+log = logging.getLogger(__name__)
+
+EMBEDDINGS = ("plain", "hrr")
+MODEL_KIND = "hrrbert-doctor2vec"
+EVAL_SPLITS = ("val", "test", "test_rare")
+
+
+class Doctor2VecMismatchError(PipelineError):
+    """A saved Doctor2Vec model belongs to another program or another data set vocabulary."""
+
+
+@dataclass
+class D2VTrainConfig:
+    """Options of a Doctor2Vec training run (saved in ``results.json``)."""
+
+    data: str  # Doctor2Vec data folder (pipelines.doctor2vec_data)
+    program: str  # the program the data was generated from
+    embedding: str = "plain"  # code embedding: plain table or hrr (HRREmbedding)
+    hrr_mode: str = "base"  # HRREmbedding mode when embedding is hrr
+    doctor: str = "dynamic"  # dynamic (trial attends over the patients) or static (mean of patients)
+    patient_encoder: str = "pooled"  # pooled code vectors or visit-transformer
+    dim: int = 64  # embedding and model dimension
+    hops: int = 1  # memory reads of a dynamic doctor
+    max_memories: int = 64  # patients per doctor memory (larger panels: seeded sample)
+    max_codes: int = 64  # most recent codes per patient
+    hidden: int = 128  # compatibility MLP width
+    dropout: float = 0.1  # dropout
+    epochs: int = 12  # passes over the train pairs
+    doctors_per_batch: int = 16  # doctors per step (each with every train trial)
+    lr: float = 3e-3  # AdamW learning rate
+    weight_decay: float = 1e-4  # AdamW weight decay
+    clip: float = 1.0  # max gradient norm (0: off)
+    pos_weight: float = 0.0  # BCE weight of positives (0: negatives / positives of the train pairs)
+    hide_held_out: bool = True  # remove the rare-disease trials' codes from histories during training
+    k: tuple[int, ...] = (5, 10)  # precision at k per trial
+    seed: int = 0  # seed
+    device: str = "cpu"  # auto, cpu, cuda
+    progress: bool = True  # tqdm bar (only on a terminal)
+
+    def __post_init__(self) -> None:
+        if self.embedding not in EMBEDDINGS:
+            raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {self.embedding!r}")
+        if self.epochs < 1 or self.doctors_per_batch < 1:
+            raise ValueError(
+                f"epochs and doctors_per_batch must be >= 1, got {self.epochs}, {self.doctors_per_batch}"
+            )
+        self.k = tuple(int(x) for x in self.k)
+
+
+# --- metrics ---------------------------------------------------------------------------------------
+
+
+def ranking_metrics(
+    trial: np.ndarray, label: np.ndarray, score: np.ndarray, k: tuple[int, ...] = (5, 10)
+) -> dict[str, Any]:
+    """Pooled ROC-AUC / PR-AUC and per-trial precision at k and average precision.
+
+    Shapes: ``(Np,)`` each: the trial of each pair, its 0/1 label and the model's score. ``per_trial_ap``
+    lists each trial's average precision (trials with an enrolling doctor), keyed by the ``trial`` values.
+    """
+    y = label.astype(np.float64)
+    out: dict[str, Any] = {
+        "pairs": int(len(y)),
+        "positives": int(y.sum()),
+        "trials": int(len(np.unique(trial))),
+        "roc_auc": auroc(y, score) if 0 < y.sum() < len(y) else float("nan"),
+        "pr_auc": average_precision(y, score) if y.sum() > 0 else float("nan"),
+    }
+    per_k: dict[int, list[float]] = {kk: [] for kk in k}
+    aps, ap_trials = [], []
+    for t in np.unique(trial):
+        rows = np.flatnonzero(trial == t)
+        yt = y[rows]
+        if yt.sum() == 0:
+            continue
+        order = rows[np.argsort(-score[rows], kind="stable")]
+        for kk in k:
+            per_k[kk].append(float(y[order[:kk]].mean()))
+        aps.append(average_precision(yt, score[rows]))
+        ap_trials.append(int(t))
+    out["trials_with_positives"] = len(aps)
+    for kk in k:
+        out[f"p_at_{kk}"] = float(np.mean(per_k[kk])) if per_k[kk] else float("nan")
+    out["trial_ap"] = float(np.mean(aps)) if aps else float("nan")
+    out["per_trial_ap"] = {"trial": ap_trials, "ap": aps}  # for paired comparisons between models
+    return out
+
+
+# --- model -----------------------------------------------------------------------------------------
+
+
+def code_embedding(embedding: str, program, n_codes: int, dim: int, hrr_mode: str) -> nn.Module:
+    """A fresh code-embedding module: plain table or ``HRREmbedding`` of ``program``."""
+    if embedding == "hrr":
+        from hrr_kernel import HRREmbedding
+
+        return HRREmbedding(program, dim, hrr_mode)
+    e = nn.Embedding(n_codes, dim, padding_idx=0)
+    nn.init.normal_(e.weight, 0.0, 0.02)
+    return e
+
+
+def build_model(cfg: D2VTrainConfig, manifest: dict[str, Any], program) -> nn.Module:
+    from model.doctor2vec import Doctor2Vec, Doctor2VecConfig
+
+    n_codes = int(manifest["n_codes"])
+    if program.n_concepts != n_codes:
+        raise Doctor2VecMismatchError(
+            f"the data set has {n_codes} codes but program {program.program_id} has {program.n_concepts}"
+        )
+    mc = Doctor2VecConfig(
+        n_codes=n_codes,
+        n_words=int(manifest["n_words"]),
+        dim=cfg.dim,
+        patient_encoder=cfg.patient_encoder,
+        doctor=cfg.doctor,
+        hops=cfg.hops,
+        max_memories=cfg.max_memories,
+        hidden=cfg.hidden,
+        dropout=cfg.dropout,
+        code_mode=cfg.hrr_mode if cfg.embedding == "hrr" else "unstructured",
+    )
+    return Doctor2Vec(mc, code_embedding(cfg.embedding, program, n_codes, cfg.dim, cfg.hrr_mode))
+
+
+@torch.no_grad()
+def score_pairs(model: nn.Module, t: D2VTensors, rows: np.ndarray, device, doctors_per_batch: int = 32):
+    """Scores ``(Np,)`` (probabilities) of pair ``rows``, in that order, from the full patient histories."""
+    was = model.training
+    model.eval()
+    out = np.zeros(len(rows), dtype=np.float64)
+    pos = {int(r): i for i, r in enumerate(rows)}
+    for b in doctor_batches(t, rows, doctors_per_batch):
+        batch = {k: v.to(device) for k, v in make_batch(t, b, "eval").items()}
+        logits, _ = model(batch)
+        out[[pos[int(r)] for r in b]] = torch.sigmoid(logits.float()).cpu().numpy()
+    model.train(was)
+    return out
+
+
+def evaluate_splits(model, t: D2VTensors, device, k, splits=EVAL_SPLITS) -> dict[str, dict[str, Any]]:
+    res = {}
+    for split in splits:
+        rows = t.pairs_of(split)
+        if len(rows):
+            s = score_pairs(model, t, rows, device)
+            res[split] = ranking_metrics(t.trial_ids[t.pair_trial[rows]], t.pair_label[rows], s, k)
+    return res
+
+
+# --- persistence -----------------------------------------------------------------------------------
+
+
+def _meta(cfg: D2VTrainConfig, manifest: dict[str, Any], model: nn.Module) -> dict[str, Any]:
+    return {
+        "kind": MODEL_KIND,
+        "embedding": cfg.embedding,
+        "hrr_mode": cfg.hrr_mode,
+        "config": model.config.to_dict(),
+        "program_id": manifest["program_id"],
+        "data_id": manifest.get("d2v_id", manifest.get("dataset_id")),
+        "vocab_fingerprint": manifest.get("vocab_fingerprint"),
+        "max_codes": cfg.max_codes,
+    }
+
+
+def save_model(model: nn.Module, directory: Path, meta: dict[str, Any]) -> Path:
+    from safetensors.torch import save_file
+
+    directory.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    tmp = directory / "model.safetensors.tmp"
+    save_file(state, str(tmp), metadata={"kind": MODEL_KIND})
+    tmp.replace(directory / "model.safetensors")
+    write_json(directory / "config.json", meta)
+    return directory
+
+
+def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tuple[nn.Module, dict[str, Any]]:
+    """A saved Doctor2Vec model, checked against the data set's vocabulary and the program."""
+    from safetensors.torch import load_file
+
+    from model.doctor2vec import Doctor2Vec, Doctor2VecConfig
+
+    d = Path(directory)
+    d = d / "model" if (d / "model" / "config.json").is_file() else d
+    p = d / "config.json"
+    if not p.is_file():
+        raise PipelineError(f"{p}: missing; not a saved Doctor2Vec model (run `hrrbert doctor2vec train`)")
+    meta = json.loads(p.read_text(encoding="utf-8"))
+    if meta.get("kind") != MODEL_KIND:
+        raise PipelineError(f"{p}: not a Doctor2Vec model (kind {meta.get('kind')!r})")
+    for key, found in (
+        ("program_id", manifest.get("program_id")),
+        ("vocab_fingerprint", manifest.get("vocab_fingerprint")),
+    ):
+        if meta.get(key) != found:
+            raise Doctor2VecMismatchError(
+                f"{p}: the model's {key} is {meta.get(key)!r} but the data set's is {found!r}; "
+                "evaluate on data generated with the same program and vocabulary"
+            )
+    cfg = Doctor2VecConfig.from_dict(meta["config"])
+    if cfg.n_codes != int(manifest["n_codes"]) or cfg.n_words != int(manifest["n_words"]):
+        raise Doctor2VecMismatchError(
+            f"{p}: the model has {cfg.n_codes} codes / {cfg.n_words} words, the data set "
+            f"{manifest['n_codes']} / {manifest['n_words']}"
+        )
+    model = Doctor2Vec(
+        cfg, code_embedding(meta["embedding"], program, cfg.n_codes, cfg.dim, meta["hrr_mode"])
+    )
+    try:
+        model.load_state_dict(load_file(str(d / "model.safetensors")))
+    except (OSError, RuntimeError) as e:
+        raise PipelineError(f"{d / 'model.safetensors'}: weights do not fit the config: {e}") from e
+    return model.eval(), meta
+
+
+# --- training --------------------------------------------------------------------------------------
+
+
+@dataclass
+class D2VRunResult:
+    run_dir: Path
+    results: dict[str, Any]  # results.json
+
+
+def _load(data_path: str, program_path: str, device):
+    from hrr_kernel import load_program
+
+    from .doctor2vec_read import read_doctor2vec
+
+    data = read_doctor2vec(data_path)
+    prog = load_program(program_path, device=device)
+    if prog.program_id != data.manifest["program_id"]:
+        raise Doctor2VecMismatchError(
+            f"{data_path}: data was generated from program {data.manifest['program_id']!r}, "
+            f"but program {prog.program_id!r} was given"
+        )
+    return data, prog
+
+
+def train_doctor2vec(
+    data: str | Path | None = None,
+    program: str | Path | None = None,
+    *,
+    config: D2VTrainConfig | None = None,
+    out: str | Path = "artifacts/runs",
+    run_id: str | None = None,
+    **options: Any,
+) -> D2VRunResult:
+    """Train on the train trials, keep the best validation epoch (PR-AUC), test on test and rare trials."""
+    if config is None:
+        bad = sorted(set(options) - {f.name for f in fields(D2VTrainConfig)})
+        if bad:
+            raise TypeError(f"unknown doctor2vec option(s) {bad}")
+        config = D2VTrainConfig(data=str(data), program=str(program), **options)
+    cfg = config
+    t0 = time.perf_counter()
+    device = resolve_device(cfg.device)
+    ds, prog = _load(cfg.data, cfg.program, device)
+    t = build_tensors(ds, max_memories=cfg.max_memories, max_codes=cfg.max_codes,
+                      hide_held_out=cfg.hide_held_out, seed=cfg.seed)  # fmt: skip
+    train_rows = t.pairs_of("train")
+    if len(train_rows) == 0 or len(t.pairs_of("val")) == 0:
+        raise PipelineError(f"{cfg.data}: no train or validation pairs (skipped: {ds.skipped})")
+    run_id = run_id or f"d2v-{cfg.embedding}-{cfg.doctor}-{cfg.patient_encoder}-seed{cfg.seed}"
+    run_dir = Path(out) / run_id
+    if (run_dir / "results.json").exists():
+        raise PipelineError(f"{run_dir}: Doctor2Vec run already exists; choose another --run-id")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    seed_everything(cfg.seed)
+    model = build_model(cfg, ds.manifest, prog).to(device)
+    y = t.pair_label[train_rows]
+    pos_weight = cfg.pos_weight or float((len(y) - y.sum()) / max(y.sum(), 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    metrics = MetricsLog(run_dir / "metrics.jsonl")
+    rng = np.random.default_rng(cfg.seed)
+    n_batches = len(doctor_batches(t, train_rows, cfg.doctors_per_batch))
+    bar = progress(cfg.epochs * n_batches, 0, cfg.progress, f"doctor2vec {cfg.embedding} {cfg.doctor}")
+    best, best_state, best_epoch = None, None, -1
+    for epoch in range(cfg.epochs):
+        model.train()
+        total, n = 0.0, 0
+        for rows in doctor_batches(t, train_rows, cfg.doctors_per_batch, rng):
+            batch = {k: v.to(device) for k, v in make_batch(t, rows, "train").items()}
+            loss, _ = model.loss(batch, pos_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            total += float(loss.detach()) * len(rows)
+            n += len(rows)
+            bar.update(1)
+        v = evaluate_splits(model, t, device, cfg.k, ("val",))["val"]
+        metrics.write({"epoch": epoch, "train_loss": total / n, **{f"val_{k}": x for k, x in v.items()}})
+        log.info("epoch %d: train loss %.4f, val PR-AUC %.4f", epoch, total / n, v["pr_auc"])
+        if best is None or v["pr_auc"] > best["pr_auc"]:
+            best, best_epoch = v, epoch
+            best_state = {k: x.detach().clone() for k, x in model.state_dict().items()}
+    bar.close()
+    metrics.close()
+    model.load_state_dict(best_state)
+    meta = _meta(cfg, ds.manifest, model)
+    save_model(model, run_dir / "model", meta)
+    ev = evaluate_splits(model, t, device, cfg.k)
+    results = {
+        "kind": "doctor2vec",
+        "run_id": run_id,
+        "config": asdict(cfg),
+        "model": meta,
+        "parameters": model.num_parameters(),
+        "best_epoch": best_epoch,
+        **ev,
+        "train_pairs": int(len(train_rows)),
+        "pos_weight": pos_weight,
+        "data_counts": {**t.counts, **{f"skipped_{k}": v for k, v in ds.skipped.items()}},
+        "wall_s": time.perf_counter() - t0,
+        "versions": versions(),
+        "created_at": now_iso(),
+    }
+    write_json(run_dir / "results.json", results)
+    return D2VRunResult(run_dir, results)
+
+
+# --- evaluation and inspection ---------------------------------------------------------------------
+
+
+def evaluate_doctor2vec(
+    run: str | Path,
+    data: str | Path,
+    program: str | Path,
+    *,
+    split: str = "test_rare",
+    trial: int | None = None,
+    top_doctors: int = 3,
+    top_patients: int = 5,
+) -> tuple[dict[str, Any], str]:
+    """Metrics of a saved model on ``split`` and, for one trial, the best-ranked doctors with the patients
+    their memory attended to most (text). ``trial``: a trial id (default: the split's first trial with an
+    enrolling doctor)."""
+    device = torch.device("cpu")
+    ds, prog = _load(str(data), str(program), device)
+    model, meta = load_model(run, ds.manifest, prog)
+    t = build_tensors(ds, max_memories=model.config.max_memories, max_codes=int(meta.get("max_codes", 64)),
+                      hide_held_out=False, seed=0)  # fmt: skip
+    rows = t.pairs_of(split)
+    if not len(rows):
+        raise PipelineError(f"{data}: split {split!r} has no pairs (splits: {sorted(set(t.trial_split))})")
+    scores = score_pairs(model, t, rows, device)
+    report = ranking_metrics(t.trial_ids[t.pair_trial[rows]], t.pair_label[rows], scores, (5, 10))
+    text = attention_text(model, ds, t, rows, scores, prog.concept_codes, trial, top_doctors, top_patients)
+    return report, text
+
+
+def attention_text(
+    model, ds, t: D2VTensors, rows, scores, codes: list[str], trial, top_doctors, top_patients
+) -> str:
+    """For one trial: its text, then the top doctors by score, each with their most attended patients."""
+    if trial is None:
+        pos = rows[t.pair_label[rows]]
+        trial_row = int(t.pair_trial[pos[0]] if len(pos) else t.pair_trial[rows[0]])
+    else:
+        hit = np.flatnonzero(t.trial_ids == int(trial))
+        if not len(hit):
+            raise PipelineError(f"trial {trial} is not in the data set")
+        trial_row = int(hit[0])
+    sel = t.pair_trial[rows] == trial_row
+    mine, sc = rows[sel], scores[sel]
+    if not len(mine):
+        raise PipelineError(f"trial {int(t.trial_ids[trial_row])} has no pairs in this split")
+    order = mine[np.argsort(-sc, kind="stable")][:top_doctors]
+    tr = ds.trials.slice(trial_row, 1).to_pylist()[0]
+    cond = set(tr["conditions"])
+    lines = [
+        f"Trial {tr['trial_id']} ({tr['split']}{', rare disease' if t.trial_rare[trial_row] else ''}): {tr['text']}",
+        "Conditions: " + ", ".join(codes[c] for c in tr["conditions"] if 0 <= c < len(codes)),
+    ]
+    batch = make_batch(t, order, "eval")
+    with torch.no_grad():
+        logits, att = model(batch)
+    patients = torch.unique(t.memory["eval"][torch.from_numpy(np.unique(t.pair_doctor[order]))])
+    patients = patients[patients >= 0]
+    for j, r in enumerate(order):
+        d = int(t.pair_doctor[r])
+        elig = int(t.pair_eligible[r])
+        lines += ["", f"Doctor {int(t.doctor_ids[d])}: score {float(torch.sigmoid(logits[j])):.3f}, "
+                  f"label {int(t.pair_label[r])}, eligible patients {elig if elig >= 0 else 'n/a'}, "
+                  f"panel {int(t.panel_size[d])}"]  # fmt: skip
+        w = att[j]
+        mem = batch["memory"][j]
+        for i in torch.argsort(w, descending=True)[:top_patients].tolist():
+            if int(mem[i]) < 0:
+                continue
+            prow = int(patients[int(mem[i])])
+            pc = [c for c in t.codes["eval"][prow].tolist() if c]
+            hits = [codes[c] for c in pc if c in cond]
+            lines.append(
+                f"  [{float(w[i]):.3f}] patient {int(t.subject_ids[prow])}: {len(pc)} codes"
+                + (f", trial conditions {', '.join(hits)}" if hits else "")
+            )
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""Doctor2Vec training, evaluation, metrics, the comparison report and the CLI, on a tiny generated set."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from d2v_fixtures import OPTS, make_dataset
+from train_fixtures import program_dir  # noqa: F401
+
+from pipelines.cli import main
+from pipelines.doctor2vec import (
+    Doctor2VecMismatchError,
+    evaluate_doctor2vec,
+    ranking_metrics,
+    train_doctor2vec,
+)
+from pipelines.doctor2vec_data import generate_doctor2vec
+from pipelines.doctor2vec_read import read_doctor2vec
+from pipelines.doctor2vec_tensors import build_tensors, doctor_batches, make_batch, pad_lists
+from pipelines.errors import PipelineError
+
+FAST = dict(epochs=2, dim=16, hidden=16, doctors_per_batch=4, progress=False, max_memories=48)
+
+
+@pytest.fixture(scope="module")
+def d2v(tmp_path_factory, program_dir):  # noqa: F811
+    root = tmp_path_factory.mktemp("d2vtrain")
+    ds = make_dataset(root / "ds", program_dir)
+    return generate_doctor2vec(ds, program_dir, out=root / "d2v", options=OPTS).path
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, d2v, program_dir):  # noqa: F811
+    torch.set_num_threads(1)
+    return train_doctor2vec(d2v, program_dir, out=tmp_path_factory.mktemp("runs"), embedding="hrr", **FAST)
+
+
+def test_ranking_metrics_against_hand_computed_values():
+    trial = np.array([1, 1, 1, 1, 2, 2, 2, 3, 3])
+    label = np.array([1, 0, 1, 0, 0, 1, 0, 0, 0])
+    score = np.array([0.9, 0.8, 0.1, 0.2, 0.5, 0.4, 0.3, 0.9, 0.1])
+    m = ranking_metrics(trial, label, score, k=(1, 2))
+    assert m["trials"] == 3 and m["trials_with_positives"] == 2 and m["positives"] == 3
+    assert m["p_at_1"] == pytest.approx((1 + 0) / 2)  # trial 1 top = positive; trial 2 top = negative
+    assert m["p_at_2"] == pytest.approx((0.5 + 0.5) / 2)
+    # AP trial 1: ranks 1 (hit) and 4 (hit) -> (1 + 2/4) / 2; trial 2: rank 2 -> 1/2
+    assert m["trial_ap"] == pytest.approx(((1 + 0.5) / 2 + 0.5) / 2)
+    assert m["per_trial_ap"]["trial"] == [1, 2]
+    assert 0.0 <= m["roc_auc"] <= 1.0 and 0.0 <= m["pr_auc"] <= 1.0
+
+
+def test_pad_lists_keeps_first_or_last():
+    import pyarrow as pa
+
+    col = pa.array([[1, 2, 3], [], [4]], pa.list_(pa.int32()))
+    assert pad_lists(col, 2).tolist() == [[1, 2], [0, 0], [4, 0]]
+    assert pad_lists(col, 2, keep="last").tolist() == [[2, 3], [0, 0], [4, 0]]
+    assert pad_lists(col).shape == (3, 3)
+
+
+def test_tensors_hide_held_out_codes_in_training_only(d2v):
+    data = read_doctor2vec(d2v)
+    held = torch.tensor(data.manifest["held_out_codes"])
+    assert held.numel()
+    t = build_tensors(data, max_memories=48, max_codes=64, hide_held_out=True, seed=0)
+    assert not torch.isin(t.codes["train"], held).any()
+    assert torch.isin(t.codes["eval"], held).any()
+    # every pair of a split is in exactly one doctor batch, and a batch's memories point at its patients
+    rows = t.pairs_of("train")
+    batches = doctor_batches(t, rows, 4, np.random.default_rng(0))
+    assert sorted(np.concatenate(batches).tolist()) == sorted(rows.tolist())
+    b = make_batch(t, batches[0], "train")
+    assert int(b["memory"].max()) < b["patient_codes"].shape[0]
+    assert b["pair_trial"].shape == b["label"].shape and int(b["pair_trial"].max()) < b["conditions"].shape[0]
+
+
+def test_train_writes_run_and_metrics(run):
+    r = run.results
+    assert (run.run_dir / "model" / "model.safetensors").is_file()
+    assert (run.run_dir / "metrics.jsonl").read_text().count("\n") == FAST["epochs"]
+    for split in ("val", "test", "test_rare"):
+        assert split in r and r[split]["pairs"] > 0
+    assert r["model"]["embedding"] == "hrr" and r["config"]["doctor"] == "dynamic"
+    assert json.loads((run.run_dir / "results.json").read_text())["best_epoch"] in range(FAST["epochs"])
+
+
+def test_same_run_id_is_refused(run, d2v, program_dir):  # noqa: F811
+    with pytest.raises(PipelineError, match="already exists"):
+        train_doctor2vec(d2v, program_dir, out=run.run_dir.parent, run_id=run.run_dir.name, **FAST)
+
+
+def test_evaluate_reports_and_explains_a_trial(run, d2v, program_dir):  # noqa: F811
+    report, text = evaluate_doctor2vec(run.run_dir, d2v, program_dir, split="test")
+    assert report["pairs"] == run.results["test"]["pairs"]
+    assert report["pr_auc"] == pytest.approx(run.results["test"]["pr_auc"], abs=1e-9)
+    assert text.startswith("Trial ") and "Doctor " in text and "patient " in text
+    with pytest.raises(PipelineError, match="not in the data set"):
+        evaluate_doctor2vec(run.run_dir, d2v, program_dir, trial=10**6)
+
+
+def test_model_from_another_data_set_is_refused(run, d2v, program_dir, tmp_path):  # noqa: F811
+    other = tmp_path / "other"
+    import shutil
+
+    shutil.copytree(d2v, other)
+    m = json.loads((other / "manifest.json").read_text())
+    m["vocab_fingerprint"] = "0" * 16
+    (other / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(Doctor2VecMismatchError, match="vocab_fingerprint"):
+        evaluate_doctor2vec(run.run_dir, other, program_dir)
+
+
+def test_static_doctor_and_visit_encoder_train(d2v, program_dir, tmp_path):  # noqa: F811
+    torch.set_num_threads(1)
+    for opts in (dict(doctor="static"), dict(patient_encoder="visit-transformer")):
+        r = train_doctor2vec(d2v, program_dir, out=tmp_path, **{**FAST, "epochs": 1}, **opts)
+        assert np.isfinite(r.results["test"]["roc_auc"])
+
+
+def test_compare_report_and_cli(d2v, program_dir, tmp_path, monkeypatch):  # noqa: F811
+    from pipelines import doctor2vec_compare as dc
+
+    monkeypatch.setattr(
+        dc, "GRID", {k: {**v, "hidden": 16, "doctors_per_batch": 4} for k, v in dc.GRID.items()}
+    )
+    path = dc.compare(None, program_dir, out=tmp_path / "cmp", data=d2v, epochs=1, dim=16)
+    text = path.read_text()
+    for needle in ("Test trials", "Rare-disease trials", "hrr-dynamic", "plain-static", "ceiling: eligible",
+                   "Paired differences", "Which patients"):  # fmt: skip
+        assert needle in text, needle
+    # `hrrbert report` rewrites it from the files alone
+    path.unlink()
+    res = CliRunner().invoke(main, ["report", str(tmp_path / "cmp")])
+    assert res.exit_code == 0, res.output
+    assert path.is_file() and "| run" in res.output
+
+
+def test_cli_generate_train_evaluate(tmp_path, d2v, program_dir):  # noqa: F811
+    ds = make_dataset(tmp_path / "ds", program_dir, seed=1)
+    cli = CliRunner()
+    r = cli.invoke(main, ["doctor2vec", "generate", str(ds), "--program", str(program_dir), "--out",
+                          str(tmp_path / "d2v"), "--doctors", "12", "--train-trials", "6", "--val-trials", "2",
+                          "--test-trials", "2", "--rare-trials", "2"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "doctors   10 " in r.output and "train 6, val 2, test 2, test_rare 2" in r.output
+    assert "doctor no patients 2" in r.output
+    r = cli.invoke(main, ["doctor2vec", "train", str(d2v), "--program", str(program_dir), "--out",
+                          str(tmp_path / "runs"), "--run-id", "cli", "--embedding", "plain", "--epochs", "1",
+                          "--dim", "16", "--doctors-per-batch", "4", "--no-progress", "-q"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "test_rare" in r.output and "PR-AUC" in r.output
+    r = cli.invoke(main, ["doctor2vec", "evaluate", str(tmp_path / "runs" / "cli"), "--data", str(d2v),
+                          "--program", str(program_dir), "--split", "test"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert "Trial " in r.output
+    r = cli.invoke(main, ["doctor2vec", "evaluate", str(tmp_path / "ds"), "--data", str(d2v), "--program",
+                          str(program_dir)])  # fmt: skip
+    assert r.exit_code != 0 and "not a saved Doctor2Vec model" in r.output
