@@ -514,7 +514,9 @@ def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **k
     click.echo(f"data      {r.path}{'' if r.written else ' (already generated)'}")
     click.echo(f"doctors   {c.get('doctors', 0):,} ({c.get('patients', 0):,} patients in panels)")
     click.echo("trials    " + ", ".join(f"{k} {v}" for k, v in c.get("trials", {}).items()))
-    click.echo("positives " + ", ".join(f"{k} {100 * v:.1f} %" for k, v in c.get("positive_rate", {}).items()))
+    click.echo(
+        "positives " + ", ".join(f"{k} {100 * v:.1f} %" for k, v in c.get("positive_rate", {}).items())
+    )
     skipped = {k: v for k, v in c.get("skipped", {}).items() if v}
     if skipped:
         click.echo("skipped   " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in skipped.items()))
