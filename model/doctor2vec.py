@@ -17,7 +17,8 @@ Everything a forward pass needs is in this file:
   extra key dimension), so a different trial sees a different doctor. The read's log match mass (the
   softmax normaliser) and a soft count of matching patients go to the head with it. **Static** (the
   paper's ablation): the mean of the trial-independent patient vectors;
-- a **compatibility head**: an MLP on ``[doctor, trial, doctor * trial, mass, count, log n_patients]``
+- a **compatibility head**: an MLP on ``[doctor, doctor * trial, mass, count, log n_patients]`` (no
+  trial-only features: they cannot rank doctors, only memorise the training trials' base rates)
   -> one logit. ``forward`` also returns the attention over the memory (which patients made this doctor
   fit this trial); static doctors return uniform weights.
 
@@ -196,7 +197,7 @@ class Doctor2Vec(nn.Module):
         self.count_weight = nn.Parameter(torch.ones(1))
         self.drop = nn.Dropout(cfg.dropout)
         self.head = nn.Sequential(
-            nn.Linear(3 * d + 3, cfg.hidden), nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, 1)
+            nn.Linear(2 * d + 3, cfg.hidden), nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, 1)
         )
         with (
             torch.no_grad()
@@ -370,7 +371,7 @@ class Doctor2Vec(nn.Module):
         u = trials[pair_trial]  # (B, D)
         doctor, att, mass, count = self.doctor_vectors(u, patients, mask, evidence, best)
         n = torch.log(mask.sum(-1).to(pv.dtype))  # (B,)
-        z = torch.cat([doctor, u, doctor * u, torch.stack([mass, count, n], -1)], -1)  # (B, 3D + 3)
+        z = torch.cat([doctor, doctor * u, torch.stack([mass, count, n], -1)], -1)  # (B, 2D + 3)
         return self.head(z).squeeze(-1) + self.count_weight * count, att  # (B,), (B, M)
 
     def loss(self, batch: dict[str, Tensor], pos_weight: float | None = None) -> tuple[Tensor, Tensor]:

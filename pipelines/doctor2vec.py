@@ -68,8 +68,12 @@ class D2VTrainConfig:
     hidden: int = 128  # compatibility MLP width
     dropout: float = 0.1  # dropout
     epochs: int = 12  # passes over the train pairs
+    val_every: int = (
+        10  # steps between validations (0: once an epoch); the best validation's weights are kept
+    )
     doctors_per_batch: int = 16  # doctors per step (each with every train trial)
     lr: float = 3e-3  # AdamW learning rate
+    code_lr_scale: float = 0.1  # learning rate of the code embedding (table or atoms) relative to lr
     weight_decay: float = 1e-4  # AdamW weight decay
     clip: float = 1.0  # max gradient norm (0: off)
     pos_weight: float = 0.0  # BCE weight of positives (0: negatives / positives of the train pairs)
@@ -290,7 +294,7 @@ def train_doctor2vec(
     run_id: str | None = None,
     **options: Any,
 ) -> D2VRunResult:
-    """Train on the train trials, keep the best validation epoch (PR-AUC), test on test and rare trials."""
+    """Train on the train trials, keep the best validation (PR-AUC), test on the test and rare trials."""
     if config is None:
         bad = sorted(set(options) - {f.name for f in fields(D2VTrainConfig)})
         if bad:
@@ -315,16 +319,23 @@ def train_doctor2vec(
     model = build_model(cfg, ds.manifest, prog).to(device)
     y = t.pair_label[train_rows]
     pos_weight = cfg.pos_weight or float((len(y) - y.sum()) / max(y.sum(), 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    code_params = {id(x) for x in model.code.parameters()}
+    rest = [x for x in model.parameters() if id(x) not in code_params]
+    opt = torch.optim.AdamW(
+        [{"params": rest}, {"params": list(model.code.parameters()), "lr": cfg.lr * cfg.code_lr_scale}],
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+    )
     metrics = MetricsLog(run_dir / "metrics.jsonl")
     rng = np.random.default_rng(cfg.seed)
     n_batches = len(doctor_batches(t, train_rows, cfg.doctors_per_batch))
     bar = progress(cfg.epochs * n_batches, 0, cfg.progress, f"doctor2vec {cfg.embedding} {cfg.doctor}")
-    best, best_state, best_epoch = None, None, -1
+    best, best_state, best_step = None, None, -1
+    step, since, total, n = 0, 0, 0.0, 0
     for epoch in range(cfg.epochs):
-        model.train()
-        total, n = 0.0, 0
-        for rows in doctor_batches(t, train_rows, cfg.doctors_per_batch, rng):
+        batches = doctor_batches(t, train_rows, cfg.doctors_per_batch, rng)
+        for i, rows in enumerate(batches):
+            model.train()
             batch = {k: v.to(device) for k, v in make_batch(t, rows, "train").items()}
             loss, _ = model.loss(batch, pos_weight)
             opt.zero_grad(set_to_none=True)
@@ -334,13 +345,19 @@ def train_doctor2vec(
             opt.step()
             total += float(loss.detach()) * len(rows)
             n += len(rows)
+            step, since = step + 1, since + 1
             bar.update(1)
-        v = evaluate_splits(model, t, device, cfg.k, ("val",))["val"]
-        metrics.write({"epoch": epoch, "train_loss": total / n, **{f"val_{k}": x for k, x in v.items()}})
-        log.info("epoch %d: train loss %.4f, val PR-AUC %.4f", epoch, total / n, v["pr_auc"])
-        if best is None or v["pr_auc"] > best["pr_auc"]:
-            best, best_epoch = v, epoch
-            best_state = {k: x.detach().clone() for k, x in model.state_dict().items()}
+            if since < (cfg.val_every or len(batches)) and i < len(batches) - 1:
+                continue
+            v = evaluate_splits(model, t, device, cfg.k, ("val",))["val"]
+            rec = {"step": step, "epoch": epoch + (i + 1) / len(batches), "train_loss": total / n}
+            metrics.write({**rec, **{f"val_{k}": x for k, x in v.items() if k != "per_trial_ap"}})
+            log.info("step %d (epoch %.2f): train loss %.4f, val PR-AUC %.4f", step, rec["epoch"], total / n,
+                     v["pr_auc"])  # fmt: skip
+            since, total, n = 0, 0.0, 0
+            if best is None or v["pr_auc"] > best["pr_auc"]:
+                best, best_step = v, step
+                best_state = {k: x.detach().clone() for k, x in model.state_dict().items()}
     bar.close()
     metrics.close()
     model.load_state_dict(best_state)
@@ -353,7 +370,8 @@ def train_doctor2vec(
         "config": asdict(cfg),
         "model": meta,
         "parameters": model.num_parameters(),
-        "best_epoch": best_epoch,
+        "best_step": best_step,
+        "steps": step,
         **ev,
         "train_pairs": int(len(train_rows)),
         "pos_weight": pos_weight,

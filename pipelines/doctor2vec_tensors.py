@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 from torch import Tensor
 
@@ -78,12 +79,24 @@ class D2VTensors:
         return np.flatnonzero(self.trial_split[self.pair_trial] == split)
 
 
-def _trial_tensors(trials: pa.Table) -> dict[str, Tensor]:
+def _unseen_words(vocab: pa.Table) -> Tensor:
+    """Word ids that occur in no train trial's text (vocab ``in_train`` False); they read as [UNK] (id 1)."""
+    if "in_train" not in vocab.column_names:
+        return torch.zeros(0, dtype=torch.int64)
+    flag = vocab["in_train"].to_pylist()
+    ids = vocab["token_id"].to_pylist()
+    return torch.tensor(
+        [i for i, f in zip(ids, flag, strict=True) if f is False and i > 1], dtype=torch.int64
+    )
+
+
+def _trial_tensors(trials: pa.Table, unseen_words: Tensor) -> dict[str, Tensor]:
     cond = pad_lists(trials["conditions"])
-    excl = trials["excluded"]
-    x = pad_lists(excl) if max((len(v) for v in excl.to_pylist()), default=0) else torch.zeros(len(trials), 0)
-    text = trials["text_ids"]
-    w = pad_lists(text) if max((len(v) for v in text.to_pylist()), default=0) else torch.zeros(len(trials), 0)
+    excl, text = trials["excluded"], trials["text_ids"]
+    x = pad_lists(excl) if pc.max(pc.list_value_length(excl)).as_py() else torch.zeros(len(trials), 0)
+    w = pad_lists(text).long() if pc.max(pc.list_value_length(text)).as_py() else torch.zeros(len(trials), 0)
+    if unseen_words.numel() and w.numel():
+        w = w.masked_fill(torch.isin(w, unseen_words), 1)  # words no train trial used: [UNK]
     age = np.stack([trials["age_min"].to_numpy(), trials["age_max"].to_numpy()], 1).astype(np.float32)
     sex = np.array([SEX_INDEX.get(s, 0) for s in trials["sex"].to_pylist()], dtype=np.int64)
     cat = np.nan_to_num(trials["category"].to_numpy(zero_copy_only=False).astype(np.float64), nan=0.0)
@@ -143,7 +156,9 @@ def build_tensors(data, *, max_memories: int, max_codes: int, hide_held_out: boo
     t_row = {int(t): i for i, t in enumerate(trial_ids)}
     pairs = data.pairs
     eligible = (
-        pairs["eligible"].to_numpy() if "eligible" in pairs.column_names else np.full(pairs.num_rows, -1)
+        pairs["eligible"].fill_null(-1).to_numpy()
+        if "eligible" in pairs.column_names
+        else np.full(pairs.num_rows, -1)
     )
     rare = data.trials["rare"].to_numpy(zero_copy_only=False) if "rare" in data.trials.column_names else None
     split = np.asarray(data.trials["split"].to_pylist(), dtype=object)
@@ -153,7 +168,7 @@ def build_tensors(data, *, max_memories: int, max_codes: int, hide_held_out: boo
         age=torch.from_numpy(age.astype(np.float32)),
         sex=torch.from_numpy(sex),
         memory={"train": mem_train, "eval": mem_eval},
-        trials=_trial_tensors(data.trials),
+        trials=_trial_tensors(data.trials, _unseen_words(data.vocab)),
         trial_split=split,
         trial_rare=np.asarray(rare if rare is not None else split == "test_rare", dtype=bool),
         pair_doctor=np.array([d_row[int(d)] for d in pairs["doctor_id"].to_numpy()], dtype=np.int64),
