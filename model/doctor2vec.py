@@ -188,12 +188,21 @@ class Doctor2Vec(nn.Module):
         self.evidence = nn.Linear(d, d)  # what the code-level read adds to a patient's memory vector
         self.key = nn.Linear(d, d, bias=False)  # patient-level memory keys (read addresses)
         self.value = nn.Linear(d, d, bias=False)  # memory values (what a read returns)
-        self.match_weight = nn.Parameter(torch.ones(1))  # weight of the best code match in the read
-        # soft count of matching patients: sum of sigmoid(a s + b) over the best code matches s; starts as a
-        # sharp threshold at s = 10/3 (unit-scale code vectors: a code matching itself scores about 4-6, a
-        # different one about 1-2), and enters the logit directly as well as through the head
-        self.count_scale = nn.Parameter(torch.full((1,), 3.0))
-        self.count_bias = nn.Parameter(torch.full((1,), -10.0))
+        # criteria-aware read: a patient's eligibility for a trial, softly, from the best match of their codes
+        # to the trial's conditions and to its exclusions (per condition code, identity-initialised maps),
+        # their age against the age band and their sex against the trial's; it biases the patient-level
+        # read and its sum over the memory (a soft count of eligible patients) enters the logit directly
+        self.cond_query = nn.Linear(d, d, bias=False)  # condition code -> code-level query
+        self.excl_query = nn.Linear(d, d, bias=False)  # excluded code -> code-level query
+        with torch.no_grad():
+            self.cond_query.weight.copy_(torch.eye(d))
+            self.excl_query.weight.copy_(torch.eye(d))
+        # match -> probability sigmoid(a s + b): a sharp threshold at s = 10/3 to start with (unit-scale code
+        # vectors: a code matching itself scores about 8, a different one about 0 +- 1)
+        self.match_scale = nn.Parameter(torch.full((1,), 3.0))
+        self.match_bias = nn.Parameter(torch.full((1,), -10.0))
+        self.age_slope = nn.Parameter(torch.full((1,), 10.0))  # steepness of the age-band edges (per decade)
+        self.read_bias = nn.Parameter(torch.ones(2))  # weights of (best match, log eligibility) in the read
         self.count_weight = nn.Parameter(torch.ones(1))
         self.drop = nn.Dropout(cfg.dropout)
         self.head = nn.Sequential(
@@ -279,46 +288,83 @@ class Doctor2Vec(nn.Module):
 
     # --- doctor and compatibility -----------------------------------------------------------------
 
-    def code_evidence(self, trial: Tensor, codes: Tensor, code_vectors: Tensor) -> tuple[Tensor, Tensor]:
-        """Code-level attention: each trial reads each patient's codes (the lower level of the hierarchy).
+    def _best_match(self, queries: Tensor, qmask: Tensor, codes: Tensor, keys: Tensor) -> Tensor:
+        """Best (query code, patient code) score per (trial, patient). queries ``(U, K, D)``, qmask ``(U, K)``,
+        codes ``(P, T)``, keys ``(P, T, D)`` -> ``(U, P, T)`` best over the K queries (-inf at padding)."""
+        s = torch.einsum("ptd,ukd->upkt", keys, queries) / math.sqrt(self.config.dim)  # (U, P, K, T)
+        s = s.masked_fill(~qmask[:, None, :, None], float("-inf")).amax(2)  # (U, P, T)
+        return s.masked_fill((codes == PAD).unsqueeze(0), float("-inf"))
 
-        Shapes: trial ``(U, D)``, codes ``(P, T)``, code_vectors ``(P, T, D)`` -> evidence ``(U, P, D)``
-        (the codes' attention-weighted mean) and the best code match ``(U, P)``.
+    def code_evidence(
+        self, batch: dict[str, Tensor], e_cond: Tensor, e_excl: Tensor, codes: Tensor, code_vectors: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Code-level read: each trial reads each patient's codes (the lower level of the hierarchy).
+
+        Shapes: e_cond ``(U, K, D)``, e_excl ``(U, X, D)`` (embedded condition / excluded codes), codes
+        ``(P, T)``, code_vectors ``(P, T, D)`` -> evidence ``(U, P, D)`` (the patient's codes weighted by
+        their match to the trial's conditions), best condition match ``(U, P)`` and eligibility ``(U, P)``
+        in [0, 1].
         """
-        k = self.code_key(code_vectors)  # (P, T, D)
-        s = torch.einsum("ptd,ud->upt", k, trial) / math.sqrt(self.config.dim)  # (U, P, T)
-        s = s.masked_fill((codes == PAD).unsqueeze(0), float("-inf"))
+        keys = self.code_key(code_vectors)  # (P, T, D)
+        s = self._best_match(self.cond_query(e_cond), batch["conditions"] != PAD, codes, keys)  # (U, P, T)
         a = torch.nan_to_num(s.softmax(-1), nan=0.0)  # (U, P, T)
         best = s.amax(-1).clamp(min=-1e4)  # (U, P)
-        return torch.einsum("upt,ptd->upd", a, code_vectors), best  # (U, P, D), (U, P)
+        elig = torch.sigmoid(self.match_scale * best + self.match_bias)  # (U, P) has a condition
+        excl = batch["excluded"]
+        if excl.shape[1]:
+            worst = self._best_match(self.excl_query(e_excl), excl != PAD, codes, keys).amax(-1)  # (U, P)
+            hit = torch.sigmoid(self.match_scale * worst.clamp(min=-1e4) + self.match_bias)  # (U, P)
+            elig = elig * (1 - hit)  # no excluded condition (trials without exclusions: worst = -1e4)
+        return torch.einsum("upt,ptd->upd", a, code_vectors), best, elig * self.criteria_fit(batch)
+
+    def criteria_fit(self, batch: dict[str, Tensor]) -> Tensor:
+        """Age band and sex of each trial against each patient's: ``(U, P)`` in [0, 1] (unknown = fits)."""
+        band = batch["age_band"].float()  # (U, 2)
+        p = batch["patient_codes"].shape[0]
+        dev = band.device
+        age = batch.get("patient_age")
+        age = torch.full((p,), float("nan"), device=dev) if age is None else age.float()  # (P,)
+        k = self.age_slope / 10.0
+        known = ~torch.isnan(age)  # (P,)
+        a = torch.where(known, age, torch.zeros_like(age))[None, :]  # (1, P), no NaN in any gradient path
+        lo = torch.sigmoid(k * (a - band[:, :1] + 0.5))  # (U, P)
+        hi = torch.sigmoid(k * (band[:, 1:] - a + 0.5))  # (U, P)
+        fit = torch.where(known[None, :], lo * hi, torch.ones_like(lo))  # (U, P)
+        sex = batch.get("patient_sex")
+        if sex is not None:
+            ts = batch["sex"].long()[:, None]  # (U, 1), 0 = any
+            ps = sex.long()[None, :]  # (1, P), 0 = unknown
+            fit = fit * ((ts == 0) | (ps == 0) | (ts == ps)).to(fit.dtype)  # (U, P)
+        return fit
 
     def doctor_vectors(
-        self, trial: Tensor, patients: Tensor, mask: Tensor, evidence: Tensor | None, best: Tensor | None
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Doctor vector per pair, the attention over the memory, the log match mass and the soft count.
+        self, trial: Tensor, patients: Tensor, mask: Tensor, evidence: Tensor | None, best: Tensor | None,
+        elig: Tensor | None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+        """Doctor vector per pair, the attention over the memory, the log match mass and the log soft count.
 
         Shapes: trial ``(B, D)``; patients ``(B, M, D)`` (trial-independent vectors); mask ``(B, M)``;
-        evidence ``(B, M, D)`` and best ``(B, M)`` from :meth:`code_evidence` (dynamic only)
-        -> ``(B, D)``, ``(B, M)``, ``(B,)``, ``(B,)``.
+        evidence ``(B, M, D)``, best ``(B, M)`` and eligibility ``(B, M)`` from :meth:`code_evidence`
+        (dynamic only) -> ``(B, D)``, ``(B, M)``, ``(B,)``, ``(B,)``.
         """
         n = mask.sum(-1, keepdim=True).clamp(min=1).to(patients.dtype)  # (B, 1)
         if self.config.doctor == "static":
             zero = torch.zeros_like(n.squeeze(-1))
             return masked_mean(patients, mask), mask.to(patients.dtype) / n, zero, zero
         mem = patients + self.evidence(evidence)  # (B, M, D)
-        keys = torch.cat([self.key(mem), best.unsqueeze(-1)], -1)  # (B, M, D + 1): the code match as a key
+        extra = torch.stack([best, torch.log(elig + 1e-4)], -1)  # (B, M, 2): the criteria as keys
+        keys = torch.cat([self.key(mem), extra], -1)  # (B, M, D + 2)
         values = self.value(mem)  # (B, M, D)
         scale = 1.0 / math.sqrt(self.config.dim)
         u, o, att, mass = trial, trial, None, None
         for _ in range(self.config.hops):
-            q = torch.cat([u * scale, self.match_weight.expand(u.shape[0], 1)], -1)  # (B, D + 1)
+            q = torch.cat([u * scale, self.read_bias.expand(u.shape[0], 2)], -1)  # (B, D + 2)
             o, att = memory_read(q, keys, values, mask)  # (B, D), (B, M)
             if mass is None:  # log of the first read's total match mass (the softmax normaliser)
                 scores = torch.einsum("bmd,bd->bm", keys, q).masked_fill(~mask, float("-inf"))  # (B, M)
                 mass = torch.logsumexp(scores, -1)  # (B,)
             u = u + o  # (B, D)
-        count = (torch.sigmoid(self.count_scale * best + self.count_bias) * mask).sum(-1)  # (B,)
-        return o, att, mass, torch.log1p(count)
+        return o, att, mass, torch.log1p((elig * mask).sum(-1))
 
     def forward(self, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         """Compatibility logits and attention over each doctor's memory.
@@ -363,13 +409,13 @@ class Doctor2Vec(nn.Module):
         trials = self.encode_trials(batch, (e_cond, e_excl))  # (U, D)
         slot = memory.clamp(min=0)  # (B, M)
         patients = pv[slot] * mask.unsqueeze(-1).to(pv.dtype)  # (B, M, D)
-        evidence = best = None
+        evidence = best = elig = None
         if self.config.doctor == "dynamic":
-            ev, bt = self.code_evidence(trials, codes, e_codes)  # (U, P, D), (U, P)
+            ev, bt, el = self.code_evidence(batch, e_cond, e_excl, codes, e_codes)  # (U, P, D), (U, P) x 2
             row = pair_trial.unsqueeze(1)  # (B, 1)
-            evidence, best = ev[row, slot], bt[row, slot] * mask  # (B, M, D), (B, M)
+            evidence, best, elig = ev[row, slot], bt[row, slot] * mask, el[row, slot] * mask  # (B, M, ...)
         u = trials[pair_trial]  # (B, D)
-        doctor, att, mass, count = self.doctor_vectors(u, patients, mask, evidence, best)
+        doctor, att, mass, count = self.doctor_vectors(u, patients, mask, evidence, best, elig)
         n = torch.log(mask.sum(-1).to(pv.dtype))  # (B,)
         z = torch.cat([doctor, doctor * u, torch.stack([mass, count, n], -1)], -1)  # (B, 2D + 3)
         return self.head(z).squeeze(-1) + self.count_weight * count, att  # (B,), (B, M)

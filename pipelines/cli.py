@@ -535,9 +535,10 @@ def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **k
 @click.option("--dim", type=int, default=64, show_default=True)
 @click.option("--hops", type=int, default=1, show_default=True)
 @click.option("--max-memories", type=int, default=64, show_default=True, help="Patients per doctor memory.")
-@click.option("--epochs", type=int, default=12, show_default=True)
-@click.option("--doctors-per-batch", type=int, default=16, show_default=True)
-@click.option("--lr", type=float, default=3e-3, show_default=True)
+@click.option("--epochs", type=int, default=3, show_default=True)
+@click.option("--doctors-per-batch", type=int, default=8, show_default=True)
+@click.option("--lr", type=float, default=1e-3, show_default=True)
+@click.option("--val-every", type=int, default=10, show_default=True, help="Steps between validations.")
 @click.option("--show-held-out", is_flag=True, help="Keep the rare trials' codes in training histories.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default="cpu", show_default=True)
@@ -603,9 +604,9 @@ def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, trial: int |
 @click.option(
     "--out", type=click.Path(file_okay=False), default="artifacts/runs/doctor2vec-compare", show_default=True
 )
-@click.option("--epochs", type=int, default=12, show_default=True)
+@click.option("--epochs", type=int, default=3, show_default=True)
 @click.option("--dim", type=int, default=64, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seeds", type=int, default=1, show_default=True, help="Trainings per configuration.")
 @click.option("--visit-transformer", is_flag=True, help="Also the visit-Transformer patient encoder.")
 @click.option("--threads", type=int, default=1, show_default=True, help="torch threads (0: leave as is).")
 def d2v_compare_cmd(**kw) -> None:

@@ -67,12 +67,12 @@ class D2VTrainConfig:
     max_codes: int = 64  # most recent codes per patient
     hidden: int = 128  # compatibility MLP width
     dropout: float = 0.1  # dropout
-    epochs: int = 12  # passes over the train pairs
+    epochs: int = 3  # passes over the train pairs
     val_every: int = (
         10  # steps between validations (0: once an epoch); the best validation's weights are kept
     )
-    doctors_per_batch: int = 16  # doctors per step (each with every train trial)
-    lr: float = 3e-3  # AdamW learning rate
+    doctors_per_batch: int = 8  # doctors per step (each with every train trial)
+    lr: float = 1e-3  # AdamW learning rate
     code_lr_scale: float = 0.1  # learning rate of the code embedding (table or atoms) relative to lr
     weight_decay: float = 1e-4  # AdamW weight decay
     clip: float = 1.0  # max gradient norm (0: off)

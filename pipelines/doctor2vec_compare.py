@@ -22,21 +22,26 @@ from typing import Any
 
 import numpy as np
 
+from .errors import PipelineError
+
 log = logging.getLogger(__name__)
 
 COMPARE_FILE = "doctor2vec-compare.json"
 REPORT_FILE = "report.md"
-# run name -> train_doctor2vec options
+# run name -> train_doctor2vec options: every code embedding with the dynamic doctor, and the static ablation
 GRID: dict[str, dict[str, Any]] = {
     "plain-dynamic": dict(embedding="plain", doctor="dynamic"),
-    "hrr-dynamic": dict(embedding="hrr", doctor="dynamic"),
+    "hrr-base-dynamic": dict(embedding="hrr", hrr_mode="base", doctor="dynamic"),
+    "hrr-add-dynamic": dict(embedding="hrr", hrr_mode="add", doctor="dynamic"),
+    "hrr-cat-dynamic": dict(embedding="hrr", hrr_mode="cat", doctor="dynamic"),
     "plain-static": dict(embedding="plain", doctor="static"),
-    "hrr-static": dict(embedding="hrr", doctor="static"),
+    "hrr-cat-static": dict(embedding="hrr", hrr_mode="cat", doctor="static"),
 }
 VISIT_GRID: dict[str, dict[str, Any]] = {
     "plain-dynamic-visits": dict(embedding="plain", doctor="dynamic", patient_encoder="visit-transformer"),
-    "hrr-dynamic-visits": dict(embedding="hrr", doctor="dynamic", patient_encoder="visit-transformer"),
-}
+    "hrr-cat-dynamic-visits": dict(embedding="hrr", hrr_mode="cat", doctor="dynamic",
+                                   patient_encoder="visit-transformer"),
+}  # fmt: skip
 SPLIT_TITLES = {
     "test": "Test trials (common conditions)",
     "test_rare": "Rare-disease trials (held-out codes)",
@@ -44,10 +49,11 @@ SPLIT_TITLES = {
 METRICS = ("pr_auc", "roc_auc", "p_at_5", "p_at_10", "trial_ap")
 NAMES = {"pr_auc": "PR-AUC", "roc_auc": "ROC-AUC", "p_at_5": "P@5", "p_at_10": "P@10", "trial_ap": "AP/trial"}
 CONTRASTS = (  # (a, b, what it shows): a - b
-    ("hrr-dynamic", "plain-dynamic", "HRR vs plain codes (dynamic doctor)"),
-    ("hrr-static", "plain-static", "HRR vs plain codes (static doctor)"),
+    ("hrr-base-dynamic", "plain-dynamic", "HRR base vs plain codes"),
+    ("hrr-add-dynamic", "plain-dynamic", "HRR add vs plain codes"),
+    ("hrr-cat-dynamic", "plain-dynamic", "HRR cat vs plain codes"),
     ("plain-dynamic", "plain-static", "dynamic vs static doctor (plain codes)"),
-    ("hrr-dynamic", "hrr-static", "dynamic vs static doctor (HRR codes)"),
+    ("hrr-cat-dynamic", "hrr-cat-static", "dynamic vs static doctor (HRR cat codes)"),
 )
 
 
@@ -116,53 +122,74 @@ def reference_scores(data_path: Path) -> dict[str, dict[str, Any]]:
 
 
 def compare(
-    dataset: str | Path,
+    dataset: str | Path | None,
     program: str | Path,
     *,
     out: str | Path = "artifacts/runs/doctor2vec-compare",
     data: str | Path | None = None,
-    epochs: int = 12,
+    epochs: int = 3,
     dim: int = 64,
-    seed: int = 0,
+    seeds: int = 1,
     visit_transformer: bool = False,
     threads: int | None = 1,
     data_options=None,
 ) -> Path:
-    """Run the grid and write ``<out>/report.md``; ``data``: an existing Doctor2Vec folder (else generated
-    from ``dataset`` under ``<out>/data``). ``threads``: torch intra-op threads while it runs (1 by default:
-    small models on a shared CPU run faster single-threaded)."""
+    """Run the grid (``seeds`` trainings per configuration: seeds 0, 1, ...) and write ``<out>/report.md``.
+
+    ``data``: an existing Doctor2Vec folder (else generated from ``dataset`` under ``<out>/data``).
+    ``threads``: torch intra-op threads while it runs (1 by default: small models on a shared CPU run
+    faster single-threaded)."""
     import torch
 
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _compare(dataset, program, Path(out), data, epochs, dim, seed, visit_transformer, data_options)
+        return _compare(
+            dataset, program, Path(out), data, epochs, dim, seeds, visit_transformer, data_options
+        )
     finally:
         torch.set_num_threads(before)
 
 
-def _compare(dataset, program, out: Path, data, epochs, dim, seed, visit_transformer, data_options) -> Path:
+def _compare(dataset, program, out: Path, data, epochs, dim, seeds, visit_transformer, data_options) -> Path:
     from .doctor2vec import train_doctor2vec
     from .doctor2vec_data import generate_doctor2vec
 
     t0 = time.perf_counter()
     if data is None:
+        if dataset is None:
+            raise ValueError("give a tokenized dataset to generate the Doctor2Vec data from, or --data")
         data = generate_doctor2vec(dataset, program, out=out / "data", options=data_options).path
     runs = out / "runs"
     grid = {**GRID, **(VISIT_GRID if visit_transformer else {})}
-    names = []
     for name, opts in grid.items():
-        res = runs / name / "results.json"
-        if not res.is_file():
-            train_doctor2vec(data, program, out=runs, run_id=name, epochs=epochs, dim=dim, seed=seed,
-                             progress=False, **opts)  # fmt: skip
-        names.append(name)
-    spec = {"data": str(data), "program": str(program), "runs": names, "epochs": epochs, "dim": dim,
-            "seed": seed, "wall_s": time.perf_counter() - t0}  # fmt: skip
+        for seed in range(seeds):
+            if not (runs / f"{name}-seed{seed}" / "results.json").is_file():
+                train_doctor2vec(data, program, out=runs, run_id=f"{name}-seed{seed}", epochs=epochs, dim=dim,
+                                 seed=seed, progress=False, **opts)  # fmt: skip
+                log.info("%s seed %d done", name, seed)
+    spec = {"data": str(data), "program": str(program), "runs": list(grid), "seeds": seeds, "epochs": epochs,
+            "dim": dim, "wall_s": time.perf_counter() - t0}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     (out / COMPARE_FILE).write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
     return write_report(out)
+
+
+def _mean_sd(values: list[float]) -> str:
+    x = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
+    if not len(x):
+        return "n/a"
+    return f"{x.mean():.3f}" if len(x) == 1 else f"{x.mean():.3f} ± {x.std(ddof=1):.3f}"
+
+
+def _seed_mean_ap(per_seed: list[dict]) -> dict[str, list]:
+    """Per-trial AP averaged over seeds (trials every seed scored)."""
+    maps = [dict(zip(r["trial"], r["ap"], strict=True)) for r in per_seed]
+    common = sorted(set.intersection(*(set(m) for m in maps))) if maps else []
+    return {"trial": common, "ap": [float(np.mean([m[t] for m in maps])) for t in common]}
 
 
 def write_report(root: str | Path) -> Path:
@@ -172,37 +199,48 @@ def write_report(root: str | Path) -> Path:
 
     root = Path(root)
     spec = json.loads((root / COMPARE_FILE).read_text(encoding="utf-8"))
-    results = {
-        n: json.loads((root / "runs" / n / "results.json").read_text(encoding="utf-8")) for n in spec["runs"]
-    }
+    seeds = int(spec.get("seeds", 1))
+    results: dict[str, list[dict]] = {}
+    for n in spec["runs"]:
+        files = [root / "runs" / f"{n}-seed{k}" / "results.json" for k in range(seeds)]
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            raise PipelineError(
+                f"{root}: missing run results {missing[:3]}; run `hrrbert doctor2vec compare` again"
+            )
+        results[n] = [json.loads(f.read_text(encoding="utf-8")) for f in files]
     data = Path(spec["data"])
     manifest = read_doctor2vec(data).manifest
     refs = reference_scores(data)
     c = manifest.get("counts", {})
+    first = {n: r[0] for n, r in results.items()}
     parts = [
         "# Doctor2Vec on HRR code embeddings: matching doctors to clinical trials (issue 9)",
         "",
         f"Data `{data}` (program `{manifest['program_id']}`, dataset `{manifest.get('source_dataset_id')}`): "
-        f"{_counts_line(c)}. Each doctor's memory holds up to 64 of their patients; a trial (conditions, "
-        "exclusions, age band, sex, category, text) attends over it. The rare-disease trials' condition codes "
-        "are removed from every patient history during training, so they are first seen at test time. "
-        f"Training: {spec['epochs']} epochs, D = {spec['dim']}, best validation PR-AUC epoch kept, seed "
-        f"{spec['seed']}. Metrics: PR-AUC / ROC-AUC pooled over the split's doctor-trial pairs; P@k and "
-        "AP/trial rank the doctors of each trial (mean over trials with an enrolling doctor).",
+        f"{_counts_line(c)}. Each doctor's memory holds up to "
+        f"{first[spec['runs'][0]]['config']['max_memories']} of their patients; a trial (conditions, "
+        "exclusions, age band, sex, category, text) reads each patient's codes, then the memory. The "
+        "rare-disease trials' condition codes are removed from every patient history during training, so "
+        f"they are first seen at test time. Training: {spec['epochs']} epochs, D = {spec['dim']}, validation "
+        f"every 10 steps, the best validation PR-AUC kept; {seeds} seed(s) per configuration"
+        f"{' (mean ± sd)' if seeds > 1 else ''}. Metrics: PR-AUC / ROC-AUC pooled over the split's "
+        "doctor-trial pairs; P@k and AP/trial rank the doctors of each trial (mean over trials with an "
+        "enrolling doctor). `params` counts the trained parameters; `wall s` is one training.",
     ]
     for split, title in SPLIT_TITLES.items():
         rows = []
-        for n in spec["runs"]:
-            m = results[n].get(split)
-            if m:
-                cfg = results[n]["config"]
-                rows.append([n, cfg["embedding"], cfg["doctor"], cfg["patient_encoder"],
-                             f"{results[n]['parameters']:,}", *[m[k] for k in METRICS],
-                             f"{results[n]['wall_s']:.0f}"])  # fmt: skip
+        for n, rs in results.items():
+            if all(split in r for r in rs):
+                cfg = rs[0]["config"]
+                codes = cfg["embedding"] + (f" {cfg['hrr_mode']}" if cfg["embedding"] == "hrr" else "")
+                rows.append([n, codes, cfg["doctor"], cfg["patient_encoder"], f"{rs[0]['parameters']:,}",
+                             *[_mean_sd([r[split][k] for r in rs]) for k in METRICS],
+                             f"{np.mean([r['wall_s'] for r in rs]):.0f}"])  # fmt: skip
         for name, m in refs.get(split, {}).items():
             rows.append([name, "-", "-", "-", "0", *[m[k] for k in METRICS], "-"])
         if rows:
-            anyr = next(iter(refs.get(split, {}).values()), None) or results[spec["runs"][0]][split]
+            anyr = next(iter(refs.get(split, {}).values()), None) or first[spec["runs"][0]][split]
             parts += ["", f"## {title}", "",
                       f"{anyr['trials']} trials, {anyr['pairs']:,} pairs, {anyr['positives']:,} enrolling.", "",
                       _table(["run", "codes", "doctor", "patients", "params", *[NAMES[k] for k in METRICS],
@@ -211,29 +249,24 @@ def write_report(root: str | Path) -> Path:
     for a, b, what in CONTRASTS:
         if a in results and b in results:
             for split in SPLIT_TITLES:
-                if split in results[a] and split in results[b]:
-                    d = paired_difference(
-                        results[a][split]["per_trial_ap"], results[b][split]["per_trial_ap"]
-                    )
+                if all(split in r for r in results[a] + results[b]):
+                    d = paired_difference(_seed_mean_ap([r[split]["per_trial_ap"] for r in results[a]]),
+                                          _seed_mean_ap([r[split]["per_trial_ap"] for r in results[b]]))  # fmt: skip
                     diffs.append([what, split, d["diff"], f"{_fmt(d['lo'])} .. {_fmt(d['hi'])}", d["p_better"],
                                   d["trials"]])  # fmt: skip
     if diffs:
         parts += ["", "## Paired differences (AP per trial, a - b)", "",
-                  "Bootstrap over the trials (2,000 resamples); `P(a > b)` is the share of resamples with a "
-                  "positive mean difference. One training seed: the intervals cover trial sampling, not "
-                  "training noise.", "",
+                  "Per-trial average precision (averaged over the seeds), bootstrapped over the trials (2,000 "
+                  "resamples); `P(a > b)` is the share of resamples with a positive mean difference. The "
+                  "intervals cover trial sampling, not training noise (see the ± above).", "",
                   _table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
-    show = next((n for n in ("hrr-dynamic", "plain-dynamic") if n in results), None)
+    show = next((n for n in ("hrr-cat-dynamic", "plain-dynamic") if n in results), None)
     if show:
-        _, text = evaluate_doctor2vec(root / "runs" / show, data, spec["program"], split="test_rare")
-        parts += [
-            "",
-            f"## Which patients made a doctor fit a rare-disease trial ({show})",
-            "",
-            "```",
-            text,
-            "```",
-        ]
+        _, text = evaluate_doctor2vec(
+            root / "runs" / f"{show}-seed0", data, spec["program"], split="test_rare"
+        )
+        parts += ["", f"## Which patients made a doctor fit a rare-disease trial ({show}, seed 0)", "", "```",
+                  text, "```"]  # fmt: skip
     parts += [
         "",
         f"Total wall time: {spec['wall_s']:.0f} s on this machine (runs already present are reused).",

@@ -129,11 +129,16 @@ def test_compare_report_and_cli(d2v, program_dir, tmp_path, monkeypatch):  # noq
     monkeypatch.setattr(
         dc, "GRID", {k: {**v, "hidden": 16, "doctors_per_batch": 4} for k, v in dc.GRID.items()}
     )
-    path = dc.compare(None, program_dir, out=tmp_path / "cmp", data=d2v, epochs=1, dim=16)
+    monkeypatch.setattr(dc, "GRID", {k: v for k, v in dc.GRID.items() if k in ("plain-dynamic", "hrr-cat-dynamic",
+                                                                          "plain-static")})  # fmt: skip
+    path = dc.compare(None, program_dir, out=tmp_path / "cmp", data=d2v, epochs=1, dim=16, seeds=2)
     text = path.read_text()
-    for needle in ("Test trials", "Rare-disease trials", "hrr-dynamic", "plain-static", "ceiling: eligible",
+    for needle in ("Test trials", "Rare-disease trials", "hrr-cat-dynamic", "plain-static", "ceiling: eligible",
                    "Paired differences", "Which patients"):  # fmt: skip
         assert needle in text, needle
+    assert " ± " in text  # two seeds: mean ± sd
+    with pytest.raises(ValueError, match="seeds must be"):
+        dc.compare(None, program_dir, out=tmp_path / "cmp2", data=d2v, seeds=0)
     # `hrrbert report` rewrites it from the files alone
     path.unlink()
     res = CliRunner().invoke(main, ["report", str(tmp_path / "cmp")])
