@@ -26,7 +26,7 @@ _API = {
     "generate_doctor2vec": "pipelines.doctor2vec_data",
     "read_doctor2vec": "pipelines.doctor2vec_read",
     "train_doctor2vec": "pipelines.doctor2vec",
-    "evaluate_doctor2vec": "pipelines.doctor2vec",
+    "evaluate_doctor2vec": "pipelines.doctor2vec_eval",
 }
 
 __all__ = sorted(_API)

@@ -584,7 +584,7 @@ def _d2v_summary(split: str, m: dict) -> str:
 def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, trial: int | None, top_doctors: int,
                      top_patients: int) -> None:  # fmt: skip
     """Evaluate a trained RUN on a split; print one trial's best doctors and the patients they were chosen for."""
-    from pipelines.doctor2vec import evaluate_doctor2vec
+    from pipelines.doctor2vec_eval import evaluate_doctor2vec
 
     try:
         report, text = evaluate_doctor2vec(run, data, program, split=split, trial=trial,

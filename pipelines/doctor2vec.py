@@ -1,7 +1,7 @@
-"""Train and evaluate Doctor2Vec on a Doctor2Vec data set: :func:`train_doctor2vec`, :func:`evaluate_doctor2vec`.
+"""Train Doctor2Vec on a Doctor2Vec data set (:func:`train_doctor2vec`); metrics, scoring and model files.
 
-A run folder ``<out>/<run_id>/`` holds ``metrics.jsonl`` (one record per epoch), ``results.json`` (the
-best validation epoch's metrics on val, test and the rare-disease trials) and ``model/`` (``config.json``
+A run folder ``<out>/<run_id>/`` holds ``metrics.jsonl`` (one record per validation), ``results.json`` (the
+best validation's metrics on val, test and the rare-disease trials) and ``model/`` (``config.json``
 + ``model.safetensors``; the config records the program id and the data set's vocabulary fingerprint,
 so a model is never silently applied to other data).
 
@@ -382,82 +382,3 @@ def train_doctor2vec(
     }
     write_json(run_dir / "results.json", results)
     return D2VRunResult(run_dir, results)
-
-
-# --- evaluation and inspection ---------------------------------------------------------------------
-
-
-def evaluate_doctor2vec(
-    run: str | Path,
-    data: str | Path,
-    program: str | Path,
-    *,
-    split: str = "test_rare",
-    trial: int | None = None,
-    top_doctors: int = 3,
-    top_patients: int = 5,
-) -> tuple[dict[str, Any], str]:
-    """Metrics of a saved model on ``split`` and, for one trial, the best-ranked doctors with the patients
-    their memory attended to most (text). ``trial``: a trial id (default: the split's first trial with an
-    enrolling doctor)."""
-    device = torch.device("cpu")
-    ds, prog = _load(str(data), str(program), device)
-    model, meta = load_model(run, ds.manifest, prog)
-    t = build_tensors(ds, max_memories=model.config.max_memories, max_codes=int(meta.get("max_codes", 64)),
-                      hide_held_out=False, seed=0)  # fmt: skip
-    rows = t.pairs_of(split)
-    if not len(rows):
-        raise PipelineError(f"{data}: split {split!r} has no pairs (splits: {sorted(set(t.trial_split))})")
-    scores = score_pairs(model, t, rows, device)
-    report = ranking_metrics(t.trial_ids[t.pair_trial[rows]], t.pair_label[rows], scores, (5, 10))
-    text = attention_text(model, ds, t, rows, scores, prog.concept_codes, trial, top_doctors, top_patients)
-    return report, text
-
-
-def attention_text(
-    model, ds, t: D2VTensors, rows, scores, codes: list[str], trial, top_doctors, top_patients
-) -> str:
-    """For one trial: its text, then the top doctors by score, each with their most attended patients."""
-    if trial is None:
-        pos = rows[t.pair_label[rows]]
-        trial_row = int(t.pair_trial[pos[0]] if len(pos) else t.pair_trial[rows[0]])
-    else:
-        hit = np.flatnonzero(t.trial_ids == int(trial))
-        if not len(hit):
-            raise PipelineError(f"trial {trial} is not in the data set")
-        trial_row = int(hit[0])
-    sel = t.pair_trial[rows] == trial_row
-    mine, sc = rows[sel], scores[sel]
-    if not len(mine):
-        raise PipelineError(f"trial {int(t.trial_ids[trial_row])} has no pairs in this split")
-    order = mine[np.argsort(-sc, kind="stable")][:top_doctors]
-    tr = ds.trials.slice(trial_row, 1).to_pylist()[0]
-    cond = set(tr["conditions"])
-    lines = [
-        f"Trial {tr['trial_id']} ({tr['split']}{', rare disease' if t.trial_rare[trial_row] else ''}): {tr['text']}",
-        "Conditions: " + ", ".join(codes[c] for c in tr["conditions"] if 0 <= c < len(codes)),
-    ]
-    batch = make_batch(t, order, "eval")
-    with torch.no_grad():
-        logits, att = model(batch)
-    patients = torch.unique(t.memory["eval"][torch.from_numpy(np.unique(t.pair_doctor[order]))])
-    patients = patients[patients >= 0]
-    for j, r in enumerate(order):
-        d = int(t.pair_doctor[r])
-        elig = int(t.pair_eligible[r])
-        lines += ["", f"Doctor {int(t.doctor_ids[d])}: score {float(torch.sigmoid(logits[j])):.3f}, "
-                  f"label {int(t.pair_label[r])}, eligible patients {elig if elig >= 0 else 'n/a'}, "
-                  f"panel {int(t.panel_size[d])}"]  # fmt: skip
-        w = att[j]
-        mem = batch["memory"][j]
-        for i in torch.argsort(w, descending=True)[:top_patients].tolist():
-            if int(mem[i]) < 0:
-                continue
-            prow = int(patients[int(mem[i])])
-            pc = [c for c in t.codes["eval"][prow].tolist() if c]
-            hits = [codes[c] for c in pc if c in cond]
-            lines.append(
-                f"  [{float(w[i]):.3f}] patient {int(t.subject_ids[prow])}: {len(pc)} codes"
-                + (f", trial conditions {', '.join(hits)}" if hits else "")
-            )
-    return "\n".join(lines)

@@ -194,7 +194,7 @@ def _seed_mean_ap(per_seed: list[dict]) -> dict[str, list]:
 
 def write_report(root: str | Path) -> Path:
     """(Re)write ``report.md`` of a comparison folder from its ``doctor2vec-compare.json`` and run results."""
-    from .doctor2vec import evaluate_doctor2vec
+    from .doctor2vec_eval import evaluate_doctor2vec
     from .doctor2vec_read import read_doctor2vec
 
     root = Path(root)

@@ -12,13 +12,9 @@ from d2v_fixtures import OPTS, make_dataset
 from train_fixtures import program_dir  # noqa: F401
 
 from pipelines.cli import main
-from pipelines.doctor2vec import (
-    Doctor2VecMismatchError,
-    evaluate_doctor2vec,
-    ranking_metrics,
-    train_doctor2vec,
-)
+from pipelines.doctor2vec import Doctor2VecMismatchError, ranking_metrics, train_doctor2vec
 from pipelines.doctor2vec_data import generate_doctor2vec
+from pipelines.doctor2vec_eval import evaluate_doctor2vec
 from pipelines.doctor2vec_read import read_doctor2vec
 from pipelines.doctor2vec_tensors import build_tensors, doctor_batches, make_batch, pad_lists
 from pipelines.errors import PipelineError
