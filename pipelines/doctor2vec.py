@@ -309,7 +309,8 @@ def train_doctor2vec(
     train_rows = t.pairs_of("train")
     if len(train_rows) == 0 or len(t.pairs_of("val")) == 0:
         raise PipelineError(f"{cfg.data}: no train or validation pairs (skipped: {ds.skipped})")
-    run_id = run_id or f"d2v-{cfg.embedding}-{cfg.doctor}-{cfg.patient_encoder}-seed{cfg.seed}"
+    codes = f"hrr-{cfg.hrr_mode}" if cfg.embedding == "hrr" else cfg.embedding
+    run_id = run_id or f"d2v-{codes}-{cfg.doctor}-{cfg.patient_encoder}-seed{cfg.seed}"
     run_dir = Path(out) / run_id
     if (run_dir / "results.json").exists():
         raise PipelineError(f"{run_dir}: Doctor2Vec run already exists; choose another --run-id")
