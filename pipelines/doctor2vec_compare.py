@@ -280,9 +280,9 @@ def write_report(root: str | Path) -> Path:
                   "intervals cover trial sampling, not training noise (see the ± above).", "",
                   _table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
     shared = shared_hrr_codes(data, spec["program"])
-    parts += ["", "Why HRR `base` trails here: trial criteria are ICD codes, and every code whose program edges "
-              "equal another code's gets the same HRR `base` vector (e.g. codes that differ in an encounter "
-              "character and map to one SNOMED concept). Of the condition codes, "
+    parts += ["", "A limit of HRR `base` with ICD criteria: every code whose program edges equal another "
+              "code's gets the same HRR `base` vector (e.g. codes that differ in an encounter character and "
+              "map to one SNOMED concept). Of the listed condition codes, "
               + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
               + " share their `base` vector with a code outside the trial's conditions; `add` and `cat` give "
               "every code a free part as well."]  # fmt: skip

@@ -8,12 +8,17 @@ rarely at hand, so this module simulates them from a tokenized cohort, keeping t
   fewer than ``panel_min`` patients are skipped); the panel volume is lognormal (median ``panel_median``,
   clipped to ``[panel_min, panel_max]``); purity ~ Beta (mean ``purity_mean``): ``round(purity * volume)``
   patients carry the specialty chapter, the rest are drawn uniformly. A patient has one doctor at most.
-- Trials: conditions are a seed code plus up to 3 siblings (same vocabulary and 3-character ICD
-  category). Common trials (train/val/test) seed on codes of at least ``common_min_patients`` patients;
-  rare ones (test_rare) take only codes of ``rare_min_patients..rare_max_patients`` patients, and those
-  codes (``held_out_codes``) are in no other trial's conditions or exclusions. Exclusions, age bands and
-  sex restrictions follow the grammar tables below (age and sex only when demographics exist). A code in one
-  trial's conditions seeds no later trial; when codes run short, the splits share them in proportion.
+- Trials: a seed code and its siblings (same vocabulary and 3-character ICD category). With ``criteria``
+  ``category`` (the default) a patient is eligible with any code of the seed's category family (the seed
+  and up to ``max_family - 1`` most frequent siblings, ``eligible_codes``), while the trial lists only the
+  seed and up to ``listed_max - 1`` of them as its ``conditions``, as criteria written for a condition
+  reach records coded more specifically; with ``listed``, conditions are the seed plus up to 3 siblings
+  and eligibility is exactly those. Common trials (train/val/test) seed on codes of at least
+  ``common_min_patients`` patients; rare ones (test_rare) take only codes of
+  ``rare_min_patients..rare_max_patients`` patients, and those codes (``held_out_codes``: every code of
+  a rare trial's family) are in no other trial's conditions, family or exclusions. Exclusions, age bands
+  and sex restrictions follow the grammar tables below (age and sex only when demographics exist). A code
+  in one trial's family seeds no later trial; when codes run short, the splits share them in proportion.
 - Pairs: ``eligible`` = a doctor's panel patients meeting the trial's criteria, ``enrolled`` ~
   Binomial(eligible, the doctor's propensity), ``label`` = enrolled >= ``min_enrolled``. A trial nobody
   is eligible for is redrawn (counted).
@@ -61,7 +66,8 @@ AGE_BANDS = ((18, 65), (40, 80), (50, 120), (18, 50), (65, 120), (30, 75))  # in
 AGE_BAND_P = 0.6  # share of trials with an age band
 SEX_P = {"F": 0.15, "M": 0.15}  # share of trials restricted to one sex; the rest 'any'
 EXCLUDE_P, EXCLUDE_N = 0.5, (1, 2)  # share of trials with exclusions; how many codes (common, other chapter)
-MAX_SIBLINGS = 3  # sibling codes added to a trial's seed code
+MAX_SIBLINGS = 3  # sibling codes added to a trial's seed code (criteria 'listed')
+CRITERIA = ("category", "listed")  # what makes a patient eligible (D2VOptions.criteria)
 MAX_ATTEMPTS = 20  # seed codes tried per trial wanted
 TEXT = "A study of {conditions} in {who}{age}{excluded}"
 WHO = {"any": "patients", "F": "women", "M": "men"}
@@ -91,6 +97,13 @@ class D2VOptions:
     min_enrolled: int = 1  # label = enrolled >= min_enrolled
     enroll_rate: float = 0.5  # mean per-eligible-patient enrollment probability (Beta over doctors)
     concentration: float = 10.0  # a + b of the purity and propensity Beta distributions
+    criteria: str = (
+        "category"  # eligible: any code of the listed conditions' category ('category') or a listed code
+    )
+    listed_max: int = (
+        2  # codes a 'category' trial lists (its seed and siblings); the rest of the category is unlisted
+    )
+    max_family: int = 12  # codes of a category that make a patient eligible, at most (the most frequent)
     seed: int = 0  # every draw
 
     def __post_init__(self) -> None:
@@ -113,6 +126,9 @@ class D2VOptions:
             "min_enrolled": (o.min_enrolled >= 1, ">= 1"),
             "enroll_rate": (0.0 < o.enroll_rate < 1.0, "in (0, 1)"),
             "concentration": (o.concentration > 0, "> 0"),
+            "criteria": (o.criteria in CRITERIA, f"one of {CRITERIA}"),
+            "listed_max": (o.listed_max >= 1, ">= 1"),
+            "max_family": (o.max_family >= o.listed_max, ">= listed_max"),
         }
         for name, (ok, need) in rules.items():
             if not ok:
@@ -175,9 +191,11 @@ class TrialMaker:
     """Draws trials seed by seed; a seed code is used once; trials nobody is eligible for are redrawn."""
 
     def __init__(
-        self, cohort: Cohort, codes: Codes, owner: np.ndarray, exclude: np.ndarray, rng, counts: Counter
-    ):
+        self, cohort: Cohort, codes: Codes, owner: np.ndarray, exclude: np.ndarray, rng, counts: Counter,
+        opts: D2VOptions,
+    ):  # fmt: skip
         self.cohort, self.codes, self.owner, self.rng, self.counts = cohort, codes, owner, rng, counts
+        self.opts = opts
         self.n_doctors = int(owner.max(initial=-1)) + 1
         self.exclude = exclude  # (N,) codes a trial may exclude (common ones; never rare)
         self.used = np.zeros(len(codes.special), bool)  # (N,) codes already in a trial's conditions
@@ -216,22 +234,32 @@ class TrialMaker:
 
     def trial(self, split: str, seed: int, siblings: np.ndarray, rare: bool) -> dict | None:
         """A trial seeded on ``seed``, or None (counted) when no panel patient is eligible."""
-        codes, rng = self.codes, self.rng
+        codes, rng, opts = self.codes, self.rng, self.opts
         sib = np.flatnonzero(siblings & (codes.category == codes.category[seed]))
         sib = sib[sib != seed]
-        if rare:  # the most frequent rare siblings
-            sib = sib[np.argsort(-self.cohort.n_patients_per_code[sib], kind="stable")[:MAX_SIBLINGS]]
+        by_count = sib[np.argsort(-self.cohort.n_patients_per_code[sib], kind="stable")]
+        if opts.criteria == "category":  # eligible: the category's codes; the trial lists some of them
+            family = sorted([seed, *by_count[: opts.max_family - 1].tolist()])
+            others = [c for c in family if c != seed]
+            k = min(int(rng.integers(0, opts.listed_max)), len(others))
+            conditions = sorted([seed, *rng.choice(others, size=k, replace=False).tolist()]) if k else [seed]
         else:
-            sib = rng.choice(sib, size=min(int(rng.integers(0, MAX_SIBLINGS + 1)), len(sib)), replace=False)
-        conditions = sorted([seed, *sib.tolist()])
-        self.used[conditions] = True  # no later trial seeds on them: no two trials alike
+            if rare:  # the most frequent rare siblings
+                sib = by_count[:MAX_SIBLINGS]
+            else:
+                sib = rng.choice(
+                    sib, size=min(int(rng.integers(0, MAX_SIBLINGS + 1)), len(sib)), replace=False
+                )
+            conditions = family = sorted([seed, *sib.tolist()])
+        self.used[family] = True  # no later trial seeds on them: no two trials alike
         excluded, age, sex = self.criteria(seed)
-        eligible = self.eligible(conditions, excluded, age, sex)
+        eligible = self.eligible(family, excluded, age, sex)
         if eligible.sum() == 0:
             self.counts["trial_no_eligible_patients"] += 1
             return None
         trial = {"split": split, "category": int(codes.chapter[seed]), "conditions": conditions,
-                 "excluded": excluded, "age_min": age[0], "age_max": age[1], "sex": sex}  # fmt: skip
+                 "excluded": excluded, "age_min": age[0], "age_max": age[1], "sex": sex,
+                 "eligible_codes": family}  # fmt: skip
         return {**trial, "text": trial_text(trial, codes), "eligible": eligible}
 
     def criteria(self, seed: int) -> tuple[list[int], tuple[int, int], str]:
@@ -280,11 +308,11 @@ def make_trials(cohort: Cohort, codes: Codes, doctors: dict, opts: D2VOptions, r
     usable = ~codes.special & (codes.chapter > 0)
     rare = usable & (n_pat >= opts.rare_min_patients) & (n_pat <= opts.rare_max_patients)
     common = usable & (n_pat >= opts.common_min_patients)  # disjoint from rare (options checked)
-    maker = TrialMaker(cohort, codes, doctors["owner"], common, rng, counts)
+    maker = TrialMaker(cohort, codes, doctors["owner"], common, rng, counts, opts)
     drawn = maker.draw({"test_rare": opts.rare_trials}, rare, rare)
     held = np.zeros(len(usable), bool)
     for t in drawn["test_rare"]:
-        held[t["conditions"]] = True
+        held[t["eligible_codes"]] = True
     siblings = usable & (n_pat >= 1) & ~held
     wanted = {"train": opts.train_trials, "val": opts.val_trials, "test": opts.test_trials}
     drawn.update(maker.draw(wanted, common, siblings))

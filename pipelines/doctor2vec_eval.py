@@ -64,9 +64,12 @@ def attention_text(
     order = mine[np.argsort(-sc, kind="stable")][:top_doctors]
     tr = ds.trials.slice(trial_row, 1).to_pylist()[0]
     cond = set(tr["conditions"])
+    family = set(tr.get("eligible_codes") or []) - cond  # eligible codes the trial does not list
     lines = [
         f"Trial {tr['trial_id']} ({tr['split']}{', rare disease' if t.trial_rare[trial_row] else ''}): {tr['text']}",
-        "Conditions: " + ", ".join(codes[c] for c in tr["conditions"] if 0 <= c < len(codes)),
+        "Conditions: "
+        + ", ".join(codes[c] for c in tr["conditions"] if 0 <= c < len(codes))
+        + (f" (eligible: also {len(family)} unlisted codes of their category)" if family else ""),
     ]
     batch = make_batch(t, order, "eval")
     with torch.no_grad():
@@ -86,9 +89,11 @@ def attention_text(
                 continue
             prow = int(patients[int(mem[i])])
             pc = [c for c in t.codes["eval"][prow].tolist() if c]
-            hits = [codes[c] for c in pc if c in cond]
+            hits = [codes[c] for c in dict.fromkeys(pc) if c in cond]
+            near = [codes[c] for c in dict.fromkeys(pc) if c in family]
             lines.append(
                 f"  [{float(w[i]):.3f}] patient {int(t.subject_ids[prow])}: {len(pc)} codes"
                 + (f", trial conditions {', '.join(hits)}" if hits else "")
+                + (f", unlisted codes of the condition's category {', '.join(near)}" if near else "")
             )
     return "\n".join(lines)

@@ -17,7 +17,9 @@ with the default shown when absent. Ids are the program's concept ids (``concept
     trial_id* int32 (unique) | split* string: train, val, test or test_rare | rare bool (split == test_rare) |
     category int8 ICD chapter | conditions* list<int32> (an eligible patient has at least one) |
     excluded list<int32> (an eligible patient has none; []) | age_min int32 (0) | age_max int32 (200) |
-    sex string 'any'/'F'/'M' ('any') | text string ('') | text_ids list<int32> word ids into vocab ([])
+    sex string 'any'/'F'/'M' ('any') | text string ('') | text_ids list<int32> word ids into vocab ([]) |
+    eligible_codes list<int32> (ground truth, never a model input: the codes that made a patient eligible,
+    a superset of conditions when criteria name a category but list only some of its codes; null: unknown)
 ``pairs.parquet`` (one row per (doctor, trial); label or enrolled required)
     doctor_id* int32 | trial_id* int32 | split string (the trial's) | eligible int32 (null: unknown) |
     enrolled int32 | label bool (default: enrolled >= options.min_enrolled, 1 when absent)
@@ -80,7 +82,8 @@ COLUMNS: dict[str, dict[str, tuple[pa.DataType, Any]]] = {
     "trials": {"trial_id": (pa.int32(), REQUIRED), "split": (pa.string(), REQUIRED), "rare": (pa.bool_(), None),
                "category": (pa.int8(), None), "conditions": (I32, REQUIRED), "excluded": (I32, []),
                "age_min": (pa.int32(), OPEN_AGE[0]), "age_max": (pa.int32(), OPEN_AGE[1]),
-               "sex": (pa.string(), "any"), "text": (pa.string(), ""), "text_ids": (I32, [])},
+               "sex": (pa.string(), "any"), "text": (pa.string(), ""), "text_ids": (I32, []),
+               "eligible_codes": (I32, None)},
     "pairs": {"doctor_id": (pa.int32(), REQUIRED), "trial_id": (pa.int32(), REQUIRED), "split": (pa.string(), None),
               "eligible": (pa.int32(), None), "enrolled": (pa.int32(), None), "label": (pa.bool_(), None)},
     "vocab": {"token_id": (pa.int32(), REQUIRED), "token": (pa.string(), REQUIRED), "in_train": (pa.bool_(), None)},

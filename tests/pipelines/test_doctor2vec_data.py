@@ -99,10 +99,13 @@ def test_rare_trials_are_rare_and_held_out(generated, dataset_dir):
     n = _patients_per_code(dataset_dir)
     rare = [r for r in d.trials.to_pylist() if r["split"] == "test_rare"]
     other = [r for r in d.trials.to_pylist() if r["split"] != "test_rare"]
-    held = sorted({c for r in rare for c in r["conditions"]})
+    held = sorted({c for r in rare for c in r["eligible_codes"]})
     assert held and held == d.held_out_codes == generated.manifest["held_out_codes"]
     assert all(OPTS.rare_min_patients <= n[c] <= OPTS.rare_max_patients for c in held)
-    assert not set(held) & {c for r in other for c in r["conditions"] + r["excluded"]}
+    assert not set(held) & {c for r in other for c in r["conditions"] + r["excluded"] + r["eligible_codes"]}
+    # criteria 'category': a trial lists some of its family; its codes share the seed's ICD category
+    for r in d.trials.to_pylist():
+        assert set(r["conditions"]) <= set(r["eligible_codes"]) and len(r["conditions"]) <= OPTS.listed_max
     assert all(n[r["conditions"][0]] >= 1 for r in other)
     assert any(n[c] >= OPTS.common_min_patients for r in other for c in r["conditions"])
 
@@ -118,7 +121,7 @@ def test_eligible_matches_slow_reference(generated):
             for sid in doc["panel"]:
                 p = patients[sid]
                 codes = set(p["input_ids"])
-                if not codes & set(t["conditions"]) or codes & set(t["excluded"]):
+                if not codes & set(t["eligible_codes"]) or codes & set(t["excluded"]):
                     continue
                 if (t["age_min"], t["age_max"]) != (0, 200):
                     if p["age"] is None or not t["age_min"] <= p["age"] <= t["age_max"]:
@@ -304,3 +307,13 @@ def test_bring_your_own_tables(tmp_path):
         validate_tables({k: v for k, v in manifest.items() if k != "n_words"}, tables, tmp_path)
     with pytest.raises(InputFileError, match="'label'.*'enrolled'"):
         validate_tables(manifest, {**tables, "pairs": tables["pairs"].drop_columns(["enrolled"])}, tmp_path)
+
+
+def test_listed_criteria_make_conditions_the_eligible_codes(dataset_dir, program_dir, tmp_path):  # noqa: F811
+    from dataclasses import replace
+
+    r = generate_doctor2vec(dataset_dir, program_dir, out=tmp_path, options=replace(OPTS, criteria="listed"))
+    trials = read_doctor2vec(r.path).trials.to_pylist()
+    assert trials and all(t["conditions"] == t["eligible_codes"] for t in trials)
+    with pytest.raises(ValueError, match="criteria"):
+        replace(OPTS, criteria="fuzzy")
