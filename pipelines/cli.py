@@ -500,6 +500,8 @@ def doctor2vec_group() -> None:
 @click.option("--val-trials", type=int, default=30, show_default=True)
 @click.option("--test-trials", type=int, default=30, show_default=True)
 @click.option("--rare-trials", type=int, default=30, show_default=True)
+@click.option("--criteria", type=click.Choice(["category", "listed"]), default="category", show_default=True,
+              help="Eligible with any code of a listed condition's ICD category, or with a listed code only.")  # fmt: skip
 @click.option("--seed", type=int, default=0, show_default=True)
 def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
     """Generate doctors, patient panels, trials and enrollment outcomes from a tokenized DATASET."""

@@ -239,9 +239,10 @@ def write_report(root: str | Path) -> Path:
         f"Data `{data}` (program `{manifest['program_id']}`, dataset `{manifest.get('source_dataset_id')}`): "
         f"{_counts_line(c)}. Each doctor's memory holds up to "
         f"{first[spec['runs'][0]]['config']['max_memories']} of their patients; a trial (conditions, "
-        "exclusions, age band, sex, category, text) reads each patient's codes, then the memory. The "
-        "rare-disease trials' condition codes are removed from every patient history during training, so "
-        f"they are first seen at test time. Training: {spec['epochs']} epochs, D = {spec['dim']}, validation "
+        "exclusions, age band, sex, category, text) reads each patient's codes, then the memory. "
+        f"{_criteria_line(manifest)} Every code that makes a patient eligible for a rare-disease trial is "
+        "removed from every patient history during training, so those codes are first seen at test time. "
+        f"Training: {spec['epochs']} epochs, D = {spec['dim']}, validation "
         f"every 10 steps, the best validation PR-AUC kept; {seeds} seed(s) per configuration"
         f"{' (mean ± sd)' if seeds > 1 else ''}. Metrics: PR-AUC / ROC-AUC pooled over the split's "
         "doctor-trial pairs; P@k and AP/trial rank the doctors of each trial (mean over trials with an "
@@ -300,6 +301,15 @@ def write_report(root: str | Path) -> Path:
     path = root / REPORT_FILE
     path.write_text("\n".join(parts) + "\n", encoding="utf-8")
     return path
+
+
+def _criteria_line(manifest: dict[str, Any]) -> str:
+    o = manifest.get("options") or {}
+    if o.get("criteria") == "category":
+        return (f"Trials list up to {o.get('listed_max')} codes of a condition's ICD category; a patient is "
+                f"eligible with any of up to {o.get('max_family')} codes of that category, so the rule below "
+                "misses the unlisted ones.")  # fmt: skip
+    return "A patient is eligible with one of the codes a trial lists."
 
 
 def _counts_line(c: dict[str, Any]) -> str:
