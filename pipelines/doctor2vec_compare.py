@@ -306,9 +306,17 @@ def write_report(root: str | Path) -> Path:
 def _criteria_line(manifest: dict[str, Any]) -> str:
     o = manifest.get("options") or {}
     if o.get("criteria") == "category":
+        also = (
+            (
+                " or with a code of either ICD version mapped to the same SNOMED concept(s) as one of them "
+                "(criteria on standard concepts, as OMOP cohort definitions)"
+            )
+            if o.get("equivalents")
+            else ""
+        )
         return (f"Trials list up to {o.get('listed_max')} codes of a condition's ICD category; a patient is "
-                f"eligible with any of up to {o.get('max_family')} codes of that category, so the rule below "
-                "misses the unlisted ones.")  # fmt: skip
+                f"eligible with any of up to {o.get('max_family')} codes of that category{also}, so the rule "
+                "below misses the unlisted ones.")  # fmt: skip
     return "A patient is eligible with one of the codes a trial lists."
 
 

@@ -12,7 +12,10 @@ rarely at hand, so this module simulates them from a tokenized cohort, keeping t
   ``category`` (the default) a patient is eligible with any code of the seed's category family (the seed
   and up to ``max_family - 1`` most frequent siblings, ``eligible_codes``), while the trial lists only the
   seed and up to ``listed_max - 1`` of them as its ``conditions``, as criteria written for a condition
-  reach records coded more specifically; with ``listed``, conditions are the seed plus up to 3 siblings
+  reach records coded more specifically; with ``equivalents`` (default) the codes of either ICD version
+  mapped to the same SNOMED concept(s) as a family code are eligible too, as criteria written on standard
+  concepts select them (OMOP cohort definitions; MIMIC-IV spans the ICD-9 to ICD-10 transition). With
+  ``listed``, conditions are the seed plus up to 3 siblings
   and eligibility is exactly those. Common trials (train/val/test) seed on codes of at least
   ``common_min_patients`` patients; rare ones (test_rare) take only codes of
   ``rare_min_patients..rare_max_patients`` patients, and those codes (``held_out_codes``: every code of
@@ -104,6 +107,7 @@ class D2VOptions:
         2  # codes a 'category' trial lists (its seed and siblings); the rest of the category is unlisted
     )
     max_family: int = 12  # codes of a category that make a patient eligible, at most (the most frequent)
+    equivalents: bool = True  # also eligible: codes mapped to the same SNOMED concept(s) as a family code
     seed: int = 0  # every draw
 
     def __post_init__(self) -> None:
@@ -241,6 +245,11 @@ class TrialMaker:
         if opts.criteria == "category":  # eligible: the category's codes; the trial lists some of them
             family = sorted([seed, *by_count[: opts.max_family - 1].tolist()])
             others = [c for c in family if c != seed]
+            if opts.equivalents:
+                family = self.with_equivalents(family, siblings, rare)
+                if family is None:
+                    self.counts["trial_equivalent_not_rare"] += 1
+                    return None
             k = min(int(rng.integers(0, opts.listed_max)), len(others))
             conditions = sorted([seed, *rng.choice(others, size=k, replace=False).tolist()]) if k else [seed]
         else:
@@ -261,6 +270,19 @@ class TrialMaker:
                  "excluded": excluded, "age_min": age[0], "age_max": age[1], "sex": sex,
                  "eligible_codes": family}  # fmt: skip
         return {**trial, "text": trial_text(trial, codes), "eligible": eligible}
+
+    def with_equivalents(self, family: list[int], pool: np.ndarray, rare: bool) -> list[int] | None:
+        """``family`` plus the codes (any ICD version) mapped to the same SNOMED concept(s) as one of its codes,
+        as criteria written on standard concepts select them (OMOP cohort definitions). For a common trial
+        only equivalents in ``pool`` join; a rare trial takes every equivalent and is dropped (None) when
+        one of them is not rare, so that it stays a rare-disease trial."""
+        key = self.codes.concept[family]
+        same = np.flatnonzero(np.isin(self.codes.concept, key[key >= 0]) & ~self.used & ~self.codes.special)
+        if rare:
+            if (self.cohort.n_patients_per_code[same] > self.opts.rare_max_patients).any():
+                return None
+            return sorted(set(family) | set(same.tolist()))
+        return sorted(set(family) | set(same[pool[same]].tolist()))
 
     def criteria(self, seed: int) -> tuple[list[int], tuple[int, int], str]:
         """Excluded codes (common, another chapter), age band and sex of a trial seeded on ``seed``."""

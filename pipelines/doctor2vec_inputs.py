@@ -51,6 +51,7 @@ N_CHAPTER_SLOTS = 23  # chapters 1..22, slot 0 = none
 ICD9_TO_ICD10_CHAPTER = {1: 1, 2: 2, 3: 4, 4: 3, 5: 5, 6: 6, 7: 9, 8: 10, 9: 11, 10: 14, 11: 15, 12: 12, 13: 13,
                          14: 17, 15: 16, 16: 18, 17: 19, 18: 21, 19: 20}  # fmt: skip
 ICD9_CATEGORY_CHAPTER = ((360, 379, 7), (380, 389, 8))  # ICD-9 chapter 6 also holds the eye and the ear
+NO_EQUIVALENCE = ("fallback", "special")  # mapping kinds that say nothing about a code's own concept
 SEX_CODE = {"F": 1, "M": 2}  # 0 = unknown
 
 
@@ -88,6 +89,9 @@ class Codes:
     chapter: np.ndarray  # (N,) int8, 0 = none
     category: np.ndarray  # (N,) int64 id of (vocabulary, first 3 characters of code); -1 special
     special: np.ndarray  # (N,) bool
+    concept: (
+        np.ndarray
+    )  # (N,) int64 id of the code's set of SNOMED concepts; -1: none, special or a fallback map
 
 
 def _category_len(vocabulary: str, code: str) -> int:
@@ -99,7 +103,17 @@ def read_codes(program: Path) -> Codes:
     f = program / "concepts.parquet"
     if not f.is_file():
         raise InputFileError(f, "missing; Doctor2Vec generation needs the program's concepts table")
-    c = pq.read_table(f, columns=["concept_id", "vocabulary", "code", "code_dotted", "title", "chapter"])
+    cols = [
+        "concept_id",
+        "vocabulary",
+        "code",
+        "code_dotted",
+        "title",
+        "chapter",
+        "snomed_ids",
+        "mapping_kind",
+    ]
+    c = pq.read_table(f, columns=cols)
     c = c.sort_by("concept_id").to_pydict()
     if c["concept_id"] != list(range(len(c["concept_id"]))):
         raise InputFileError(f, "concept ids are not 0..N-1", hint="recompile the program")
@@ -115,7 +129,13 @@ def read_codes(program: Path) -> Codes:
         default = ICD9_TO_ICD10_CHAPTER.get(int(chapter[i]), 0)
         chapter[i] = next((ch for lo, hi, ch in ICD9_CATEGORY_CHAPTER if lo <= head <= hi), default)
     title = [t or d for t, d in zip(c["title"], c["code_dotted"], strict=True)]
-    return Codes(title, chapter, category, special)
+    mapped = [
+        tuple(sorted(ids)) if ids and kind not in NO_EQUIVALENCE else ()
+        for ids, kind in zip(c["snomed_ids"], c["mapping_kind"], strict=True)
+    ]
+    concept = np.unique([repr(m) for m in mapped], return_inverse=True)[1].astype(np.int64)
+    concept[np.array([not m for m in mapped]) | special] = -1
+    return Codes(title, chapter, category, special, concept)
 
 
 def load_cohort(dpath: Path, source: dict[str, Any], codes: Codes, counts: Counter) -> Cohort:

@@ -317,3 +317,21 @@ def test_listed_criteria_make_conditions_the_eligible_codes(dataset_dir, program
     assert trials and all(t["conditions"] == t["eligible_codes"] for t in trials)
     with pytest.raises(ValueError, match="criteria"):
         replace(OPTS, criteria="fuzzy")
+
+
+def test_equivalent_codes_are_eligible_with_their_family(generated, program_dir):  # noqa: F811
+    """Codes mapped to the same SNOMED concepts as a family code are eligible too (rare trials: all of them)."""
+    c = pq.read_table(program_dir / "concepts.parquet").to_pydict()
+    key = {
+        i: tuple(sorted(ids))
+        for i, ids, kind in zip(c["concept_id"], c["snomed_ids"], c["mapping_kind"], strict=True)
+        if ids and kind not in ("fallback", "special")
+    }
+    trials = read_doctor2vec(generated.path).trials.to_pylist()
+    for t in trials:
+        fam = set(t["eligible_codes"])
+        keys = {key[x] for x in fam if x in key}
+        same = {i for i, k in key.items() if k in keys}
+        if t["split"] == "test_rare":
+            assert same <= fam
+        assert set(t["conditions"]) <= fam
