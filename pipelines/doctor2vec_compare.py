@@ -281,13 +281,16 @@ def write_report(root: str | Path) -> Path:
                   "intervals cover trial sampling, not training noise (see the ± above).", "",
                   _table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
     shared = shared_hrr_codes(data, spec["program"])
-    parts += ["", "A limit of HRR `base` with ICD criteria: every code whose program edges equal another "
-              "code's gets the same HRR `base` vector (e.g. codes that differ in an encounter character and "
-              "map to one SNOMED concept). Of the listed condition codes, "
-              + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
-              + " share their `base` vector with a code outside the trial's conditions; `add` and `cat` give "
-              "every code a free part as well."]  # fmt: skip
-    show = next((n for n in ("hrr-add-dynamic", "hrr-cat-dynamic", "plain-dynamic") if n in results), None)
+    parts += ["", "How HRR `base` differs from a plain table here: every code whose program edges equal another "
+              "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
+              "ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition "
+              "codes, " + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
+              + " share their `base` vector with a code the trial does not list. With criteria on standard "
+              "concepts those codes are eligible too, which `base` knows from the ontology while a plain table "
+              "has to learn it (and cannot for codes unseen in training); with exact-code criteria "
+              "(`generate --criteria listed`) the same sharing keeps `base` from telling eligible codes from "
+              "ineligible ones. `add` and `cat` give every code a free part as well."]  # fmt: skip
+    show = next((n for n in ("hrr-base-dynamic", "hrr-add-dynamic", "plain-dynamic") if n in results), None)
     if show:
         _, text = evaluate_doctor2vec(
             root / "runs" / f"{show}-seed0", data, spec["program"], split="test_rare"

@@ -69,7 +69,7 @@ def attention_text(
         f"Trial {tr['trial_id']} ({tr['split']}{', rare disease' if t.trial_rare[trial_row] else ''}): {tr['text']}",
         "Conditions: "
         + ", ".join(codes[c] for c in tr["conditions"] if 0 <= c < len(codes))
-        + (f" (eligible: also {len(family)} unlisted codes of their category)" if family else ""),
+        + (f" (eligible: also {len(family)} unlisted codes of their category or concepts)" if family else ""),
     ]
     batch = make_batch(t, order, "eval")
     with torch.no_grad():
@@ -94,6 +94,6 @@ def attention_text(
             lines.append(
                 f"  [{float(w[i]):.3f}] patient {int(t.subject_ids[prow])}: {len(pc)} codes"
                 + (f", trial conditions {', '.join(hits)}" if hits else "")
-                + (f", unlisted codes of the condition's category {', '.join(near)}" if near else "")
+                + (f", unlisted eligible codes {', '.join(near)}" if near else "")
             )
     return "\n".join(lines)
