@@ -531,7 +531,7 @@ def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **k
 @click.option("--run-id", default=None)
 @click.option("--embedding", type=click.Choice(["plain", "hrr"]), default="hrr", show_default=True)
 @click.option(
-    "--hrr-mode", default="add", show_default=True, help="HRREmbedding mode (with --embedding hrr)."
+    "--hrr-mode", default="base", show_default=True, help="HRREmbedding mode (with --embedding hrr)."
 )
 @click.option("--doctor", type=click.Choice(["dynamic", "static"]), default="dynamic", show_default=True)
 @click.option("--patient-encoder", type=click.Choice(["pooled", "visit-transformer"]), default="pooled",
