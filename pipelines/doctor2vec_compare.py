@@ -35,11 +35,11 @@ GRID: dict[str, dict[str, Any]] = {
     "hrr-add-dynamic": dict(embedding="hrr", hrr_mode="add", doctor="dynamic"),
     "hrr-cat-dynamic": dict(embedding="hrr", hrr_mode="cat", doctor="dynamic"),
     "plain-static": dict(embedding="plain", doctor="static"),
-    "hrr-cat-static": dict(embedding="hrr", hrr_mode="cat", doctor="static"),
+    "hrr-base-static": dict(embedding="hrr", hrr_mode="base", doctor="static"),
 }
 VISIT_GRID: dict[str, dict[str, Any]] = {
     "plain-dynamic-visits": dict(embedding="plain", doctor="dynamic", patient_encoder="visit-transformer"),
-    "hrr-cat-dynamic-visits": dict(embedding="hrr", hrr_mode="cat", doctor="dynamic",
+    "hrr-base-dynamic-visits": dict(embedding="hrr", hrr_mode="base", doctor="dynamic",
                                    patient_encoder="visit-transformer"),
 }  # fmt: skip
 SPLIT_TITLES = {
@@ -53,7 +53,9 @@ CONTRASTS = (  # (a, b, what it shows): a - b
     ("hrr-add-dynamic", "plain-dynamic", "HRR add vs plain codes"),
     ("hrr-cat-dynamic", "plain-dynamic", "HRR cat vs plain codes"),
     ("plain-dynamic", "plain-static", "dynamic vs static doctor (plain codes)"),
-    ("hrr-cat-dynamic", "hrr-cat-static", "dynamic vs static doctor (HRR cat codes)"),
+    ("hrr-base-dynamic", "hrr-base-static", "dynamic vs static doctor (HRR base codes)"),
+    ("plain-dynamic-visits", "plain-dynamic", "visit Transformer vs pooled patients (plain codes)"),
+    ("hrr-base-dynamic-visits", "hrr-base-dynamic", "visit Transformer vs pooled patients (HRR base codes)"),
 )
 
 
