@@ -10,16 +10,18 @@ Everything a forward pass needs is in this file:
 - the **trial embedding** from its structured fields (target conditions and excluded conditions through
   the same code embedding, age band, sex, disease category) and its text (bag of words);
 - **dynamic doctor vector**, a two-level (hierarchical) read as in Doctor2Vec: first each trial reads
-  each patient's codes (code-level attention: which of the patient's diagnoses speak to this trial, and
-  how well the best one matches), giving a trial-specific patient vector; then the trial reads the
-  doctor's memory of those patients with the memory network's soft read
-  (:func:`model.memory_network.memory_read`, ``hops`` times, ``u <- u + o``; the best code match is an
-  extra key dimension), so a different trial sees a different doctor. The read's log match mass (the
-  softmax normaliser) and a soft count of matching patients go to the head with it. **Static** (the
-  paper's ablation): the mean of the trial-independent patient vectors;
+  each patient's codes (code-level attention: which of the patient's diagnoses speak to this trial; the
+  best match of the patient's codes to each condition code and to each excluded code, with the patient's
+  age against the age band and sex against the trial's, gives a soft eligibility in [0, 1]), giving a
+  trial-specific patient vector; then the trial reads the doctor's memory of those patients with the
+  memory network's soft read (:func:`model.memory_network.memory_read`, ``hops`` times, ``u <- u + o``;
+  the best match and the log eligibility are two extra key dimensions), so a different trial sees a
+  different doctor. The read's log match mass (the softmax normaliser) and the log of the soft count of
+  eligible patients go to the head with it. **Static** (the paper's ablation): the mean of the
+  trial-independent patient vectors;
 - a **compatibility head**: an MLP on ``[doctor, doctor * trial, mass, count, log n_patients]`` (no
-  trial-only features: they cannot rank doctors, only memorise the training trials' base rates)
-  -> one logit. ``forward`` also returns the attention over the memory (which patients made this doctor
+  trial-only features: they cannot rank doctors, only memorise the training trials' base rates), plus
+  the log soft count directly -> one logit. ``forward`` also returns the attention over the memory (which patients made this doctor
   fit this trial); static doctors return uniform weights.
 
 Inputs are de-duplicated: a batch carries each distinct patient once (``patient_codes``), each doctor's
@@ -208,9 +210,8 @@ class Doctor2Vec(nn.Module):
         self.head = nn.Sequential(
             nn.Linear(2 * d + 3, cfg.hidden), nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, 1)
         )
-        with (
-            torch.no_grad()
-        ):  # the head starts silent: the first ranking is the soft count of matching patients
+        # the head starts silent: the first ranking is the soft count of eligible patients
+        with torch.no_grad():
             self.head[-1].weight.zero_()
             self.head[-1].bias.zero_()
 
