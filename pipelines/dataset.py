@@ -108,6 +108,22 @@ def read_dataset_manifest(path: str | Path) -> dict:
     return read_json_manifest(path, "tokenized dataset", error=PipelineError)
 
 
+def dataset_for_program(dataset: Path, program: Path, error: type[Exception]) -> tuple[dict, str]:
+    """The dataset's manifest and the program id, after checking the dataset was tokenized with ``program``
+    (what a generator reading both needs before it starts)."""
+    dman = read_dataset_manifest(dataset)
+    pman_path = program / "manifest.json"
+    if not pman_path.is_file():
+        raise error(f"{program}: no manifest.json (not a program folder)")
+    program_id = json.loads(pman_path.read_text(encoding="utf-8")).get("program_id")
+    if dman.get("program_id") != program_id:
+        raise error(
+            f"{dataset}: dataset was tokenized against program {dman.get('program_id')!r}, "
+            f"but program {program_id!r} was given; pass the program the dataset was prepared with"
+        )
+    return dman, program_id
+
+
 def verify_dataset(path: str | Path, *, hashes: bool = True) -> dict:
     """Check a dataset folder against its manifest (format version, every file's presence and sha256)."""
     return verify_manifest_files(path, read_dataset_manifest(path), hashes=hashes, error=PipelineError)

@@ -16,7 +16,6 @@ Dimension legend: B pairs, Np pairs of a split, Tr trials, Dn doctors.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass, fields
@@ -30,6 +29,7 @@ from torch import nn
 from .doctor2vec_tensors import D2VTensors, build_tensors, doctor_batches, make_batch
 from .errors import PipelineError
 from .metrics import auroc, average_precision
+from .model_files import check_meta, read_meta, save_weights
 from .train_runtime import (
     MetricsLog,
     now_iso,
@@ -211,15 +211,7 @@ def _meta(cfg: D2VTrainConfig, manifest: dict[str, Any], model: nn.Module) -> di
 
 
 def save_model(model: nn.Module, directory: Path, meta: dict[str, Any]) -> Path:
-    from safetensors.torch import save_file
-
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    tmp = directory / "model.safetensors.tmp"
-    save_file(state, str(tmp), metadata={"kind": MODEL_KIND})
-    tmp.replace(directory / "model.safetensors")
-    write_json(directory / "config.json", meta)
-    return directory
+    return save_weights(model, directory, meta, MODEL_KIND)
 
 
 def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tuple[nn.Module, dict[str, Any]]:
@@ -228,23 +220,9 @@ def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tupl
 
     from model.doctor2vec import Doctor2Vec, Doctor2VecConfig
 
-    d = Path(directory)
-    d = d / "model" if (d / "model" / "config.json").is_file() else d
-    p = d / "config.json"
-    if not p.is_file():
-        raise PipelineError(f"{p}: missing; not a saved Doctor2Vec model (run `hrrbert doctor2vec train`)")
-    meta = json.loads(p.read_text(encoding="utf-8"))
-    if meta.get("kind") != MODEL_KIND:
-        raise PipelineError(f"{p}: not a Doctor2Vec model (kind {meta.get('kind')!r})")
-    for key, found in (
-        ("program_id", manifest.get("program_id")),
-        ("vocab_fingerprint", manifest.get("vocab_fingerprint")),
-    ):
-        if meta.get(key) != found:
-            raise Doctor2VecMismatchError(
-                f"{p}: the model's {key} is {meta.get(key)!r} but the data set's is {found!r}; "
-                "evaluate on data generated with the same program and vocabulary"
-            )
+    d, p, meta = read_meta(directory, MODEL_KIND, "Doctor2Vec", "hrrbert doctor2vec train", PipelineError)
+    check_meta(meta, manifest, ("program_id", "vocab_fingerprint"), p, "data set",
+               "evaluate on data generated with the same program and vocabulary", Doctor2VecMismatchError)  # fmt: skip
     cfg = Doctor2VecConfig.from_dict(meta["config"])
     if cfg.n_codes != int(manifest["n_codes"]) or cfg.n_words != int(manifest["n_words"]):
         raise Doctor2VecMismatchError(

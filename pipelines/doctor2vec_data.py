@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .dataset import read_dataset_manifest, verify_dataset, write_dataset
+from .dataset import dataset_for_program, verify_dataset, write_dataset
 from .doctor2vec_inputs import (
     CHAPTER_TITLES,
     N_CHAPTER_SLOTS,
@@ -415,16 +415,7 @@ def generate_doctor2vec(
     """Simulate Doctor2Vec data from a tokenized ``dataset`` and the ``program`` it was tokenized with."""
     opts = options or D2VOptions()
     dpath, ppath = Path(dataset), Path(program)
-    dman = read_dataset_manifest(dpath)
-    pman_path = ppath / "manifest.json"
-    if not pman_path.is_file():
-        raise D2VDataError(f"{ppath}: no manifest.json (not a program folder)")
-    program_id = json.loads(pman_path.read_text(encoding="utf-8")).get("program_id")
-    if dman.get("program_id") != program_id:
-        raise D2VDataError(
-            f"{dpath}: dataset was tokenized against program {dman.get('program_id')!r}, "
-            f"but program {program_id!r} was given; pass the program the dataset was prepared with"
-        )
+    dman, program_id = dataset_for_program(dpath, ppath, D2VDataError)
     options_d = asdict(opts)
     payload = {"generator": GENERATOR_VERSION, "program_id": program_id,
                "dataset_id": dman.get("dataset_id"), "options": options_d}  # fmt: skip

@@ -16,7 +16,6 @@ S supporting facts (2), B batch, A answers.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -31,6 +30,7 @@ from torch import Tensor, nn
 
 from .errors import PipelineError
 from .metrics import binary_metrics
+from .model_files import check_meta, read_meta, save_weights
 from .qa_data import QADataError, read_qa
 from .train_data import epoch_order
 from .train_runtime import (
@@ -260,13 +260,7 @@ def _model_meta(cfg: QATrainConfig, manifest: dict[str, Any], model: nn.Module) 
 
 
 def save_model(model: nn.Module, directory: Path, meta: dict[str, Any]) -> Path:
-    from safetensors.torch import save_file
-
-    directory.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(state, str(directory / "model.safetensors"), metadata={"kind": MODEL_KIND})
-    write_json(directory / "config.json", meta)
-    return directory
+    return save_weights(model, directory, meta, MODEL_KIND)
 
 
 def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tuple[nn.Module, dict]:
@@ -275,24 +269,11 @@ def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tupl
 
     from model import MemN2N, MemN2NConfig, MemNN, MemNNConfig
 
-    d = Path(directory)
-    d = d / "model" if (d / "model" / "config.json").is_file() else d
-    p = d / "config.json"
-    if not p.is_file():
-        raise QADataError(f"{p}: missing; not a saved QA model (run `hrrbert qa train`)")
-    meta = json.loads(p.read_text(encoding="utf-8"))
-    if meta.get("kind") != MODEL_KIND:
-        raise QADataError(f"{p}: not a QA model (kind {meta.get('kind')!r})")
+    d, p, meta = read_meta(directory, MODEL_KIND, "QA", "hrrbert qa train", QADataError)
     cfg = meta["config"]
-    for key, found in (
-        ("vocab_fingerprint", manifest.get("vocab_fingerprint")),
-        ("program_id", manifest.get("program_id")),
-    ):
-        if meta.get(key) != found:
-            raise QAVocabularyMismatchError(
-                f"{p}: the model's {key} is {meta.get(key)!r} but the QA set's is {found!r}; "
-                "evaluate on a QA set generated with the same program and generator options"
-            )
+    check_meta(meta, manifest, ("vocab_fingerprint", "program_id"), p, "QA set",
+               "evaluate on a QA set generated with the same program and generator options",
+               QAVocabularyMismatchError)  # fmt: skip
     for key in ("n_words", "n_codes", "n_answers"):
         if cfg[key] != manifest.get(key):
             raise QAVocabularyMismatchError(

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .dataset import read_dataset_manifest, verify_dataset, write_dataset
+from .dataset import dataset_for_program, verify_dataset, write_dataset
 from .errors import InputFileError, PipelineError
 
 log = logging.getLogger(__name__)
@@ -391,16 +391,7 @@ def generate_qa(
     """Generate a clinical QA set from a tokenized ``dataset`` and the ``program`` it was tokenized with."""
     opts = options or QAOptions()
     dpath, ppath = Path(dataset), Path(program)
-    dman = read_dataset_manifest(dpath)
-    pman_path = ppath / "manifest.json"
-    if not pman_path.is_file():
-        raise QADataError(f"{ppath}: no manifest.json (not a program folder)")
-    program_id = json.loads(pman_path.read_text(encoding="utf-8")).get("program_id")
-    if dman.get("program_id") != program_id:
-        raise QADataError(
-            f"{dpath}: dataset was tokenized against program {dman.get('program_id')!r}, "
-            f"but program {program_id!r} was given; pass the program the dataset was prepared with"
-        )
+    dman, program_id = dataset_for_program(dpath, ppath, QADataError)
     pfile = dpath / "patients.parquet"
     if not pfile.is_file():
         raise InputFileError(pfile, "missing; not a tokenized dataset folder")
