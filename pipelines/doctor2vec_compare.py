@@ -85,15 +85,14 @@ def paired_difference(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> di
             "p_better": float((boots > 0).mean())}  # fmt: skip
 
 
-def reference_scores(data_path: Path) -> dict[str, dict[str, Any]]:
-    """The untrained references on each evaluation split: panel size, condition-code rule, eligible count."""
+def reference_scores(ds) -> dict[str, dict[str, Any]]:
+    """The untrained references on each evaluation split of ``ds`` (a read Doctor2Vec data set): panel
+    size, condition-code rule, eligible count."""
     import torch
 
     from .doctor2vec import EVAL_SPLITS, ranking_metrics
-    from .doctor2vec_read import read_doctor2vec
     from .doctor2vec_tensors import build_tensors
 
-    ds = read_doctor2vec(data_path)
     widest = max((len(p) for p in ds.doctors["panel"].to_pylist()), default=1)
     t = build_tensors(ds, max_memories=max(widest, 1), max_codes=10**6, hide_held_out=False, seed=0)
     codes, cond = t.codes["eval"], t.trials["conditions"]
@@ -123,16 +122,13 @@ def reference_scores(data_path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
-def shared_hrr_codes(data_path: Path, program: str | Path) -> dict[str, float]:
-    """Share of each evaluation split's condition codes whose HRR vector (same edge set) is also the vector
-    of a code outside that trial's conditions: HRR ``base`` cannot tell those codes apart."""
+def shared_hrr_codes(trials, program: str | Path) -> dict[str, float]:
+    """Share of each evaluation split's listed condition codes (``trials``: the trials table) whose HRR
+    vector (same edge set) is also the vector of a code outside that trial's conditions."""
     from hrr_kernel import load_program
-
-    from .doctor2vec_read import read_doctor2vec
 
     row = load_program(program).base.row_map.numpy()  # (N,) concept -> distinct HRR row
     size = np.bincount(row)  # codes per distinct row
-    trials = read_doctor2vec(data_path).trials
     out = {}
     for split in SPLIT_TITLES:
         conds = [c for c, s in zip(trials["conditions"].to_pylist(), trials["split"].to_pylist(), strict=True)
@@ -231,8 +227,9 @@ def write_report(root: str | Path) -> Path:
             )
         results[n] = [json.loads(f.read_text(encoding="utf-8")) for f in files]
     data = Path(spec["data"])
-    manifest = read_doctor2vec(data).manifest
-    refs = reference_scores(data)
+    ds = read_doctor2vec(data)
+    manifest = ds.manifest
+    refs = reference_scores(ds)
     c = manifest.get("counts", {})
     first = {n: r[0] for n, r in results.items()}
     parts = [
@@ -282,7 +279,7 @@ def write_report(root: str | Path) -> Path:
                   "resamples); `P(a > b)` is the share of resamples with a positive mean difference. The "
                   "intervals cover trial sampling, not training noise (see the ± above).", "",
                   _table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
-    shared = shared_hrr_codes(data, spec["program"])
+    shared = shared_hrr_codes(ds.trials, spec["program"])
     parts += ["", "How HRR `base` differs from a plain table here: every code whose program edges equal another "
               "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
               "ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition "

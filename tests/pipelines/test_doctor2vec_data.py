@@ -335,3 +335,8 @@ def test_equivalent_codes_are_eligible_with_their_family(generated, program_dir)
         if t["split"] == "test_rare":
             assert same <= fam
         assert set(t["conditions"]) <= fam
+    # equivalents really join: some trial's eligible codes reach beyond its ICD category (E11 -> N08, N18)
+    category = {
+        i: (v, code[:3]) for i, v, code in zip(c["concept_id"], c["vocabulary"], c["code"], strict=True)
+    }
+    assert any(len({category[x] for x in t["eligible_codes"]}) > 1 for t in trials)
