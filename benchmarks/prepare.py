@@ -30,9 +30,9 @@ def _program(cache: Path) -> Path:
     from ontology_compiler import compile_ontology
 
     if importlib.util.find_spec("pipelines.demo_release") is not None:
-        from pipelines.prepare import _demo_release
+        from pipelines.demo_prepare import ensure_demo_release
 
-        release = _demo_release(cache / "releases" / "demo_icd10cm_default", size="default", seed=0)
+        release = ensure_demo_release(cache / "releases" / "demo_icd10cm_default", size="default", seed=0)
     else:
         release = cache / "releases" / "synthetic_s005"
         if not release.exists():

@@ -6,6 +6,9 @@ import sys
 
 import click
 
+from pipelines.demo_defaults import DEMO_PATIENTS
+from pipelines.tasks import TASKS
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
@@ -36,7 +39,7 @@ def sql_cmd(program: str, query: str, fmt: str, max_rows: int) -> None:
 @main.command("demo")
 @click.option("--out", type=click.Path(file_okay=False), default="artifacts", show_default=True)
 @click.option("--size", type=click.Choice(["small", "default"]), default="default", show_default=True)
-@click.option("--patients", type=int, default=20000, show_default=True, help="Synthetic cohort size.")
+@click.option("--patients", type=int, default=DEMO_PATIENTS, show_default=True, help="Synthetic cohort size.")
 @click.option("--train-steps", type=int, default=None,
               help="Pretraining steps per model (default: the demo's; 0: data steps only, no experiment).")  # fmt: skip
 @click.option("--trials", type=int, default=None, help="Fine-tuning trials per task (default: the demo's).")
@@ -86,7 +89,7 @@ def demo_cmd(**kw) -> None:
 @click.option("--disease-val", type=int, default=None, help="Disease-task subset of fine-tuning validation.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--demo-size", type=click.Choice(["default", "small"]), default="default", show_default=True)
-@click.option("--demo-patients", type=int, default=20000, show_default=True)
+@click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
 @click.option("--artifacts", type=click.Path(file_okay=False), default="artifacts", show_default=True,
               help="Where --demo writes releases/, programs/ and ehr/.")  # fmt: skip
 @click.option("-v", "--verbose", is_flag=True, help="Log progress.")
@@ -102,8 +105,22 @@ def prepare_cmd(**kw: object) -> None:
     logging.basicConfig(level=logging.INFO if kw.pop("verbose") else logging.WARNING, format="%(message)s")
     split_keys = ("rood_codes", "finetune_train", "finetune_val", "disease_train", "disease_val")
     splits = SplitOptions(test=kw.pop("test_size"), seed=kw["seed"], **{k: kw.pop(k) for k in split_keys})
+    demo = {k: kw.pop(k) for k in ("demo", "demo_size", "demo_patients", "artifacts")}
     try:
-        results = prepare(splits=splits, **kw)
+        if demo["demo"]:
+            from pipelines.demo_prepare import prepare_demo
+
+            if kw["mimic"] or kw["eicu"] or kw["meds"] or kw["program"]:
+                raise PipelineError(
+                    "--demo builds its own release, program and cohort; drop --mimic/--eicu/--meds/--program"
+                )
+            results = prepare_demo(
+                artifacts=demo["artifacts"], out=kw["out"], size=demo["demo_size"],
+                n_patients=demo["demo_patients"], seed=kw["seed"], splits=splits, max_len=kw["max_len"],
+                max_visits=kw["max_visits"], unknown=kw["unknown"],
+            )  # fmt: skip
+        else:
+            results = prepare(splits=splits, **kw)
     except (PipelineError, OntologyCompilerError) as e:
         raise click.ClickException(str(e)) from e
     for r in results:
@@ -209,7 +226,7 @@ def pretrain_cmd(
 @click.argument("pretrained", type=click.Path(exists=True, file_okay=False))
 @click.option("--dataset", required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--program", required=True, type=click.Path(exists=True, file_okay=False))
-@click.option("--task", type=click.Choice(["mortality", "chapters"]), default="mortality", show_default=True)
+@click.option("--task", type=click.Choice(TASKS), default="mortality", show_default=True)
 @click.option("--model", type=click.Choice(["bert", "visit-transformer"]), default="bert", show_default=True,
               help="bert: the pretrained BERT; visit-transformer: a visit-level Transformer whose code "
               "embedding starts from the pretrained BERT's.")  # fmt: skip
@@ -304,11 +321,11 @@ def evaluate_cmd(verbose: bool, quiet: bool, **kw) -> None:
 @click.argument("runs_dir", type=click.Path(exists=True, file_okay=False))
 def report_cmd(runs_dir: str) -> None:
     """Write report.md for the experiment in RUNS_DIR (or each experiment under it)."""
+    from pipelines.doctor2vec_compare import report_any
     from pipelines.errors import PipelineError
-    from pipelines.report import report
 
     try:
-        reps = report(runs_dir)
+        reps = report_any(runs_dir)
     except PipelineError as e:
         raise click.ClickException(str(e)) from e
     for r in reps:

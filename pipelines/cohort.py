@@ -1,6 +1,6 @@
 """Synthetic cohort with known ground truth, written in the exact MIMIC-IV and eICU layouts.
 
-    generate_cohort("artifacts/ehr/demo", n_patients=20000, seed=0)
+    generate_cohort("artifacts/ehr/demo", seed=0)   # DEMO_PATIENTS patients
 
 writes ``hosp/{patients,admissions,diagnoses_icd,d_icd_diagnoses}.csv.gz`` (MIMIC-IV v2 hosp module),
 ``eicu/{patient,diagnosis}.csv.gz`` (eICU-CRD v2.0, a second hospital with an intensive-care case mix)
@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .cohort_space import CodeSpace, build_code_space
-from .cohort_write import write_eicu, write_ground_truth, write_mimic
+from .cohort_write import Hospital, write_eicu, write_ground_truth, write_mimic
+from .demo_defaults import DEMO_PATIENTS
 
 log = logging.getLogger(__name__)
 
@@ -33,32 +32,6 @@ DAY = 86400
 SWITCH = int(np.datetime64("2115-10-01T00:00:00", "s").astype(np.int64))  # ICD-9 -> ICD-10, shifted
 START = int(np.datetime64("2108-01-01T00:00:00", "s").astype(np.int64))  # first admissions (2008 real)
 SPAN_YEARS = 14.5  # first admissions spread over 2108-2122
-
-
-@dataclass
-class Hospital:
-    """Every array the writers need for one hospital (P patients, V visits, R code rows, Q conditions)."""
-
-    subject: np.ndarray  # (P,) int64 subject ids
-    age: np.ndarray  # (P,) int first-visit age
-    female: np.ndarray  # (P,) bool
-    mortality_p: np.ndarray  # (P,) float: probability of death within 182 days of the last discharge
-    died_6m: np.ndarray  # (P,) bool
-    death_time: np.ndarray  # (P,) int64 seconds, -1 when no death is recorded
-    died_in_hospital: np.ndarray  # (P,) bool
-    visit_patient: np.ndarray  # (V,) int64 patient index
-    visit_local: np.ndarray  # (V,) int visit number within the patient (0-based)
-    admit: np.ndarray  # (V,) int64 seconds
-    disch: np.ndarray  # (V,) int64 seconds
-    visit_id: np.ndarray  # (V,) int64 hadm_id / patienthealthsystemstayid
-    row_visit: np.ndarray  # (R,) int64 visit index
-    row_seq: np.ndarray  # (R,) int32 1-based order within the visit
-    row_code: np.ndarray  # (R,) int32 index into the code space's code_str (ICD-9 or ICD-10)
-    row_code10: np.ndarray  # (R,) int32 the ICD-10 code of the row (eICU writes both)
-    row_condition: np.ndarray  # (R,) int32 condition index
-    cond_patient: np.ndarray  # (Q,) int64
-    cond_condition: np.ndarray  # (Q,) int32
-    cond_onset: np.ndarray  # (Q,) int onset visit
 
 
 def _groups(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -181,7 +154,7 @@ def universe_from_program(program: str | Path) -> set[tuple[str, str]]:
 
 def generate_cohort(
     out_dir: str | Path,
-    n_patients: int = 20000,
+    n_patients: int = DEMO_PATIENTS,
     seed: int = 0,
     codes: set[tuple[str, str]] | str | Path | None = None,
     *,
@@ -224,7 +197,3 @@ def generate_cohort(
         n_patients, len(mimic.row_visit), n_eicu, time.perf_counter() - t0, out,
     )  # fmt: skip
     return out
-
-
-def as_table(**cols: np.ndarray) -> pa.Table:
-    return pa.table({k: pa.array(v) for k, v in cols.items()})

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .readers_common import ICD10_CHAPTERS
+from ontology_compiler.icd import ICD10_CHAPTERS
 
 # Categories that MIMIC-IV codes most often, in rough order (the head of the prevalence Zipf).
 COMMON_MIMIC = (

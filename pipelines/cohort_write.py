@@ -8,8 +8,8 @@ categorical columns) is formatted by DuckDB over Arrow tables, so nothing loops 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -17,9 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .cohort_space import CodeSpace, dotted
-
-if TYPE_CHECKING:
-    from .cohort import Hospital
 
 MIMIC_COLUMNS = {
     "patients": "subject_id,gender,anchor_age,anchor_year,anchor_year_group,dod",
@@ -54,6 +51,32 @@ EICU_UNITS = ["Med-Surg ICU", "MICU", "CCU-CTICU", "SICU", "Neuro ICU", "Cardiac
 EICU_SOURCES = ["Emergency Department", "Operating Room", "Floor", "Direct Admit", "Other Hospital"]
 EICU_ETHNICITY = ["Caucasian", "African American", "Hispanic", "Asian", "Native American", "Other/Unknown"]
 EICU_DISCHARGE = ["Home", "Skilled Nursing Facility", "Other External", "Rehabilitation", "Other Hospital"]
+
+
+@dataclass
+class Hospital:
+    """Every array the writers need for one hospital (P patients, V visits, R code rows, Q conditions)."""
+
+    subject: np.ndarray  # (P,) int64 subject ids
+    age: np.ndarray  # (P,) int first-visit age
+    female: np.ndarray  # (P,) bool
+    mortality_p: np.ndarray  # (P,) float: probability of death within 182 days of the last discharge
+    died_6m: np.ndarray  # (P,) bool
+    death_time: np.ndarray  # (P,) int64 seconds, -1 when no death is recorded
+    died_in_hospital: np.ndarray  # (P,) bool
+    visit_patient: np.ndarray  # (V,) int64 patient index
+    visit_local: np.ndarray  # (V,) int visit number within the patient (0-based)
+    admit: np.ndarray  # (V,) int64 seconds
+    disch: np.ndarray  # (V,) int64 seconds
+    visit_id: np.ndarray  # (V,) int64 hadm_id / patienthealthsystemstayid
+    row_visit: np.ndarray  # (R,) int64 visit index
+    row_seq: np.ndarray  # (R,) int32 1-based order within the visit
+    row_code: np.ndarray  # (R,) int32 index into the code space's code_str (ICD-9 or ICD-10)
+    row_code10: np.ndarray  # (R,) int32 the ICD-10 code of the row (eICU writes both)
+    row_condition: np.ndarray  # (R,) int32 condition index
+    cond_patient: np.ndarray  # (Q,) int64
+    cond_condition: np.ndarray  # (Q,) int32
+    cond_onset: np.ndarray  # (Q,) int onset visit
 
 
 def _lit(values: list[str]) -> str:

@@ -15,21 +15,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from .demo_defaults import DEMO_EVALUATE, DEMO_EXPERIMENT, DEMO_FINETUNE, DEMO_PATIENTS, DEMO_PRETRAIN
+
 log = logging.getLogger(__name__)
 
 # The demo experiment: the smallest instance of the protocol that shows the effects on a 2-core CPU.
-DEMO_EXPERIMENT = {
-    "configurations": ("unstructured", "base"),
-    "model": "tiny",
-    "pretrain_seeds": 1,
-    "trials": 3,
-    "tasks": ("mortality", "chapters"),
-}
-DEMO_PRETRAIN = {"max_steps": 600, "batch_size": 64, "lr": 2e-3, "max_val": 1000, "save_every": 200}
-DEMO_FINETUNE = {"epochs": 5, "lr": 1e-3, "batch_size": 32, "select_by": "f1"}
-DEMO_EVALUATE = {"per_bin": 400, "tsne_points": 1500, "cost_steps": 3}
 
-PROGRAM_NAME = "demo_icd10cm_default"
 
 # The README's queries, run by the demo and by a test.
 QUERIES: dict[str, str] = {
@@ -57,7 +48,7 @@ def run_demo(
     out: str | Path = "artifacts",
     *,
     size: str = "default",
-    patients: int = 20000,
+    patients: int = DEMO_PATIENTS,
     train_steps: int | None = None,
     trials: int | None = None,
     device: str = "cpu",
@@ -74,7 +65,7 @@ def run_demo(
     from ontology_compiler import compile_ontology, run_sql
     from ontology_compiler.cli import summary
     from ontology_compiler.sql import format_result
-    from pipelines.prepare import prepare_demo
+    from pipelines.demo_prepare import prepare_demo
 
     out = Path(out)
     datasets = prepare_demo(artifacts=out, size=size, n_patients=patients)
@@ -108,7 +99,7 @@ def run_demo(
 def demo_name(size: str, patients: int, train_steps: int | None, trials: int | None) -> str:
     """``demo-<size>``, plus each option that differs from the demo's defaults (one folder per setting)."""
     parts = [f"demo-{size}"]
-    if patients != 20000:
+    if patients != DEMO_PATIENTS:
         parts.append(f"n{patients}")
     if train_steps is not None:
         parts.append(f"s{train_steps}")

@@ -23,6 +23,10 @@ from typing import Any
 import numpy as np
 
 from .errors import PipelineError
+from .markdown import cell, table
+from .report import EXPERIMENT_FILE, Report, report
+from .report import write_report as write_experiment_report
+from .stats import bootstrap_means
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +63,6 @@ CONTRASTS = (  # (a, b, what it shows): a - b
 )
 
 
-def _fmt(x: Any) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    return f"{x:.3f}" if isinstance(x, float) else str(x)
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(_fmt(x) for x in r) + " |" for r in rows])
-
-
 def paired_difference(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
     """Mean difference of per-trial AP (a - b) over the trials both scored, with a bootstrap 95 % interval."""
     ta = dict(zip(a["trial"], a["ap"], strict=True))
@@ -78,8 +71,7 @@ def paired_difference(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> di
     d = np.array([ta[t] - tb[t] for t in common], dtype=np.float64)
     if not len(d):
         return {"diff": math.nan, "lo": math.nan, "hi": math.nan, "trials": 0, "p_better": math.nan}
-    rng = np.random.default_rng(seed)
-    boots = d[rng.integers(0, len(d), size=(n_boot, len(d)))].mean(1)
+    boots = bootstrap_means(d, n_boot=n_boot, seed=seed)
     lo, hi = np.quantile(boots, [0.025, 0.975])
     return {"diff": float(d.mean()), "lo": float(lo), "hi": float(hi), "trials": len(d),
             "p_better": float((boots > 0).mean())}  # fmt: skip
@@ -262,7 +254,7 @@ def write_report(root: str | Path) -> Path:
             anyr = next(iter(refs.get(split, {}).values()), None) or first[spec["runs"][0]][split]
             parts += ["", f"## {title}", "",
                       f"{anyr['trials']} trials, {anyr['pairs']:,} pairs, {anyr['positives']:,} enrolling.", "",
-                      _table(["run", "codes", "doctor", "patients", "params", *[NAMES[k] for k in METRICS],
+                      table(["run", "codes", "doctor", "patients", "params", *[NAMES[k] for k in METRICS],
                               "wall s"], rows)]  # fmt: skip
     diffs = []
     for a, b, what in CONTRASTS:
@@ -271,14 +263,14 @@ def write_report(root: str | Path) -> Path:
                 if all(split in r for r in results[a] + results[b]):
                     d = paired_difference(_seed_mean_ap([r[split]["per_trial_ap"] for r in results[a]]),
                                           _seed_mean_ap([r[split]["per_trial_ap"] for r in results[b]]))  # fmt: skip
-                    diffs.append([what, split, d["diff"], f"{_fmt(d['lo'])} .. {_fmt(d['hi'])}", d["p_better"],
+                    diffs.append([what, split, d["diff"], f"{cell(d['lo'])} .. {cell(d['hi'])}", d["p_better"],
                                   d["trials"]])  # fmt: skip
     if diffs:
         parts += ["", "## Paired differences (AP per trial, a - b)", "",
                   "Per-trial average precision (averaged over the seeds), bootstrapped over the trials (2,000 "
                   "resamples); `P(a > b)` is the share of resamples with a positive mean difference. The "
                   "intervals cover trial sampling, not training noise (see the ± above).", "",
-                  _table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
+                  table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
     shared = shared_hrr_codes(ds.trials, spec["program"])
     parts += ["", "How HRR `base` differs from a plain table here: every code whose program edges equal another "
               "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
@@ -331,3 +323,15 @@ def _counts_line(c: dict[str, Any]) -> str:
     if isinstance(trials, dict):
         bits.append("trials " + ", ".join(f"{k} {v}" for k, v in trials.items()))
     return "; ".join(bits) if bits else "counts not recorded"
+
+
+def comparison_report(root: Path) -> Report:
+    """:func:`write_report` as a :class:`pipelines.report.Report` (its headline: the two result tables)."""
+    path = write_report(root)
+    tables = [b for b in path.read_text(encoding="utf-8").split("\n\n") if b.startswith("| run")]
+    return Report(path, "\n\n".join(tables[:2]))
+
+
+def report_any(runs_dir: str | Path) -> list[Report]:
+    """Reports of experiments and Doctor2Vec comparisons in ``runs_dir`` (``hrrbert report``)."""
+    return report(runs_dir, kinds={EXPERIMENT_FILE: write_experiment_report, COMPARE_FILE: comparison_report})

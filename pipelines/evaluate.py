@@ -182,7 +182,7 @@ def _neighbours(model, ds: TokenizedDataset, cfg: EvaluateConfig) -> dict[str, A
 def _cost(model, ds: TokenizedDataset, cfg: EvaluateConfig, device) -> dict[str, Any]:
     import torch
 
-    from .eval_tsne import measure_cost
+    from .eval_cost import measure_cost
 
     mc = model.config
     seqs = ds.sequences("pretrain_val", max_len=mc.max_len, max_segments=mc.max_segments)

@@ -27,11 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import PipelineError
+from .report import EXPERIMENT_FILE
+from .tasks import TASKS
 from .train_runtime import now_iso, versions, write_json
 
 log = logging.getLogger(__name__)
 
-EXPERIMENT_FILE = "experiment.json"
+# Fine-tuning trials of pretraining seed s use seeds s * stride + k (k < trials): disjoint for < 1000 trials.
+FINETUNE_SEED_STRIDE = 1000
+
 CONTROL = "unstructured"
 
 
@@ -48,7 +52,7 @@ class ExperimentConfig:
     model: str = "bert-base"  # model preset: tiny, small, bert-base
     pretrain_seeds: int = 3  # pretraining runs per configuration (paper: 3)
     trials: int = 10  # fine-tunings per pretraining run and task (paper: 10)
-    tasks: tuple[str, ...] = ("mortality", "chapters")  # fine-tuning tasks
+    tasks: tuple[str, ...] = TASKS  # fine-tuning tasks
     pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides (epochs, lr, ...)
     finetune: dict[str, Any] = field(default_factory=dict)  # FinetuneConfig overrides
     evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides
@@ -69,7 +73,7 @@ class ExperimentConfig:
             raise ValueError(
                 f"pretrain_seeds and trials must be >= 1, got {self.pretrain_seeds}, {self.trials}"
             )
-        bad_tasks = [t for t in self.tasks if t not in ("mortality", "chapters")]
+        bad_tasks = [t for t in self.tasks if t not in TASKS]
         if bad_tasks:
             raise ValueError(f"unknown task(s) {bad_tasks}; choose from ('mortality', 'chapters')")
 
@@ -160,7 +164,7 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
         if not (ft_dir / "summary.json").is_file():
             t = time.perf_counter()
             finetune(pre_dir, cfg.dataset, cfg.program, out=root / "finetune", run_id=ft_id, task=task,
-                     trials=cfg.trials, seed=1000 * seed, device=cfg.device, progress=cfg.progress,
+                     trials=cfg.trials, seed=FINETUNE_SEED_STRIDE * seed, device=cfg.device, progress=cfg.progress,
                      **cfg.finetune)  # fmt: skip
             log.info("fine-tuned %s in %.0f s", ft_id, time.perf_counter() - t)
         ft[task] = str(ft_dir.relative_to(root))

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .errors import PipelineError
 from .metrics import binary_metrics, multilabel_metrics
+from .tasks import TASKS
 from .train_data import Sequences, TokenizedDataset, epoch_order
 from .train_runtime import (
     MetricsLog,
@@ -40,7 +41,6 @@ from .train_runtime import (
 
 log = logging.getLogger(__name__)
 
-TASKS = ("mortality", "chapters")
 MODELS = ("bert", "visit-transformer")
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
 

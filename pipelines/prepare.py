@@ -2,7 +2,6 @@
 ``hrrbert prepare``.
 
     prepare(mimic="mimic-iv-2.0/", program="artifacts/programs/snomed/ab12...")
-    prepare(demo=True)   # demo release -> program -> synthetic cohort -> MIMIC and eICU datasets
 
 Each source gives one dataset ``<out>/<name>/<dataset_id>/``; identical inputs, program and options
 give the same id, and preparing again is a no-op (nothing is read).
@@ -11,8 +10,6 @@ give the same id, and preparing again is a no-op (nothing is read).
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +34,8 @@ from .splits import SPLITS, SplitOptions, assign_splits, choose_rood, code_count
 from .tokenize import tokenize
 
 log = logging.getLogger(__name__)
+
+INT16_MAX = int(np.iinfo(np.int16).max)  # segment_ids are int16 (dataset format 1)
 
 
 @dataclass
@@ -93,9 +92,10 @@ def prepare_source(
     readers = _readers()
     if kind not in readers:
         raise ValueError(f"kind must be one of {sorted(readers)}, got {kind!r}")
-    if not 2 <= max_len <= 32767 or not 1 <= max_visits <= 32767:
+    if not 2 <= max_len <= INT16_MAX or not 1 <= max_visits <= INT16_MAX:
         raise ValueError(
-            f"max_len must be in [2, 32767] and max_visits in [1, 32767], got {max_len}, {max_visits}"
+            f"max_len must be in [2, {INT16_MAX}] and max_visits in [1, {INT16_MAX}] (segment ids are int16), "
+            f"got {max_len}, {max_visits}"
         )
     reader, list_files = readers[kind]
     path, program = Path(path), Path(program)
@@ -219,55 +219,11 @@ def _rood_table(held: np.ndarray, concepts: pa.Table, pair_concept: np.ndarray) 
     })  # fmt: skip
 
 
-def prepare_demo(
-    *, artifacts: str | Path = "artifacts", out: str | Path | None = None, size: str = "default",
-    n_patients: int = 20000, seed: int = 0, **kwargs,
-) -> list[PrepareResult]:  # fmt: skip
-    """Build the demo release, compile it, generate the cohort (cached) and prepare MIMIC and eICU datasets."""
-    import importlib.util
-
-    from ontology_compiler import compile_ontology
-
-    if importlib.util.find_spec("pipelines.demo_release") is None:
-        raise PipelineError("the demo release builder (pipelines/demo_release.py) is not available")
-    artifacts = Path(artifacts)
-    release = _demo_release(artifacts / "releases" / f"demo_icd10cm_{size}", size=size, seed=seed)
-    program = compile_ontology(release, out=artifacts / "programs").path
-    ehr = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
-    out = Path(out) if out is not None else artifacts / "datasets"
-    return [
-        prepare_source("mimic-iv", ehr, program, out=out, label="demo", name="demo-mimic", **kwargs),
-        prepare_source("eicu", ehr / "eicu", program, out=out, label="demo", name="demo-eicu", **kwargs),
-    ]
-
-
-def ensure_cohort(parent: Path, program: Path, *, n_patients: int, seed: int) -> Path:
-    """The synthetic cohort for ``program`` (generated once into ``parent``; atomic rename)."""
-    from .cohort import generate_cohort
-
-    final = parent / f"demo-{program.name}-n{n_patients}-s{seed}"
-    if (final / "ground_truth" / "README.json").is_file():
-        return final
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        generate_cohort(tmp, n_patients=n_patients, seed=seed, codes=program)
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final
-
-
 def prepare(
     *,
     mimic: str | Path | None = None,
     eicu: str | Path | None = None,
     meds: str | Path | None = None,
-    demo: bool = False,
     program: str | Path | None = None,
     out: str | Path = "artifacts/datasets",
     name: str | None = None,
@@ -276,12 +232,9 @@ def prepare(
     max_visits: int = 100,
     unknown: str = "drop",
     splits: SplitOptions | None = None,
-    demo_size: str = "default",
-    demo_patients: int = 20000,
-    artifacts: str | Path = "artifacts",
     threads: int | None = None,
 ) -> list[PrepareResult]:
-    """Prepare one dataset per given source (``--demo``: the demo's MIMIC and eICU datasets)."""
+    """Prepare one dataset per given source (the demo's datasets: :func:`pipelines.demo.prepare_demo`)."""
     splits = splits or SplitOptions(seed=seed)
     common = {
         "max_len": max_len,
@@ -290,33 +243,11 @@ def prepare(
         "splits": splits,
         "threads": threads,
     }
-    if demo:
-        if mimic or eicu or meds or program:
-            raise PipelineError(
-                "--demo builds its own release, program and cohort; drop --mimic/--eicu/--meds/--program"
-            )
-        return prepare_demo(
-            artifacts=artifacts, out=out, size=demo_size, n_patients=demo_patients, seed=seed, **common
-        )
     sources = [(k, p) for k, p in (("mimic-iv", mimic), ("eicu", eicu), ("meds", meds)) if p is not None]
     if not sources:
-        raise PipelineError("nothing to prepare: give --mimic, --eicu, --meds or --demo")
+        raise PipelineError("nothing to prepare: give --mimic, --eicu or --meds (or --demo)")
     if program is None:
         raise PipelineError("--program is required (a compiled program folder, see compile-ontology)")
     if name is not None and len(sources) > 1:
         raise PipelineError("--name names one dataset; give one source at a time with --name")
     return [prepare_source(k, p, program, out=out, name=name, **common) for k, p in sources]
-
-
-def _demo_release(folder: Path, *, size: str, seed: int) -> Path:
-    """The demo release in ``folder``, built unless a finished build of the same size and seed is there."""
-    import json
-
-    from .demo_release import build_demo_release
-
-    info = folder / "release_info.json"
-    if info.is_file():
-        meta = json.loads(info.read_text(encoding="utf-8"))
-        if meta.get("demo") is True and meta.get("size") == size and meta.get("seed") == seed:
-            return folder
-    return build_demo_release(folder, size=size, seed=seed)

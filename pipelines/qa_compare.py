@@ -17,7 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .markdown import table
 from .qa_data import QAOptions, generate_qa
+from .tasks import TASKS
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +38,7 @@ QA_GRID: list[tuple[str, str, dict[str, Any]]] = [
     ("attention", "memnn-plain-h2", dict(model="memnn", embedding="plain", hops=2)),
     ("attention", "memnn-hrr-h2", dict(model="memnn", embedding="hrr", hops=2)),
 ]
-FINETUNE_TASKS = ("mortality", "chapters")
 FINETUNE_METRICS = ("accuracy", "f1", "auroc", "auprc")
-
-
-def _fmt(x: Any) -> str:
-    if isinstance(x, float):
-        return "n/a" if math.isnan(x) else f"{x:.3f}"
-    return str(x)
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(_fmt(x) for x in r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _qa_run(qa: Path, program: Path, runs: Path, name: str, opts: dict[str, Any]) -> dict[str, Any]:
@@ -140,7 +129,7 @@ def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pre
     ]
 
     def section(title: str, names: list[str]) -> None:
-        parts.extend(["", f"## {title}", "", _table(QA_HEADER, [_qa_row(n, results[n]) for n in names])])
+        parts.extend(["", f"## {title}", "", table(QA_HEADER, [_qa_row(n, results[n]) for n in names])])
 
     section("MemN2N: plain vs HRR code embeddings", ["memn2n-plain-h3-adjacent", "memn2n-hrr-h3-adjacent"])
     section(
@@ -157,7 +146,7 @@ def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pre
     )
     types = sorted({t for r in results.values() for t in r["test"]["by_type"]})
     rows = [[n] + [results[n]["test"]["by_type"].get(t, float("nan")) for t in types] for n in results]
-    parts.extend(["", "## Test accuracy per question type", "", _table(["run", *types], rows)])
+    parts.extend(["", "## Test accuracy per question type", "", table(["run", *types], rows)])
     from .qa import evaluate_qa
 
     _, text = evaluate_qa(runs / "memn2n-hrr-h3-adjacent", qa, program)
@@ -187,7 +176,7 @@ def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: in
     pre_wall = pre / "compare_wall.json"
     pre_s = json.loads(pre_wall.read_text())["wall_s"] if pre_wall.is_file() else float("nan")
     rows = []
-    for task in FINETUNE_TASKS:
+    for task in TASKS:
         for model in ("bert", "visit-transformer"):
             name = f"finetune-{task}-{model}"
             summary = runs / name / "summary.json"
@@ -213,7 +202,7 @@ def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: in
         f"{epochs} epochs, batch 32, lr 5e-4, best validation F1; test metrics (chapters: macro over the 22 labels "
         "as `multilabel_metrics` reports them).",
         "",
-        _table(["task", "model", "params", *FINETUNE_METRICS, "best epoch", "wall s"], rows),
+        table(["task", "model", "params", *FINETUNE_METRICS, "best epoch", "wall s"], rows),
     ]
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from ontology_compiler.icd import ICD10_CHAPTERS
 from ontology_compiler.program import sha256_file
 
 from .errors import InputFileError, MissingTableError
@@ -49,14 +50,6 @@ LABEL_SCHEMA = pa.schema(
 )
 MORTALITY_DAYS = 182
 
-# ICD-10-CM chapters by 3-character category range (inclusive, compared as strings).
-ICD10_CHAPTERS: tuple[tuple[str, str, int], ...] = (
-    ("A00", "B99", 1), ("C00", "D49", 2), ("D50", "D89", 3), ("E00", "E89", 4), ("F01", "F99", 5),
-    ("G00", "G99", 6), ("H00", "H59", 7), ("H60", "H95", 8), ("I00", "I99", 9), ("J00", "J99", 10),
-    ("K00", "K95", 11), ("L00", "L99", 12), ("M00", "M99", 13), ("N00", "N99", 14), ("O00", "O9A", 15),
-    ("P00", "P96", 16), ("Q00", "Q99", 17), ("R00", "R99", 18), ("S00", "T88", 19), ("V00", "Y99", 20),
-    ("Z00", "Z99", 21), ("U00", "U85", 22),
-)  # fmt: skip
 # ICD-9-CM ranges placed in the ICD-10-CM chapter that receives most of their GEM targets (fallback only).
 ICD9_CHAPTERS: tuple[tuple[str, str, int], ...] = (
     ("001", "139", 1), ("140", "239", 2), ("240", "279", 4), ("280", "289", 3), ("290", "319", 5),

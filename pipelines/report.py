@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .errors import PipelineError
+from .markdown import table
 from .stats import dunnett_vs_control, fisher, mean_ci, welch
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ MLM_METRICS = ("val_mlm_acc", "val_top10", "val_top100")
 NAMES = {"val_mlm_acc": "MLM acc", "val_top10": "top-10", "val_top100": "top-100", "f1": "F1",
          "auroc": "AUROC", "auprc": "AUPRC", "accuracy": "acc", "precision": "prec", "recall": "rec"}  # fmt: skip
 GROUPS = ("case_studies", "common", "rare", "random")
-D2V_COMPARE_FILE = "doctor2vec-compare.json"  # pipelines.doctor2vec_compare.COMPARE_FILE
+EXPERIMENT_FILE = "experiment.json"  # marks an experiment folder (pipelines.experiment writes it)
 
 
 @dataclass
@@ -37,31 +39,25 @@ class Report:
     headline: str  # the headline table (Markdown)
 
 
-def report(runs_dir: str | Path) -> list[Report]:
-    """Write ``report.md`` for the experiment in ``runs_dir`` or for every experiment directly under it."""
+def report(runs_dir: str | Path, kinds: dict[str, Callable[[Path], Report]] | None = None) -> list[Report]:
+    """Write the report of the run folder ``runs_dir``, or of every such folder directly under it.
+
+    ``kinds`` maps the file that marks a kind of run folder to the function that writes its report
+    (default: experiments, ``experiment.json`` -> :func:`write_report`); rooms built on top of this one
+    (Doctor2Vec comparisons) add theirs.
+    """
+    kinds = kinds or {EXPERIMENT_FILE: write_report}
     d = Path(runs_dir)
-    if (d / "experiment.json").is_file():
-        return [write_report(d)]
-    if (d / D2V_COMPARE_FILE).is_file():
-        return [_doctor2vec_report(d)]
-    found = sorted(p.parent for p in d.glob("*/experiment.json"))
-    found_d2v = sorted(p.parent for p in d.glob(f"*/{D2V_COMPARE_FILE}"))
-    if not found and not found_d2v:
+    for marker, write in kinds.items():
+        if (d / marker).is_file():
+            return [write(d)]
+    found = [(p.parent, write) for marker, write in kinds.items() for p in sorted(d.glob(f"*/{marker}"))]
+    if not found:
         raise PipelineError(
-            f"{d}: no experiment.json or {D2V_COMPARE_FILE} here or in its sub-folders; run "
-            "`hrrbert experiment` or `hrrbert doctor2vec compare` first"
+            f"{d}: no {' or '.join(kinds)} here or in its sub-folders; run `hrrbert experiment` "
+            "(or `hrrbert doctor2vec compare`) first"
         )
-    return [write_report(p) for p in found] + [_doctor2vec_report(p) for p in found_d2v]
-
-
-def _doctor2vec_report(d: Path) -> Report:
-    """A Doctor2Vec comparison's report (its headline: the two result tables)."""
-    from .doctor2vec_compare import write_report as write_d2v
-
-    path = write_d2v(d)
-    text = path.read_text(encoding="utf-8")
-    tables = [b for b in text.split("\n\n") if b.startswith("| run")]
-    return Report(path, "\n\n".join(tables[:2]))
+    return [write(p) for p, write in found]
 
 
 def _read_json(p: Path) -> Any:
@@ -86,7 +82,7 @@ def _last_validation(run: Path) -> dict[str, float]:
 
 def load_experiment(root: Path) -> dict[str, Any]:
     """Everything the report shows, gathered per configuration (in the experiment's order)."""
-    exp = _read_json(root / "experiment.json")
+    exp = _read_json(root / EXPERIMENT_FILE)
     confs: dict[str, dict[str, Any]] = {}
     for run in exp.get("runs", []):
         c = confs.setdefault(run["configuration"], {"mlm": [], "tasks": {}, "evals": []})
@@ -114,12 +110,6 @@ def _p(x: float) -> str:
     return f"{x:.3g}" if x >= 1e-15 else "<1e-15"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(out)
-
-
 def _metric_section(title: str, values: dict[str, list[dict]], metrics, control: str, note: str) -> list[str]:
     """A mean (95 % CI) table, rows = configurations, and the Dunnett p-values against the control."""
     if not any(values.values()):
@@ -133,7 +123,7 @@ def _metric_section(title: str, values: dict[str, list[dict]], metrics, control:
         "",
         note,
         "",
-        _table(["configuration", "n"] + [NAMES.get(m, m) for m in metrics], rows),
+        table(["configuration", "n"] + [NAMES.get(m, m) for m in metrics], rows),
     ]
     if control in values and len(values) > 1:
         tests = {
@@ -142,7 +132,7 @@ def _metric_section(title: str, values: dict[str, list[dict]], metrics, control:
         }
         prow = [[k] + [_p(tests[m][k]["pvalue"]) for m in metrics] for k in values if k != control]
         lines += ["", f"Two-sided Dunnett p-values against `{control}`:", "",
-                  _table(["configuration"] + [NAMES.get(m, m) for m in metrics], prow)]  # fmt: skip
+                  table(["configuration"] + [NAMES.get(m, m) for m in metrics], prow)]  # fmt: skip
     return lines + [""]
 
 
@@ -161,7 +151,7 @@ def _rood_section(confs: dict[str, Any], control: str) -> list[str]:
     n_rood = per[next(iter(per))][0]["rood"].get("n", 0) if per[next(iter(per))] else 0
     lines = ["## ROOD: disease chapters of patients with held-out codes", "",
              f"The chapters models on the `rood` split ({n_rood} patients whose codes include ones no model "
-             "trained on) and its `rood_unseen` subset (codes mostly held-out).", "", _table(header, rows)]  # fmt: skip
+             "trained on) and its `rood_unseen` subset (codes mostly held-out).", "", table(header, rows)]  # fmt: skip
     if control in per:
         ctrl = per[control]
         prow = []
@@ -173,7 +163,7 @@ def _rood_section(confs: dict[str, Any], control: str) -> list[str]:
             prow.append([k, _p(a["pvalue"]), _p(b["pvalue"])])
         if prow:
             lines += ["", f"Two-sided Welch t-test p-values against `{control}`:", "",
-                      _table(["configuration", "ROOD F1", "unseen F1"], prow)]  # fmt: skip
+                      table(["configuration", "ROOD F1", "unseen F1"], prow)]  # fmt: skip
     return lines + [""]
 
 
@@ -198,7 +188,7 @@ def _freq_section(confs: dict[str, Any], root: Path) -> list[str]:
     lines = ["## Masked-code accuracy by code frequency", "",
              "One masked code per probe, up to 400 codes per bin of log frequency (ln of the code's share of "
              "pretraining tokens), probes from patients MLM never trained on.", "",
-             _table(["log frequency", "codes", "probes"] + cols, rows)]  # fmt: skip
+             table(["log frequency", "codes", "probes"] + cols, rows)]  # fmt: skip
     if plot:
         lines += ["", f"![top-100 accuracy by frequency bin]({plot})"]
     return lines + [""]
@@ -253,7 +243,7 @@ def _neighbour_section(confs: dict[str, Any], control: str) -> list[str]:
     lines = ["## Nearest neighbours and the ontology", "",
              "Top-4 cosine neighbours of each code judged related when within two is-a steps of the code's "
              "SNOMED concepts or sharing a finding site and an associated morphology (summed over pretraining "
-             "seeds).", "", _table(["configuration", "case studies", "common", "rare", "random"], rows)]  # fmt: skip
+             "seeds).", "", table(["configuration", "case studies", "common", "rare", "random"], rows)]  # fmt: skip
     if control in counts and len(counts) > 1:
         prow = []
         for k, g in counts.items():
@@ -267,7 +257,7 @@ def _neighbour_section(confs: dict[str, Any], control: str) -> list[str]:
                 cells.append(f"{_p(two)} / {_p(one)}")
             prow.append([k] + cells)
         lines += ["", f"Fisher's exact test against `{control}` (two-sided / one-sided greater):", "",
-                  _table(["configuration", "common", "rare", "random"], prow)]  # fmt: skip
+                  table(["configuration", "common", "rare", "random"], prow)]  # fmt: skip
     for k, c in confs.items():
         ev = next((e for e in c["evals"] if "neighbours" in e), None)
         cases = ev["neighbours"]["groups"].get("case_studies", {}).get("codes", []) if ev else []
@@ -318,7 +308,7 @@ def _cost_section(confs: dict[str, Any]) -> list[str]:
     header = ["configuration", "embedding build (ms)", "step (ms)", "build share (%)", "tokens/s", "seq/s (timed)",
               "seq/s (pretraining log)", "peak memory (MB)", "device"]  # fmt: skip
     return ["## Cost", "", "A training step (forward, backward, AdamW) timed on one batch after a warm-up; "
-            "peak memory is CUDA max-allocated on a GPU, the process's peak RSS on a CPU.", "", _table(header, rows), ""]  # fmt: skip
+            "peak memory is CUDA max-allocated on a GPU, the process's peak RSS on a CPU.", "", table(header, rows), ""]  # fmt: skip
 
 
 def headline(data: dict[str, Any]) -> str:
@@ -336,7 +326,7 @@ def headline(data: dict[str, Any]) -> str:
                      f"{rel}/{tot}" if tot else "–"])  # fmt: skip
     header = ["configuration", "MLM acc", "mortality F1", "chapters F1", "eICU mortality F1", "ROOD F1",
               "rare-code neighbours related"]  # fmt: skip
-    return _table(header, rows)
+    return table(header, rows)
 
 
 def write_report(root: str | Path) -> Report:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Interval", "bootstrap_ci", "mean_ci", "dunnett_vs_control", "welch", "fisher"]
+__all__ = ["Interval", "bootstrap_means", "bootstrap_ci", "mean_ci", "dunnett_vs_control", "welch", "fisher"]
 
 N_BOOT = 10_000  # bootstrap resamples
 SEED = 0  # bootstrap seed (intervals are reproducible)
@@ -43,6 +43,12 @@ def _clean(values: Sequence[float]) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
+def bootstrap_means(x: np.ndarray, *, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarray:
+    """Means of ``n_boot`` resamples (with replacement, seeded) of the 1-D array ``x``: ``(n_boot,)``."""
+    rng = np.random.default_rng(seed)
+    return x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+
+
 def bootstrap_ci(
     values: Sequence[float], *, level: float = 0.95, n_boot: int = N_BOOT, seed: int = SEED
 ) -> tuple[float, float]:
@@ -55,8 +61,7 @@ def bootstrap_ci(
         return math.nan, math.nan
     if x.size == 1:
         return float(x[0]), float(x[0])
-    rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)  # (n_boot,)
+    means = bootstrap_means(x, n_boot=n_boot, seed=seed)  # (n_boot,)
     a = (1.0 - level) / 2.0
     lo, hi = np.quantile(means, [a, 1.0 - a])
     return float(lo), float(hi)

@@ -273,6 +273,7 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
         device=device,
         bf16=cfg.bf16,
         limit=cfg.max_val,
+        mask_prob=cfg.mask_prob,
     )
     last_val: dict[str, float] = {}
     timer, acc = Timer(), [0.0, 0.0, 0]  # loss sum, masked count, sequences since last record

@@ -24,20 +24,18 @@ import torch
 from torch import Tensor
 
 from .errors import InputFileError, PipelineError
+from .splits import SPLITS
+from .tasks import TASK_LABELS
 
 log = logging.getLogger(__name__)
 
 PATIENTS_FILE = "patients.parquet"
 CODE_COUNTS_FILE = "code_counts.parquet"
 MANIFEST_FILE = "manifest.json"
-SPLITS = ("pretrain_train", "pretrain_val", "finetune_train", "finetune_val", "test", "rood")
 SEQUENCE_COLUMNS = ("subject_id", "split", "input_ids", "segment_ids")
-# task -> (label column, number of labels); chapters are ICD-10 chapters 1..22
-TASK_LABELS: dict[str, tuple[str, int]] = {"mortality": ("mortality_6m", 1), "chapters": ("chapters", 22)}
 # splits of a task restricted to the rows flagged in this column, when the dataset has it
 TASK_SUBSET_COLUMN = {"chapters": "disease_task"}
 TASK_SUBSET_SPLITS = ("finetune_train", "finetune_val")
-IGNORE_INDEX = -100  # MLM target of an unmasked position
 
 
 class DatasetProgramMismatchError(PipelineError):
@@ -300,15 +298,27 @@ def mask_tokens(
     return out, chosen, input_ids[chosen]
 
 
+# Seed mixing: (seed, epoch) and (seed, step, rank, salt) are folded into one integer by multiplying with
+# primes larger than any realistic epoch / step count, rank count and salt, so that different tuples do not
+# collide in practice (1_000_003 > steps of a run, 1009 > ranks, 31 > salts).
+SEED_STRIDE = 1_000_003
+RANK_STRIDE = 1009
+SALT_STRIDE = 31
+# Salts of the per-step random streams (step_seed's last argument): the masking of a training step uses
+# salt 0, its dropout SALT_DROPOUT, the fixed masking of validation SALT_VALIDATION.
+SALT_DROPOUT = 1
+SALT_VALIDATION = 7
+
+
 def epoch_order(n: int, seed: int, epoch: int) -> Tensor:
     """The data order of one epoch: a permutation depending only on (seed, epoch). Shapes: ``(n,)``."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    g = torch.Generator().manual_seed(seed * SEED_STRIDE + epoch)
     return torch.randperm(n, generator=g)
 
 
 def step_seed(seed: int, step: int, rank: int, salt: int = 0) -> int:
     """A seed depending only on (seed, step, rank, salt), so masking and dropout survive a resume."""
-    return (((seed * 1_000_003 + step) * 1009 + rank) * 31 + salt) % 2**63
+    return (((seed * SEED_STRIDE + step) * RANK_STRIDE + rank) * SALT_STRIDE + salt) % 2**63
 
 
 def step_generator(seed: int, step: int, rank: int, salt: int = 0) -> torch.Generator:

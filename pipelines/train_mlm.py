@@ -12,7 +12,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import PipelineError
-from .train_data import Sequences, mask_tokens, special_ids, step_generator, step_seed
+from .train_data import (
+    SALT_DROPOUT,
+    SALT_VALIDATION,
+    Sequences,
+    mask_tokens,
+    special_ids,
+    step_generator,
+    step_seed,
+)
 from .train_runtime import DistContext
 
 
@@ -47,8 +55,10 @@ def evaluate_mlm(
     device: torch.device,
     bf16: bool = False,
     limit: int | None = None,
+    mask_prob: float = 0.15,
 ) -> dict[str, float]:
-    """MLM loss, top-1 and top-k accuracy on ``seqs`` with a fixed masking (sharded over ranks)."""
+    """MLM loss, top-1 and top-k accuracy on ``seqs`` with a fixed masking of ``mask_prob`` of the codes
+    (the training share; sharded over ranks)."""
     was = model.training
     model.eval()
     n = len(seqs) if limit is None else min(limit, len(seqs))
@@ -63,8 +73,8 @@ def evaluate_mlm(
             mask_id=tok.mask_id,
             special=tok.special,
             candidates=tok.candidates,
-            prob=0.15,
-            generator=step_generator(seed, chunk, ctx.rank, salt=7),
+            prob=mask_prob,
+            generator=step_generator(seed, chunk, ctx.rank, salt=SALT_VALIDATION),
         )
         if not chosen.any():
             continue
@@ -115,7 +125,7 @@ def train_step(
         prob=cfg.mask_prob,
         generator=step_generator(cfg.seed, step, ctx.rank),
     )
-    torch.manual_seed(step_seed(cfg.seed, step, ctx.rank, salt=1))  # dropout RNG
+    torch.manual_seed(step_seed(cfg.seed, step, ctx.rank, salt=SALT_DROPOUT))  # dropout RNG
     model.train()
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
         logits = net(

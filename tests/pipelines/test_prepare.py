@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -154,12 +153,11 @@ def test_cli_reports_bad_input(program, tmp_path):
     assert res.exit_code != 0 and "patients.csv.gz" in res.output
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("pipelines.demo_release") is None, reason="demo release builder absent"
-)
 def test_prepare_demo_small(tmp_path):
-    results = prepare(demo=True, demo_size="small", demo_patients=300, artifacts=tmp_path, out=tmp_path / "ds",
-                      splits=SplitOptions(rood_codes=4))  # fmt: skip
+    from pipelines.demo_prepare import prepare_demo
+
+    results = prepare_demo(size="small", n_patients=300, artifacts=tmp_path, out=tmp_path / "ds",
+                           splits=SplitOptions(rood_codes=4))  # fmt: skip
     assert [r.manifest["name"] for r in results] == ["demo-mimic", "demo-eicu"]
     for r in results:
         verify_dataset(r.path)
