@@ -40,6 +40,8 @@ _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 # Pair-table work runs in blocks of this many bytes: few enough parallel regions that a busy shared CPU
 # does not stall every one of them, small enough that the per-block temporaries stay cache-sized.
 _CHUNK_BYTES = 16 << 20
+# ... but never fewer than this many pairs per block (wide D would otherwise give tiny blocks)
+_MIN_BLOCK_ROWS = 256
 
 
 def _real2d(z: Tensor) -> Tensor:
@@ -48,17 +50,29 @@ def _real2d(z: Tensor) -> Tensor:
 
 
 def _blocks(plan: ComposePlan, f: int, elem: int):
-    step = max(256, _CHUNK_BYTES // max(1, f * elem))
+    """``(start, end)`` ranges over the pair table, about ``_CHUNK_BYTES`` of ``(n, F)`` values each."""
+    step = max(_MIN_BLOCK_ROWS, _CHUNK_BYTES // max(1, f * elem))
     for b in range(0, plan.n_pairs, step):
         yield b, min(plan.n_pairs, b + step)
+
+
+def _take_block(plan: ComposePlan, ws: Workspace, like: Tensor) -> Tensor:
+    """A pooled ``(n, F)`` scratch buffer, large enough for any block of :func:`_blocks`; give it back
+    as ``"block"``."""
+    f = like.shape[1]
+    rows = min(plan.n_pairs, _CHUNK_BYTES // (f * like.element_size()) + _MIN_BLOCK_ROWS)
+    return ws.take("block", (rows, f), like.dtype, like.device)
+
+
+def _used_atoms(plan: ComposePlan, atoms: Tensor) -> Tensor:
+    """The atom rows the plan reads: all of them, or the ``atoms_used`` subset. ``(A', D)``."""
+    return atoms if plan.atoms_used is None else atoms.index_select(0, plan.atoms_used)
 
 
 def _gather_bind(a_hat: Tensor, r_hat: Tensor, plan: ComposePlan, ws: Workspace, out: Tensor) -> None:
     """out[u] = a_hat[atom(u)] * r_hat[rel(u)]  (P, F)."""
     f = out.shape[1]
-    tmp = ws.take(
-        "block", (min(plan.n_pairs, _CHUNK_BYTES // (f * out.element_size()) + 256), f), out.dtype, out.device
-    )
+    tmp = _take_block(plan, ws, out)
     for s, e in _blocks(plan, f, out.element_size()):
         blk, rel = out[s:e], tmp[: e - s]  # (n, F)
         torch.index_select(a_hat, 0, plan.pair_atom[s:e], out=blk)
@@ -70,9 +84,7 @@ def _gather_bind(a_hat: Tensor, r_hat: Tensor, plan: ComposePlan, ws: Workspace,
 def _relation_grads(a_hat: Tensor, gb: Tensor, plan: ComposePlan, ws: Workspace, gr_hat: Tensor) -> None:
     """gr_hat[j] += Σ_{u ∈ j} conj(a_hat[atom(u)]) * gb[u]."""
     f = gb.shape[1]
-    tmp = ws.take(
-        "block", (min(plan.n_pairs, _CHUNK_BYTES // (f * gb.element_size()) + 256), f), gb.dtype, gb.device
-    )
+    tmp = _take_block(plan, ws, gb)
     for s, e in _blocks(plan, f, gb.element_size()):
         blk = tmp[: e - s]  # (n, F)
         torch.index_select(a_hat, 0, plan.pair_atom[s:e], out=blk)
@@ -84,9 +96,7 @@ def _relation_grads(a_hat: Tensor, gb: Tensor, plan: ComposePlan, ws: Workspace,
 def _scale_by_conj_relation(gb: Tensor, r_hat: Tensor, plan: ComposePlan, ws: Workspace) -> None:
     """gb[u] *= conj(r_hat[rel(u)]) in place."""
     f = gb.shape[1]
-    tmp = ws.take(
-        "block", (min(plan.n_pairs, _CHUNK_BYTES // (f * gb.element_size()) + 256), f), gb.dtype, gb.device
-    )
+    tmp = _take_block(plan, ws, gb)
     r_conj = r_hat.conj_physical()  # (R, F)
     for s, e in _blocks(plan, f, gb.element_size()):
         rel = tmp[: e - s]
@@ -110,7 +120,7 @@ class _Compose(torch.autograd.Function):
         cdt = _COMPLEX[atoms.dtype]
         dev = atoms.device
         m, _, _ = plan.matrices(atoms.dtype)
-        src = atoms if plan.atoms_used is None else atoms.index_select(0, plan.atoms_used)  # (A', D)
+        src = _used_atoms(plan, atoms)  # (A', D)
         a_hat = ws.take("a_hat", (src.shape[0], f), cdt, dev)  # (A', F)
         if src.shape[0]:  # MKL refuses empty transforms
             torch.fft.rfft(src, dim=1, out=a_hat)
@@ -149,8 +159,7 @@ class _Compose(torch.autograd.Function):
         held = ctx.held
         if held["given"] and ctx.ws.takes("a_hat", a_hat.dtype, a_hat.device) != held["takes"]:
             plan = ctx.plan
-            src = atoms if plan.atoms_used is None else atoms.index_select(0, plan.atoms_used)  # (A', D)
-            a_hat = ctx.a_hat = torch.fft.rfft(src, dim=1)  # (A', F), not pooled
+            a_hat = ctx.a_hat = torch.fft.rfft(_used_atoms(plan, atoms), dim=1)  # (A', F), not pooled
         return a_hat
 
     @staticmethod

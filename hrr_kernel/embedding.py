@@ -47,7 +47,7 @@ def sinusoidal_encoding(positions: Tensor, dim: int) -> Tensor:
         raise ShapeError(f"positions must be 1-D, got shape {tuple(positions.shape)}")
     pos = positions.to(torch.float64).unsqueeze(1)  # (N, 1)
     i = torch.arange(dim, dtype=torch.float64, device=positions.device)  # (D,)
-    rate = torch.exp(-math.log(10000.0) * (2 * (i // 2)) / dim)  # (D,)
+    rate = torch.exp(-math.log(10000.0) * (2 * (i // 2)) / dim)  # (D,), 10000: Vaswani et al.'s base
     angle = pos * rate  # (N, D)
     enc = torch.where(i % 2 == 0, torch.sin(angle), torch.cos(angle))  # (N, D)
     return F.normalize(enc, dim=1).to(torch.float32)

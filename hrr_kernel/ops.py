@@ -34,6 +34,17 @@ def _check_pair(a: Tensor, b: Tensor) -> int:
     return a.shape[-1]
 
 
+def _spectrum(name: str, x: Tensor) -> Tensor:
+    """The half-spectrum ``rfft`` of a checked real tensor along its last dimension: ``(*, D) -> (*, F)``."""
+    _check_real(name, x)
+    return torch.fft.rfft(x, dim=-1)
+
+
+def _unit_magnitude(spec: Tensor, eps: float) -> Tensor:
+    """Every frequency scaled to magnitude 1, its phase kept: ``(*, F) -> (*, F)``."""
+    return spec / spec.abs().clamp_min(eps)
+
+
 def bind(a: Tensor, b: Tensor) -> Tensor:
     """Circular convolution ``a ⊛ b``.
 
@@ -56,15 +67,13 @@ def inverse(a: Tensor, *, exact: bool = False, eps: float = 1e-12) -> Tensor:
         - a: ``(*, D)``
         - output: ``(*, D)``
     """
-    _check_real("a", a)
-    d = a.shape[-1]
-    spec = torch.fft.rfft(a, dim=-1)  # (*, F)
+    spec = _spectrum("a", a)  # (*, F)
     if exact:
         mag2 = spec.real.square() + spec.imag.square()
         spec = spec.conj() / mag2.clamp_min(eps)
     else:
         spec = spec.conj()
-    return torch.fft.irfft(spec, n=d, dim=-1)
+    return torch.fft.irfft(spec, n=a.shape[-1], dim=-1)
 
 
 def project_unitary(a: Tensor, *, eps: float = 1e-12) -> Tensor:
@@ -76,11 +85,8 @@ def project_unitary(a: Tensor, *, eps: float = 1e-12) -> Tensor:
         - a: ``(*, D)``
         - output: ``(*, D)``
     """
-    _check_real("a", a)
-    d = a.shape[-1]
-    spec = torch.fft.rfft(a, dim=-1)  # (*, F)
-    spec = spec / spec.abs().clamp_min(eps)
-    return torch.fft.irfft(spec, n=d, dim=-1)
+    spec = _unit_magnitude(_spectrum("a", a), eps)  # (*, F)
+    return torch.fft.irfft(spec, n=a.shape[-1], dim=-1)
 
 
 def unbind(c: Tensor, key: Tensor, *, exact: bool = False, eps: float = 1e-12) -> Tensor:
@@ -98,7 +104,7 @@ def unbind(c: Tensor, key: Tensor, *, exact: bool = False, eps: float = 1e-12) -
     d = _check_pair(c, key)
     spec_k = torch.fft.rfft(key, dim=-1)  # (*, F)
     if exact:
-        spec_k = spec_k / spec_k.abs().clamp_min(eps)  # unit magnitude: inverse is the conjugate
+        spec_k = _unit_magnitude(spec_k, eps)  # unit magnitude: the inverse is the conjugate
     return torch.fft.irfft(torch.fft.rfft(c, dim=-1) * spec_k.conj(), n=d, dim=-1)
 
 

@@ -81,6 +81,28 @@ class BasePlan:
         )
 
 
+def _dedup_rows(
+    crow: np.ndarray, col: np.ndarray, val: np.ndarray, n_concepts: int
+) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Merge concepts whose rows of the count matrix are identical (same pairs, same counts).
+
+    Takes the CSR rows of all N concepts; returns ``row_map (N,)`` (concept -> distinct row, numbered in
+    order of first appearance) and the CSR ``(crow, col, val)`` of the U distinct rows.
+    """
+    first: dict[bytes, int] = {}
+    row_map = np.empty(n_concepts, dtype=np.int64)
+    cols_b, vals_b = col.tobytes(), val.astype(np.int64).tobytes()
+    for i in range(n_concepts):
+        s, e = crow[i] * 8, crow[i + 1] * 8  # byte offsets: 8 bytes per int64 entry
+        row_map[i] = first.setdefault(cols_b[s:e] + b"|" + vals_b[s:e], len(first))
+    keep = np.full(len(first), -1, dtype=np.int64)
+    keep[row_map[::-1]] = np.arange(n_concepts - 1, -1, -1)  # first concept of each distinct row
+    lens = np.diff(crow)[keep]
+    crow_u = np.concatenate(([0], np.cumsum(lens)))
+    take = np.repeat(crow[keep] - crow_u[:-1], lens) + np.arange(crow_u[-1])
+    return row_map, (crow_u, col[take], val[take])
+
+
 def build_base_plan(
     *,
     n_concepts: int,
@@ -102,18 +124,7 @@ def build_base_plan(
     entry_col = entry_keys % max(n_pairs, 1)
     crow = np.concatenate(([0], np.cumsum(np.bincount(entry_row, minlength=n_concepts))))
     if dedup_rows:
-        first: dict[bytes, int] = {}
-        row_map = np.empty(n_concepts, dtype=np.int64)
-        cols_b, vals_b = entry_col.tobytes(), counts.astype(np.int64).tobytes()
-        for i in range(n_concepts):
-            s, e = crow[i] * 8, crow[i + 1] * 8
-            row_map[i] = first.setdefault(cols_b[s:e] + b"|" + vals_b[s:e], len(first))
-        keep = np.full(len(first), -1, dtype=np.int64)
-        keep[row_map[::-1]] = np.arange(n_concepts - 1, -1, -1)  # first concept of each distinct row
-        lens = np.diff(crow)[keep]
-        crow_u = np.concatenate(([0], np.cumsum(lens)))
-        take = np.repeat(crow[keep] - crow_u[:-1], lens) + np.arange(crow_u[-1])
-        col_u, val_u = entry_col[take], counts[take]
+        row_map, (crow_u, col_u, val_u) = _dedup_rows(crow, entry_col, counts, n_concepts)
     else:
         row_map = np.arange(n_concepts, dtype=np.int64)
         crow_u, col_u, val_u = crow, entry_col, counts
@@ -181,6 +192,46 @@ class ComposePlan:
         return hit
 
 
+def _checked_rows(base: BasePlan, rows: Tensor) -> Tensor:
+    """``rows`` as int64 on the plan's device; raises unless a 1-D integer tensor of valid concept ids."""
+    if not isinstance(rows, Tensor) or rows.dim() != 1 or rows.dtype.is_floating_point or rows.is_complex():
+        raise ShapeError(f"rows must be a 1-D integer tensor, got {getattr(rows, 'shape', rows)!r}")
+    rows = rows.to(device=base.device, dtype=torch.int64)
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= base.n_concepts):
+        raise ShapeError(
+            f"rows must lie in [0, {base.n_concepts - 1}] (n_concepts={base.n_concepts}), got values in "
+            f"[{int(rows.min())}, {int(rows.max())}]"
+        )
+    return rows
+
+
+def _select_rows(base: BasePlan, rows: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor]]:
+    """The distinct computed rows the requested concepts need, and their slice of the count matrix.
+
+    Returns ``(uniq_rows (U,), row_map (N,), (crow (U+1,), col (nnz,), val (nnz,)))``; ``col`` still
+    indexes the program's pair table.
+    """
+    uniq_rows, row_map = torch.unique(base.row_map[rows], return_inverse=True)  # (U,), (N,)
+    starts = base.row_crow[uniq_rows]  # (U,)
+    lens = base.row_crow[uniq_rows + 1] - starts  # (U,)
+    crow = torch.cat([lens.new_zeros(1), lens.cumsum(0)])  # (U + 1,)
+    total = int(crow[-1])
+    offs = torch.repeat_interleave(starts - crow[:-1], lens, output_size=total)  # (nnz,)
+    take = offs + torch.arange(total, device=base.device)  # (nnz,)
+    return uniq_rows, row_map, (crow, base.row_col[take], base.row_val[take])
+
+
+def _relation_spans(pair_relation: Tensor, n_relations: int) -> list[tuple[int, int, int]]:
+    """``(relation, start, end)`` of each relation's run of pairs (pairs are sorted by relation)."""
+    rel_counts = torch.bincount(pair_relation, minlength=n_relations).tolist()
+    spans, start = [], 0
+    for j, c in enumerate(rel_counts):
+        if c:
+            spans.append((j, start, start + c))
+        start += c
+    return spans
+
+
 def plan_rows(base: BasePlan, rows: Tensor | None) -> ComposePlan:
     """Plan for the given concept ids (any order, repeats allowed; ``None`` means all concepts).
 
@@ -188,36 +239,19 @@ def plan_rows(base: BasePlan, rows: Tensor | None) -> ComposePlan:
         - rows: ``(N,)`` integer concept ids in ``[0, n_concepts)``, or None
     """
     dev = base.device
+    # --- the computed rows (U) and their entries of the count matrix M
     if rows is None:
         uniq_rows = None
         row_map = None if base.identity_rows else base.row_map
         crow, col, val = base.row_crow, base.row_col, base.row_val
         n_out = base.n_concepts
     else:
-        if (
-            not isinstance(rows, Tensor)
-            or rows.dim() != 1
-            or rows.dtype.is_floating_point
-            or rows.is_complex()
-        ):
-            raise ShapeError(f"rows must be a 1-D integer tensor, got {getattr(rows, 'shape', rows)!r}")
-        rows = rows.to(device=dev, dtype=torch.int64)
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= base.n_concepts):
-            raise ShapeError(
-                f"rows must lie in [0, {base.n_concepts - 1}] (n_concepts={base.n_concepts}), got values in "
-                f"[{int(rows.min())}, {int(rows.max())}]"
-            )
+        rows = _checked_rows(base, rows)
         n_out = rows.numel()
-        uniq_rows, row_map = torch.unique(base.row_map[rows], return_inverse=True)  # (U,), (N,)
-        starts = base.row_crow[uniq_rows]  # (U,)
-        lens = base.row_crow[uniq_rows + 1] - starts  # (U,)
-        crow = torch.cat([lens.new_zeros(1), lens.cumsum(0)])  # (U + 1,)
-        total = int(crow[-1])
-        offs = torch.repeat_interleave(starts - crow[:-1], lens, output_size=total)  # (nnz,)
-        take = offs + torch.arange(total, device=dev)  # (nnz,)
-        col, val = base.row_col[take], base.row_val[take]
+        uniq_rows, row_map, (crow, col, val) = _select_rows(base, rows)
     n_rows = crow.numel() - 1
 
+    # --- the pairs (P) those rows use, renumbered when a subset, and the atoms (A') they read
     if uniq_rows is None:
         pairs_pa, pairs_pr = base.pair_atom, base.pair_relation
         atoms_used, pair_atom = None, base.pair_atom
@@ -229,13 +263,7 @@ def plan_rows(base: BasePlan, rows: Tensor | None) -> ComposePlan:
         n_atoms_used = atoms_used.numel()
     n_pairs = pairs_pa.numel()
 
-    rel_counts = torch.bincount(pairs_pr, minlength=base.n_relations).tolist()  # pairs sorted by relation
-    spans, start = [], 0
-    for j, c in enumerate(rel_counts):
-        if c:
-            spans.append((j, start, start + c))
-        start += c
-
+    # --- transposed structures for the backward pass: Mᵀ (pairs × rows) and Q (atoms × pairs)
     row_of_entry = torch.repeat_interleave(
         torch.arange(n_rows, device=dev), crow.diff(), output_size=col.numel()
     )
@@ -251,7 +279,7 @@ def plan_rows(base: BasePlan, rows: Tensor | None) -> ComposePlan:
         atoms_used=atoms_used,
         pair_atom=pair_atom,
         pair_relation=pairs_pr,
-        relation_spans=spans,
+        relation_spans=_relation_spans(pairs_pr, base.n_relations),
         row_map=row_map,
         m_index=(crow, col, val),
         mt_index=mt_index,
@@ -292,8 +320,10 @@ class Workspace:
             self._free[key] = base.reshape(-1)
 
     def clear(self) -> None:
+        """Drop every pooled buffer (frees the memory; later steps allocate afresh)."""
         self._free.clear()
 
     @property
     def nbytes(self) -> int:
+        """Bytes held by the pooled buffers."""
         return sum(t.numel() * t.element_size() for t in self._free.values())

@@ -1,7 +1,7 @@
 """Read an HRR program (format 1) from its files into tensors.
 
-The program is known only through its files (``../shared/docs/architecture.md``, "The HRR program,
-format 1"): ``manifest.json`` plus ``atoms``, ``relations``, ``concepts``, ``edges`` and ``slices``
+The program is known only through its files (``docs/program-format.md``: files, columns,
+invariants): ``manifest.json`` plus ``atoms``, ``relations``, ``concepts``, ``edges`` and ``slices``
 Parquet files. The reader verifies the format version, every read file's sha256 against the manifest,
 the Parquet key-value metadata, row counts, dense ids, the edge ordering and the slice table.
 
@@ -15,7 +15,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -46,6 +46,22 @@ COUNT_KEYS: dict[str, str] = {
     "edges": "edges.parquet",
     "slices": "slices.parquet",
 }
+# Codes of the special-token concepts, in concept-id order. Mirrors the program format (the compiler's
+# ``ontology_compiler.program.SPECIAL_TOKENS``; tests/hrr_kernel/test_contract.py checks they agree);
+# the kernel never imports the compiler, so the list is repeated here.
+SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
+# Program fields holding an edge or slice tensor (moved together by Program.to)
+EDGE_TENSOR_FIELDS: tuple[str, ...] = (
+    "edge_concept",
+    "edge_relation",
+    "edge_atom",
+    "edge_slot",
+    "order_by_concept",
+    "order_by_atom",
+    "slice_relation",
+    "slice_start",
+    "slice_length",
+)
 
 
 @dataclass(eq=False)
@@ -55,7 +71,10 @@ class Program:
     Edge tensors (int64, on ``device``) are in stored order, sorted by (relation, slot, concept);
     ``order_by_concept`` and ``order_by_atom`` are permutations of them (stable) for per-concept and
     per-atom traversals. ``plan`` is the compiled composition plan for the full matrix.
+    :meth:`special_id` gives the concept id of a special token such as ``"[PAD]"``.
     """
+
+    SPECIAL_TOKENS: ClassVar[tuple[str, ...]] = SPECIAL_TOKENS
 
     program_id: str
     format_version: int
@@ -81,6 +100,7 @@ class Program:
     device: torch.device
     workspace: Workspace = field(default_factory=Workspace)
     _plan: ComposePlan | None = None
+    _special_ids: dict[str, int] | None = None  # special-token code -> concept id, built on first use
 
     @property
     def n_edges(self) -> int:
@@ -109,23 +129,31 @@ class Program:
         """A composition plan for the given concept rows (``None``: all rows)."""
         return self.plan if rows is None else plan_rows(self.base, rows)
 
+    def special_id(self, token: str) -> int:
+        """The concept id of a special token (one of :data:`SPECIAL_TOKENS`, e.g. ``"[PAD]"``).
+
+        Raises:
+            ValueError: ``token`` is not a special token of the program format.
+            ProgramError: the program has no concept with that code (the message names both).
+        """
+        if token not in SPECIAL_TOKENS:
+            raise ValueError(
+                f"{token!r} is not a special token; the program format has {list(SPECIAL_TOKENS)}"
+            )
+        if self._special_ids is None:
+            self._special_ids = {c: i for i, c in enumerate(self.concept_codes) if c in SPECIAL_TOKENS}
+        if token not in self._special_ids:
+            raise ProgramError(
+                f"program {self.program_id} has no special-token concept {token!r} (found "
+                f"{sorted(self._special_ids)})",
+                path=self.path,
+            )
+        return self._special_ids[token]
+
     def to(self, device: str | torch.device) -> Program:
         """A copy of this program with every tensor on ``device``."""
         device = torch.device(device)
-        moved = {
-            name: getattr(self, name).to(device)
-            for name in (
-                "edge_concept",
-                "edge_relation",
-                "edge_atom",
-                "edge_slot",
-                "order_by_concept",
-                "order_by_atom",
-                "slice_relation",
-                "slice_start",
-                "slice_length",
-            )
-        }
+        moved = {name: getattr(self, name).to(device) for name in EDGE_TENSOR_FIELDS}
         return Program(
             program_id=self.program_id,
             format_version=self.format_version,
@@ -239,34 +267,8 @@ def _int_column(table, column: str, name: str, root: Path) -> np.ndarray:
     return np.array(col.to_numpy(), dtype=np.int64)
 
 
-def _dense_order(ids: np.ndarray, name: str, column: str, root: Path) -> np.ndarray:
-    """Permutation that sorts ``ids``; raises unless ids are exactly 0..n-1."""
-    order = np.argsort(ids, kind="stable")
-    if not np.array_equal(ids[order], np.arange(ids.size)):
-        raise ProgramError(f"{name} column {column} is not dense from 0 (0..{ids.size - 1})", path=root)
-    return order
-
-
-def load_program(
-    path: str | Path,
-    device: str | torch.device = "cpu",
-    *,
-    verify_all_files: bool = False,
-    dedup_rows: bool = True,
-) -> Program:
-    """Load a compiled program (format 1) from its folder.
-
-    Checks the major ``format_version``, the sha256 of every file read (``verify_all_files=True`` also
-    hashes the other files the manifest lists, e.g. ``graph/*``), the Parquet key-value metadata, row
-    counts, dense ids, the (relation, slot, concept) edge order and the slice table. Concepts whose edge
-    multisets are identical share one computed row when ``dedup_rows`` (the result is the same).
-
-    Raises:
-        FormatVersionError: unknown major ``format_version``.
-        HashMismatchError: a file's sha256 differs from the manifest (names file, expected, found).
-        ProgramError: any other structural problem.
-    """
-    root = Path(path)
+def _read_verified_tables(root: Path, verify_all_files: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The manifest and the five Parquet tables, after checking hashes, metadata, columns and row counts."""
     if not root.is_dir():
         raise ProgramError("program folder does not exist", path=root)
     manifest = _read_manifest(root)
@@ -275,31 +277,37 @@ def load_program(
     for entry in to_hash:
         _verify_hash(root, entry)
     tables = {name: _read_table(root, name, files[name], manifest) for name in REQUIRED_COLUMNS}
+    return manifest, tables
 
-    atoms, relations, concepts = (
-        tables[n] for n in ("atoms.parquet", "relations.parquet", "concepts.parquet")
-    )
-    atom_order = _dense_order(
-        _int_column(atoms, "atom_id", "atoms.parquet", root), "atoms.parquet", "atom_id", root
-    )
-    rel_order = _dense_order(
-        _int_column(relations, "relation_id", "relations.parquet", root),
-        "relations.parquet",
-        "relation_id",
-        root,
-    )
-    con_order = _dense_order(
-        _int_column(concepts, "concept_id", "concepts.parquet", root), "concepts.parquet", "concept_id", root
-    )
-    n_atoms, n_relations, n_concepts = atom_order.size, rel_order.size, con_order.size
+
+def _dense_id_order(table, name: str, column: str, root: Path) -> np.ndarray:
+    """Permutation that sorts a table by its id ``column``; raises unless the ids are exactly 0..n-1."""
+    ids = _int_column(table, column, name, root)
+    order = np.argsort(ids, kind="stable")
+    if not np.array_equal(ids[order], np.arange(ids.size)):
+        raise ProgramError(f"{name} column {column} is not dense from 0 (0..{ids.size - 1})", path=root)
+    return order
+
+
+def _relation_kinds(relations, rel_order: np.ndarray, root: Path) -> list[str]:
+    """Relation kinds in id order; raises on a kind outside :data:`RELATION_KINDS`."""
     relation_kinds = [relations.column("kind").to_pylist()[i] for i in rel_order]
     bad = sorted({k for k in relation_kinds if k not in RELATION_KINDS}, key=str)
     if bad:
         raise ProgramError(
             f"relations.parquet has unknown kind(s) {bad}; known {sorted(RELATION_KINDS)}", path=root
         )
+    return relation_kinds
 
-    edges = tables["edges.parquet"]
+
+def _edge_columns(
+    edges, n_concepts: int, n_relations: int, n_atoms: int, root: Path
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(concept, relation, atom, slot)`` of every edge, in stored order, each ``(E,)`` int64.
+
+    Checks that ids are in range, slots are non-negative and edges are sorted by (relation, slot, concept)
+    without repeats.
+    """
     ec, er, ea, es = (
         _int_column(edges, c, "edges.parquet", root) for c in ("concept_id", "relation_id", "atom_id", "slot")
     )
@@ -325,13 +333,22 @@ def load_program(
             raise ProgramError(
                 f"edges.parquet repeats (relation, slot, concept) = ({er[i]}, {es[i]}, {ec[i]})", path=root
             )
+    return ec, er, ea, es
 
-    sl = tables["slices.parquet"]
+
+def _slice_columns(
+    slices, er: np.ndarray, es: np.ndarray, root: Path
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(relation, slot, start, length)`` of every slice, checked against the edges' (relation, slot) runs."""
     sr, ss, sst, sln = (
-        _int_column(sl, c, "slices.parquet", root) for c in ("relation_id", "slot", "start", "length")
+        _int_column(slices, c, "slices.parquet", root) for c in ("relation_id", "slot", "start", "length")
     )
     _check_slices(root, er, es, sr, ss, sst, sln)
+    return sr, ss, sst, sln
 
+
+def _check_counts(manifest: dict[str, Any], tables: dict[str, Any], root: Path) -> None:
+    """The manifest's ``counts`` (where given) must equal the row counts of the files."""
     counts = manifest.get("counts") or {}
     for key, fname in COUNT_KEYS.items():
         if (
@@ -344,6 +361,50 @@ def load_program(
                 path=root,
             )
 
+
+def _strings_in_id_order(table, column: str, order: np.ndarray) -> list[str]:
+    """A string column of a table, permuted into id order."""
+    return [str(x) for x in np.asarray(table.column(column).to_pylist(), dtype=object)[order]]
+
+
+def load_program(
+    path: str | Path,
+    device: str | torch.device = "cpu",
+    *,
+    verify_all_files: bool = False,
+    dedup_rows: bool = True,
+) -> Program:
+    """Load a compiled program (format 1) from its folder.
+
+    Checks the major ``format_version``, the sha256 of every file read (``verify_all_files=True`` also
+    hashes the other files the manifest lists, e.g. ``graph/*``), the Parquet key-value metadata, row
+    counts, dense ids, the (relation, slot, concept) edge order and the slice table. Concepts whose edge
+    multisets are identical share one computed row when ``dedup_rows`` (the result is the same).
+
+    Raises:
+        FormatVersionError: unknown major ``format_version``.
+        HashMismatchError: a file's sha256 differs from the manifest (names file, expected, found).
+        ProgramError: any other structural problem.
+    """
+    root = Path(path)
+    manifest, tables = _read_verified_tables(root, verify_all_files)
+
+    # --- identifier tables: dense ids, relation kinds
+    atoms, relations, concepts = (
+        tables[n] for n in ("atoms.parquet", "relations.parquet", "concepts.parquet")
+    )
+    atom_order = _dense_id_order(atoms, "atoms.parquet", "atom_id", root)
+    rel_order = _dense_id_order(relations, "relations.parquet", "relation_id", root)
+    con_order = _dense_id_order(concepts, "concepts.parquet", "concept_id", root)
+    n_atoms, n_relations, n_concepts = atom_order.size, rel_order.size, con_order.size
+    relation_kinds = _relation_kinds(relations, rel_order, root)
+
+    # --- edges and slices
+    ec, er, ea, es = _edge_columns(tables["edges.parquet"], n_concepts, n_relations, n_atoms, root)
+    sr, ss, sst, sln = _slice_columns(tables["slices.parquet"], er, es, root)
+    _check_counts(manifest, tables, root)
+
+    # --- tensors and the composition plan
     base = build_base_plan(
         n_concepts=n_concepts,
         n_atoms=n_atoms,
@@ -354,10 +415,6 @@ def load_program(
         dedup_rows=dedup_rows,
     )
     dev = torch.device(device)
-
-    def t(x: np.ndarray) -> Tensor:
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev)
-
     program = Program(
         program_id=str(manifest["program_id"]),
         format_version=int(_major(manifest["format_version"])),
@@ -366,37 +423,51 @@ def load_program(
         n_concepts=n_concepts,
         n_atoms=n_atoms,
         n_relations=n_relations,
-        edge_concept=t(ec),
-        edge_relation=t(er),
-        edge_atom=t(ea),
-        edge_slot=t(es),
-        order_by_concept=t(np.lexsort((ea, er, ec))),
-        order_by_atom=t(np.lexsort((ec, er, ea))),
-        slice_relation=t(sr),
-        slice_start=t(sst),
-        slice_length=t(sln),
-        concept_codes=[
-            str(c) for c in np.asarray(concepts.column("code").to_pylist(), dtype=object)[con_order]
-        ],
+        **_edge_tensors((ec, er, ea, es), (sr, ss, sst, sln), dev),
+        concept_codes=_strings_in_id_order(concepts, "code", con_order),
         relation_kinds=relation_kinds,
-        relation_labels=[
-            str(x) for x in np.asarray(relations.column("label").to_pylist(), dtype=object)[rel_order]
-        ],
-        atom_keys=[str(x) for x in np.asarray(atoms.column("key").to_pylist(), dtype=object)[atom_order]],
+        relation_labels=_strings_in_id_order(relations, "label", rel_order),
+        atom_keys=_strings_in_id_order(atoms, "key", atom_order),
         base=base.to(dev),
         device=dev,
     )
+    _log_loaded(program)
+    return program
+
+
+def _edge_tensors(edges: tuple[np.ndarray, ...], slices: tuple[np.ndarray, ...], dev: torch.device) -> dict:
+    """The :class:`Program` edge and slice tensors (int64 on ``dev``), with the two traversal orders."""
+    ec, er, ea, es = edges
+    sr, _, sst, sln = slices
+
+    def t(x: np.ndarray) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev)
+
+    return {
+        "edge_concept": t(ec),
+        "edge_relation": t(er),
+        "edge_atom": t(ea),
+        "edge_slot": t(es),
+        "order_by_concept": t(np.lexsort((ea, er, ec))),
+        "order_by_atom": t(np.lexsort((ec, er, ea))),
+        "slice_relation": t(sr),
+        "slice_start": t(sst),
+        "slice_length": t(sln),
+    }
+
+
+def _log_loaded(program: Program) -> None:
+    base = program.base
     log.info(
         "loaded program %s: %d concepts (%d distinct rows), %d atoms, %d relations, %d edges, %d pairs",
         program.program_id,
-        n_concepts,
+        program.n_concepts,
         base.n_unique_rows,
-        n_atoms,
-        n_relations,
+        program.n_atoms,
+        program.n_relations,
         program.n_edges,
         base.n_pairs,
     )
-    return program
 
 
 def _check_slices(root, er, es, sr, ss, sst, sln) -> None:

@@ -194,3 +194,13 @@ def test_cuda_matches_cpu(make_program):
             r64[:, :6].contiguous().detach().requires_grad_(),
         ),
     )
+
+
+def test_workspace_pool_can_be_measured_and_cleared(make_program):
+    p = load_program(make_program(n_concepts=15, n_atoms=8, n_relations=3, n_edges=60, seed=8))
+    a, r = _params(p, 16, torch.float64, requires_grad=True)
+    ref = compose(p, a, r).detach()
+    assert p.workspace.nbytes > 0
+    p.workspace.clear()
+    assert p.workspace.nbytes == 0
+    torch.testing.assert_close(compose(p, a, r).detach(), ref, rtol=0, atol=0)

@@ -69,3 +69,13 @@ def test_tampered_program_is_refused(programs, tmp_path):
     f.write_bytes(f.read_bytes() + b"\0")
     with pytest.raises(HashMismatchError):
         load_program(dst)
+
+
+def test_special_tokens_mirror_the_compiler(programs):
+    """The kernel's copy of the special-token list is the compiler's, and the ids resolve in its programs."""
+    from hrr_kernel import SPECIAL_TOKENS
+    from ontology_compiler import SPECIAL_TOKENS as COMPILER_SPECIAL_TOKENS
+
+    assert SPECIAL_TOKENS == tuple(COMPILER_SPECIAL_TOKENS)
+    p = load_program(programs[0].path)
+    assert [p.special_id(t) for t in SPECIAL_TOKENS] == [p.concept_codes.index(t) for t in SPECIAL_TOKENS]

@@ -1,11 +1,20 @@
 import json
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
 
-from hrr_kernel import FormatVersionError, HashMismatchError, HRRKernelError, ProgramError, load_program
+from hrr_kernel import (
+    SPECIAL_TOKENS,
+    FormatVersionError,
+    HashMismatchError,
+    HRRKernelError,
+    Program,
+    ProgramError,
+    load_program,
+)
 from hrr_kernel.program import sha256_file
 
 
@@ -134,3 +143,30 @@ def test_verify_all_files_hashes_extra_files(make_program):
     load_program(root)  # the kernel reads no graph/* file by default
     with pytest.raises(HashMismatchError, match="graph/icd_map.parquet"):
         load_program(root, verify_all_files=True)
+
+
+def _with_codes(root, codes):
+    """Rewrite the first concept codes (keeping the key-value metadata) and re-hash the file."""
+    table = pq.read_table(root / "concepts.parquet")
+    col = table.column("code").to_pylist()
+    col[: len(codes)] = codes
+    new = table.set_column(table.schema.get_field_index("code"), "code", pa.array(col))
+    pq.write_table(new.replace_schema_metadata(table.schema.metadata), root / "concepts.parquet")
+    _rehash(root, "concepts.parquet")
+    return root
+
+
+def test_special_id_gives_the_concept_of_a_special_token(make_program):
+    root = _with_codes(make_program(n_concepts=9), ["X0", "[CLS]", "[PAD]"])
+    p = load_program(root)
+    assert p.special_id("[PAD]") == 2 and p.special_id("[CLS]") == 1
+    assert Program.SPECIAL_TOKENS == SPECIAL_TOKENS and SPECIAL_TOKENS[0] == "[PAD]"
+
+
+def test_special_id_names_the_token_and_the_program_when_absent(make_program):
+    p = load_program(_with_codes(make_program(), ["[PAD]"]))
+    with pytest.raises(ProgramError) as err:
+        p.special_id("[MASK]")
+    assert "[MASK]" in str(err.value) and p.program_id in str(err.value)
+    with pytest.raises(ValueError, match="not a special token"):
+        p.special_id("X00001")
