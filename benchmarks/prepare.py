@@ -3,7 +3,7 @@
     python benchmarks/prepare.py                 # 190k patients, cohort cached under artifacts/bench/
     python benchmarks/prepare.py --patients 20000
 
-The program is the demo program (``pipelines.demo_release`` default size, compiled once) when the
+The program is the demo program (``pipelines.demo.release`` default size, compiled once) when the
 builder exists, else one compiled from ``benchmarks/synthetic_release.py --scale 0.05``. Each phase runs
 in a fresh subprocess so that its peak RSS (``ru_maxrss``) is its own. The baseline is plain Python
 ``csv`` + ``gzip`` reading ``diagnoses_icd.csv.gz`` into lists, measured in the same run.
@@ -29,8 +29,8 @@ if str(_REPO) not in sys.path:
 def _program(cache: Path) -> Path:
     from ontology_compiler import compile_ontology
 
-    if importlib.util.find_spec("pipelines.demo_release") is not None:
-        from pipelines.demo_prepare import ensure_demo_release
+    if importlib.util.find_spec("pipelines.demo.release") is not None:
+        from pipelines.demo.prepare import ensure_demo_release
 
         release = ensure_demo_release(cache / "releases" / "demo_icd10cm_default", size="default", seed=0)
     else:
@@ -45,7 +45,7 @@ def _phase(name: str, cohort: Path, program: Path, n: int) -> dict:
     """Run one phase in this process; returns seconds, rows and peak RSS."""
     t0 = time.perf_counter()
     if name == "generate":
-        from pipelines.cohort import generate_cohort
+        from pipelines.demo.cohort import generate_cohort
 
         generate_cohort(cohort, n_patients=n, seed=0, codes=program)
         rows = sum(1 for _ in _gz_lines(cohort / "hosp" / "diagnoses_icd.csv.gz")) - 1
@@ -61,11 +61,11 @@ def _phase(name: str, cohort: Path, program: Path, n: int) -> dict:
             ]
         rows = len(data)
     elif name == "read + label":
-        from pipelines.readers_mimic import read_mimic
+        from pipelines.data.readers.mimic import read_mimic
 
         rows = read_mimic(cohort).events.num_rows
     elif name == "prepare (read, label, tokenize, split, write)":
-        from pipelines.prepare import prepare_source
+        from pipelines.data.prepare import prepare_source
 
         with tempfile.TemporaryDirectory() as tmp:
             r = prepare_source("mimic-iv", cohort, program, out=tmp)

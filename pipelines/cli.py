@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from pipelines.demo_defaults import DEMO_PATIENTS
-from pipelines.tasks import TASKS
+from pipelines.data.tasks import TASKS
+from pipelines.demo.defaults import DEMO_PATIENTS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -51,7 +51,7 @@ def demo_cmd(**kw) -> None:
     """Build the demo data, then pretrain, fine-tune, evaluate and report the smallest experiment."""
     import logging
 
-    from pipelines.demo import run_demo
+    from pipelines.demo.run import run_demo
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     sys.exit(run_demo(kw.pop("out"), **kw))
@@ -98,9 +98,9 @@ def prepare_cmd(**kw: object) -> None:
     import logging
 
     from ontology_compiler import OntologyCompilerError
+    from pipelines.data.prepare import prepare
+    from pipelines.data.splits import SplitOptions
     from pipelines.errors import PipelineError
-    from pipelines.prepare import prepare
-    from pipelines.splits import SplitOptions
 
     logging.basicConfig(level=logging.INFO if kw.pop("verbose") else logging.WARNING, format="%(message)s")
     split_keys = ("rood_codes", "finetune_train", "finetune_val", "disease_train", "disease_val")
@@ -108,7 +108,7 @@ def prepare_cmd(**kw: object) -> None:
     demo = {k: kw.pop(k) for k in ("demo", "demo_size", "demo_patients", "artifacts")}
     try:
         if demo["demo"]:
-            from pipelines.demo_prepare import prepare_demo
+            from pipelines.demo.prepare import prepare_demo
 
             if kw["mimic"] or kw["eicu"] or kw["meds"] or kw["program"]:
                 raise PipelineError(
@@ -211,7 +211,7 @@ def pretrain_cmd(
 ) -> None:
     """Pretrain HRRBERT (masked-code modelling) on a tokenized DATASET; runs under torchrun too."""
     _log_level(verbose, quiet)
-    from pipelines.train import pretrain
+    from pipelines.train.pretrain import pretrain
 
     try:
         r = pretrain(dataset, out=out, run_id=run_id, resume=resume, progress=not no_progress, **kw)
@@ -258,7 +258,7 @@ def finetune_cmd(
 ) -> None:
     """Fine-tune a PRETRAINED run (or model folder) on mortality or ICD-10 chapters."""
     _log_level(verbose, quiet)
-    from pipelines.finetune import finetune
+    from pipelines.train.finetune import finetune
 
     try:
         r = finetune(pretrained, out=out, run_id=run_id, progress=not no_progress, **kw)
@@ -308,7 +308,7 @@ def finetune_cmd(
 def evaluate_cmd(verbose: bool, quiet: bool, **kw) -> None:
     """Evaluate a PRETRAINED run: frequency bins, neighbours, t-SNE, ROOD, transfer, cost."""
     _log_level(verbose, quiet)
-    from pipelines.evaluate import evaluate, summary_lines
+    from pipelines.eval.pretrained import evaluate, summary_lines
 
     try:
         r = evaluate(**kw)
@@ -321,7 +321,7 @@ def evaluate_cmd(verbose: bool, quiet: bool, **kw) -> None:
 @click.argument("runs_dir", type=click.Path(exists=True, file_okay=False))
 def report_cmd(runs_dir: str) -> None:
     """Write report.md for the experiment in RUNS_DIR (or each experiment under it)."""
-    from pipelines.doctor2vec_compare import report_any
+    from pipelines.doctor2vec.compare import report_any
     from pipelines.errors import PipelineError
 
     try:
@@ -366,7 +366,7 @@ def report_cmd(runs_dir: str) -> None:
 def experiment_cmd(verbose: bool, quiet: bool, no_progress: bool, **kw) -> None:
     """The paper's protocol: configurations x seeds x trials, then evaluation and the report."""
     _log_level(verbose, quiet)
-    from pipelines.experiment import options_to_config, run_experiment
+    from pipelines.eval.experiment import options_to_config, run_experiment
 
     try:
         r = run_experiment(options_to_config(progress=not no_progress, **kw))
@@ -394,7 +394,7 @@ def qa_group() -> None:
 def qa_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
     """Generate a clinical QA set from a tokenized DATASET and its program."""
     from pipelines.errors import PipelineError
-    from pipelines.qa_data import QAOptions, generate_qa
+    from pipelines.qa.data import QAOptions, generate_qa
 
     try:
         r = generate_qa(dataset, program, out=out, name=name, options=QAOptions(**kw))
@@ -435,7 +435,7 @@ def qa_train_cmd(qa: str, out: str, run_id: str | None, no_temporal: bool, no_pr
                  verbose: bool, quiet: bool, **kw) -> None:  # fmt: skip
     """Train a memory network on a QA set; report test accuracy overall, per type, on unseen codes."""
     _log_level(verbose, quiet)
-    from pipelines.qa import train_qa
+    from pipelines.qa.train import train_qa
 
     try:
         r = train_qa(qa, out=out, run_id=run_id, temporal=not no_temporal, progress=not no_progress, **kw)
@@ -466,7 +466,7 @@ def qa_evaluate_cmd(
     run: str, qa: str, program: str, split: str, patient: int | None, threshold: float
 ) -> None:
     """Evaluate a trained QA RUN (or model folder); print accuracy and one patient's attention per hop."""
-    from pipelines.qa import evaluate_qa
+    from pipelines.qa.train import evaluate_qa
 
     try:
         report, text = evaluate_qa(run, qa, program, split=split, patient=patient, threshold=threshold)
@@ -492,7 +492,7 @@ def qa_evaluate_cmd(
 def qa_compare_cmd(**kw) -> None:
     """Run the comparison grid on a dataset and write report.md (memory networks, visit Transformer vs BERT)."""
     _log_level(False, True)
-    from pipelines.qa_compare import compare
+    from pipelines.qa.compare import compare
 
     try:
         path = compare(**kw)
@@ -522,7 +522,7 @@ def doctor2vec_group() -> None:
 @click.option("--seed", type=int, default=0, show_default=True)
 def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
     """Generate doctors, patient panels, trials and enrollment outcomes from a tokenized DATASET."""
-    from pipelines.doctor2vec_data import D2VOptions, generate_doctor2vec
+    from pipelines.doctor2vec.data import D2VOptions, generate_doctor2vec
     from pipelines.errors import PipelineError
 
     try:
@@ -570,7 +570,7 @@ def d2v_train_cmd(data: str, out: str, run_id: str | None, show_held_out: bool, 
                   verbose: bool, quiet: bool, **kw) -> None:  # fmt: skip
     """Train Doctor2Vec on DATA's train trials; report test and rare-disease-trial metrics."""
     _log_level(verbose, quiet)
-    from pipelines.doctor2vec import train_doctor2vec
+    from pipelines.doctor2vec.train import train_doctor2vec
 
     try:
         r = train_doctor2vec(data, out=out, run_id=run_id, hide_held_out=not show_held_out,
@@ -605,7 +605,7 @@ def _d2v_summary(split: str, m: dict) -> str:
 def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, trial: int | None, top_doctors: int,
                      top_patients: int) -> None:  # fmt: skip
     """Evaluate a trained RUN on a split; print one trial's best doctors and the patients they were chosen for."""
-    from pipelines.doctor2vec_eval import evaluate_doctor2vec
+    from pipelines.doctor2vec.evaluate import evaluate_doctor2vec
 
     try:
         report, text = evaluate_doctor2vec(run, data, program, split=split, trial=trial,
@@ -633,7 +633,7 @@ def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, trial: int |
 def d2v_compare_cmd(**kw) -> None:
     """Plain vs HRR codes x dynamic vs static doctor, on test and rare-disease trials; writes report.md."""
     _log_level(False, True)
-    from pipelines.doctor2vec_compare import compare
+    from pipelines.doctor2vec.compare import compare
 
     try:
         path = compare(**kw)

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.doctor2vec_data import D2VOptions
+from pipelines.doctor2vec.data import D2VOptions
 
 # fixture program codes (tests/data/snomed_mini_20220531): J45* (16-19) and M81* (24-26) are made rare
 RARE_CODES = (16, 17, 18, 19, 24, 25, 26)

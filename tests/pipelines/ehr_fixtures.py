@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.cohort_write import EICU_COLUMNS, MIMIC_COLUMNS
+from pipelines.demo.cohort_write import EICU_COLUMNS, MIMIC_COLUMNS
 
 
 def write_csv_gz(path: Path, header: str, rows: list[list[object]]) -> Path:

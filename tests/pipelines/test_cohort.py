@@ -10,10 +10,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.cohort import SWITCH, generate_cohort
-from pipelines.cohort_write import EICU_COLUMNS, MIMIC_COLUMNS
-from pipelines.readers_eicu import read_eicu
-from pipelines.readers_mimic import read_mimic
+from pipelines.data.readers.eicu import read_eicu
+from pipelines.data.readers.mimic import read_mimic
+from pipelines.demo.cohort import SWITCH, generate_cohort
+from pipelines.demo.cohort_write import EICU_COLUMNS, MIMIC_COLUMNS
 
 
 @pytest.fixture(scope="module")

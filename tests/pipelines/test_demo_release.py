@@ -1,4 +1,4 @@
-"""The demo release (pipelines.demo_release): deterministic, in the real layouts, and compilable."""
+"""The demo release (pipelines.demo.release): deterministic, in the real layouts, and compilable."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from ontology_compiler import compile_ontology
 from ontology_compiler import rf2_schema as S
 from ontology_compiler.rf2_read import read_rf2_file
 from ontology_compiler.rf2_schema import FILE_NAME_RE
-from pipelines.demo_release import PACKAGE, build_demo_release, main
+from pipelines.demo.release import PACKAGE, build_demo_release, main
 
 
 @pytest.fixture(scope="module")

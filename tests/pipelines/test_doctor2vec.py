@@ -12,11 +12,11 @@ from d2v_fixtures import OPTS, make_dataset
 from train_fixtures import program_dir  # noqa: F401
 
 from pipelines.cli import main
-from pipelines.doctor2vec import Doctor2VecMismatchError, ranking_metrics, train_doctor2vec
-from pipelines.doctor2vec_data import generate_doctor2vec
-from pipelines.doctor2vec_eval import evaluate_doctor2vec
-from pipelines.doctor2vec_read import read_doctor2vec
-from pipelines.doctor2vec_tensors import build_tensors, doctor_batches, make_batch, pad_lists
+from pipelines.doctor2vec.data import generate_doctor2vec
+from pipelines.doctor2vec.evaluate import evaluate_doctor2vec
+from pipelines.doctor2vec.read import read_doctor2vec
+from pipelines.doctor2vec.tensors import build_tensors, doctor_batches, make_batch, pad_lists
+from pipelines.doctor2vec.train import Doctor2VecMismatchError, ranking_metrics, train_doctor2vec
 from pipelines.errors import PipelineError
 
 FAST = dict(epochs=2, dim=16, hidden=16, doctors_per_batch=4, progress=False, max_memories=48)
@@ -120,7 +120,7 @@ def test_static_doctor_and_visit_encoder_train(d2v, program_dir, tmp_path):  # n
 
 
 def test_compare_report_and_cli(d2v, program_dir, tmp_path, monkeypatch):  # noqa: F811
-    from pipelines import doctor2vec_compare as dc
+    from pipelines.doctor2vec import compare as dc
 
     monkeypatch.setattr(
         dc, "GRID", {k: {**v, "hidden": 16, "doctors_per_batch": 4} for k, v in dc.GRID.items()}

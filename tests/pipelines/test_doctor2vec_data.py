@@ -14,8 +14,8 @@ import pytest
 from d2v_fixtures import OPTS, make_dataset
 from train_fixtures import program_dir  # noqa: F401
 
-from pipelines.doctor2vec_data import D2VOptions, generate_doctor2vec
-from pipelines.doctor2vec_read import COLUMNS, SPLITS, D2VDataError, read_doctor2vec, validate_tables
+from pipelines.doctor2vec.data import D2VOptions, generate_doctor2vec
+from pipelines.doctor2vec.read import COLUMNS, SPLITS, D2VDataError, read_doctor2vec, validate_tables
 from pipelines.errors import InputFileError, PipelineError
 
 

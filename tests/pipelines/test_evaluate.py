@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from train_fixtures import dataset_dir, program_dir, write_dataset  # noqa: F401
 
 from pipelines.cli import main
-from pipelines.eval_freq import BIN_EDGES, bins_of
-from pipelines.eval_neighbours import Ontology, nearest
-from pipelines.evaluate import evaluate
-from pipelines.finetune import finetune
-from pipelines.train import pretrain
+from pipelines.eval.frequency import BIN_EDGES, bins_of
+from pipelines.eval.neighbours import Ontology, nearest
+from pipelines.eval.pretrained import evaluate
+from pipelines.train.finetune import finetune
+from pipelines.train.pretrain import pretrain
 
 FAST = dict(tsne_points=20, cost_steps=1, per_bin=50, device="cpu")
 

@@ -10,7 +10,7 @@ from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
 from pipelines.cli import main
 from pipelines.errors import PipelineError
-from pipelines.experiment import ExperimentConfig, run_experiment
+from pipelines.eval.experiment import ExperimentConfig, run_experiment
 
 TOY = dict(
     model="tiny", pretrain_seeds=1, trials=2, device="cpu", progress=False,

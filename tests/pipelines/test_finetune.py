@@ -11,9 +11,9 @@ from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
 from model import HRRBert
 from pipelines.cli import main
-from pipelines.finetune import finetune
-from pipelines.train import pretrain
-from pipelines.train_data import TokenizedDataset
+from pipelines.data.sequences import TokenizedDataset
+from pipelines.train.finetune import finetune
+from pipelines.train.pretrain import pretrain
 
 FT = dict(epochs=2, batch_size=8, device="cpu", progress=False)
 

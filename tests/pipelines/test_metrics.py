@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from pipelines.metrics import (
+from pipelines.train.metrics import (
     auroc,
     average_precision,
     binary_metrics,

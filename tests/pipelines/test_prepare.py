@@ -15,12 +15,12 @@ from ehr_fixtures import write_mimic
 
 from ontology_compiler import compile_ontology
 from pipelines.cli import main
-from pipelines.cohort import generate_cohort
-from pipelines.dataset import verify_dataset
+from pipelines.data.dataset import verify_dataset
+from pipelines.data.prepare import prepare
+from pipelines.data.splits import SplitOptions
+from pipelines.data.tokenize import tokenize
+from pipelines.demo.cohort import generate_cohort
 from pipelines.errors import DatasetExistsError
-from pipelines.prepare import prepare
-from pipelines.splits import SplitOptions
-from pipelines.tokenize import tokenize
 
 FIXTURE = Path(__file__).resolve().parents[1] / "data" / "snomed_mini_20220531"
 
@@ -154,7 +154,7 @@ def test_cli_reports_bad_input(program, tmp_path):
 
 
 def test_prepare_demo_small(tmp_path):
-    from pipelines.demo_prepare import prepare_demo
+    from pipelines.demo.prepare import prepare_demo
 
     results = prepare_demo(size="small", n_patients=300, artifacts=tmp_path, out=tmp_path / "ds",
                            splits=SplitOptions(rood_codes=4))  # fmt: skip

@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from train_fixtures import dataset_dir, program_dir, write_dataset  # noqa: F401
 
 from pipelines.cli import main
-from pipelines.qa import QAVocabularyMismatchError, evaluate_qa, load_split, train_qa
-from pipelines.qa_data import QUESTION_TYPES, QADataError, QAOptions, generate_qa, read_ontology, read_qa
+from pipelines.qa.data import QUESTION_TYPES, QADataError, QAOptions, generate_qa, read_ontology, read_qa
+from pipelines.qa.train import QAVocabularyMismatchError, evaluate_qa, load_split, train_qa
 
 
 @pytest.fixture(autouse=True)
@@ -149,7 +149,7 @@ def test_cli(tmp_path, dataset_dir, program_dir):  # noqa: F811
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory, dataset_dir, program_dir):  # noqa: F811
-    from pipelines.train import pretrain
+    from pipelines.train.pretrain import pretrain
 
     return pretrain(dataset_dir, program_dir, out=tmp_path_factory.mktemp("runs"), model="tiny", mode="base",
                     max_steps=2, batch_size=8, device="cpu", progress=False).run_dir  # fmt: skip
@@ -157,7 +157,7 @@ def pretrained(tmp_path_factory, dataset_dir, program_dir):  # noqa: F811
 
 @pytest.mark.parametrize("task", ["mortality", "chapters"])
 def test_finetune_visit_transformer(tmp_path, pretrained, dataset_dir, program_dir, task):  # noqa: F811
-    from pipelines.finetune import finetune
+    from pipelines.train.finetune import finetune
 
     r = finetune(pretrained, dataset_dir, program_dir, out=tmp_path, task=task, model="visit-transformer",
                  epochs=1, batch_size=8, lr=1e-3, device="cpu", progress=False)  # fmt: skip
@@ -181,7 +181,7 @@ def test_finetune_cli_model_option(tmp_path, pretrained, dataset_dir, program_di
 
 @pytest.mark.slow
 def test_compare_report(tmp_path, dataset_dir, program_dir):  # noqa: F811
-    from pipelines.qa_compare import QA_GRID, compare
+    from pipelines.qa.compare import QA_GRID, compare
 
     path = compare(dataset_dir, program_dir, out=tmp_path / "cmp", epochs=1, dim=8, skip_finetune=True,
                    qa_options=OPTS)  # fmt: skip

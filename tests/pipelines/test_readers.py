@@ -7,10 +7,10 @@ import gzip
 import pytest
 from ehr_fixtures import ADM_TAIL, write_eicu, write_meds, write_mimic
 
+from pipelines.data.readers.eicu import read_eicu
+from pipelines.data.readers.meds import read_meds
+from pipelines.data.readers.mimic import read_mimic
 from pipelines.errors import InputFileError, MissingTableError
-from pipelines.readers_eicu import read_eicu
-from pipelines.readers_meds import read_meds
-from pipelines.readers_mimic import read_mimic
 
 
 def _rows(t):

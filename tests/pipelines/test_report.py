@@ -10,8 +10,8 @@ from click.testing import CliRunner
 
 from pipelines.cli import main
 from pipelines.errors import PipelineError
-from pipelines.report import report, write_report
-from pipelines.stats import dunnett_vs_control
+from pipelines.eval.report import report, write_report
+from pipelines.eval.stats import dunnett_vs_control
 
 F1 = {"unstructured": [0.60, 0.62, 0.61], "base": [0.70, 0.71, 0.72]}
 

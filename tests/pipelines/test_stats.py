@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pipelines.stats import bootstrap_ci, dunnett_vs_control, fisher, mean_ci, welch
+from pipelines.eval.stats import bootstrap_ci, dunnett_vs_control, fisher, mean_ci, welch
 
 
 def test_fisher_reproduces_the_papers_neighbour_test():

@@ -9,11 +9,11 @@ import torch
 from click.testing import CliRunner
 from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
-from pipelines.checkpoint import list_checkpoints
 from pipelines.cli import main
-from pipelines.train import pretrain
-from pipelines.train_data import epoch_order, mask_tokens, step_generator
-from pipelines.train_runtime import warmup_cosine
+from pipelines.data.sequences import epoch_order, mask_tokens, step_generator
+from pipelines.train.checkpoint import list_checkpoints
+from pipelines.train.pretrain import pretrain
+from pipelines.train.runtime import warmup_cosine
 
 TINY = dict(model="tiny", batch_size=8, log_every=1, device="cpu", progress=False, max_val=8)
 

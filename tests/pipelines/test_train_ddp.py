@@ -16,7 +16,7 @@ import os, sys
 import torch
 torch.set_num_threads(1)
 from safetensors.torch import save_file
-from pipelines.train import pretrain
+from pipelines.train.pretrain import pretrain
 
 dataset, program, out = sys.argv[1:4]
 r = pretrain(dataset, program, out=out, model="tiny", mode="base", max_steps=6, batch_size=8, save_every=3,

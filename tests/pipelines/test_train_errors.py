@@ -6,10 +6,10 @@ import pytest
 from train_fixtures import dataset_dir, program_dir, write_dataset  # noqa: F401
 
 from model import PretrainedFileError, ProgramMismatchError
-from pipelines.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint
-from pipelines.finetune import finetune
-from pipelines.train import pretrain
-from pipelines.train_data import DatasetProgramMismatchError, LabelsMissingError
+from pipelines.data.sequences import DatasetProgramMismatchError, LabelsMissingError
+from pipelines.train.checkpoint import CheckpointError, ConfigMismatchError, load_checkpoint
+from pipelines.train.finetune import finetune
+from pipelines.train.pretrain import pretrain
 
 KW = dict(model="tiny", batch_size=8, device="cpu", progress=False)
 

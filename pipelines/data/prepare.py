@@ -1,0 +1,256 @@
+"""``prepare``: EHR files + a compiled program -> a tokenized dataset (format 1). The Python API under
+``hrrbert prepare``.
+
+    prepare(mimic="mimic-iv-2.0/", program="artifacts/programs/snomed/ab12...")
+
+Each source gives one dataset ``<out>/<name>/<dataset_id>/``; identical inputs, program and options
+give the same id, and preparing again is a no-op (nothing is read).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines.data.readers.common import ReadResult, find_table, input_record
+from pipelines.errors import PipelineError
+
+from .dataset import (
+    FORMAT_VERSION,
+    GENERATOR_VERSION,
+    MANIFEST_UNKNOWN_LIMIT,
+    make_dataset_id,
+    patients_table,
+    write_dataset,
+)
+from .splits import SPLITS, SplitOptions, assign_splits, choose_rood, code_counts
+from .tokenize import tokenize
+
+log = logging.getLogger(__name__)
+
+INT16_MAX = int(np.iinfo(np.int16).max)  # segment_ids are int16 (dataset format 1)
+
+
+@dataclass
+class PrepareResult:
+    """Where a dataset is and what it holds."""
+
+    path: Path
+    dataset_id: str
+    written: bool  # False when an identical dataset already existed
+    manifest: dict = field(repr=False)
+
+
+def _readers() -> dict[str, tuple[Callable[..., ReadResult], Callable[[Path], list[Path]]]]:
+    from .readers import eicu as readers_eicu
+    from .readers import meds as readers_meds
+    from .readers import mimic as readers_mimic
+
+    def mimic_files(p: Path) -> list[Path]:
+        root = readers_mimic.mimic_root(p)
+        return [find_table(root, rel) for rel, _, _ in readers_mimic.TABLES.values()]
+
+    def eicu_files(p: Path) -> list[Path]:
+        root = readers_eicu.eicu_root(p)
+        return [find_table(root, rel) for rel, _, _ in readers_eicu.TABLES.values()]
+
+    def meds_files(p: Path) -> list[Path]:
+        files = sorted((p / "data").rglob("*.parquet")) if (p / "data").is_dir() else []
+        splits = p / "metadata" / "subject_splits.parquet"
+        return files + ([splits] if splits.is_file() else [])
+
+    return {
+        "mimic-iv": (readers_mimic.read_mimic, mimic_files),
+        "eicu": (readers_eicu.read_eicu, eicu_files),
+        "meds": (readers_meds.read_meds, meds_files),
+    }
+
+
+def prepare_source(
+    kind: str,
+    path: str | Path,
+    program: str | Path,
+    *,
+    out: str | Path = "artifacts/datasets",
+    name: str | None = None,
+    label: str | None = None,
+    max_len: int = 128,
+    max_visits: int = 100,
+    unknown: str = "drop",
+    splits: SplitOptions | None = None,
+    threads: int | None = None,
+) -> PrepareResult:
+    """Read one source (``mimic-iv``, ``eicu`` or ``meds``), tokenize it against ``program``, split, write."""
+    from ontology_compiler import verify_program
+
+    t0 = time.perf_counter()
+    readers = _readers()
+    if kind not in readers:
+        raise ValueError(f"kind must be one of {sorted(readers)}, got {kind!r}")
+    if not 2 <= max_len <= INT16_MAX or not 1 <= max_visits <= INT16_MAX:
+        raise ValueError(
+            f"max_len must be in [2, {INT16_MAX}] and max_visits in [1, {INT16_MAX}] (segment ids are int16), "
+            f"got {max_len}, {max_visits}"
+        )
+    reader, list_files = readers[kind]
+    path, program = Path(path), Path(program)
+    pmanifest = verify_program(program)
+    splits = splits or SplitOptions()
+    root = path if kind != "mimic-iv" else _mimic_root(path)
+    inputs = [input_record(root, f) for f in list_files(path)]
+    options = {"max_len": max_len, "max_visits": max_visits, "unknown": unknown, "splits": splits.to_dict()}
+    dataset_id = make_dataset_id(pmanifest["program_id"], inputs, options)
+    name = name or f"{label or kind}-{path.resolve().name}"
+    final = Path(out) / name / dataset_id
+    if final.exists():
+        from .dataset import same_or_raise
+
+        same_or_raise(final, dataset_id)
+        from .dataset import read_dataset_manifest
+
+        log.info("%s: dataset %s already prepared", final, dataset_id)
+        return PrepareResult(final, dataset_id, False, read_dataset_manifest(final))
+    data = reader(path, threads=threads)
+    t_read = time.perf_counter()
+    concepts = pq.read_table(program / "concepts.parquet")
+    n_concepts = concepts.num_rows
+    tok = tokenize(data.events, concepts, max_len=max_len, max_visits=max_visits, unknown=unknown)
+    t_tok = time.perf_counter()
+    held, rood, rood_unseen = choose_rood(
+        tok.pair_patient, tok.pair_concept, len(tok.subject_id), n_concepts, splits
+    )
+    given = _given_split(data.labels, tok.subject_id)
+    split, disease, sizes = assign_splits(tok.n_visits, rood, given, splits)
+    count, count_train, logf = code_counts(tok.offsets, tok.input_ids, split, n_concepts)
+    rood_tab = _rood_table(held, concepts, tok.pair_concept)
+    tables = {
+        "patients": patients_table(tok, data.labels, split, disease, rood_unseen),
+        "code_counts": pa.table(
+            {
+                "concept_id": concepts["concept_id"],
+                "count": pa.array(count),
+                "count_train": pa.array(count_train),
+                "log_frequency": pa.array(logf),
+            }
+        ),  # fmt: skip
+        "rood_codes": rood_tab,
+        "unknown_codes": tok.unknown,
+    }
+    seen = count > 0
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "dataset_id": dataset_id,
+        "name": name,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "generator": GENERATOR_VERSION,
+        "program_id": pmanifest["program_id"],
+        "program": {"path": str(program), "release": pmanifest.get("release")},
+        "source": {**data.source, "kind": label or kind, "reader": kind},
+        "options": {
+            **options,
+            "sizes_used": sizes,
+            "log_frequency": "ln(count / pretraining code tokens); unseen: ln(0.5 / total)",
+        },
+        "counts": {
+            "patients": {
+                "in_source": data.counts.get("patients_in_source"),
+                "with_codes": data.labels.num_rows,
+                "kept": len(tok.subject_id),
+                "dropped": {
+                    "no_diagnoses": data.counts.get("dropped_no_diagnoses", 0),
+                    "no_known_codes": tok.counts["patients_no_known_codes"],
+                },
+                "by_split": {s: int((split == i).sum()) for i, s in enumerate(SPLITS)},
+                "rood_unseen": int(rood_unseen.sum()),
+                "mortality_6m": int(np.asarray(tables["patients"]["mortality_6m"]).sum()),
+            },
+            "codes": {
+                **tok.counts,
+                "program_concepts": n_concepts,
+                "concepts_seen_in_pretraining": int(seen.sum()),
+                "rood_codes": int(len(held)),
+                "log_frequency_min": float(logf[seen].min()) if seen.any() else None,
+                "log_frequency_max": float(logf[seen].max()) if seen.any() else None,
+                "tokens": int(len(tok.input_ids)),
+            },
+            "reader": data.counts,
+        },
+        "unknown_codes": tok.unknown.slice(0, MANIFEST_UNKNOWN_LIMIT).to_pylist(),
+        "unknown_codes_listed": min(tok.unknown.num_rows, MANIFEST_UNKNOWN_LIMIT),
+        "rood_codes": rood_tab.to_pylist(),
+        "timings_s": {"read": round(t_read - t0, 2), "tokenize": round(t_tok - t_read, 2)},
+    }
+    written = write_dataset(final, tables, manifest)
+    log.info(
+        "%s: %d patients, %d tokens in %.1f s",
+        final,
+        len(tok.subject_id),
+        len(tok.input_ids),
+        time.perf_counter() - t0,
+    )
+    return PrepareResult(final, dataset_id, written, manifest)
+
+
+def _mimic_root(path: Path) -> Path:
+    from pipelines.data.readers.mimic import mimic_root
+
+    return mimic_root(path)
+
+
+def _given_split(labels: pa.Table, subject_id: np.ndarray) -> np.ndarray | None:
+    g = labels["given_split"]
+    if g.null_count == len(g):
+        return None
+    pos = np.searchsorted(labels["subject_id"].to_numpy(), subject_id)
+    return np.array(g.take(pa.array(pos)).to_pylist(), dtype=object)
+
+
+def _rood_table(held: np.ndarray, concepts: pa.Table, pair_concept: np.ndarray) -> pa.Table:
+    per_code = np.bincount(pair_concept, minlength=concepts.num_rows)
+    rows = concepts.take(pa.array(held.astype(np.int64)))
+    return pa.table({
+        "concept_id": pa.array(held, pa.int32()), "vocabulary": rows["vocabulary"], "code": rows["code"],
+        "title": rows["title"], "patients": pa.array(per_code[held].astype(np.int64)),
+    })  # fmt: skip
+
+
+def prepare(
+    *,
+    mimic: str | Path | None = None,
+    eicu: str | Path | None = None,
+    meds: str | Path | None = None,
+    program: str | Path | None = None,
+    out: str | Path = "artifacts/datasets",
+    name: str | None = None,
+    seed: int = 0,
+    max_len: int = 128,
+    max_visits: int = 100,
+    unknown: str = "drop",
+    splits: SplitOptions | None = None,
+    threads: int | None = None,
+) -> list[PrepareResult]:
+    """Prepare one dataset per given source (the demo's datasets: :func:`pipelines.demo.prepare.prepare_demo`)."""
+    splits = splits or SplitOptions(seed=seed)
+    common = {
+        "max_len": max_len,
+        "max_visits": max_visits,
+        "unknown": unknown,
+        "splits": splits,
+        "threads": threads,
+    }
+    sources = [(k, p) for k, p in (("mimic-iv", mimic), ("eicu", eicu), ("meds", meds)) if p is not None]
+    if not sources:
+        raise PipelineError("nothing to prepare: give --mimic, --eicu or --meds (or --demo)")
+    if program is None:
+        raise PipelineError("--program is required (a compiled program folder, see compile-ontology)")
+    if name is not None and len(sources) > 1:
+        raise PipelineError("--name names one dataset; give one source at a time with --name")
+    return [prepare_source(k, p, program, out=out, name=name, **common) for k, p in sources]

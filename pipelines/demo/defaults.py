@@ -1,0 +1,17 @@
+"""The demo's defaults, in one place (light: the CLI reads them for its ``--help``)."""
+
+from __future__ import annotations
+
+from pipelines.data.tasks import TASKS
+
+DEMO_PATIENTS = 20_000  # synthetic MIMIC-IV-layout cohort size (the eICU hospital gets a quarter of it)
+DEMO_EXPERIMENT = {
+    "configurations": ("unstructured", "base"),
+    "model": "tiny",
+    "pretrain_seeds": 1,
+    "trials": 3,
+    "tasks": TASKS,
+}
+DEMO_PRETRAIN = {"max_steps": 600, "batch_size": 64, "lr": 2e-3, "max_val": 1000, "save_every": 200}
+DEMO_FINETUNE = {"epochs": 5, "lr": 1e-3, "batch_size": 32, "select_by": "f1"}
+DEMO_EVALUATE = {"per_bin": 400, "tsne_points": 1500, "cost_steps": 3}

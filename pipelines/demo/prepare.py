@@ -1,0 +1,66 @@
+"""The demo's data: the demo release (built once), its program, the synthetic cohort (generated once)
+and the tokenized MIMIC-IV- and eICU-layout datasets: :func:`prepare_demo` (``hrrbert prepare --demo``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from pipelines.data.prepare import PrepareResult, prepare_source
+
+from .cohort import generate_cohort
+from .defaults import DEMO_PATIENTS
+
+__all__ = ["ensure_cohort", "ensure_demo_release", "prepare_demo"]
+
+
+def prepare_demo(
+    *, artifacts: str | Path = "artifacts", out: str | Path | None = None, size: str = "default",
+    n_patients: int = DEMO_PATIENTS, seed: int = 0, **kwargs,
+) -> list[PrepareResult]:  # fmt: skip
+    """Build the demo release, compile it, generate the cohort (cached) and prepare MIMIC and eICU datasets."""
+    from ontology_compiler import compile_ontology
+
+    artifacts = Path(artifacts)
+    release = ensure_demo_release(artifacts / "releases" / f"demo_icd10cm_{size}", size=size, seed=seed)
+    program = compile_ontology(release, out=artifacts / "programs").path
+    ehr = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
+    out = Path(out) if out is not None else artifacts / "datasets"
+    return [
+        prepare_source("mimic-iv", ehr, program, out=out, label="demo", name="demo-mimic", **kwargs),
+        prepare_source("eicu", ehr / "eicu", program, out=out, label="demo", name="demo-eicu", **kwargs),
+    ]
+
+
+def ensure_cohort(parent: Path, program: Path, *, n_patients: int, seed: int) -> Path:
+    """The synthetic cohort for ``program`` (generated once into ``parent``; atomic rename)."""
+    final = parent / f"demo-{program.name}-n{n_patients}-s{seed}"
+    if (final / "ground_truth" / "README.json").is_file():
+        return final
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".tmp-{final.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        generate_cohort(tmp, n_patients=n_patients, seed=seed, codes=program)
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def ensure_demo_release(folder: Path, *, size: str, seed: int) -> Path:
+    """The demo release in ``folder``, built unless a finished build of the same size and seed is there."""
+    from .release import build_demo_release
+
+    info = folder / "release_info.json"
+    if info.is_file():
+        meta = json.loads(info.read_text(encoding="utf-8"))
+        if meta.get("demo") is True and meta.get("size") == size and meta.get("seed") == seed:
+            return folder
+    return build_demo_release(folder, size=size, seed=seed)

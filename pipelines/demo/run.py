@@ -1,0 +1,148 @@
+"""``hrrbert demo``: the main job on the embedded default data.
+
+Builds the demo release (RF2 layout, from public ICD-10-CM / ICD-9-CM text and the real CMS GEMs; not
+SNOMED content), compiles it into an HRR program, generates the synthetic MIMIC-IV / eICU-layout cohort,
+tokenizes it into datasets, and queries the program with the README's SQL. Then it runs the smallest
+instance of the paper's experiment (:mod:`pipelines.eval.experiment`): tiny ``unstructured`` and ``base``
+models pretrained on ``demo-mimic``, fine-tuned on mortality and chapters a few times each, evaluated
+(frequency bins, neighbours, t-SNE, ROOD, eICU-layout transfer, cost) and reported in
+``<out>/runs/demo-<size>/report.md``; about 8 minutes on a 2-core CPU (7.5 min measured). ``train_steps=0`` stops after
+the data steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .defaults import DEMO_EVALUATE, DEMO_EXPERIMENT, DEMO_FINETUNE, DEMO_PATIENTS, DEMO_PRETRAIN
+
+log = logging.getLogger(__name__)
+
+# The demo experiment: the smallest instance of the protocol that shows the effects on a 2-core CPU.
+
+
+# The README's queries, run by the demo and by a test.
+QUERIES: dict[str, str] = {
+    "atoms composing E11.9": (
+        "SELECT r.label AS relation, a.kind, a.label AS atom, e.slot, e.role_group "
+        "FROM edges e JOIN concepts c USING (concept_id) JOIN relations r USING (relation_id) "
+        "JOIN atoms a USING (atom_id) WHERE c.code = 'E119' ORDER BY e.relation_id, e.slot"
+    ),
+    "codes sharing most atoms with E11.9": (
+        "WITH mine AS (SELECT relation_id, atom_id FROM edges JOIN concepts USING (concept_id) "
+        "WHERE code = 'E119') "
+        "SELECT c.vocabulary, c.code_dotted AS code, c.title, count(*) AS shared FROM edges e "
+        "JOIN mine USING (relation_id, atom_id) JOIN concepts c USING (concept_id) "
+        "WHERE c.code <> 'E119' GROUP BY ALL ORDER BY shared DESC, code LIMIT 10"
+    ),
+    "multiplicity histogram per relation": (
+        "SELECT r.label AS relation, m AS multiplicity, count(*) AS concepts "
+        "FROM (SELECT concept_id, relation_id, count(*) AS m FROM edges GROUP BY ALL) "
+        "JOIN relations r USING (relation_id) GROUP BY ALL ORDER BY relation, multiplicity"
+    ),
+}
+
+
+def run_demo(
+    out: str | Path = "artifacts",
+    *,
+    size: str = "default",
+    patients: int = DEMO_PATIENTS,
+    train_steps: int | None = None,
+    trials: int | None = None,
+    device: str = "cpu",
+    threads: int | None = 1,
+) -> int:
+    """Run the demo into ``out`` (releases/, programs/, ehr/, datasets/, runs/) and print what it made.
+
+    ``train_steps`` pretraining steps per model (None: the demo's 600; 0: stop after the data steps);
+    ``trials`` fine-tuning trials per task (None: 3); ``threads`` torch CPU threads (None: torch's
+    default; the tiny demo models gain little from more, and one thread never stalls on a busy CPU).
+    """
+    import click
+
+    from ontology_compiler import compile_ontology, run_sql
+    from ontology_compiler.cli import summary
+    from ontology_compiler.sql import format_result
+    from pipelines.demo.prepare import prepare_demo
+
+    out = Path(out)
+    datasets = prepare_demo(artifacts=out, size=size, n_patients=patients)
+    release = out / "releases" / f"demo_icd10cm_{size}"
+    program = compile_ontology(release, out=out / "programs")  # already compiled: a verified no-op
+    click.echo(summary(program))
+    for d in datasets:
+        m = d.manifest
+        click.echo(f"\ndataset   {d.path}")
+        click.echo("  " + ", ".join(f"{k} {v}" for k, v in _dataset_counts(m).items()))
+    for title, query in QUERIES.items():
+        click.echo(f'\n-- {title}\n$ hrrbert sql {program.path.parent} "{query}"')
+        click.echo(format_result(run_sql(program.path, query), max_rows=20))
+    if train_steps == 0:
+        return 0
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    mimic = next(d for d in datasets if d.path.parent.name == "demo-mimic")
+    eicu = next((d for d in datasets if d.path.parent.name == "demo-eicu"), None)
+    result = run_demo_experiment(
+        out, mimic.path, program.path, eicu.path if eicu else None,
+        name=demo_name(size, patients, train_steps, trials), train_steps=train_steps, trials=trials, device=device,
+    )  # fmt: skip
+    click.echo(f"\nexperiment {result.path} ({result.seconds:.0f} s)\nreport    {result.report}\n")
+    click.echo(result.headline)
+    return 0
+
+
+def demo_name(size: str, patients: int, train_steps: int | None, trials: int | None) -> str:
+    """``demo-<size>``, plus each option that differs from the demo's defaults (one folder per setting)."""
+    parts = [f"demo-{size}"]
+    if patients != DEMO_PATIENTS:
+        parts.append(f"n{patients}")
+    if train_steps is not None:
+        parts.append(f"s{train_steps}")
+    if trials:
+        parts.append(f"t{trials}")
+    return "-".join(parts)
+
+
+def run_demo_experiment(
+    out: str | Path,
+    dataset: Path,
+    program: Path,
+    transfer: Path | None,
+    *,
+    name: str = "demo",
+    train_steps: int | None = None,
+    trials: int | None = None,
+    device: str = "cpu",
+    **overrides,
+):
+    """The demo's experiment into ``<out>/runs/<name>`` (a finished one is only re-reported)."""
+    from pipelines.eval.experiment import ExperimentConfig, run_experiment
+
+    pre = dict(DEMO_PRETRAIN)
+    if train_steps is not None:
+        pre["max_steps"] = train_steps
+        pre["save_every"] = min(pre["save_every"], train_steps)
+    exp = {**DEMO_EXPERIMENT, **({"trials": trials} if trials else {})}
+    cfg = ExperimentConfig(
+        dataset=str(dataset), program=str(program), transfer_dataset=str(transfer) if transfer else None,
+        name=name, out=str(Path(out) / "runs"), device=device, pretrain={**pre, **overrides.pop("pretrain", {})},
+        finetune={**DEMO_FINETUNE, **overrides.pop("finetune", {})},
+        evaluate={**DEMO_EVALUATE, **overrides.pop("evaluate", {})}, **{**exp, **overrides},
+    )  # fmt: skip
+    return run_experiment(cfg)
+
+
+def _dataset_counts(manifest: dict) -> dict:
+    c = manifest.get("counts", {})
+    p, k = c.get("patients", {}), c.get("codes", {})
+    out = {"patients kept": p.get("kept"), "splits": p.get("by_split"), "tokens": k.get("tokens")}
+    if "unknown_code_share" in k:
+        out["unknown code rows"] = f"{100 * k['unknown_code_share']:.2f} %"
+    if "log_frequency_min" in k:
+        out["log frequency"] = f"{k['log_frequency_min']:.1f} .. {k['log_frequency_max']:.1f}"
+    return {key: v for key, v in out.items() if v is not None}

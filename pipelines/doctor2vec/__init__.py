@@ -1,0 +1,1 @@
+"""Doctor2Vec: doctor-trial matching data, the trainer, evaluation and the comparison report."""

@@ -1,0 +1,364 @@
+"""Train Doctor2Vec on a Doctor2Vec data set (:func:`train_doctor2vec`); metrics, scoring and model files.
+
+A run folder ``<out>/<run_id>/`` holds ``metrics.jsonl`` (one record per validation), ``results.json`` (the
+best validation's metrics on val, test and the rare-disease trials) and ``model/`` (``config.json``
++ ``model.safetensors``; the config records the program id and the data set's vocabulary fingerprint,
+so a model is never silently applied to other data).
+
+Metrics (:func:`ranking_metrics`): ROC-AUC and PR-AUC pooled over the split's (doctor, trial) pairs, and
+per trial — rank the doctors by score — precision at k and average precision, averaged over the trials
+with at least one enrolling doctor. Training sees the train trials only, with the rare-disease trials'
+condition codes removed from every patient history (``hide_held_out``), so those codes are unseen until
+the test.
+
+Dimension legend: B pairs, Np pairs of a split, Tr trials, Dn doctors.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from pipelines.errors import PipelineError
+from pipelines.train.metrics import auroc, average_precision
+from pipelines.train.model_files import check_meta, read_meta, save_weights
+from pipelines.train.runtime import (
+    MetricsLog,
+    now_iso,
+    progress,
+    resolve_device,
+    seed_everything,
+    versions,
+    write_json,
+)
+
+from .tensors import D2VTensors, build_tensors, doctor_batches, make_batch
+
+log = logging.getLogger(__name__)
+
+EMBEDDINGS = ("plain", "hrr")
+MODEL_KIND = "hrrbert-doctor2vec"
+EVAL_SPLITS = ("val", "test", "test_rare")
+
+
+class Doctor2VecMismatchError(PipelineError):
+    """A saved Doctor2Vec model belongs to another program or another data set vocabulary."""
+
+
+@dataclass
+class D2VTrainConfig:
+    """Options of a Doctor2Vec training run (saved in ``results.json``)."""
+
+    data: str  # Doctor2Vec data folder (pipelines.doctor2vec.data)
+    program: str  # the program the data was generated from
+    embedding: str = "plain"  # code embedding: plain table or hrr (HRREmbedding)
+    hrr_mode: str = "base"  # HRREmbedding mode when embedding is hrr
+    doctor: str = "dynamic"  # dynamic (trial attends over the patients) or static (mean of patients)
+    patient_encoder: str = "pooled"  # pooled code vectors or visit-transformer
+    dim: int = 64  # embedding and model dimension
+    hops: int = 1  # memory reads of a dynamic doctor
+    max_memories: int = 64  # patients per doctor memory (larger panels: seeded sample)
+    max_codes: int = 64  # most recent codes per patient
+    hidden: int = 128  # compatibility MLP width
+    dropout: float = 0.1  # dropout
+    epochs: int = 3  # passes over the train pairs
+    val_every: int = (
+        10  # steps between validations (0: once an epoch); the best validation's weights are kept
+    )
+    doctors_per_batch: int = 8  # doctors per step (each with every train trial)
+    lr: float = 1e-3  # AdamW learning rate
+    code_lr_scale: float = 0.1  # learning rate of the code embedding (table or atoms) relative to lr
+    weight_decay: float = 1e-4  # AdamW weight decay
+    clip: float = 1.0  # max gradient norm (0: off)
+    pos_weight: float = 0.0  # BCE weight of positives (0: negatives / positives of the train pairs)
+    hide_held_out: bool = True  # remove the rare-disease trials' codes from histories during training
+    k: tuple[int, ...] = (5, 10)  # precision at k per trial
+    seed: int = 0  # seed
+    device: str = "cpu"  # auto, cpu, cuda
+    progress: bool = True  # tqdm bar (only on a terminal)
+
+    def __post_init__(self) -> None:
+        if self.embedding not in EMBEDDINGS:
+            raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {self.embedding!r}")
+        if self.epochs < 1 or self.doctors_per_batch < 1:
+            raise ValueError(
+                f"epochs and doctors_per_batch must be >= 1, got {self.epochs}, {self.doctors_per_batch}"
+            )
+        self.k = tuple(int(x) for x in self.k)
+
+
+# --- metrics ---------------------------------------------------------------------------------------
+
+
+def ranking_metrics(
+    trial: np.ndarray, label: np.ndarray, score: np.ndarray, k: tuple[int, ...] = (5, 10)
+) -> dict[str, Any]:
+    """Pooled ROC-AUC / PR-AUC and per-trial precision at k and average precision.
+
+    Shapes: ``(Np,)`` each: the trial of each pair, its 0/1 label and the model's score. ``per_trial_ap``
+    lists each trial's average precision (trials with an enrolling doctor), keyed by the ``trial`` values.
+    """
+    y = label.astype(np.float64)
+    out: dict[str, Any] = {
+        "pairs": int(len(y)),
+        "positives": int(y.sum()),
+        "trials": int(len(np.unique(trial))),
+        "roc_auc": auroc(y, score) if 0 < y.sum() < len(y) else float("nan"),
+        "pr_auc": average_precision(y, score) if y.sum() > 0 else float("nan"),
+    }
+    per_k: dict[int, list[float]] = {kk: [] for kk in k}
+    aps, ap_trials = [], []
+    for t in np.unique(trial):
+        rows = np.flatnonzero(trial == t)
+        yt = y[rows]
+        if yt.sum() == 0:
+            continue
+        order = rows[np.argsort(-score[rows], kind="stable")]
+        for kk in k:
+            per_k[kk].append(float(y[order[:kk]].mean()))
+        aps.append(average_precision(yt, score[rows]))
+        ap_trials.append(int(t))
+    out["trials_with_positives"] = len(aps)
+    for kk in k:
+        out[f"p_at_{kk}"] = float(np.mean(per_k[kk])) if per_k[kk] else float("nan")
+    out["trial_ap"] = float(np.mean(aps)) if aps else float("nan")
+    out["per_trial_ap"] = {"trial": ap_trials, "ap": aps}  # for paired comparisons between models
+    return out
+
+
+# --- model -----------------------------------------------------------------------------------------
+
+
+def code_embedding(embedding: str, program, n_codes: int, dim: int, hrr_mode: str) -> nn.Module:
+    """A fresh code-embedding module: plain table or ``HRREmbedding`` of ``program``."""
+    if embedding == "hrr":
+        from hrr_kernel import HRREmbedding
+
+        return HRREmbedding(program, dim, hrr_mode)
+    e = nn.Embedding(n_codes, dim, padding_idx=0)
+    nn.init.normal_(e.weight, 0.0, 0.02)
+    return e
+
+
+def build_model(cfg: D2VTrainConfig, manifest: dict[str, Any], program) -> nn.Module:
+    from model.doctor2vec import Doctor2Vec, Doctor2VecConfig
+
+    n_codes = int(manifest["n_codes"])
+    if program.n_concepts != n_codes:
+        raise Doctor2VecMismatchError(
+            f"the data set has {n_codes} codes but program {program.program_id} has {program.n_concepts}"
+        )
+    mc = Doctor2VecConfig(
+        n_codes=n_codes,
+        n_words=int(manifest["n_words"]),
+        dim=cfg.dim,
+        patient_encoder=cfg.patient_encoder,
+        doctor=cfg.doctor,
+        hops=cfg.hops,
+        max_memories=cfg.max_memories,
+        hidden=cfg.hidden,
+        dropout=cfg.dropout,
+        code_mode=cfg.hrr_mode if cfg.embedding == "hrr" else "unstructured",
+    )
+    return Doctor2Vec(mc, code_embedding(cfg.embedding, program, n_codes, cfg.dim, cfg.hrr_mode))
+
+
+@torch.no_grad()
+def score_pairs(model: nn.Module, t: D2VTensors, rows: np.ndarray, device, doctors_per_batch: int = 32):
+    """Scores ``(Np,)`` (probabilities) of pair ``rows``, in that order, from the full patient histories."""
+    was = model.training
+    model.eval()
+    out = np.zeros(len(rows), dtype=np.float64)
+    pos = {int(r): i for i, r in enumerate(rows)}
+    for b in doctor_batches(t, rows, doctors_per_batch):
+        batch = {k: v.to(device) for k, v in make_batch(t, b, "eval").items()}
+        logits, _ = model(batch)
+        out[[pos[int(r)] for r in b]] = torch.sigmoid(logits.float()).cpu().numpy()
+    model.train(was)
+    return out
+
+
+def evaluate_splits(model, t: D2VTensors, device, k, splits=EVAL_SPLITS) -> dict[str, dict[str, Any]]:
+    res = {}
+    for split in splits:
+        rows = t.pairs_of(split)
+        if len(rows):
+            s = score_pairs(model, t, rows, device)
+            res[split] = ranking_metrics(t.trial_ids[t.pair_trial[rows]], t.pair_label[rows], s, k)
+    return res
+
+
+# --- persistence -----------------------------------------------------------------------------------
+
+
+def _meta(cfg: D2VTrainConfig, manifest: dict[str, Any], model: nn.Module) -> dict[str, Any]:
+    return {
+        "kind": MODEL_KIND,
+        "embedding": cfg.embedding,
+        "hrr_mode": cfg.hrr_mode,
+        "config": model.config.to_dict(),
+        "program_id": manifest["program_id"],
+        "data_id": manifest.get("d2v_id", manifest.get("dataset_id")),
+        "vocab_fingerprint": manifest.get("vocab_fingerprint"),
+        "max_codes": cfg.max_codes,
+    }
+
+
+def save_model(model: nn.Module, directory: Path, meta: dict[str, Any]) -> Path:
+    return save_weights(model, directory, meta, MODEL_KIND)
+
+
+def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tuple[nn.Module, dict[str, Any]]:
+    """A saved Doctor2Vec model, checked against the data set's vocabulary and the program."""
+    from safetensors.torch import load_file
+
+    from model.doctor2vec import Doctor2Vec, Doctor2VecConfig
+
+    d, p, meta = read_meta(directory, MODEL_KIND, "Doctor2Vec", "hrrbert doctor2vec train", PipelineError)
+    check_meta(meta, manifest, ("program_id", "vocab_fingerprint"), p, "data set",
+               "evaluate on data generated with the same program and vocabulary", Doctor2VecMismatchError)  # fmt: skip
+    cfg = Doctor2VecConfig.from_dict(meta["config"])
+    if cfg.n_codes != int(manifest["n_codes"]) or cfg.n_words != int(manifest["n_words"]):
+        raise Doctor2VecMismatchError(
+            f"{p}: the model has {cfg.n_codes} codes / {cfg.n_words} words, the data set "
+            f"{manifest['n_codes']} / {manifest['n_words']}"
+        )
+    model = Doctor2Vec(
+        cfg, code_embedding(meta["embedding"], program, cfg.n_codes, cfg.dim, meta["hrr_mode"])
+    )
+    try:
+        model.load_state_dict(load_file(str(d / "model.safetensors")))
+    except (OSError, RuntimeError) as e:
+        raise PipelineError(f"{d / 'model.safetensors'}: weights do not fit the config: {e}") from e
+    return model.eval(), meta
+
+
+# --- training --------------------------------------------------------------------------------------
+
+
+@dataclass
+class D2VRunResult:
+    run_dir: Path
+    results: dict[str, Any]  # results.json
+
+
+def _load(data_path: str, program_path: str, device):
+    from hrr_kernel import load_program
+
+    from .read import read_doctor2vec
+
+    data = read_doctor2vec(data_path)
+    prog = load_program(program_path, device=device)
+    if prog.program_id != data.manifest["program_id"]:
+        raise Doctor2VecMismatchError(
+            f"{data_path}: data was generated from program {data.manifest['program_id']!r}, "
+            f"but program {prog.program_id!r} was given"
+        )
+    return data, prog
+
+
+def train_doctor2vec(
+    data: str | Path | None = None,
+    program: str | Path | None = None,
+    *,
+    config: D2VTrainConfig | None = None,
+    out: str | Path = "artifacts/runs",
+    run_id: str | None = None,
+    **options: Any,
+) -> D2VRunResult:
+    """Train on the train trials, keep the best validation (PR-AUC), test on the test and rare trials."""
+    if config is None:
+        bad = sorted(set(options) - {f.name for f in fields(D2VTrainConfig)})
+        if bad:
+            raise TypeError(f"unknown doctor2vec option(s) {bad}")
+        config = D2VTrainConfig(data=str(data), program=str(program), **options)
+    cfg = config
+    t0 = time.perf_counter()
+    device = resolve_device(cfg.device)
+    ds, prog = _load(cfg.data, cfg.program, device)
+    t = build_tensors(ds, max_memories=cfg.max_memories, max_codes=cfg.max_codes,
+                      hide_held_out=cfg.hide_held_out, seed=cfg.seed)  # fmt: skip
+    train_rows = t.pairs_of("train")
+    if len(train_rows) == 0 or len(t.pairs_of("val")) == 0:
+        raise PipelineError(f"{cfg.data}: no train or validation pairs (skipped: {ds.skipped})")
+    codes = f"hrr-{cfg.hrr_mode}" if cfg.embedding == "hrr" else cfg.embedding
+    run_id = run_id or f"d2v-{codes}-{cfg.doctor}-{cfg.patient_encoder}-seed{cfg.seed}"
+    run_dir = Path(out) / run_id
+    if (run_dir / "results.json").exists():
+        raise PipelineError(f"{run_dir}: Doctor2Vec run already exists; choose another --run-id")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    seed_everything(cfg.seed)
+    model = build_model(cfg, ds.manifest, prog).to(device)
+    y = t.pair_label[train_rows]
+    pos_weight = cfg.pos_weight or float((len(y) - y.sum()) / max(y.sum(), 1))
+    code_params = {id(x) for x in model.code.parameters()}
+    rest = [x for x in model.parameters() if id(x) not in code_params]
+    opt = torch.optim.AdamW(
+        [{"params": rest}, {"params": list(model.code.parameters()), "lr": cfg.lr * cfg.code_lr_scale}],
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+    )
+    metrics = MetricsLog(run_dir / "metrics.jsonl")
+    rng = np.random.default_rng(cfg.seed)
+    n_batches = len(doctor_batches(t, train_rows, cfg.doctors_per_batch))
+    bar = progress(cfg.epochs * n_batches, 0, cfg.progress, f"doctor2vec {cfg.embedding} {cfg.doctor}")
+    best, best_state, best_step = None, None, -1
+    step, since, total, n = 0, 0, 0.0, 0
+    for epoch in range(cfg.epochs):
+        batches = doctor_batches(t, train_rows, cfg.doctors_per_batch, rng)
+        for i, rows in enumerate(batches):
+            model.train()
+            batch = {k: v.to(device) for k, v in make_batch(t, rows, "train").items()}
+            loss, _ = model.loss(batch, pos_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            opt.step()
+            total += float(loss.detach()) * len(rows)
+            n += len(rows)
+            step, since = step + 1, since + 1
+            bar.update(1)
+            if since < (cfg.val_every or len(batches)) and i < len(batches) - 1:
+                continue
+            v = evaluate_splits(model, t, device, cfg.k, ("val",))["val"]
+            rec = {"step": step, "epoch": epoch + (i + 1) / len(batches), "train_loss": total / n}
+            metrics.write({**rec, **{f"val_{k}": x for k, x in v.items() if k != "per_trial_ap"}})
+            log.info("step %d (epoch %.2f): train loss %.4f, val PR-AUC %.4f", step, rec["epoch"], total / n,
+                     v["pr_auc"])  # fmt: skip
+            since, total, n = 0, 0.0, 0
+            if best is None or v["pr_auc"] > best["pr_auc"]:
+                best, best_step = v, step
+                best_state = {k: x.detach().clone() for k, x in model.state_dict().items()}
+    bar.close()
+    metrics.close()
+    model.load_state_dict(best_state)
+    meta = _meta(cfg, ds.manifest, model)
+    save_model(model, run_dir / "model", meta)
+    ev = evaluate_splits(model, t, device, cfg.k)
+    results = {
+        "kind": "doctor2vec",
+        "run_id": run_id,
+        "config": asdict(cfg),
+        "model": meta,
+        "parameters": model.num_parameters(),
+        "best_step": best_step,
+        "steps": step,
+        **ev,
+        "train_pairs": int(len(train_rows)),
+        "pos_weight": pos_weight,
+        "data_counts": {**t.counts, **{f"skipped_{k}": v for k, v in ds.skipped.items()}},
+        "wall_s": time.perf_counter() - t0,
+        "versions": versions(),
+        "created_at": now_iso(),
+    }
+    write_json(run_dir / "results.json", results)
+    return D2VRunResult(run_dir, results)

@@ -1,0 +1,211 @@
+"""The paper's protocol as one call: :func:`run_experiment` (``hrrbert experiment``).
+
+For every configuration (embedding mode) and pretraining seed: pretrain, fine-tune ``trials`` times on
+each task, evaluate (frequency bins, neighbours, t-SNE, ROOD, eICU transfer, cost); then write the
+report. The paper ran 3 pretraining seeds x 10 fine-tunes of BERT-base on MIMIC-IV (meant for a GPU);
+``hrrbert demo`` runs the smallest instance on the synthetic cohort.
+
+An experiment lives in ``<out>/<name>/``::
+
+    experiment.json                     the config and the list of runs (written first, updated as runs finish)
+    pretrain/<config>-seed<s>/          pretraining runs (pipelines.train.pretrain layout)
+    finetune/<task>-<config>-seed<s>/   fine-tuning runs (trial-*/results.json, summary.json)
+    eval/<config>-seed<s>/              evaluation.json, tsne.png
+    report.md, plots/                   the report (pipelines.eval.report)
+
+Finished steps are kept: running the same experiment again skips every run whose output exists, so a
+killed experiment continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines.data.tasks import TASKS
+from pipelines.errors import PipelineError
+from pipelines.train.runtime import now_iso, versions, write_json
+
+from .report import EXPERIMENT_FILE
+
+log = logging.getLogger(__name__)
+
+# Fine-tuning trials of pretraining seed s use seeds s * stride + k (k < trials): disjoint for < 1000 trials.
+FINETUNE_SEED_STRIDE = 1000
+
+CONTROL = "unstructured"
+
+
+@dataclass
+class ExperimentConfig:
+    """Options of an experiment (saved in ``experiment.json``)."""
+
+    dataset: str  # tokenized dataset (MIMIC layout) for pretraining and fine-tuning
+    program: str  # the program the datasets were tokenized against
+    transfer_dataset: str | None = None  # dataset of another layout (eICU) for the transfer test
+    name: str = "experiment"  # folder name under ``out``
+    out: str = "artifacts/runs"  # parent folder of the experiment
+    configurations: tuple[str, ...] = ("unstructured", "base")  # embedding modes; unstructured = control
+    model: str = "bert-base"  # model preset: tiny, small, bert-base
+    pretrain_seeds: int = 3  # pretraining runs per configuration (paper: 3)
+    trials: int = 10  # fine-tunings per pretraining run and task (paper: 10)
+    tasks: tuple[str, ...] = TASKS  # fine-tuning tasks
+    pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides (epochs, lr, ...)
+    finetune: dict[str, Any] = field(default_factory=dict)  # FinetuneConfig overrides
+    evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides
+    device: str = "auto"  # auto, cpu, cuda
+    progress: bool = True  # tqdm bars (only on a terminal)
+
+    def __post_init__(self) -> None:
+        from hrr_kernel import MODES
+
+        self.configurations = tuple(self.configurations)
+        self.tasks = tuple(self.tasks)
+        bad = [c for c in self.configurations if c not in MODES]
+        if bad:
+            raise ValueError(f"unknown configuration(s) {bad}; choose from {MODES}")
+        if len(set(self.configurations)) != len(self.configurations):
+            raise ValueError(f"configurations repeat: {self.configurations}")
+        if self.pretrain_seeds < 1 or self.trials < 1:
+            raise ValueError(
+                f"pretrain_seeds and trials must be >= 1, got {self.pretrain_seeds}, {self.trials}"
+            )
+        bad_tasks = [t for t in self.tasks if t not in TASKS]
+        if bad_tasks:
+            raise ValueError(f"unknown task(s) {bad_tasks}; choose from ('mortality', 'chapters')")
+
+
+@dataclass
+class ExperimentResult:
+    path: Path  # the experiment folder
+    report: Path  # report.md
+    headline: str  # the report's headline table (Markdown)
+    seconds: float  # wall time of this call
+
+
+def run_experiment(config: ExperimentConfig | None = None, **options: Any) -> ExperimentResult:
+    """Run (or continue) an experiment and write its report."""
+    cfg = config or ExperimentConfig(**options)
+    t0 = time.perf_counter()
+    root = Path(cfg.out) / cfg.name
+    root.mkdir(parents=True, exist_ok=True)
+    _check_same_config(root, cfg)
+    runs: list[dict[str, Any]] = []
+    record = {"kind": "experiment", "name": cfg.name, "config": asdict(cfg), "control": CONTROL,
+              "versions": versions(), "created_at": now_iso(), "runs": runs}  # fmt: skip
+    write_json(root / EXPERIMENT_FILE, record)
+    for conf in cfg.configurations:
+        for seed in range(cfg.pretrain_seeds):
+            runs.append(_one_run(cfg, root, conf, seed))
+            write_json(root / EXPERIMENT_FILE, record)
+    record["finished_at"] = now_iso()
+    write_json(root / EXPERIMENT_FILE, record)
+    from .report import write_report
+
+    rep = write_report(root)
+    return ExperimentResult(root, rep.path, rep.headline, time.perf_counter() - t0)
+
+
+def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
+    p = root / EXPERIMENT_FILE
+    if not p.is_file():
+        return
+    try:
+        saved = json.loads(p.read_text(encoding="utf-8")).get("config", {})
+    except json.JSONDecodeError as e:
+        raise PipelineError(f"{p}: not valid JSON ({e}); remove it or choose another --name") from e
+    now = json.loads(json.dumps(asdict(cfg)))
+    ignore = {"progress", "device", "out"}
+    diffs = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
+    if diffs:
+        lines = "\n".join(f"  {k}: experiment has {saved.get(k)!r}, now {now.get(k)!r}" for k in diffs)
+        raise PipelineError(
+            f"{p}: an experiment with another config exists there; differences:\n{lines}\n"
+            "  use the same options to continue it, or choose another --name"
+        )
+
+
+def _resumable(pre_dir: Path) -> bool:
+    """Whether a started pretraining run can resume; one killed before its first checkpoint restarts."""
+    import shutil
+
+    from pipelines.train.checkpoint import list_checkpoints
+
+    if not (pre_dir / "config.json").is_file():
+        return False
+    if list_checkpoints(pre_dir):
+        return True
+    log.warning("%s: started but never checkpointed; starting it again", pre_dir)
+    shutil.rmtree(pre_dir)
+    return False
+
+
+def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[str, Any]:
+    from pipelines.train.finetune import finetune
+    from pipelines.train.pretrain import pretrain
+
+    from .pretrained import EVALUATION_FILE, evaluate
+
+    tag = f"{conf}-seed{seed}"
+    pre_dir = root / "pretrain" / tag
+    if not (pre_dir / "model" / "config.json").is_file():
+        t = time.perf_counter()
+        resume = _resumable(pre_dir)
+        pretrain(cfg.dataset, cfg.program, out=root / "pretrain", run_id=tag, resume=resume,
+                 model=cfg.model, mode=conf, seed=seed, device=cfg.device, progress=cfg.progress,
+                 **cfg.pretrain)  # fmt: skip
+        log.info("pretrained %s in %.0f s", tag, time.perf_counter() - t)
+    ft: dict[str, str] = {}
+    for task in cfg.tasks:
+        ft_id = f"{task}-{tag}"
+        ft_dir = root / "finetune" / ft_id
+        if not (ft_dir / "summary.json").is_file():
+            t = time.perf_counter()
+            finetune(pre_dir, cfg.dataset, cfg.program, out=root / "finetune", run_id=ft_id, task=task,
+                     trials=cfg.trials, seed=FINETUNE_SEED_STRIDE * seed, device=cfg.device, progress=cfg.progress,
+                     **cfg.finetune)  # fmt: skip
+            log.info("fine-tuned %s in %.0f s", ft_id, time.perf_counter() - t)
+        ft[task] = str(ft_dir.relative_to(root))
+    ev_dir = root / "eval" / tag
+    if not (ev_dir / EVALUATION_FILE).is_file():
+        t = time.perf_counter()
+        evaluate(pretrained=str(pre_dir), dataset=cfg.dataset, program=cfg.program, out=str(ev_dir),
+                 mortality=str(root / ft["mortality"]) if "mortality" in ft else None,
+                 chapters=str(root / ft["chapters"]) if "chapters" in ft else None,
+                 transfer_dataset=cfg.transfer_dataset, device=cfg.device, label=conf, **cfg.evaluate)  # fmt: skip
+        log.info("evaluated %s in %.0f s", tag, time.perf_counter() - t)
+    return {
+        "configuration": conf,
+        "seed": seed,
+        "pretrain": str(pre_dir.relative_to(root)),
+        "finetune": ft,
+        "evaluation": str((ev_dir / EVALUATION_FILE).relative_to(root)),
+    }
+
+
+def options_to_config(
+    *,
+    epochs: int,
+    max_steps: int | None,
+    batch_size: int,
+    lr: float,
+    bf16: bool,
+    finetune_epochs: int,
+    finetune_lr: float,
+    finetune_batch_size: int,
+    per_bin: int,
+    tsne_points: int,
+    **kw: Any,
+) -> ExperimentConfig:
+    """An :class:`ExperimentConfig` from the flat options of ``hrrbert experiment``."""
+    pre = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "bf16": bf16}
+    if max_steps is not None:
+        pre["max_steps"] = max_steps
+    fin = {"epochs": finetune_epochs, "lr": finetune_lr, "batch_size": finetune_batch_size, "bf16": bf16}
+    return ExperimentConfig(
+        pretrain=pre, finetune=fin, evaluate={"per_bin": per_bin, "tsne_points": tsne_points}, **kw
+    )

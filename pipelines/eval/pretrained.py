@@ -1,0 +1,238 @@
+"""Evaluate one pretrained HRRBERT (and its fine-tuned runs): :func:`evaluate` (``hrrbert evaluate``).
+
+What it runs (each part skipped when its input is not given):
+
+- (a) the frequency-bin MLM test (:mod:`pipelines.eval.frequency`), on the pretrained model;
+- (b) ROOD: the chapters fine-tuning run on ``rood`` and ``rood_unseen`` (:mod:`pipelines.eval.finetuned`);
+- (c) transfer: the mortality fine-tuning run on another dataset's ``test`` split (eICU layout);
+- (d) nearest neighbours with the ontology-relatedness score (:mod:`pipelines.eval.neighbours`);
+- (e) a t-SNE plot of the token embedding matrix (:mod:`pipelines.eval.tsne`);
+- the cost figures of a training step (embedding build time, step time, tokens/s, peak memory).
+
+The statistics across trials and configurations (f) live in :mod:`pipelines.eval.stats` and are applied by
+:mod:`pipelines.eval.report`. Everything lands in ``<out>/evaluation.json`` (+ ``tsne.png``). Every input is
+checked against the program first: a dataset tokenized against another program, a missing or corrupt
+model folder, or a task without labels raises an error naming the file and what differs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipelines.data.sequences import TokenizedDataset
+from pipelines.errors import PipelineError
+from pipelines.train.runtime import now_iso, resolve_device, seed_everything, versions, write_json
+
+log = logging.getLogger(__name__)
+
+EVALUATION_FILE = "evaluation.json"
+
+
+@dataclass
+class EvaluateConfig:
+    """Options of an evaluation (saved in ``evaluation.json``)."""
+
+    pretrained: str  # pretraining run folder (holding model/) or a saved model folder
+    dataset: str  # the tokenized dataset the model was pretrained on (format 1)
+    program: str  # the program of the model and the datasets
+    out: str  # folder for evaluation.json and the plot
+    mortality: str | None = None  # fine-tuning run (trial-*/model) on mortality, for transfer
+    chapters: str | None = None  # fine-tuning run on chapters, for ROOD
+    transfer_dataset: str | None = None  # dataset of another layout (eICU) for the transfer test
+    per_bin: int = 400  # codes probed per frequency bin (paper: 400)
+    neighbours: int = 4  # top-k neighbours scored (paper: 4)
+    per_group: int = 10  # common / rare / random codes studied (paper: 10 rare)
+    tsne_points: int = 2000  # codes in the t-SNE plot (0: no plot)
+    cost_steps: int = 3  # timed training steps for the cost figures (0: none)
+    cost_batch: int = 32  # sequences per timed step
+    batch_size: int = 128  # evaluation batch
+    seed: int = 0  # seed of the code samples and the probes
+    device: str = "auto"  # auto, cpu, cuda
+    label: str | None = None  # configuration name shown in plots (default: the embedding mode)
+
+
+def evaluate(config: EvaluateConfig | None = None, **options: Any) -> dict[str, Any]:
+    """Run the evaluations of one pretrained model; returns (and writes) the ``evaluation.json`` record."""
+    if config is None:
+        bad = sorted(set(options) - {f.name for f in fields(EvaluateConfig)})
+        if bad:
+            raise TypeError(f"unknown evaluate option(s) {bad}")
+        config = EvaluateConfig(**options)
+    cfg = config
+    import torch
+
+    from hrr_kernel import load_program
+    from model import HRRBert
+    from pipelines.train.finetune import model_dir
+
+    device = resolve_device(cfg.device)
+    seed_everything(cfg.seed)
+    program = load_program(cfg.program, device=device)
+    mdir = model_dir(cfg.pretrained)
+    meta = HRRBert.read_config(mdir)
+    model = HRRBert.from_pretrained(mdir, program)  # checks files and the program id
+    model.eval()
+    ds = TokenizedDataset(cfg.dataset, program.program_id, program.n_concepts, model.pad_id)
+    transfer_ds = None
+    if cfg.transfer_dataset:
+        transfer_ds = TokenizedDataset(
+            cfg.transfer_dataset, program.program_id, program.n_concepts, model.pad_id
+        )
+    label = cfg.label or model.config.mode
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {
+        "kind": "evaluation",
+        "label": label,
+        "mode": model.config.mode,
+        "model": str(mdir),
+        "pretrained_run": meta.get("run_id"),
+        "program_id": program.program_id,
+        "dataset_id": ds.dataset_id,
+        "config": asdict(cfg),
+        "versions": versions(),
+        "timings_s": {},
+    }
+    timings = record["timings_s"]
+    with torch.no_grad():
+        t = time.perf_counter()
+        from .frequency import frequency_bin_test
+
+        record["frequency_bins"] = frequency_bin_test(
+            model, ds, per_bin=cfg.per_bin, seed=cfg.seed, batch_size=cfg.batch_size, device=device
+        )
+        timings["frequency_bins"] = time.perf_counter() - t
+        t = time.perf_counter()
+        record["neighbours"] = _neighbours(model, ds, cfg)
+        timings["neighbours"] = time.perf_counter() - t
+        if cfg.tsne_points > 0:
+            t = time.perf_counter()
+            from .tsne import tsne_plot
+
+            logf = _log_frequency(ds, program.n_concepts)
+            record["tsne"] = tsne_plot(
+                model.token_matrix(),
+                logf,
+                program.concept_codes,
+                out / "tsne.png",
+                title=f"{label}: token embeddings (t-SNE)",
+                points=cfg.tsne_points,
+                seed=cfg.seed,
+            )
+            record["tsne"]["path"] = "tsne.png"
+            timings["tsne"] = time.perf_counter() - t
+    from .finetuned import rood_eval, transfer_eval
+
+    if cfg.chapters:
+        t = time.perf_counter()
+        record["rood"] = rood_eval(cfg.chapters, ds, program, device=device, batch_size=cfg.batch_size)
+        timings["rood"] = time.perf_counter() - t
+    if bool(cfg.mortality) != (transfer_ds is not None):
+        log.warning("the transfer test needs both a mortality run and a transfer dataset; skipped")
+    if cfg.mortality and transfer_ds is not None:
+        t = time.perf_counter()
+        record["transfer"] = transfer_eval(cfg.mortality, transfer_ds, program, device=device)
+        record["transfer_dataset_id"] = transfer_ds.dataset_id
+        timings["transfer"] = time.perf_counter() - t
+    if cfg.cost_steps > 0:
+        record["cost"] = _cost(model, ds, cfg, device)
+        record["cost"]["training_seq_per_s"] = _training_throughput(Path(cfg.pretrained))
+    record["created_at"] = now_iso()
+    write_json(out / EVALUATION_FILE, record)
+    return record
+
+
+def _log_frequency(ds: TokenizedDataset, n: int) -> np.ndarray:
+    import pyarrow.parquet as pq
+
+    p = ds.path / "code_counts.parquet"
+    if not p.is_file():
+        raise PipelineError(f"{p}: missing; the evaluation needs code frequencies")
+    t = pq.read_table(p).to_pydict()
+    logf = np.full(n, min(t["log_frequency"]) if t["log_frequency"] else 0.0)
+    logf[np.asarray(t["concept_id"], dtype=np.int64)] = t["log_frequency"]
+    return logf
+
+
+def _count_train(ds: TokenizedDataset, n: int) -> np.ndarray:
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(ds.path / "code_counts.parquet").to_pydict()
+    col = "count_train" if "count_train" in t else "count"
+    c = np.zeros(n, dtype=np.int64)
+    c[np.asarray(t["concept_id"], dtype=np.int64)] = t[col]
+    return c
+
+
+def _neighbours(model, ds: TokenizedDataset, cfg: EvaluateConfig) -> dict[str, Any]:
+    from .neighbours import Ontology, choose_codes, neighbour_study
+
+    onto = Ontology(model.program.path)
+    codes = choose_codes(onto, _count_train(ds, model.n_concepts), per_group=cfg.per_group, seed=cfg.seed)
+    return neighbour_study(model.token_matrix(), onto, codes, k=cfg.neighbours)
+
+
+def _cost(model, ds: TokenizedDataset, cfg: EvaluateConfig, device) -> dict[str, Any]:
+    import torch
+
+    from .cost import measure_cost
+
+    mc = model.config
+    seqs = ds.sequences("pretrain_val", max_len=mc.max_len, max_segments=mc.max_segments)
+    if not len(seqs):
+        seqs = ds.sequences("pretrain_train", max_len=mc.max_len, max_segments=mc.max_segments)
+    batch = seqs.batch(torch.arange(min(cfg.cost_batch, len(seqs))))
+    with torch.enable_grad():
+        return measure_cost(model, batch, steps=cfg.cost_steps, device=device)
+
+
+def _training_throughput(run: Path) -> float | None:
+    """Mean ``seq_per_s`` of a pretraining run's ``metrics.jsonl`` (None when absent)."""
+    import json
+
+    p = run / "metrics.jsonl"
+    if not p.is_file():
+        return None
+    vals = []
+    for ln in p.read_text(encoding="utf-8").splitlines():
+        try:
+            r = json.loads(ln)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(r.get("seq_per_s"), int | float):
+            vals.append(float(r["seq_per_s"]))
+    return float(np.mean(vals[1:] or vals)) if vals else None
+
+
+def summary_lines(record: dict[str, Any]) -> list[str]:
+    """A short text summary of an ``evaluation.json`` record (what ``hrrbert evaluate`` prints)."""
+    lines = [f"model     {record['model']} ({record['mode']})"]
+    for b in record.get("frequency_bins", []):
+        acc = "empty" if not b["probes"] else f"top-10 {b['top10']:.3f}, top-100 {b['top100']:.3f}"
+        lines.append(f"bin       [{b['low']:.0f}, {b['high']:.0f}) {b['probes']} probes: {acc}")
+    for g, v in record.get("neighbours", {}).get("groups", {}).items():
+        lines.append(f"neighbours {g}: {v['related']}/{v['total']} related")
+    for t in record.get("rood", []):
+        u = t["rood_unseen"]
+        lines.append(
+            f"rood      trial {t['trial']}: F1 {t['rood'].get('f1', float('nan')):.3f}, "
+            + ("unseen F1 {:.3f}".format(u["f1"]) if u.get("n") else "unseen empty")
+        )
+    for t in record.get("transfer", []):
+        lines.append(f"transfer  trial {t['trial']}: F1 {t['test'].get('f1', float('nan')):.3f}")
+    if record.get("tsne"):
+        lines.append(f"t-SNE     {Path(record['config']['out']) / record['tsne']['path']}")
+    if record.get("cost"):
+        c = record["cost"]
+        lines.append(
+            f"cost      build {1e3 * c['embedding_build_s']:.2f} ms, step {1e3 * c['step_s']:.1f} ms, "
+            f"{c['tokens_per_s']:.0f} tokens/s, peak {c['peak_memory_mb']:.0f} MB"
+        )
+    lines.append(f"written   {Path(record['config']['out']) / EVALUATION_FILE}")
+    return lines

@@ -1,0 +1,145 @@
+"""The masked-code-modelling pieces of pretraining: special tokens, one optimizer step, validation.
+
+Dimension legend: B batch, T codes, N concepts, M masked positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from pipelines.data.sequences import (
+    SALT_DROPOUT,
+    SALT_VALIDATION,
+    Sequences,
+    mask_tokens,
+    special_ids,
+    step_generator,
+    step_seed,
+)
+from pipelines.errors import PipelineError
+
+from .runtime import DistContext
+
+
+@dataclass
+class Tokens:
+    """The special ids masking needs (derived from the program)."""
+
+    mask_id: int
+    special: Tensor  # (S,)
+    candidates: Tensor  # (C,) ids a random replacement draws from
+
+
+def tokens_of(program) -> Tokens:
+    codes = program.concept_codes
+    if "[MASK]" not in codes:
+        raise PipelineError(f"program {program.program_id} has no [MASK] concept; recompile it")
+    spec = special_ids(codes)
+    cand = torch.tensor(sorted(set(range(len(codes))) - set(spec)), dtype=torch.int64)
+    return Tokens(codes.index("[MASK]"), torch.tensor(spec, dtype=torch.int64), cand)
+
+
+@torch.no_grad()
+def evaluate_mlm(
+    model,
+    seqs: Sequences,
+    tok: Tokens,
+    *,
+    topk: tuple[int, ...],
+    batch_size: int,
+    seed: int,
+    ctx: DistContext,
+    device: torch.device,
+    bf16: bool = False,
+    limit: int | None = None,
+    mask_prob: float = 0.15,
+) -> dict[str, float]:
+    """MLM loss, top-1 and top-k accuracy on ``seqs`` with a fixed masking of ``mask_prob`` of the codes
+    (the training share; sharded over ranks)."""
+    was = model.training
+    model.eval()
+    n = len(seqs) if limit is None else min(limit, len(seqs))
+    idx_all = torch.arange(ctx.rank, n, ctx.world_size)
+    ks = sorted({k for k in topk if k > 1})
+    sums = [0.0, 0.0] + [0.0] * len(ks) + [0.0]  # loss, top1, top-k..., count
+    for chunk, idx in enumerate(idx_all.split(batch_size)):
+        b = seqs.batch(idx)
+        ids, chosen, targets = mask_tokens(
+            b["input_ids"],
+            b["attention_mask"],
+            mask_id=tok.mask_id,
+            special=tok.special,
+            candidates=tok.candidates,
+            prob=mask_prob,
+            generator=step_generator(seed, chunk, ctx.rank, salt=SALT_VALIDATION),
+        )
+        if not chosen.any():
+            continue
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
+            logits = model(
+                ids.to(device),
+                b["segment_ids"].to(device),
+                b["attention_mask"].to(device),
+                mlm_mask=chosen.to(device),
+            ).float()  # (M, N)
+        targets = targets.to(device)
+        sums[0] += float(F.cross_entropy(logits, targets, reduction="sum"))
+        sums[1] += float((logits.argmax(1) == targets).sum())
+        if ks:
+            top = logits.topk(min(max(ks), logits.shape[1]), dim=1).indices  # (M, k)
+            hit = top == targets[:, None]  # (M, k)
+            for j, k in enumerate(ks):
+                sums[2 + j] += float(hit[:, :k].any(1).sum())
+        sums[-1] += float(targets.numel())
+    sums = ctx.all_sum(sums, device)
+    model.train(was)
+    m = max(sums[-1], 1.0)
+    out = {"val_loss": sums[0] / m, "val_mlm_acc": sums[1] / m, "val_masked": int(sums[-1])}
+    out.update({f"val_top{k}": sums[2 + j] / m for j, k in enumerate(ks)})
+    return out
+
+
+def train_step(
+    net,
+    model,
+    batch,
+    tok: Tokens,
+    cfg,
+    step: int,
+    ctx: DistContext,
+    device,
+    opt,
+    sched,
+    params,
+) -> tuple[float, float, float]:
+    """One optimizer step; returns (loss sum, masked count, gradient norm) of this rank."""
+    ids, chosen, targets = mask_tokens(
+        batch["input_ids"],
+        batch["attention_mask"],
+        mask_id=tok.mask_id,
+        special=tok.special,
+        candidates=tok.candidates,
+        prob=cfg.mask_prob,
+        generator=step_generator(cfg.seed, step, ctx.rank),
+    )
+    torch.manual_seed(step_seed(cfg.seed, step, ctx.rank, salt=SALT_DROPOUT))  # dropout RNG
+    model.train()
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
+        logits = net(
+            ids.to(device),
+            batch["segment_ids"].to(device),
+            batch["attention_mask"].to(device),
+            mlm_mask=chosen.to(device),
+        )  # (M, N)
+    n = int(targets.numel())
+    loss_sum = F.cross_entropy(logits.float(), targets.to(device), reduction="sum")
+    opt.zero_grad(set_to_none=True)
+    (loss_sum / max(n, 1)).backward()
+    gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.clip) if cfg.clip > 0 else torch.zeros(())
+    opt.step()
+    sched.step()
+    return float(loss_sum.detach()), float(n), float(gnorm)
