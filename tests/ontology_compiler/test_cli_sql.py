@@ -87,7 +87,7 @@ def test_sql_output_formats(compiled):
 
 
 def test_readme_queries_are_the_demo_queries():
-    from pipelines.demo import QUERIES
+    from pipelines.demo.run import QUERIES
 
     assert [argv[2] for argv in _readme_sql_commands()] == list(QUERIES.values())
 
