@@ -1,11 +1,15 @@
-"""``compile_ontology``: RF2 release folder -> content-addressed HRR program (format 1)."""
+"""``compile_ontology``: RF2 release folder -> content-addressed HRR program (format 1).
+
+Steps: hash the inputs and options into the program id (a recompile with identical inputs is a no-op);
+read and resolve the release (:mod:`release`); map ICD codes to SNOMED concepts (:mod:`map_codes`); build
+the graph of the mapped concepts (:mod:`graph`) and the program's tables (:mod:`program`); write them
+with the manifest (:mod:`manifest`). ``CompileResult`` lives in :mod:`manifest` and is re-exported here.
+"""
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,27 +28,28 @@ from .graph import (
     token_word_edges,
     word_edges,
 )
-from .manifest import compiler_version, existing_program
-from .manifest import program_id as _program_id
+from .manifest import (
+    CompileResult,
+    input_entry,
+    manifest_head,
+    option_file_input,
+    program_id,
+    publish_program,
+    stopwords_input,
+    timed,
+    up_to_date,
+)
 from .map_codes import MappingResult, map_codes
-from .map_policy import load_policy
+from .map_policy import MapPolicy, load_policy
 from .map_sources import find_sources
-from .program import FORMAT_VERSION, build_tables, sha256_file, table_counts, verify_program, write_program
+from .program import build_tables, table_counts
 from .release import Release, load_release
-from .rf2_files import choose_release_type, scan_release, select_files
-from .words import default_stopwords_path, load_stopwords, semantic_tag
+from .rf2_files import RF2File, choose_release_type, scan_release, select_files
+from .words import semantic_tag
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class CompileResult:
-    """Where the program is and what it holds."""
-
-    path: Path
-    program_id: str
-    written: bool  # False when an identical program already existed
-    manifest: dict
+FALLBACKS = ("none", "icd")
 
 
 def compile_ontology(
@@ -89,144 +94,127 @@ def compile_ontology(
     all_files = scan_release(src)
     rtype = choose_release_type(all_files, release, None if as_of is None else str(as_of))
     selected = select_files(all_files, rtype, stated=stated, src=src)
-    stop_path = Path(stopwords) if stopwords is not None else default_stopwords_path()
-    stop_words = load_stopwords(stop_path)
-    if fallback not in ("none", "icd"):
+    stop_words, stop_input = stopwords_input(stopwords)
+    if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be 'none' or 'icd', got {fallback!r}")
     policy = load_policy(map_policy)
-    given = [Path(x) for x in (omop, nlm_icd9, gem, icd10cm_map) if x is not None]
-    for g in given:
-        if not g.exists():
-            raise MissingInputError(f"{g}: mapping source not found")
-    map_sources = find_sources(given or [src])
-    if given:  # sources given explicitly; others still found by name under the release folder
-        for kind, paths in find_sources([src]).items():
-            map_sources.setdefault(kind, paths)
-    inputs = []
-    for kind in sorted(selected):
-        for f in selected[kind]:
-            inputs.append(
-                {
-                    "role": kind,
-                    "path": str(f.path.relative_to(src)),
-                    "sha256": sha256_file(f.path),
-                    "bytes": f.path.stat().st_size,
-                }
-            )
-    inputs.append(
-        {
-            "role": "stopwords",
-            "path": str(stop_path)
-            if stopwords is not None
-            else "ontology_compiler/data/stopwords.txt (shipped)",
-            "sha256": sha256_file(stop_path),
-            "bytes": stop_path.stat().st_size,
-        }
-    )
-    for kind, paths in sorted(map_sources.items()):
-        for mp in paths:
-            inputs.append(
-                {
-                    "role": f"map:{kind}",
-                    "path": _rel(mp, src),
-                    "sha256": sha256_file(mp),
-                    "bytes": mp.stat().st_size,
-                }
-            )
-    inputs.append({"role": "map_policy", "path": policy.path, "sha256": policy.sha256, "bytes": None})
-    for role, f in (("codes", codes), ("code_counts", code_counts)):
-        if f is not None:
-            fp = Path(f)
-            if not fp.is_file():
-                raise MissingInputError(f"{fp}: --{role.replace('_', '-')} file not found")
-            inputs.append(
-                {"role": role, "path": str(fp), "sha256": sha256_file(fp), "bytes": fp.stat().st_size}
-            )
-    options = {
-        "release": rtype,
-        "as_of": None if as_of is None else str(as_of),
-        "languages": list(languages),
-        "stated": stated,
-        "strict": strict,
-        "fallback": fallback,
-        "map_policy": policy.as_dict(),
-    }
-    program_id = _program_id(inputs, options)
-    final = out_dir / program_id
-    manifest = existing_program(final, program_id)
-    if manifest is not None:
-        log.info("%s is up to date (identical inputs and options); nothing written", final)
-        return CompileResult(final, program_id, False, manifest)
+    map_sources = _mapping_sources(src, [omop, nlm_icd9, gem, icd10cm_map])
+    inputs = _inputs(src, selected, stop_input, map_sources, policy, codes=codes, code_counts=code_counts)
+    options = {"release": rtype, "as_of": None if as_of is None else str(as_of), "languages": list(languages),
+               "stated": stated, "strict": strict, "fallback": fallback, "map_policy": policy.as_dict()}  # fmt: skip
+    pid = program_id(inputs, options)
+    if (done := up_to_date(out_dir, pid)) is not None:
+        return done
     t_hash = time.perf_counter() - t_start
-
     # ---- read and resolve
     rel = load_release(
         src, as_of=as_of, release=rtype.lower(), languages=languages, stated=stated, strict=strict
     )
-    t = time.perf_counter()
-    check_is_a_acyclic(rel.relationships)
-    rel.timings["is_a_check"] = round(time.perf_counter() - t, 3)
-
+    with timed(rel.timings, "is_a_check"):
+        check_is_a_acyclic(rel.relationships)
     # ---- mapping
-    t = time.perf_counter()
-    universe = read_code_universe(codes) if codes is not None else None
-    counts_table = read_code_counts(code_counts) if code_counts is not None else None
-    mres = map_codes(rel.maps, rel.concepts["id"].combine_chunks(), rel.known_concepts, rel.associations, map_sources,
-                     policy, universe=universe, fallback=fallback, code_counts=counts_table)  # fmt: skip
-    token_snomed = mres.token_snomed
-    sctids = pc.unique(token_snomed["sctid"]) if token_snomed.num_rows else pa.array([], pa.int64())
-    rel.timings["mapping"] = round(time.perf_counter() - t, 3)
-
-    # ---- graph
-    t = time.perf_counter()
-    rel_edges = relationship_edges(rel.relationships, sctids)
-    terms = description_terms(rel.descriptions, rel.language, sctids)
-    wedges = word_edges(terms, stop_words)
-    labels = preferred_terms(rel.descriptions, rel.language, languages[0])
-    tokens = _tokens(mres.tokens, token_snomed, labels)
-    twords = token_word_edges(mres.token_terms, stop_words)
-    rel.timings["graph"] = round(time.perf_counter() - t, 3)
-
-    t = time.perf_counter()
-    tables = build_tables(tokens, rel_edges, wedges, token_snomed, labels, twords)
-    graph_tables = _graph_tables(rel, labels, mres.candidates)
-    rel.timings["program_tables"] = round(time.perf_counter() - t, 3)
-
-    counts = _counts(rel, tables, mres)
-    coverage = mres.coverage
-    coverage["snomed_concepts_mapped"] = int(len(sctids))
-    coverage["snomed_concepts_without_edges"] = _without_edges(sctids, rel_edges, wedges)
+    mres = _map(rel, map_sources, policy, codes, code_counts, fallback)
+    # ---- graph and program tables
+    tables, graph_tables, coverage = _program_tables(rel, mres, stop_words, languages[0])
     manifest = {
-        "format_version": FORMAT_VERSION,
-        "program_id": program_id,
-        "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "compiler_version": compiler_version(),
-        "release": {
-            "name": name,
-            "date": rel.release_date,
-            "as_of": options["as_of"],
-            "type": rtype,
-            "namespaces": rel.namespaces,
-            "modules": sorted(int(m) for m in pc.unique(rel.concepts["moduleId"]).to_pylist()),
-            "note": "SNOMED CT content is licensed; this program is derived from the user's own release",
-        },
+        **manifest_head(pid),
+        "release": _release_entry(rel, name, options["as_of"], rtype),
         "inputs": inputs,
         "options": options,
-        "counts": counts,
+        "counts": _counts(rel, tables, mres),
         "coverage": coverage,
         "findings": ([e for r in rel.reports for e in r.examples] + mres.findings)[:100],
         "mapping_sources": mres.sources_used,
         "timings": {"hash_inputs": round(t_hash, 3), **rel.timings},
     }
-    t = time.perf_counter()
-    path, written = write_program(out_dir, program_id, tables, graph_tables, manifest)
-    manifest["timings"]["write"] = round(time.perf_counter() - t, 3)
-    manifest["timings"]["total"] = round(time.perf_counter() - t_start, 3)
-    if written:
-        log.info("wrote program %s", path)
-    return CompileResult(
-        path, program_id, written, verify_program(path, hashes=False) if not written else manifest
-    )
+    return publish_program(out_dir, pid, tables, graph_tables, manifest, t_start)
+
+
+def _map(
+    rel: Release,
+    map_sources: dict[str, list[Path]],
+    policy: MapPolicy,
+    codes: str | Path | None,
+    code_counts: str | Path | None,
+    fallback: str,
+) -> MappingResult:
+    """The mapping step (:func:`map_codes`) over the release, with the code universe and counts read."""
+    with timed(rel.timings, "mapping"):
+        universe = read_code_universe(codes) if codes is not None else None
+        counts_table = read_code_counts(code_counts) if code_counts is not None else None
+        return map_codes(rel.maps, rel.concepts["id"].combine_chunks(), rel.known_concepts, rel.associations,
+                         map_sources, policy, universe=universe, fallback=fallback, code_counts=counts_table)  # fmt: skip
+
+
+def _mapping_sources(src: Path, given: list[str | Path | None]) -> dict[str, list[Path]]:
+    """Mapping source files by kind: under the folders/files given, then by name under ``src``."""
+    paths = [Path(x) for x in given if x is not None]
+    for g in paths:
+        if not g.exists():
+            raise MissingInputError(f"{g}: mapping source not found")
+    found = find_sources(paths or [src])
+    if paths:  # sources given explicitly; others still found by name under the release folder
+        for kind, ps in find_sources([src]).items():
+            found.setdefault(kind, ps)
+    return found
+
+
+def _inputs(
+    src: Path,
+    selected: dict[str, list[RF2File]],
+    stop_input: dict,
+    map_sources: dict[str, list[Path]],
+    policy: MapPolicy,
+    **option_files: str | Path | None,
+) -> list[dict]:
+    """The manifest's ``inputs``: RF2 files (paths relative to ``src``), stopwords, mapping sources, the
+    mapping policy, then the files given by options (``codes``, ``code_counts``)."""
+    rf2 = [
+        input_entry(kind, f.path, str(f.path.relative_to(src)))
+        for kind in sorted(selected)
+        for f in selected[kind]
+    ]
+    maps = [
+        input_entry(f"map:{kind}", mp, _rel(mp, src)) for kind, ps in sorted(map_sources.items()) for mp in ps
+    ]
+    policy_entry = {"role": "map_policy", "path": policy.path, "sha256": policy.sha256, "bytes": None}
+    given = [option_file_input(role, f) for role, f in option_files.items() if f is not None]
+    return [*rf2, stop_input, *maps, policy_entry, *given]
+
+
+def _program_tables(
+    rel: Release, mres: MappingResult, stop_words: list[str], label_language: int
+) -> tuple[dict[str, pa.Table], dict[str, pa.Table], dict]:
+    """``(tables, graph tables, coverage)``: the graph of the mapped concepts, then the program's tables."""
+    token_snomed = mres.token_snomed
+    sctids = pc.unique(token_snomed["sctid"]) if token_snomed.num_rows else pa.array([], pa.int64())
+    with timed(rel.timings, "graph"):
+        rel_edges = relationship_edges(rel.relationships, sctids)
+        terms = description_terms(rel.descriptions, rel.language, sctids)
+        wedges = word_edges(terms, stop_words)
+        labels = preferred_terms(rel.descriptions, rel.language, label_language)
+        tokens = _tokens(mres.tokens, token_snomed, labels)
+        twords = token_word_edges(mres.token_terms, stop_words)
+    with timed(rel.timings, "program_tables"):
+        tables = build_tables(tokens, rel_edges, wedges, token_snomed, labels, twords)
+        graph_tables = _graph_tables(rel, labels, mres.candidates)
+    coverage = mres.coverage
+    coverage["snomed_concepts_mapped"] = int(len(sctids))
+    coverage["snomed_concepts_without_edges"] = _without_edges(sctids, rel_edges, wedges)
+    return tables, graph_tables, coverage
+
+
+def _release_entry(rel: Release, name: str, as_of: str | None, rtype: str) -> dict:
+    """The manifest's ``release``: name, package date, type, namespaces and modules."""
+    return {
+        "name": name,
+        "date": rel.release_date,
+        "as_of": as_of,
+        "type": rtype,
+        "namespaces": rel.namespaces,
+        "modules": sorted(int(m) for m in pc.unique(rel.concepts["moduleId"]).to_pylist()),
+        "note": "SNOMED CT content is licensed; this program is derived from the user's own release",
+    }
 
 
 def _rel(path: Path, src: Path) -> str:
@@ -277,9 +265,37 @@ def _tokens(tokens: pa.Table, token_snomed: pa.Table, labels: pa.Table) -> pa.Ta
 
 
 def _graph_tables(rel: Release, labels: pa.Table, candidates: pa.Table) -> dict[str, pa.Table]:
-    c = rel.concepts
+    """The release as read (``graph/``): concepts, relationships, descriptions, concrete values, ICD map."""
+    out = {
+        "snomed_concepts": _concept_table(rel.concepts, labels),
+        "snomed_relationships": _renamed(rel.relationships, RELATIONSHIP_COLUMNS),
+        "snomed_descriptions": _description_table(rel),
+        "icd_map": candidates,
+    }
+    if rel.concrete_values.num_rows:
+        out["snomed_concrete_values"] = _renamed(rel.concrete_values, CONCRETE_VALUE_COLUMNS)
+    return out
+
+
+# graph/ column -> RF2 column (rows sorted by id)
+RELATIONSHIP_COLUMNS = {
+    "id": "id", "effective_time": "effectiveTime", "module_id": "moduleId", "source_id": "sourceId",
+    "destination_id": "destinationId", "relationship_group": "relationshipGroup", "type_id": "typeId",
+    "characteristic_type_id": "characteristicTypeId",
+}  # fmt: skip
+CONCRETE_VALUE_COLUMNS = {
+    "id": "id", "source_id": "sourceId", "value": "value", "relationship_group": "relationshipGroup",
+    "type_id": "typeId",
+}  # fmt: skip
+
+
+def _renamed(t: pa.Table, columns: dict[str, str]) -> pa.Table:
+    return pa.table({new: t[old] for new, old in columns.items()}).sort_by("id")
+
+
+def _concept_table(c: pa.Table, labels: pa.Table) -> pa.Table:
     fsn_tag = labels.append_column("semantic_tag", semantic_tag(labels["fsn"]))
-    concepts = (
+    return (
         pa.table(
             {
                 "id": c["id"],
@@ -292,19 +308,10 @@ def _graph_tables(rel: Release, labels: pa.Table, candidates: pa.Table) -> dict[
         .join(fsn_tag.rename_columns(["id", "fsn", "preferred_term", "semantic_tag"]), keys="id")
         .sort_by("id")
     )
-    r = rel.relationships
-    relationships = pa.table(
-        {
-            "id": r["id"],
-            "effective_time": r["effectiveTime"],
-            "module_id": r["moduleId"],
-            "source_id": r["sourceId"],
-            "destination_id": r["destinationId"],
-            "relationship_group": r["relationshipGroup"],
-            "type_id": r["typeId"],
-            "characteristic_type_id": r["characteristicTypeId"],
-        }
-    ).sort_by("id")
+
+
+def _description_table(rel: Release) -> pa.Table:
+    """Descriptions and text definitions, one row per (description, language refset) with acceptability."""
     d = (
         pa.concat_tables([rel.descriptions, rel.text_definitions])
         if rel.text_definitions.num_rows
@@ -325,48 +332,24 @@ def _graph_tables(rel: Release, labels: pa.Table, candidates: pa.Table) -> dict[
             "effective_time": d["effectiveTime"],
             "language_code": d["languageCode"],
             "type_id": d["typeId"],
-            "type": pc.case_when(
-                pc.make_struct(
-                    pc.equal(d["typeId"], pa.scalar(S.FSN, pa.int64())),
-                    pc.equal(d["typeId"], pa.scalar(S.SYNONYM, pa.int64())),
-                ),
-                "fsn",
-                "synonym",
-                "definition",
-            ),
+            "type": _named(d["typeId"], {S.FSN: "fsn", S.SYNONYM: "synonym"}, "definition"),
             "term": d["term"],
         }
     ).join(acc, keys="id", join_type="left outer")
-    acceptability = pc.case_when(
-        pc.make_struct(
-            pc.equal(desc["acceptability_id"], pa.scalar(S.PREFERRED, pa.int64())),
-            pc.equal(desc["acceptability_id"], pa.scalar(S.ACCEPTABLE, pa.int64())),
-        ),
-        "preferred",
-        "acceptable",
+    acceptability = _named(
+        desc["acceptability_id"],
+        {S.PREFERRED: "preferred", S.ACCEPTABLE: "acceptable"},
         pa.scalar(None, pa.string()),
     )
-    desc = desc.append_column("acceptability", acceptability).sort_by(
+    return desc.append_column("acceptability", acceptability).sort_by(
         [("id", "ascending"), ("language_refset_id", "ascending")]
     )
-    out = {
-        "snomed_concepts": concepts,
-        "snomed_relationships": relationships,
-        "snomed_descriptions": desc,
-        "icd_map": candidates,
-    }
-    if rel.concrete_values.num_rows:
-        cv = rel.concrete_values
-        out["snomed_concrete_values"] = pa.table(
-            {
-                "id": cv["id"],
-                "source_id": cv["sourceId"],
-                "value": cv["value"],
-                "relationship_group": cv["relationshipGroup"],
-                "type_id": cv["typeId"],
-            }
-        ).sort_by("id")
-    return out
+
+
+def _named(ids: pa.ChunkedArray, names: dict[int, str], other) -> pa.Array:
+    """The name of each SCTID in ``names``; ``other`` for the rest."""
+    conditions = pc.make_struct(*(pc.equal(ids, pa.scalar(k, pa.int64())) for k in names))
+    return pc.case_when(conditions, *names.values(), other)
 
 
 def _counts(rel: Release, tables: dict[str, pa.Table], mres: MappingResult) -> dict:

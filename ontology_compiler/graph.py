@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION_KEY = 0
 IDENTITY_KEY = -1
+# words bound to tokens directly (the ICD title fallback)
+TOKEN_WORDS_SCHEMA = pa.schema([("vocabulary", pa.string()), ("code", pa.string()), ("word", pa.string())])
 
 
 def check_is_a_acyclic(relationships: pa.Table) -> None:
@@ -148,13 +150,7 @@ def preferred_terms(descriptions: pa.Table, language: pa.Table, language_refset:
 def token_word_edges(token_terms: pa.Table, stopwords: list[str]) -> pa.Table:
     """Distinct ``(vocabulary, code, word)`` from token titles (the ICD fallback)."""
     if token_terms.num_rows == 0:
-        return pa.table(
-            {
-                "vocabulary": pa.array([], pa.string()),
-                "code": pa.array([], pa.string()),
-                "word": pa.array([], pa.string()),
-            }
-        )
+        return TOKEN_WORDS_SCHEMA.empty_table()
     w = explode_words(pa.array(np.arange(token_terms.num_rows)), token_terms["term"], stopwords)
     t = pa.table({"vocabulary": pc.take(token_terms["vocabulary"], w["owner"]), "code": pc.take(token_terms["code"], w["owner"]),
                   "word": w["word"]})  # fmt: skip

@@ -1,11 +1,15 @@
-"""ICD code forms and chapters (data-formats.md A5/A6), columnar.
+"""ICD code forms and chapters (see ``docs/input-formats.md``): the ICD facts the compiler and pipelines share.
 
 MIMIC-IV writes codes without a dot (``E119``, ``25000``, ``V5861``, ``E8798``); maps and OMOP write
 them with one. The dot goes after character 3 (ICD-10, ICD-9 numeric and V codes) or 4 (ICD-9 E codes),
-only when the code is longer than that.
+only when the code is longer than that (:data:`DOT_AFTER`). Columnar forms (:func:`dotless`,
+:func:`dotted`, :func:`chapters`) work on Arrow arrays; :func:`dotless_code` and :func:`dotted_code`
+are the same rules for one Python string.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -14,6 +18,12 @@ import pyarrow.compute as pc
 ICD9CM = "ICD9CM"
 ICD10CM = "ICD10CM"
 SPECIAL = "SPECIAL"
+
+# The dotting rule: per vocabulary, (code prefix, characters before the dot); the first matching prefix wins.
+DOT_AFTER: dict[str, tuple[tuple[str, int], ...]] = {
+    ICD10CM: (("", 3),),
+    ICD9CM: (("E", 4), ("", 3)),
+}
 
 # ICD-10(-CM) chapters by first-3-character ranges (inclusive), chapter numbers 1-22.
 ICD10_CHAPTERS: list[tuple[str, str, int]] = [
@@ -39,16 +49,38 @@ def dotless(codes: pa.Array | pa.ChunkedArray) -> pa.Array:
     return pc.utf8_upper(pc.replace_substring(pc.utf8_trim_whitespace(codes), ".", ""))
 
 
+def dotless_code(code: str) -> str:
+    """:func:`dotless` for one code: ``" e11.9 "`` -> ``"E119"``."""
+    return code.strip().replace(".", "").upper()
+
+
+def _dot_rules(vocabulary: str) -> tuple[tuple[str, str], ...]:
+    """(prefix, regex) pairs of :data:`DOT_AFTER`; a match's two groups are joined by the dot."""
+    if vocabulary not in DOT_AFTER:
+        raise ValueError(f"unknown vocabulary {vocabulary!r}; expected {ICD9CM!r} or {ICD10CM!r}")
+    return tuple(
+        (prefix, rf"^({re.escape(prefix)}.{{{n - len(prefix)}}})(.+)$") for prefix, n in DOT_AFTER[vocabulary]
+    )
+
+
 def dotted(codes: pa.Array | pa.ChunkedArray, vocabulary: str) -> pa.Array:
     """Insert the dot into dotless codes of one vocabulary (``ICD9CM`` or ``ICD10CM``)."""
+    rules = _dot_rules(vocabulary)
     codes = dotless(codes)
-    if vocabulary == ICD10CM:
-        return pc.replace_substring_regex(codes, r"^(.{3})(.+)$", r"\1.\2")
-    if vocabulary == ICD9CM:
-        e = pc.replace_substring_regex(codes, r"^(E.{3})(.+)$", r"\1.\2")
-        other = pc.replace_substring_regex(codes, r"^(.{3})(.+)$", r"\1.\2")
-        return pc.if_else(pc.starts_with(codes, "E"), e, other)
-    raise ValueError(f"unknown vocabulary {vocabulary!r}; expected {ICD9CM!r} or {ICD10CM!r}")
+    (_, pattern), *earlier = reversed(rules)  # the last rule (prefix "") is the default
+    out = pc.replace_substring_regex(codes, pattern, r"\1.\2")
+    for prefix, pattern in earlier:
+        out = pc.if_else(
+            pc.starts_with(codes, prefix), pc.replace_substring_regex(codes, pattern, r"\1.\2"), out
+        )
+    return out
+
+
+def dotted_code(code: str, vocabulary: str) -> str:
+    """:func:`dotted` for one code: ``("E119", "ICD10CM")`` -> ``"E11.9"``, ``("E8798", "ICD9CM")`` -> ``"E879.8"``."""
+    code = dotless_code(code)
+    pattern = next(pattern for prefix, pattern in _dot_rules(vocabulary) if code.startswith(prefix))
+    return re.sub(pattern, r"\1.\2", code)
 
 
 def chapters(codes: pa.Array | pa.ChunkedArray, vocabulary: str) -> pa.Array:

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from . import icd
 from .map_policy import MapPolicy
-from .map_sources import SourceFindings, find_sources, read_gem, read_nlm, read_omop, read_tls_map
+from .map_sources import SourceFindings, read_gem, read_nlm, read_omop, read_tls_map
 from .mapping import (
     CANDIDATE_SCHEMA,
     MappingStats,
@@ -27,6 +27,7 @@ from .rf2_schema import ICD10CM_MAP_REFSET
 
 log = logging.getLogger(__name__)
 
+TOKEN_TERMS_SCHEMA = pa.schema([("vocabulary", pa.string()), ("code", pa.string()), ("term", pa.string())])
 CATEGORIES = ("one_to_one", "one_to_many", "conditional", "chain", "fallback", "unmapped")
 
 
@@ -42,10 +43,6 @@ class MappingResult:
     sources_used: dict[str, list[str]] = field(default_factory=dict)
 
 
-def gather_sources(roots: list[Path]) -> dict[str, list[Path]]:
-    return find_sources(roots)
-
-
 def map_codes(
     maps: pa.Table,
     concepts_active: pa.Array,
@@ -57,8 +54,39 @@ def map_codes(
     fallback: str = "none",
     code_counts: pa.Table | None = None,
 ) -> MappingResult:
-    stats = MappingStats()
-    sf = SourceFindings()
+    """Candidates from every source, the policy's choice, GEM chains, fallback, then tokens and coverage."""
+    stats, sf = MappingStats(), SourceFindings()
+    cand = _candidates(maps, sources, stats, sf)
+    cand = resolve_targets(cand, concepts_active, concepts_known, associations, policy, stats)
+    cand = choose(cand, policy)
+    direct = cand.filter(cand["chosen"])
+    named, universe, cand = _universe(cand, universe, stats)
+    direct_keys = set(_keys(direct))
+    pending = [k for k in _keys(universe) if k not in direct_keys]
+    chain = _table(_chains(pending, direct, _read_gems(sources), policy))
+    chained_keys = set(_keys(chain))
+    pending = [k for k in pending if k not in chained_keys]
+    fb, um, token_terms = _fallback(pending, universe, (direct, chain), fallback, stats)
+    all_rows = pa.concat_tables([cand, chain, fb, um])
+    token_snomed, tokens = _tokens(all_rows, universe)
+    counts = dict(stats.counts)
+    counts.update(sf.counts)
+    return MappingResult(
+        candidates=all_rows,
+        token_snomed=token_snomed,
+        tokens=tokens,
+        token_terms=token_terms,
+        coverage=_coverage(all_rows, tokens, universe, named, code_counts),
+        counts=counts,
+        findings=sf.examples + stats.examples,
+        sources_used={k: [str(p) for p in v] for k, v in sources.items()},
+    )
+
+
+def _candidates(
+    maps: pa.Table, sources: dict[str, list[Path]], stats: MappingStats, sf: SourceFindings
+) -> pa.Table:
+    """Candidate rows of every source: RF2 extended maps, the tls map, NLM and OMOP."""
     parts = [extended_map_candidates(maps, stats)]
     has_us_rf2 = (
         bool(pc.any(pc.equal(maps["refsetId"], pa.scalar(ICD10CM_MAP_REFSET, pa.int64()))).as_py())
@@ -81,101 +109,97 @@ def map_codes(
     if sources.get("omop_concept") and sources.get("omop_relationship"):
         for c, r in zip(sources["omop_concept"], sources["omop_relationship"], strict=False):
             parts.append(omop_candidates(read_omop(c, r, sf)))
-    cand = pa.concat_tables([p for p in parts if p.num_rows] or [CANDIDATE_SCHEMA.empty_table()])
-    cand = resolve_targets(cand, concepts_active, concepts_known, associations, policy, stats)
-    cand = choose(cand, policy)
-    direct = cand.filter(cand["chosen"])
+    return pa.concat_tables([p for p in parts if p.num_rows] or [CANDIDATE_SCHEMA.empty_table()])
 
-    # ---- universe
+
+def _universe(
+    cand: pa.Table, universe: pa.Table | None, stats: MappingStats
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """``(named, universe, cand)``: the codes sources name, the codes that become tokens, and the
+    candidates with chosen rows outside the universe explained (without ``--codes``: every named code)."""
     named = (
         cand.select(["vocabulary", "code"]).group_by(["vocabulary", "code"], use_threads=False).aggregate([])
     )
     if universe is None:
-        universe = named.append_column("title", pa.nulls(named.num_rows, pa.string()))
-    else:
-        inside = _member(cand, universe)
-        outside = ~inside
-        names = (
-            cand.filter(pa.array(outside))
-            .select(["vocabulary", "code"])
-            .group_by(["vocabulary", "code"], use_threads=False)
-            .aggregate([])
-        )
-        if names.num_rows:
-            ex = ", ".join(
-                f"{v} {c}"
-                for v, c in zip(
-                    names["vocabulary"].to_pylist()[:5], names["code"].to_pylist()[:5], strict=True
-                )
-            )
-            stats.add("codes_named_by_sources_outside_universe", names.num_rows,
-                      f"{names.num_rows} code(s) named by mapping sources are not in the --codes list (e.g. {ex}); "
-                      "they do not become tokens (they can still serve GEM chains)")  # fmt: skip
-        reason = pc.if_else(pa.array(outside & cand["chosen"].to_numpy(zero_copy_only=False)),
-                            pa.scalar("chosen; code not in the --codes universe"), cand["reason"])  # fmt: skip
-        cand = cand.set_column(cand.schema.get_field_index("reason"), "reason", reason)
-    uni_keys = _keys(universe)
-    direct_keys = set(_keys(direct))
-    pending = [k for k in uni_keys if k not in direct_keys]
-
-    # ---- GEM chains
-    gem = {d: pa.concat_tables([read_gem(p, d) for p in sources.get(f"gem_{d}", [])]) for d in ("backward", "forward")
-           if sources.get(f"gem_{d}")}  # fmt: skip
-    chain_rows = _chains(pending, direct, gem, policy)
-    chain = (
-        _fill(chain_rows, len(chain_rows["code"])) if chain_rows["code"] else CANDIDATE_SCHEMA.empty_table()
+        return named, named.append_column("title", pa.nulls(named.num_rows, pa.string())), cand
+    outside = ~_member(cand, universe)
+    names = (
+        cand.filter(pa.array(outside))
+        .select(["vocabulary", "code"])
+        .group_by(["vocabulary", "code"], use_threads=False)
+        .aggregate([])
     )
-    chained_keys = set(_keys(chain))
-    pending = [k for k in pending if k not in chained_keys]
+    if names.num_rows:
+        ex = ", ".join(f"{v} {c}" for v, c in _keys(names.slice(0, 5)))
+        stats.add("codes_named_by_sources_outside_universe", names.num_rows,
+                  f"{names.num_rows} code(s) named by mapping sources are not in the --codes list (e.g. {ex}); "
+                  "they do not become tokens (they can still serve GEM chains)")  # fmt: skip
+    reason = pc.if_else(pa.array(outside & cand["chosen"].to_numpy(zero_copy_only=False)),
+                        pa.scalar("chosen; code not in the --codes universe"), cand["reason"])  # fmt: skip
+    return named, universe, cand.set_column(cand.schema.get_field_index("reason"), "reason", reason)
 
-    # ---- fallback
+
+def _read_gems(sources: dict[str, list[Path]]) -> dict[str, pa.Table]:
+    """The GEM rows of each direction found (``backward``: I10gem, ``forward``: I9gem)."""
+    return {
+        d: pa.concat_tables([read_gem(p, d) for p in sources[f"gem_{d}"]])
+        for d in ("backward", "forward")
+        if sources.get(f"gem_{d}")
+    }
+
+
+def _fallback(
+    pending: list[tuple[str, str]],
+    universe: pa.Table,
+    mapped: tuple[pa.Table, ...],
+    fallback: str,
+    stats: MappingStats,
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """``(fallback rows, unmapped rows, token terms)`` for the codes still pending after chains.
+
+    With ``fallback="icd"`` a code takes its title words and its nearest mapped ancestor's concepts
+    (``mapped``: the direct and chain rows); whatever is left is listed as unmapped.
+    """
     titles = dict(zip(_keys(universe), universe["title"].to_pylist(), strict=True))
     mapped_sct: dict[tuple[str, str], list[int]] = {}
-    for t in (direct, chain):
+    for t in mapped:
         for v, c, s in zip(
             t["vocabulary"].to_pylist(), t["code"].to_pylist(), t["sctid"].to_pylist(), strict=True
         ):
             mapped_sct.setdefault((v, c), []).append(s)
-    fb_rows: dict[str, list] = {f.name: [] for f in CANDIDATE_SCHEMA}
+    fb_rows = _columns()
     term_rows: dict[str, list] = {"vocabulary": [], "code": [], "term": []}
     unmapped: list[tuple[str, str]] = []
     for v, c in pending:
-        if fallback != "icd":
-            unmapped.append((v, c))
-            continue
-        anc = next((a for a in _ancestors(v, c) if (v, a) in mapped_sct), None)
-        title = titles.get((v, c))
+        anc = next((a for a in _ancestors(v, c) if (v, a) in mapped_sct), None) if fallback == "icd" else None
+        title = titles.get((v, c)) if fallback == "icd" else None
         if anc is None and not title:
             unmapped.append((v, c))
             continue
         for s in mapped_sct[(v, anc)] if anc else [None]:
-            _append(fb_rows, vocabulary=v, code=c, code_dotted=_dot(v, c), sctid=s, source="icd_fallback",
-                    kind="fallback", via_code=anc, chosen=True,
-                    reason="fallback: title words" + (f" + ancestor {_dot(v, anc)}" if anc else ""))  # fmt: skip
+            _append(fb_rows, vocabulary=v, code=c, code_dotted=icd.dotted_code(c, v), sctid=s,
+                    source="icd_fallback", kind="fallback", via_code=anc, chosen=True,
+                    reason="fallback: title words" + (f" + ancestor {icd.dotted_code(anc, v)}" if anc else ""))  # fmt: skip
         if title:
             term_rows["vocabulary"].append(v)
             term_rows["code"].append(c)
             term_rows["term"].append(title)
-    fb = _fill(fb_rows, len(fb_rows["code"])) if fb_rows["code"] else CANDIDATE_SCHEMA.empty_table()
-    um_rows: dict[str, list] = {f.name: [] for f in CANDIDATE_SCHEMA}
+    um_rows = _columns()
     for v, c in unmapped:
-        _append(um_rows, vocabulary=v, code=c, code_dotted=_dot(v, c), source="none", kind="unmapped", chosen=False,
-                reason="no usable mapping" + ("" if fallback == "icd" else " (try --fallback icd)"))  # fmt: skip
-    um = _fill(um_rows, len(um_rows["code"])) if um_rows["code"] else CANDIDATE_SCHEMA.empty_table()
+        _append(um_rows, vocabulary=v, code=c, code_dotted=icd.dotted_code(c, v), source="none", kind="unmapped",
+                chosen=False, reason="no usable mapping" + ("" if fallback == "icd" else " (try --fallback icd)"))  # fmt: skip
     if unmapped:
-        ex = ", ".join(f"{v} {_dot(v, c)}" for v, c in unmapped[:8])
+        ex = ", ".join(f"{v} {icd.dotted_code(c, v)}" for v, c in unmapped[:8])
         stats.add("codes_unmapped", len(unmapped), f"{len(unmapped)} code(s) of the universe have no mapping (e.g. {ex}); "
                   "they are listed in graph/icd_map with kind 'unmapped'")  # fmt: skip
-    all_rows = pa.concat_tables([cand, chain, fb, um])
+    token_terms = pa.table(term_rows, schema=TOKEN_TERMS_SCHEMA)
+    return _table(fb_rows), _table(um_rows), token_terms
 
-    # ---- tokens
-    in_uni = _member(all_rows, universe)
-    tok_rows = all_rows.filter(pa.array(in_uni & all_rows["chosen"].to_numpy(zero_copy_only=False)))
+
+def _tokens(rows: pa.Table, universe: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """``(token_snomed, tokens)``: the chosen rows of universe codes, and one token row per code."""
+    tok_rows = rows.filter(pa.array(_member(rows, universe) & rows["chosen"].to_numpy(zero_copy_only=False)))
     token_snomed = tok_rows.filter(pc.is_valid(tok_rows["sctid"])).select(["vocabulary", "code", "sctid"])
-    token_terms = pa.table(
-        term_rows,
-        schema=pa.schema([("vocabulary", pa.string()), ("code", pa.string()), ("term", pa.string())]),
-    )
     first = (
         tok_rows.group_by(["vocabulary", "code"], use_threads=False)
         .aggregate([("code_dotted", "first"), ("source", "first"), ("kind", "first")])
@@ -185,19 +209,12 @@ def map_codes(
     tokens = first.join(ut, keys=["vocabulary", "code"], join_type="left outer").sort_by(
         [("vocabulary", "ascending"), ("code", "ascending")]
     )
-    coverage = _coverage(all_rows, tokens, universe, named, code_counts)
-    counts = dict(stats.counts)
-    counts.update(sf.counts)
-    return MappingResult(
-        candidates=all_rows,
-        token_snomed=token_snomed,
-        tokens=tokens,
-        token_terms=token_terms,
-        coverage=coverage,
-        counts=counts,
-        findings=sf.examples + stats.examples,
-        sources_used={k: [str(p) for p in v] for k, v in sources.items()},
-    )
+    return token_snomed, tokens
+
+
+def _columns() -> dict[str, list]:
+    """Empty candidate columns, filled row by row with :func:`_append`."""
+    return {f.name: [] for f in CANDIDATE_SCHEMA}
 
 
 def _append(cols: dict[str, list], **values) -> None:
@@ -205,8 +222,9 @@ def _append(cols: dict[str, list], **values) -> None:
         cols[name].append(values.get(name))
 
 
-def _dot(vocabulary: str, code: str) -> str:
-    return icd.dotted(pa.array([code]), vocabulary)[0].as_py()
+def _table(cols: dict[str, list]) -> pa.Table:
+    """A candidate table from :func:`_columns` filled by :func:`_append`."""
+    return _fill(cols, len(cols["code"])) if cols["code"] else CANDIDATE_SCHEMA.empty_table()
 
 
 def _keys(t: pa.Table) -> list[tuple[str, str]]:
@@ -229,7 +247,7 @@ def _ancestors(vocabulary: str, code: str) -> list[str]:
 
 def _chains(pending, direct: pa.Table, gem: dict[str, pa.Table], policy: MapPolicy) -> dict[str, list]:
     """GEM chains for pending codes: returns candidate columns (kind 'chain')."""
-    cols: dict[str, list] = {f.name: [] for f in CANDIDATE_SCHEMA}
+    cols = _columns()
     by_code: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for v, c, s, src in zip(direct["vocabulary"].to_pylist(), direct["code"].to_pylist(), direct["sctid"].to_pylist(),
                             direct["source"].to_pylist(), strict=True):  # fmt: skip
@@ -252,10 +270,10 @@ def _chains(pending, direct: pa.Table, gem: dict[str, pa.Table], policy: MapPoli
             picks = _gem_pick(rs, other, by_code, policy)
             for r, targets in picks:
                 for s, src in targets:
-                    _append(cols, vocabulary=vocab, code=code, code_dotted=_dot(vocab, code), sctid=s,
+                    _append(cols, vocabulary=vocab, code=code, code_dotted=icd.dotted_code(code, vocab), sctid=s,
                             source=f"gem_{direction}+{src}", kind="chain", via_code=r["target"], gem_flags=r["flags"],
                             file=r["_file"], line=r["_line"], chosen=True,
-                            reason=f"chain through {other} {_dot(other, r['target'])}")  # fmt: skip
+                            reason=f"chain through {other} {icd.dotted_code(r['target'], other)}")  # fmt: skip
     return cols
 
 

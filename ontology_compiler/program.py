@@ -19,13 +19,13 @@ import pyarrow.parquet as pq
 from . import rf2_schema as S
 from .artifact import FORMAT_VERSION, publish, read_json_manifest, sha256_file, verify_manifest_files
 from .errors import OutputExistsError, ProgramFormatError
-from .graph import DESCRIPTION_KEY, IDENTITY_KEY
+from .graph import DESCRIPTION_KEY, IDENTITY_KEY, TOKEN_WORDS_SCHEMA
 from .words import strip_semantic_tag
 
 log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
-TOP_FILES = ("atoms.parquet", "relations.parquet", "concepts.parquet", "edges.parquet", "slices.parquet")
+EDGE_KEY = ["concept_id", "relation_id", "atom_id"]  # an edge is unique by these
 
 
 def build_tables(
@@ -45,34 +45,37 @@ def build_tables(
     ``token_words``: (vocabulary, code, word) bound to tokens directly (the ICD title fallback).
     """
     if token_words is None:
-        token_words = pa.table({"vocabulary": pa.array([], pa.string()), "code": pa.array([], pa.string()),
-                                "word": pa.array([], pa.string())})  # fmt: skip
-    n_special = len(SPECIAL_TOKENS)
-    # --- atoms
+        token_words = TOKEN_WORDS_SCHEMA.empty_table()
     atom_sctids = np.unique(snomed_rel_edges["atom_sctid"].to_numpy())
     words = pc.unique(
         pa.concat_arrays([snomed_word_edges["word"].combine_chunks(), token_words["word"].combine_chunks()])
     ).sort()
-    n_ca, n_w = len(atom_sctids), len(words)
+    atoms = _atoms(atom_sctids, words, concept_labels)
+    rel_keys = _relation_keys(snomed_rel_edges)
+    concepts = _concepts(tokens)
+    ids = _AtomIds(atom_sctids, words, rel_keys)
+    per_sctid = _edges_per_sctid(snomed_rel_edges, snomed_word_edges, ids)
+    edges = _with_slots(_token_edges(concepts, token_snomed, per_sctid, token_words, ids))
+    slices = _slices(edges)
+    relations = _relations(rel_keys, concept_labels, edges)
+    return {"atoms": atoms, "relations": relations, "concepts": concepts, "edges": edges, "slices": slices}
+
+
+def _atoms(atom_sctids: np.ndarray, words: pa.Array, concept_labels: pa.Table) -> pa.Table:
+    """Special tokens, then SNOMED concept atoms by SCTID, then words in byte order."""
+    n_special, n_ca, n_w = len(SPECIAL_TOKENS), len(atom_sctids), len(words)
     lab = concept_labels.filter(pc.is_in(concept_labels["sctid"], value_set=pa.array(atom_sctids)))
     lab = pa.table({"sctid": pa.array(atom_sctids)}).join(lab, keys="sctid").sort_by("sctid")
     concept_label = pc.coalesce(
         lab["preferred"], strip_semantic_tag(lab["fsn"]), pc.cast(lab["sctid"], pa.string())
     )
-    atoms = pa.table(
+    specials = pa.array(SPECIAL_TOKENS, pa.string())
+    return pa.table(
         {
             "atom_id": pa.array(np.arange(n_special + n_ca + n_w, dtype=np.int32)),
             "kind": pa.array(["special"] * n_special + ["concept"] * n_ca + ["word"] * n_w, pa.string()),
-            "key": pa.concat_arrays(
-                [
-                    pa.array(SPECIAL_TOKENS, pa.string()),
-                    pc.cast(pa.array(atom_sctids), pa.string()),
-                    words,
-                ]
-            ),
-            "label": pa.concat_arrays(
-                [pa.array(SPECIAL_TOKENS, pa.string()), concept_label.combine_chunks(), words]
-            ),
+            "key": pa.concat_arrays([specials, pc.cast(pa.array(atom_sctids), pa.string()), words]),
+            "label": pa.concat_arrays([specials, concept_label.combine_chunks(), words]),
             "sctid": pa.concat_arrays(
                 [
                     pa.nulls(n_special, pa.int64()),
@@ -82,20 +85,19 @@ def build_tables(
             ),
         }
     )
-    # --- relations
+
+
+def _relation_keys(snomed_rel_edges: pa.Table) -> np.ndarray:
+    """Relation keys in id order: identity, description, is-a, then attributes by SCTID."""
     attr_keys = np.unique(snomed_rel_edges["relation_key"].to_numpy())
     attr_keys = attr_keys[attr_keys != S.IS_A]
-    rel_keys = np.concatenate([[IDENTITY_KEY, DESCRIPTION_KEY, S.IS_A], attr_keys]).astype(np.int64)
-    rel_kind = ["identity", "description", "is_a"] + ["attribute"] * len(attr_keys)
-    lab_keys = concept_labels.filter(pc.is_in(concept_labels["sctid"], value_set=pa.array(rel_keys[2:])))
-    names = pc.coalesce(lab_keys["preferred"], strip_semantic_tag(lab_keys["fsn"]))
-    rel_label_map = dict(zip(lab_keys["sctid"].to_pylist(), names.to_pylist(), strict=True))
-    rel_labels = ["identity", "description"] + [
-        rel_label_map.get(int(k)) or str(int(k)) for k in rel_keys[2:]
-    ]
-    # --- concepts (tokens)
+    return np.concatenate([[IDENTITY_KEY, DESCRIPTION_KEY, S.IS_A], attr_keys]).astype(np.int64)
+
+
+def _concepts(tokens: pa.Table) -> pa.Table:
+    """Special tokens first, then the tokens by (vocabulary, code); ``concept_id`` is the row."""
     tokens = tokens.sort_by([("vocabulary", "ascending"), ("code", "ascending")])
-    n_tok = tokens.num_rows
+    n_special = len(SPECIAL_TOKENS)
     specials = pa.table(
         {
             "vocabulary": pa.array(["SPECIAL"] * n_special),
@@ -109,35 +111,60 @@ def build_tables(
         }
     )
     concepts = pa.concat_tables([specials, tokens.select(specials.column_names).cast(specials.schema)])
-    concepts = concepts.add_column(0, "concept_id", pa.array(np.arange(n_special + n_tok, dtype=np.int32)))
-    # --- edges keyed -> ids
-    rel_edges = snomed_rel_edges
-    rel_atom = n_special + np.searchsorted(atom_sctids, rel_edges["atom_sctid"].to_numpy())
-    sorter = np.argsort(rel_keys)
-    rel_rel = sorter[np.searchsorted(rel_keys, rel_edges["relation_key"].to_numpy(), sorter=sorter)]
-    word_atom = n_special + n_ca + pc.index_in(snomed_word_edges["word"], value_set=words).to_numpy()
-    per_sctid = pa.table(
+    n = n_special + tokens.num_rows
+    return concepts.add_column(0, "concept_id", pa.array(np.arange(n, dtype=np.int32)))
+
+
+class _AtomIds:
+    """Keyed atoms and relations -> their ids (as :func:`_atoms` and :func:`_relation_keys` number them)."""
+
+    def __init__(self, atom_sctids: np.ndarray, words: pa.Array, rel_keys: np.ndarray) -> None:
+        self.atom_sctids, self.words, self.rel_keys = atom_sctids, words, rel_keys
+        self.sorter = np.argsort(rel_keys)
+
+    def concept(self, sctids: np.ndarray) -> np.ndarray:
+        return len(SPECIAL_TOKENS) + np.searchsorted(self.atom_sctids, sctids)
+
+    def word(self, words: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        offset = len(SPECIAL_TOKENS) + len(self.atom_sctids)
+        return offset + pc.index_in(words, value_set=self.words).to_numpy()
+
+    def relation(self, keys: np.ndarray) -> np.ndarray:
+        return self.sorter[np.searchsorted(self.rel_keys, keys, sorter=self.sorter)]
+
+
+def _edges_per_sctid(rel_edges: pa.Table, word_edges: pa.Table, ids: _AtomIds) -> pa.Table:
+    """Relationship and description-word edges of each SNOMED concept, with relation and atom ids."""
+    n_w = word_edges.num_rows
+    return pa.table(
         {
             "sctid": pa.concat_arrays(
-                [rel_edges["sctid"].combine_chunks(), snomed_word_edges["sctid"].combine_chunks()]
+                [rel_edges["sctid"].combine_chunks(), word_edges["sctid"].combine_chunks()]
             ),
             "relation_id": pa.array(
-                np.concatenate([rel_rel, np.full(snomed_word_edges.num_rows, 1, dtype=np.int32)]).astype(
-                    np.int32
-                )
+                np.concatenate(
+                    [ids.relation(rel_edges["relation_key"].to_numpy()), np.full(n_w, 1, dtype=np.int32)]
+                ).astype(np.int32)
             ),
-            "atom_id": pa.array(np.concatenate([rel_atom, word_atom]).astype(np.int32)),
+            "atom_id": pa.array(
+                np.concatenate(
+                    [ids.concept(rel_edges["atom_sctid"].to_numpy()), ids.word(word_edges["word"])]
+                ).astype(np.int32)
+            ),
             "role_group": pa.concat_arrays(
-                [
-                    rel_edges["role_group"].combine_chunks(),
-                    pa.array(np.zeros(snomed_word_edges.num_rows, dtype=np.int32)),
-                ]
+                [rel_edges["role_group"].combine_chunks(), pa.array(np.zeros(n_w, dtype=np.int32))]
             ),
             "provenance": pa.concat_arrays(
-                [rel_edges["provenance"].combine_chunks(), snomed_word_edges["provenance"].combine_chunks()]
+                [rel_edges["provenance"].combine_chunks(), word_edges["provenance"].combine_chunks()]
             ),
         }
     )
+
+
+def _token_edges(
+    concepts: pa.Table, token_snomed: pa.Table, per_sctid: pa.Table, token_words: pa.Table, ids: _AtomIds
+) -> pa.Table:
+    """Edges of every concept: specials' identity, the SNOMED concepts' edges, fallback title words."""
     tok_index = concepts.select(["concept_id", "vocabulary", "code"])
     ts = token_snomed.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
     joined = ts.select(["concept_id", "sctid"]).join(per_sctid, keys="sctid", join_type="inner")
@@ -145,41 +172,43 @@ def build_tables(
         [("concept_id", "ascending"), ("relation_id", "ascending"), ("atom_id", "ascending"),
          ("role_group", "ascending"), ("sctid", "ascending")]
     )  # fmt: skip
-    e = joined.group_by(["concept_id", "relation_id", "atom_id"], use_threads=False).aggregate(
+    e = joined.group_by(EDGE_KEY, use_threads=False).aggregate(
         [("role_group", "first"), ("provenance", "first"), ("sctid", "first")]
     )
-    e = e.rename_columns(["concept_id", "relation_id", "atom_id", "role_group", "provenance", "source_sctid"])
-    sp = pa.table(
-        {
-            "concept_id": pa.array(np.arange(n_special, dtype=np.int32)),
-            "relation_id": pa.array(np.zeros(n_special, dtype=np.int32)),
-            "atom_id": pa.array(np.arange(n_special, dtype=np.int32)),
-            "role_group": pa.array(np.zeros(n_special, dtype=np.int32)),
-            "provenance": pa.array(["special"] * n_special),
-            "source_sctid": pa.nulls(n_special, pa.int64()),
-        }
-    )
+    e = e.rename_columns([*EDGE_KEY, "role_group", "provenance", "source_sctid"])
+    n_special = len(SPECIAL_TOKENS)
+    specials = _edge_table(np.arange(n_special), 0, np.arange(n_special), pa.array(["special"] * n_special))
     tw = token_words.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
-    tw = pa.table(
+    title_words = _edge_table(
+        tw["concept_id"], 1, ids.word(tw["word"]), pa.array(["fallback_title"] * tw.num_rows, pa.string())
+    )
+    e = pa.concat_tables([specials, e.cast(specials.schema), title_words])
+    # a title word the ancestor's concepts also give stays once (the concept's edge wins)
+    return (
+        e.group_by(EDGE_KEY, use_threads=False)
+        .aggregate([("role_group", "first"), ("provenance", "first"), ("source_sctid", "first")])
+        .rename_columns(specials.column_names)
+    )
+
+
+def _edge_table(concept_id, relation_id: int, atom_id, provenance: pa.Array) -> pa.Table:
+    """Edges of one relation in group 0 with no source SCTID (special tokens, fallback title words)."""
+    n = len(provenance)
+    return pa.table(
         {
-            "concept_id": tw["concept_id"],
-            "relation_id": pa.array(np.ones(tw.num_rows, dtype=np.int32)),
-            "atom_id": pa.array(
-                (n_special + n_ca + pc.index_in(tw["word"], value_set=words).to_numpy()).astype(np.int32)
-            ),
-            "role_group": pa.array(np.zeros(tw.num_rows, dtype=np.int32)),
-            "provenance": pa.array(["fallback_title"] * tw.num_rows, pa.string()),
-            "source_sctid": pa.nulls(tw.num_rows, pa.int64()),
+            "concept_id": pa.array(np.asarray(concept_id, dtype=np.int32)),
+            "relation_id": pa.array(np.full(n, relation_id, dtype=np.int32)),
+            "atom_id": pa.array(np.asarray(atom_id).astype(np.int32)),
+            "role_group": pa.array(np.zeros(n, dtype=np.int32)),
+            "provenance": provenance,
+            "source_sctid": pa.nulls(n, pa.int64()),
         }
     )
-    e = pa.concat_tables([sp, e.cast(sp.schema), tw.cast(sp.schema)])
-    # a title word the ancestor's concepts also give stays once (the concept's edge wins)
-    e = (
-        e.group_by(["concept_id", "relation_id", "atom_id"], use_threads=False)
-        .aggregate([("role_group", "first"), ("provenance", "first"), ("source_sctid", "first")])
-        .rename_columns(sp.column_names)
-    )
-    # slot: k-th use of the relation by the concept, atoms in id order
+
+
+def _with_slots(e: pa.Table) -> pa.Table:
+    """Add ``slot`` (the k-th use of the relation by the concept, atoms in id order) and store the edges
+    sorted by (relation_id, slot, concept_id)."""
     c = e["concept_id"].to_numpy()
     r = e["relation_id"].to_numpy()
     a = e["atom_id"].to_numpy()
@@ -193,16 +222,19 @@ def build_tables(
     slot[order] = (pos - run_start).astype(np.int32)
     e = e.append_column("slot", pa.array(slot))
     store = np.lexsort((c, slot, r))
-    e = e.take(pa.array(store)).select(
+    return e.take(pa.array(store)).select(
         ["concept_id", "relation_id", "atom_id", "slot", "role_group", "provenance", "source_sctid"]
     )
-    # slices
+
+
+def _slices(e: pa.Table) -> pa.Table:
+    """One row per (relation, slot): where its contiguous run of edges starts and how long it is."""
     rr, ss = e["relation_id"].to_numpy(), e["slot"].to_numpy()
     brk = np.ones(len(rr), dtype=bool)
     brk[1:] = (rr[1:] != rr[:-1]) | (ss[1:] != ss[:-1])
     starts = np.flatnonzero(brk)
     lengths = np.diff(np.append(starts, len(rr)))
-    slices = pa.table(
+    return pa.table(
         {
             "relation_id": pa.array(rr[starts].astype(np.int32)),
             "slot": pa.array(ss[starts].astype(np.int32)),
@@ -210,21 +242,31 @@ def build_tables(
             "length": pa.array(lengths.astype(np.int64)),
         }
     )
+
+
+def _relations(rel_keys: np.ndarray, concept_labels: pa.Table, e: pa.Table) -> pa.Table:
+    """One row per relation: kind, SCTID, label, max multiplicity and number of edges."""
+    attr_sctids = rel_keys[2:]  # is-a and the attributes
+    lab_keys = concept_labels.filter(pc.is_in(concept_labels["sctid"], value_set=pa.array(attr_sctids)))
+    names = pc.coalesce(lab_keys["preferred"], strip_semantic_tag(lab_keys["fsn"]))
+    label_of = dict(zip(lab_keys["sctid"].to_pylist(), names.to_pylist(), strict=True))
+    rr, ss = e["relation_id"].to_numpy(), e["slot"].to_numpy()
     n_rel = len(rel_keys)
-    edges_per_rel = np.bincount(rr, minlength=n_rel)
     max_mult = np.zeros(n_rel, dtype=np.int32)
     np.maximum.at(max_mult, rr, ss + 1)
-    relations = pa.table(
+    return pa.table(
         {
             "relation_id": pa.array(np.arange(n_rel, dtype=np.int32)),
-            "kind": pa.array(rel_kind, pa.string()),
-            "sctid": pa.array([None, None] + [int(k) for k in rel_keys[2:]], pa.int64()),
-            "label": pa.array(rel_labels, pa.string()),
+            "kind": pa.array(["identity", "description", "is_a"] + ["attribute"] * (n_rel - 3), pa.string()),
+            "sctid": pa.array([None, None] + [int(k) for k in attr_sctids], pa.int64()),
+            "label": pa.array(
+                ["identity", "description"] + [label_of.get(int(k)) or str(int(k)) for k in attr_sctids],
+                pa.string(),
+            ),
             "max_multiplicity": pa.array(max_mult),
-            "edges": pa.array(edges_per_rel.astype(np.int64)),
+            "edges": pa.array(np.bincount(rr, minlength=n_rel).astype(np.int64)),
         }
     )
-    return {"atoms": atoms, "relations": relations, "concepts": concepts, "edges": e, "slices": slices}
 
 
 def table_counts(tables: dict[str, pa.Table]) -> dict:

@@ -92,6 +92,20 @@ def test_icd_dots_and_chapters():
     ]
 
 
+@pytest.mark.parametrize("vocabulary", [icd.ICD9CM, icd.ICD10CM])
+def test_scalar_icd_forms_follow_the_columnar_rule(vocabulary):
+    codes = ["E119", "I10", "E1165", "25000", "E8798", "E879", "V5861", "0389", " e11.9 ", "250.00", "E1", ""]
+    assert [icd.dotted_code(c, vocabulary) for c in codes] == icd.dotted(
+        pa.array(codes), vocabulary
+    ).to_pylist()
+    assert [icd.dotless_code(c) for c in codes] == icd.dotless(pa.array(codes)).to_pylist()
+    assert (
+        icd.dotted_code("E8798", icd.ICD9CM) == "E879.8" and icd.dotted_code("E8798", icd.ICD10CM) == "E87.98"
+    )
+    with pytest.raises(ValueError, match="unknown vocabulary"):
+        icd.dotted_code("E119", "ICD10")
+
+
 def _maprows(rows):
     cols = ["referencedComponentId", "mapGroup", "mapPriority", "mapRule", "mapTarget"]
     d = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
