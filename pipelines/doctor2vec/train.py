@@ -39,59 +39,17 @@ from pipelines.train.runtime import (
     write_json,
 )
 
+from .config import D2VTrainConfig
 from .tensors import D2VTensors, build_tensors, doctor_batches, make_batch
 
 log = logging.getLogger(__name__)
 
-EMBEDDINGS = ("plain", "hrr")
 MODEL_KIND = "hrrbert-doctor2vec"
 EVAL_SPLITS = ("val", "test", "test_rare")
 
 
 class Doctor2VecMismatchError(PipelineError):
     """A saved Doctor2Vec model belongs to another program or another data set vocabulary."""
-
-
-@dataclass
-class D2VTrainConfig:
-    """Options of a Doctor2Vec training run (saved in ``results.json``)."""
-
-    data: str  # Doctor2Vec data folder (pipelines.doctor2vec.data)
-    program: str  # the program the data was generated from
-    embedding: str = "plain"  # code embedding: plain table or hrr (HRREmbedding)
-    hrr_mode: str = "base"  # HRREmbedding mode when embedding is hrr
-    doctor: str = "dynamic"  # dynamic (trial attends over the patients) or static (mean of patients)
-    patient_encoder: str = "pooled"  # pooled code vectors or visit-transformer
-    dim: int = 64  # embedding and model dimension
-    hops: int = 1  # memory reads of a dynamic doctor
-    max_memories: int = 64  # patients per doctor memory (larger panels: seeded sample)
-    max_codes: int = 64  # most recent codes per patient
-    hidden: int = 128  # compatibility MLP width
-    dropout: float = 0.1  # dropout
-    epochs: int = 3  # passes over the train pairs
-    val_every: int = (
-        10  # steps between validations (0: once an epoch); the best validation's weights are kept
-    )
-    doctors_per_batch: int = 8  # doctors per step (each with every train trial)
-    lr: float = 1e-3  # AdamW learning rate
-    code_lr_scale: float = 0.1  # learning rate of the code embedding (table or atoms) relative to lr
-    weight_decay: float = 1e-4  # AdamW weight decay
-    clip: float = 1.0  # max gradient norm (0: off)
-    pos_weight: float = 0.0  # BCE weight of positives (0: negatives / positives of the train pairs)
-    hide_held_out: bool = True  # remove the rare-disease trials' codes from histories during training
-    k: tuple[int, ...] = (5, 10)  # precision at k per trial
-    seed: int = 0  # seed
-    device: str = "cpu"  # auto, cpu, cuda
-    progress: bool = True  # tqdm bar (only on a terminal)
-
-    def __post_init__(self) -> None:
-        if self.embedding not in EMBEDDINGS:
-            raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {self.embedding!r}")
-        if self.epochs < 1 or self.doctors_per_batch < 1:
-            raise ValueError(
-                f"epochs and doctors_per_batch must be >= 1, got {self.epochs}, {self.doctors_per_batch}"
-            )
-        self.k = tuple(int(x) for x in self.k)
 
 
 # --- metrics ---------------------------------------------------------------------------------------

@@ -22,14 +22,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.data.tasks import TASKS
 from pipelines.errors import PipelineError
 from pipelines.train.runtime import now_iso, versions, write_json
 
+from .config import ExperimentConfig
 from .report import EXPERIMENT_FILE
 
 log = logging.getLogger(__name__)
@@ -38,45 +38,6 @@ log = logging.getLogger(__name__)
 FINETUNE_SEED_STRIDE = 1000
 
 CONTROL = "unstructured"
-
-
-@dataclass
-class ExperimentConfig:
-    """Options of an experiment (saved in ``experiment.json``)."""
-
-    dataset: str  # tokenized dataset (MIMIC layout) for pretraining and fine-tuning
-    program: str  # the program the datasets were tokenized against
-    transfer_dataset: str | None = None  # dataset of another layout (eICU) for the transfer test
-    name: str = "experiment"  # folder name under ``out``
-    out: str = "artifacts/runs"  # parent folder of the experiment
-    configurations: tuple[str, ...] = ("unstructured", "base")  # embedding modes; unstructured = control
-    model: str = "bert-base"  # model preset: tiny, small, bert-base
-    pretrain_seeds: int = 3  # pretraining runs per configuration (paper: 3)
-    trials: int = 10  # fine-tunings per pretraining run and task (paper: 10)
-    tasks: tuple[str, ...] = TASKS  # fine-tuning tasks
-    pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides (epochs, lr, ...)
-    finetune: dict[str, Any] = field(default_factory=dict)  # FinetuneConfig overrides
-    evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides
-    device: str = "auto"  # auto, cpu, cuda
-    progress: bool = True  # tqdm bars (only on a terminal)
-
-    def __post_init__(self) -> None:
-        from hrr_kernel import MODES
-
-        self.configurations = tuple(self.configurations)
-        self.tasks = tuple(self.tasks)
-        bad = [c for c in self.configurations if c not in MODES]
-        if bad:
-            raise ValueError(f"unknown configuration(s) {bad}; choose from {MODES}")
-        if len(set(self.configurations)) != len(self.configurations):
-            raise ValueError(f"configurations repeat: {self.configurations}")
-        if self.pretrain_seeds < 1 or self.trials < 1:
-            raise ValueError(
-                f"pretrain_seeds and trials must be >= 1, got {self.pretrain_seeds}, {self.trials}"
-            )
-        bad_tasks = [t for t in self.tasks if t not in TASKS]
-        if bad_tasks:
-            raise ValueError(f"unknown task(s) {bad_tasks}; choose from ('mortality', 'chapters')")
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -29,32 +29,11 @@ from pipelines.data.sequences import TokenizedDataset
 from pipelines.errors import PipelineError
 from pipelines.train.runtime import now_iso, resolve_device, seed_everything, versions, write_json
 
+from .config import EvaluateConfig
+
 log = logging.getLogger(__name__)
 
 EVALUATION_FILE = "evaluation.json"
-
-
-@dataclass
-class EvaluateConfig:
-    """Options of an evaluation (saved in ``evaluation.json``)."""
-
-    pretrained: str  # pretraining run folder (holding model/) or a saved model folder
-    dataset: str  # the tokenized dataset the model was pretrained on (format 1)
-    program: str  # the program of the model and the datasets
-    out: str  # folder for evaluation.json and the plot
-    mortality: str | None = None  # fine-tuning run (trial-*/model) on mortality, for transfer
-    chapters: str | None = None  # fine-tuning run on chapters, for ROOD
-    transfer_dataset: str | None = None  # dataset of another layout (eICU) for the transfer test
-    per_bin: int = 400  # codes probed per frequency bin (paper: 400)
-    neighbours: int = 4  # top-k neighbours scored (paper: 4)
-    per_group: int = 10  # common / rare / random codes studied (paper: 10 rare)
-    tsne_points: int = 2000  # codes in the t-SNE plot (0: no plot)
-    cost_steps: int = 3  # timed training steps for the cost figures (0: none)
-    cost_batch: int = 32  # sequences per timed step
-    batch_size: int = 128  # evaluation batch
-    seed: int = 0  # seed of the code samples and the probes
-    device: str = "auto"  # auto, cpu, cuda
-    label: str | None = None  # configuration name shown in plots (default: the embedding mode)
 
 
 def evaluate(config: EvaluateConfig | None = None, **options: Any) -> dict[str, Any]:

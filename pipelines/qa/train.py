@@ -42,52 +42,17 @@ from pipelines.train.runtime import (
     write_json,
 )
 
+from .config import QATrainConfig
 from .data import QADataError, read_qa
 
 log = logging.getLogger(__name__)
 
-MODELS = ("memn2n", "memnn")
-EMBEDDINGS = ("plain", "hrr")
 MODEL_KIND = "hrrbert-qa"
 SUPPORT_SLOTS = 2
 
 
 class QAVocabularyMismatchError(PipelineError):
     """A saved QA model was trained on a QA set with another vocabulary, answer set or program."""
-
-
-@dataclass
-class QATrainConfig:
-    """Options of a QA training run (saved in ``results.json``)."""
-
-    qa: str  # QA set folder (pipelines.qa.data)
-    program: str  # the program the QA set was generated from
-    model: str = "memn2n"  # memn2n (soft attention) or memnn (hard attention)
-    embedding: str = "plain"  # code embedding: plain table or hrr (HRREmbedding)
-    hrr_mode: str = "base"  # HRREmbedding mode when embedding is hrr
-    dim: int = 32  # embedding dimension
-    hops: int = 3  # memory hops (MemNN: argmax hops = supporting facts)
-    tying: str = "adjacent"  # MemN2N tying: adjacent, layerwise, none
-    encoding: str = "position"  # MemN2N fact encoding: bow or position
-    temporal: bool = True  # MemN2N temporal encoding
-    max_memories: int = 30  # memory slots (longer memories: question skipped, counted)
-    max_question_len: int = 12  # question tokens (longer: question skipped, counted)
-    epochs: int = 8  # passes over the train questions
-    batch_size: int = 64  # batch
-    lr: float = 0.01  # Adam learning rate
-    clip: float = 40.0  # max gradient norm (Sukhbaatar et al.: 40)
-    seed: int = 0  # seed
-    max_train: int = 0  # use at most this many train questions (0: all)
-    device: str = "cpu"  # auto, cpu, cuda
-    progress: bool = True  # tqdm bar (only on a terminal)
-
-    def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
-        if self.embedding not in EMBEDDINGS:
-            raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {self.embedding!r}")
-        if self.epochs < 1 or self.batch_size < 1:
-            raise ValueError(f"epochs and batch_size must be >= 1, got {self.epochs}, {self.batch_size}")
 
 
 @dataclass

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 
 from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_order
-from pipelines.data.tasks import TASKS
 from pipelines.errors import PipelineError
 
+from .config import FinetuneConfig
 from .metrics import binary_metrics, multilabel_metrics
 from .runtime import (
     MetricsLog,
@@ -41,45 +41,6 @@ from .runtime import (
 )
 
 log = logging.getLogger(__name__)
-
-MODELS = ("bert", "visit-transformer")
-SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
-
-
-@dataclass
-class FinetuneConfig:
-    """Options of a fine-tuning run (saved in each trial's ``results.json``)."""
-
-    pretrained: str  # pretraining run folder (holding model/) or a saved model folder
-    dataset: str  # tokenized dataset folder (format 1)
-    program: str  # the program the model and dataset were built against
-    task: str = "mortality"  # mortality (binary) or chapters (22 labels, multi-label)
-    epochs: int = 10  # passes over finetune_train (paper: 10)
-    batch_size: int = 80  # batch (paper: 80)
-    lr: float = 2e-5  # constant learning rate
-    weight_decay: float = 4e-6  # AdamW weight decay (paper: 4e-6)
-    clip: float = 1.0  # max gradient L2 norm (0: no clipping)
-    seed: int = 0  # seed of trial 0; trial k uses seed + k
-    trials: int = 1  # independent fine-tunings from the same pretrained model
-    select_by: str = "f1"  # validation metric choosing the best epoch (loss: lowest)
-    threshold: float = 0.5  # probability threshold of a positive prediction
-    eval_batch_size: int = 256  # batch for validation and test
-    device: str = "auto"  # auto, cpu, cuda
-    bf16: bool = False  # bf16 autocast (CUDA only)
-    progress: bool = True  # tqdm bar (only on a terminal)
-    model: str = "bert"  # bert, or visit-transformer (code embedding initialised from the pretrained BERT)
-
-    def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
-        if self.select_by not in SELECT_BY:
-            raise ValueError(f"select_by must be one of {SELECT_BY}, got {self.select_by!r}")
-        if self.trials < 1 or self.epochs < 1 or self.batch_size < 1:
-            raise ValueError(
-                f"trials, epochs and batch_size must be >= 1, got {self.trials}, {self.epochs}, {self.batch_size}"
-            )
 
 
 @dataclass

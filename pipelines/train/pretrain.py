@@ -43,6 +43,7 @@ from .checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from .config import RUNTIME_KEYS, PretrainConfig
 from .mlm import evaluate_mlm, tokens_of, train_step
 from .runtime import (
     DistContext,
@@ -63,53 +64,6 @@ log = logging.getLogger(__name__)
 
 RUN_CONFIG = "config.json"
 METRICS = "metrics.jsonl"
-# config keys that may change when resuming (they do not affect the numbers)
-RUNTIME_KEYS = (
-    "dataset", "program", "device", "tensorboard", "progress", "log_every", "save_every", "keep_checkpoints",
-)  # fmt: skip
-
-
-@dataclass
-class PretrainConfig:
-    """Options of a pretraining run (saved in the run's ``config.json``)."""
-
-    dataset: str  # tokenized dataset folder (format 1)
-    program: str  # compiled HRR program folder the dataset was tokenized against
-    model: str = "small"  # model preset: tiny, small or bert-base
-    mode: str = "base"  # token embedding: unstructured, base, freq, add, cat
-    normalize: bool = False  # unit-norm HRR concept vectors
-    epochs: int = 100  # passes over pretrain_train (paper: 100)
-    max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
-    batch_size: int = 96  # global batch (paper: 96), split over ranks
-    lr: float = 1e-4  # peak learning rate (paper: 1e-4)
-    warmup: float = 0.1  # fraction of steps of linear warm-up, then cosine decay (paper: 10 %)
-    weight_decay: float = 0.0  # AdamW weight decay (paper: none in pretraining)
-    beta1: float = 0.9  # AdamW beta1
-    beta2: float = 0.999  # AdamW beta2
-    clip: float = 1.0  # max gradient L2 norm (0: no clipping)
-    mask_prob: float = 0.15  # share of codes chosen for MLM (80 % [MASK], 10 % random, 10 % kept)
-    dropout: float = 0.1  # dropout of the model
-    topk: tuple[int, ...] = (10, 100)  # validation top-k accuracies besides top-1
-    seed: int = 0  # seed of initialisation, data order, masking and dropout
-    bf16: bool = False  # bf16 autocast (CUDA only)
-    val_every: int = 0  # steps between validations (0: at the end of each epoch)
-    max_val: int | None = None  # validate on at most this many pretrain_val patients (None: all)
-    val_batch_size: int = 256  # validation batch
-    save_every: int = 500  # steps between checkpoints (one is also written at the end)
-    keep_checkpoints: int = 2  # newest checkpoints kept
-    log_every: int = 10  # steps between training-loss records in metrics.jsonl
-    device: str = "auto"  # auto, cpu, cuda
-    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
-    progress: bool = True  # tqdm bar (rank 0, only on a terminal)
-
-    def __post_init__(self) -> None:
-        self.topk = tuple(int(k) for k in self.topk)
-        if not 0.0 < self.mask_prob < 1.0:
-            raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
-        if self.batch_size < 1 or self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
-            raise ValueError(
-                f"batch_size, epochs and max_steps must be >= 1, got {self.batch_size}, {self.epochs}, {self.max_steps}"
-            )
 
 
 @dataclass

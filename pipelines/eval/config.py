@@ -1,0 +1,72 @@
+"""Options of an evaluation and of an experiment (light: no torch; the CLI takes its defaults from here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.data.tasks import TASKS
+
+__all__ = ["EvaluateConfig", "ExperimentConfig"]
+
+
+@dataclass
+class EvaluateConfig:
+    """Options of an evaluation (saved in ``evaluation.json``)."""
+
+    pretrained: str  # pretraining run folder (holding model/) or a saved model folder
+    dataset: str  # the tokenized dataset the model was pretrained on (format 1)
+    program: str  # the program of the model and the datasets
+    out: str  # folder for evaluation.json and the plot
+    mortality: str | None = None  # fine-tuning run (trial-*/model) on mortality, for transfer
+    chapters: str | None = None  # fine-tuning run on chapters, for ROOD
+    transfer_dataset: str | None = None  # dataset of another layout (eICU) for the transfer test
+    per_bin: int = 400  # codes probed per frequency bin (paper: 400)
+    neighbours: int = 4  # top-k neighbours scored (paper: 4)
+    per_group: int = 10  # common / rare / random codes studied (paper: 10 rare)
+    tsne_points: int = 2000  # codes in the t-SNE plot (0: no plot)
+    cost_steps: int = 3  # timed training steps for the cost figures (0: none)
+    cost_batch: int = 32  # sequences per timed step
+    batch_size: int = 128  # evaluation batch
+    seed: int = 0  # seed of the code samples and the probes
+    device: str = "auto"  # auto, cpu, cuda
+    label: str | None = None  # configuration name shown in plots (default: the embedding mode)
+
+
+@dataclass
+class ExperimentConfig:
+    """Options of an experiment (saved in ``experiment.json``)."""
+
+    dataset: str  # tokenized dataset (MIMIC layout) for pretraining and fine-tuning
+    program: str  # the program the datasets were tokenized against
+    transfer_dataset: str | None = None  # dataset of another layout (eICU) for the transfer test
+    name: str = "experiment"  # folder name under ``out``
+    out: str = "artifacts/runs"  # parent folder of the experiment
+    configurations: tuple[str, ...] = ("unstructured", "base")  # embedding modes; unstructured = control
+    model: str = "bert-base"  # model preset: tiny, small, bert-base
+    pretrain_seeds: int = 3  # pretraining runs per configuration (paper: 3)
+    trials: int = 10  # fine-tunings per pretraining run and task (paper: 10)
+    tasks: tuple[str, ...] = TASKS  # fine-tuning tasks
+    pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides (epochs, lr, ...)
+    finetune: dict[str, Any] = field(default_factory=dict)  # FinetuneConfig overrides
+    evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides
+    device: str = "auto"  # auto, cpu, cuda
+    progress: bool = True  # tqdm bars (only on a terminal)
+
+    def __post_init__(self) -> None:
+        from hrr_kernel import MODES
+
+        self.configurations = tuple(self.configurations)
+        self.tasks = tuple(self.tasks)
+        bad = [c for c in self.configurations if c not in MODES]
+        if bad:
+            raise ValueError(f"unknown configuration(s) {bad}; choose from {MODES}")
+        if len(set(self.configurations)) != len(self.configurations):
+            raise ValueError(f"configurations repeat: {self.configurations}")
+        if self.pretrain_seeds < 1 or self.trials < 1:
+            raise ValueError(
+                f"pretrain_seeds and trials must be >= 1, got {self.pretrain_seeds}, {self.trials}"
+            )
+        bad_tasks = [t for t in self.tasks if t not in TASKS]
+        if bad_tasks:
+            raise ValueError(f"unknown task(s) {bad_tasks}; choose from ('mortality', 'chapters')")

@@ -1,0 +1,100 @@
+"""Options of pretraining and fine-tuning runs (light: no torch; the CLI takes its defaults from here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelines.data.tasks import TASKS
+
+__all__ = ["FinetuneConfig", "MODELS", "PretrainConfig", "RUNTIME_KEYS", "SELECT_BY"]
+
+
+# config keys that may change when resuming (they do not affect the numbers)
+RUNTIME_KEYS = (
+    "dataset", "program", "device", "tensorboard", "progress", "log_every", "save_every", "keep_checkpoints",
+)  # fmt: skip
+
+
+@dataclass
+class PretrainConfig:
+    """Options of a pretraining run (saved in the run's ``config.json``)."""
+
+    dataset: str  # tokenized dataset folder (format 1)
+    program: str  # compiled HRR program folder the dataset was tokenized against
+    model: str = "small"  # model preset: tiny, small or bert-base
+    mode: str = "base"  # token embedding: unstructured, base, freq, add, cat
+    normalize: bool = False  # unit-norm HRR concept vectors
+    epochs: int = 100  # passes over pretrain_train (paper: 100)
+    max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
+    batch_size: int = 96  # global batch (paper: 96), split over ranks
+    lr: float = 1e-4  # peak learning rate (paper: 1e-4)
+    warmup: float = 0.1  # fraction of steps of linear warm-up, then cosine decay (paper: 10 %)
+    weight_decay: float = 0.0  # AdamW weight decay (paper: none in pretraining)
+    beta1: float = 0.9  # AdamW beta1
+    beta2: float = 0.999  # AdamW beta2
+    clip: float = 1.0  # max gradient L2 norm (0: no clipping)
+    mask_prob: float = 0.15  # share of codes chosen for MLM (80 % [MASK], 10 % random, 10 % kept)
+    dropout: float = 0.1  # dropout of the model
+    topk: tuple[int, ...] = (10, 100)  # validation top-k accuracies besides top-1
+    seed: int = 0  # seed of initialisation, data order, masking and dropout
+    bf16: bool = False  # bf16 autocast (CUDA only)
+    val_every: int = 0  # steps between validations (0: at the end of each epoch)
+    max_val: int | None = None  # validate on at most this many pretrain_val patients (None: all)
+    val_batch_size: int = 256  # validation batch
+    save_every: int = 500  # steps between checkpoints (one is also written at the end)
+    keep_checkpoints: int = 2  # newest checkpoints kept
+    log_every: int = 10  # steps between training-loss records in metrics.jsonl
+    device: str = "auto"  # auto, cpu, cuda
+    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
+    progress: bool = True  # tqdm bar (rank 0, only on a terminal)
+
+    def __post_init__(self) -> None:
+        self.topk = tuple(int(k) for k in self.topk)
+        if not 0.0 < self.mask_prob < 1.0:
+            raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
+        if self.batch_size < 1 or self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
+            raise ValueError(
+                f"batch_size, epochs and max_steps must be >= 1, got {self.batch_size}, {self.epochs}, {self.max_steps}"
+            )
+
+
+MODELS = ("bert", "visit-transformer")
+
+
+SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
+
+
+@dataclass
+class FinetuneConfig:
+    """Options of a fine-tuning run (saved in each trial's ``results.json``)."""
+
+    pretrained: str  # pretraining run folder (holding model/) or a saved model folder
+    dataset: str  # tokenized dataset folder (format 1)
+    program: str  # the program the model and dataset were built against
+    task: str = "mortality"  # mortality (binary) or chapters (22 labels, multi-label)
+    epochs: int = 10  # passes over finetune_train (paper: 10)
+    batch_size: int = 80  # batch (paper: 80)
+    lr: float = 2e-5  # constant learning rate
+    weight_decay: float = 4e-6  # AdamW weight decay (paper: 4e-6)
+    clip: float = 1.0  # max gradient L2 norm (0: no clipping)
+    seed: int = 0  # seed of trial 0; trial k uses seed + k
+    trials: int = 1  # independent fine-tunings from the same pretrained model
+    select_by: str = "f1"  # validation metric choosing the best epoch (loss: lowest)
+    threshold: float = 0.5  # probability threshold of a positive prediction
+    eval_batch_size: int = 256  # batch for validation and test
+    device: str = "auto"  # auto, cpu, cuda
+    bf16: bool = False  # bf16 autocast (CUDA only)
+    progress: bool = True  # tqdm bar (only on a terminal)
+    model: str = "bert"  # bert, or visit-transformer (code embedding initialised from the pretrained BERT)
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        if self.select_by not in SELECT_BY:
+            raise ValueError(f"select_by must be one of {SELECT_BY}, got {self.select_by!r}")
+        if self.trials < 1 or self.epochs < 1 or self.batch_size < 1:
+            raise ValueError(
+                f"trials, epochs and batch_size must be >= 1, got {self.trials}, {self.epochs}, {self.batch_size}"
+            )
