@@ -37,6 +37,9 @@ class QATrainConfig:
     max_train: int = 0  # use at most this many train questions (0: all)
     device: str = "cpu"  # auto, cpu, cuda
     progress: bool = True  # tqdm bar (only on a terminal)
+    patience: int = 0  # stop after this many validations without improvement (0: never)
+    keep_checkpoints: int = 1  # newest resume checkpoints kept (one is written at every validation)
+    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:

@@ -12,6 +12,7 @@ __all__ = ["FinetuneConfig", "MODELS", "PretrainConfig", "RUNTIME_KEYS", "SELECT
 # config keys that may change when resuming (they do not affect the numbers)
 RUNTIME_KEYS = (
     "dataset", "program", "device", "tensorboard", "progress", "log_every", "save_every", "keep_checkpoints",
+    "patience",
 )  # fmt: skip
 
 
@@ -47,6 +48,7 @@ class PretrainConfig:
     device: str = "auto"  # auto, cpu, cuda
     tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
     progress: bool = True  # tqdm bar (rank 0, only on a terminal)
+    patience: int = 0  # stop after this many validations without a better val_loss (0: never)
 
     def __post_init__(self) -> None:
         self.topk = tuple(int(k) for k in self.topk)
@@ -86,6 +88,9 @@ class FinetuneConfig:
     bf16: bool = False  # bf16 autocast (CUDA only)
     progress: bool = True  # tqdm bar (only on a terminal)
     model: str = "bert"  # bert, or visit-transformer (code embedding initialised from the pretrained BERT)
+    patience: int = 0  # stop after this many validations without improvement (0: never)
+    keep_checkpoints: int = 1  # newest resume checkpoints kept (one is written at every validation)
+    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
