@@ -140,8 +140,11 @@ class Program:
             raise ValueError(
                 f"{token!r} is not a special token; the program format has {list(SPECIAL_TOKENS)}"
             )
-        if self._special_ids is None:
-            self._special_ids = {c: i for i, c in enumerate(self.concept_codes) if c in SPECIAL_TOKENS}
+        if self._special_ids is None:  # first concept of each special code
+            self._special_ids = {}
+            for i, code in enumerate(self.concept_codes):
+                if code in SPECIAL_TOKENS:
+                    self._special_ids.setdefault(code, i)
         if token not in self._special_ids:
             raise ProgramError(
                 f"program {self.program_id} has no special-token concept {token!r} (found "

@@ -14,7 +14,7 @@ L task labels (1 for mortality, 22 for chapters).
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +24,19 @@ from torch import Tensor, nn
 
 from hrr_kernel import MODES, HRREmbedding, Program
 
+from .common import CONFIG_FILE, WEIGHTS_FILE, ConfigDict, check_positive, save_folder
 from .errors import PretrainedFileError, ProgramMismatchError
 
 __all__ = ["BertConfig", "HRRBert", "PRESETS", "preset", "bert_base", "bert_small", "bert_tiny", "TASKS"]
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 MODEL_KIND = "hrrbert"
-# task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per chapter)
+# task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per ICD-10 chapter)
 TASKS: dict[str, int] = {"mortality": 1, "chapters": 22}
-PAD_CODE = "[PAD]"
+PAD_CODE = "[PAD]"  # the program's padding token (hrr_kernel.SPECIAL_TOKENS[0])
 
 
 @dataclass
-class BertConfig:
+class BertConfig(ConfigDict):
     """Sizes and options of an HRRBERT (saved as ``config.json``)."""
 
     dim: int = 768  # hidden size D (also the HRR embedding dimension)
@@ -59,17 +58,7 @@ class BertConfig:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.dim % self.n_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
-        for name in ("dim", "n_layers", "n_heads", "ffn_dim", "max_len", "max_segments"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> BertConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown BertConfig key(s) {unknown}; known {sorted(known)}")
-        return cls(**d)
+        check_positive(self, ("dim", "n_layers", "n_heads", "ffn_dim", "max_len", "max_segments"))
 
 
 def bert_base(**overrides: Any) -> BertConfig:
@@ -211,7 +200,8 @@ class HRRBert(nn.Module):
         self.config = config
         self.program = program
         self.n_concepts = program.n_concepts
-        self.pad_id = program.concept_codes.index(PAD_CODE) if PAD_CODE in program.concept_codes else 0
+        # programs without a [PAD] concept (the synthetic ones of tests and benchmarks) pad with concept 0
+        self.pad_id = program.special_id(PAD_CODE) if PAD_CODE in program.concept_codes else 0
         if log_frequency is not None:
             log_frequency = log_frequency.to(program.device)
         self.embeddings = Embeddings(config, program, log_frequency)
@@ -314,10 +304,6 @@ class HRRBert(nn.Module):
 
     def save_pretrained(self, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
         """Write ``config.json`` and ``model.safetensors`` (no pickle), both recording the program id."""
-        from safetensors.torch import save_file
-
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
         meta = {
             "kind": MODEL_KIND,
             "config": asdict(self.config),
@@ -325,12 +311,7 @@ class HRRBert(nn.Module):
             "n_concepts": self.n_concepts,
             **(extra or {}),
         }
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        tmp = d / (WEIGHTS_FILE + ".tmp")
-        save_file(state, str(tmp), metadata={"program_id": self.program_id, "kind": MODEL_KIND})
-        tmp.replace(d / WEIGHTS_FILE)
-        (d / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        return d
+        return save_folder(directory, self, meta, {"program_id": self.program_id, "kind": MODEL_KIND})
 
     @classmethod
     def read_config(cls, directory: str | Path) -> dict[str, Any]:

@@ -35,15 +35,23 @@ C codes per visit, M memory slots, K condition codes, X excluded codes, W text w
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .common import ConfigDict, check_positive
 from .memory_network import memory_read
-from .visit_transformer import Block, VisitPooling, VisitTransformerConfig, group_visits, sinusoidal_positions
+from .visit_transformer import (
+    INIT_STD,
+    Block,
+    VisitPooling,
+    VisitTransformerConfig,
+    group_visits,
+    masked_mean,
+    sinusoidal_positions,
+)
 
 __all__ = ["Doctor2Vec", "Doctor2VecConfig", "PATIENT_ENCODERS", "DOCTOR_VECTORS", "SEXES"]
 
@@ -51,12 +59,15 @@ PATIENT_ENCODERS = ("pooled", "visit-transformer")
 DOCTOR_VECTORS = ("dynamic", "static")
 SEXES = ("any", "F", "M")  # trial sex field -> index; a patient's unknown sex uses index 0
 N_CATEGORIES = 23  # ICD chapters 1..22, 0 = unknown
+NO_MATCH = -1e4  # match score of "no code matched" (finite: the sigmoid and its gradient stay finite)
+LOG_FLOOR = 1e-4  # added to an eligibility before its log (eligibility 0 gives a finite key)
+N_HEAD_SCALARS = 3  # log match mass, log soft count, log n_patients: the head's inputs besides 2 D vectors
 AGE_SCALE = 100.0  # ages enter as years / AGE_SCALE
 PAD = 0  # code id and word id of padding
 
 
 @dataclass
-class Doctor2VecConfig:
+class Doctor2VecConfig(ConfigDict):
     """Sizes and options of a Doctor2Vec model (saved as ``config.json``)."""
 
     n_codes: int  # code vocabulary N (program concepts; 0 = padding)
@@ -80,27 +91,9 @@ class Doctor2VecConfig:
             )
         if self.doctor not in DOCTOR_VECTORS:
             raise ValueError(f"doctor must be one of {DOCTOR_VECTORS}, got {self.doctor!r}")
-        for name in ("n_codes", "n_words", "dim", "hops", "max_memories", "max_visits", "hidden"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_positive(self, ("n_codes", "n_words", "dim", "hops", "max_memories", "max_visits", "hidden"))
         if self.patient_encoder == "visit-transformer" and self.dim % self.visit_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by visit_heads ({self.visit_heads})")
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Doctor2VecConfig:
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown Doctor2VecConfig key(s) {unknown}")
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def masked_mean(e: Tensor, mask: Tensor) -> Tensor:
-    """Mean over the second-last axis of the real entries (zero when none). e ``(*, L, D)``, mask ``(*, L)``."""
-    m = mask.unsqueeze(-1).to(e.dtype)  # (*, L, 1)
-    return (e * m).sum(-2) / m.sum(-2).clamp(min=1)  # (*, D)
 
 
 class Demographics(nn.Module):
@@ -110,7 +103,7 @@ class Demographics(nn.Module):
         super().__init__()
         self.age = nn.Linear(2 * n_ages, dim)
         self.sex = nn.Embedding(len(SEXES), dim)
-        nn.init.normal_(self.sex.weight, 0.0, 0.02)
+        nn.init.normal_(self.sex.weight, 0.0, INIT_STD)
 
     def forward(self, age: Tensor, sex: Tensor) -> Tensor:
         """age ``(*, n_ages)`` years (NaN = unknown), sex ``(*)`` index into SEXES -> ``(*, D)``."""
@@ -166,20 +159,20 @@ class Doctor2Vec(nn.Module):
         d = cfg.dim
         if code_embedding is None:
             code_embedding = nn.Embedding(cfg.n_codes, d, padding_idx=PAD)
-            nn.init.normal_(code_embedding.weight, 0.0, 0.02)
+            nn.init.normal_(code_embedding.weight, 0.0, INIT_STD)
         self.code = code_embedding
         self.visits = VisitEncoder(cfg) if cfg.patient_encoder == "visit-transformer" else None
         self.patient_proj = nn.Linear(d, d)
         self.patient_demo = Demographics(d, 1)
         self.patient_norm = nn.LayerNorm(d)
         self.words = nn.Embedding(cfg.n_words, d, padding_idx=PAD)
-        nn.init.normal_(self.words.weight, 0.0, 0.02)
+        nn.init.normal_(self.words.weight, 0.0, INIT_STD)
         self.trial_fields = nn.ModuleDict(
             {"conditions": nn.Linear(d, d), "excluded": nn.Linear(d, d), "text": nn.Linear(d, d)}
         )
         self.trial_demo = Demographics(d, 2)
         self.category = nn.Embedding(N_CATEGORIES, d)
-        nn.init.normal_(self.category.weight, 0.0, 0.02)
+        nn.init.normal_(self.category.weight, 0.0, INIT_STD)
         self.trial_norm = nn.LayerNorm(d)
         self.code_norm = nn.LayerNorm(d)  # code vectors at unit scale whatever the embedding's init
         self.code_key = nn.Linear(d, d, bias=False)  # code-level keys (a trial reads a patient's codes)
@@ -208,7 +201,10 @@ class Doctor2Vec(nn.Module):
         self.count_weight = nn.Parameter(torch.ones(1))
         self.drop = nn.Dropout(cfg.dropout)
         self.head = nn.Sequential(
-            nn.Linear(2 * d + 3, cfg.hidden), nn.GELU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, 1)
+            nn.Linear(2 * d + N_HEAD_SCALARS, cfg.hidden),
+            nn.GELU(),
+            nn.Dropout(cfg.dropout),
+            nn.Linear(cfg.hidden, 1),
         )
         # the head starts silent: the first ranking is the soft count of eligible patients
         with torch.no_grad():
@@ -309,13 +305,13 @@ class Doctor2Vec(nn.Module):
         keys = self.code_key(code_vectors)  # (P, T, D)
         s = self._best_match(self.cond_query(e_cond), batch["conditions"] != PAD, codes, keys)  # (U, P, T)
         a = torch.nan_to_num(s.softmax(-1), nan=0.0)  # (U, P, T)
-        best = s.amax(-1).clamp(min=-1e4)  # (U, P)
+        best = s.amax(-1).clamp(min=NO_MATCH)  # (U, P)
         elig = torch.sigmoid(self.match_scale * best + self.match_bias)  # (U, P) has a condition
         excl = batch["excluded"]
         if excl.shape[1]:
             worst = self._best_match(self.excl_query(e_excl), excl != PAD, codes, keys).amax(-1)  # (U, P)
-            hit = torch.sigmoid(self.match_scale * worst.clamp(min=-1e4) + self.match_bias)  # (U, P)
-            elig = elig * (1 - hit)  # no excluded condition (trials without exclusions: worst = -1e4)
+            hit = torch.sigmoid(self.match_scale * worst.clamp(min=NO_MATCH) + self.match_bias)  # (U, P)
+            elig = elig * (1 - hit)  # no excluded condition (trials without exclusions: worst = NO_MATCH)
         return torch.einsum("upt,ptd->upd", a, code_vectors), best, elig * self.criteria_fit(batch)
 
     def criteria_fit(self, batch: dict[str, Tensor]) -> Tensor:
@@ -325,7 +321,7 @@ class Doctor2Vec(nn.Module):
         dev = band.device
         age = batch.get("patient_age")
         age = torch.full((p,), float("nan"), device=dev) if age is None else age.float()  # (P,)
-        k = self.age_slope / 10.0
+        k = self.age_slope / 10.0  # the slope is per decade; ages are in years
         known = ~torch.isnan(age)  # (P,)
         a = torch.where(known, age, torch.zeros_like(age))[None, :]  # (1, P), no NaN in any gradient path
         lo = torch.sigmoid(k * (a - band[:, :1] + 0.5))  # (U, P)
@@ -353,7 +349,7 @@ class Doctor2Vec(nn.Module):
             zero = torch.zeros_like(n.squeeze(-1))
             return masked_mean(patients, mask), mask.to(patients.dtype) / n, zero, zero
         mem = patients + self.evidence(evidence)  # (B, M, D)
-        extra = torch.stack([best, torch.log(elig + 1e-4)], -1)  # (B, M, 2): the criteria as keys
+        extra = torch.stack([best, torch.log(elig + LOG_FLOOR)], -1)  # (B, M, 2): the criteria as keys
         keys = torch.cat([self.key(mem), extra], -1)  # (B, M, D + 2)
         values = self.value(mem)  # (B, M, D)
         scale = 1.0 / math.sqrt(self.config.dim)

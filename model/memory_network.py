@@ -21,12 +21,14 @@ K hops, A answers, W words, N codes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .common import ConfigDict, check_positive
 
 __all__ = [
     "MemN2N",
@@ -44,16 +46,21 @@ ENCODINGS = ("bow", "position")
 PAD = 0  # word id of padding (facts, questions)
 
 CodeEmbeddingFactory = Callable[[], nn.Module]
-
-
-def _check_positive(obj: Any, names: tuple[str, ...]) -> None:
-    for name in names:
-        if getattr(obj, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(obj, name)}")
+# config fields that must be >= 1 (both memory networks)
+_SIZES = (
+    "n_words",
+    "n_codes",
+    "n_answers",
+    "dim",
+    "hops",
+    "max_memories",
+    "max_fact_len",
+    "max_question_len",
+)
 
 
 @dataclass
-class MemN2NConfig:
+class MemN2NConfig(ConfigDict):
     """Sizes and options of an End-to-End Memory Network (saved as ``config.json``)."""
 
     n_words: int  # word vocabulary W, [PAD] = 0 included; code ids follow it
@@ -76,24 +83,11 @@ class MemN2NConfig:
             raise ValueError(f"tying must be one of {TYINGS}, got {self.tying!r}")
         if self.encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {ENCODINGS}, got {self.encoding!r}")
-        _check_positive(
-            self, ("n_words", "n_codes", "n_answers", "dim", "hops", "max_memories", "max_fact_len")
-        )
-        _check_positive(self, ("max_question_len",))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MemN2NConfig:
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} key(s) {unknown}")
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        check_positive(self, _SIZES)
 
 
 @dataclass
-class MemNNConfig:
+class MemNNConfig(ConfigDict):
     """Sizes and options of the original (hard-attention) Memory Network (saved as ``config.json``)."""
 
     n_words: int  # word vocabulary W, [PAD] = 0 included; code ids follow it
@@ -109,18 +103,7 @@ class MemNNConfig:
     code_mode: str = "unstructured"  # how codes are embedded (recorded for reports)
 
     def __post_init__(self) -> None:
-        _check_positive(self, ("n_words", "n_codes", "n_answers", "dim", "hops", "max_memories"))
-        _check_positive(self, ("max_fact_len", "max_question_len"))
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MemNNConfig:
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} key(s) {unknown}")
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        check_positive(self, _SIZES)
 
 
 class TokenEmbedding(nn.Module):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +27,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .bert import TASKS
+from .common import CONFIG_FILE, WEIGHTS_FILE, ConfigDict, check_positive, save_folder
 from .errors import PretrainedFileError
 
-__all__ = ["VisitTransformer", "VisitTransformerConfig", "POOLINGS", "group_visits"]
+__all__ = ["VisitTransformer", "VisitTransformerConfig", "POOLINGS", "group_visits", "masked_mean"]
 
 POOLINGS = ("sum", "attention")
-TASKS: dict[str, int] = {"mortality": 1, "chapters": 22}
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 MODEL_KIND = "visit-transformer"
+INIT_STD = 0.02  # std of the N(0, std) default code embedding
 
 
 @dataclass
-class VisitTransformerConfig:
+class VisitTransformerConfig(ConfigDict):
     """Sizes and options of a visit Transformer (saved as ``config.json``)."""
 
     n_codes: int  # code vocabulary N (program concepts)
@@ -58,16 +58,13 @@ class VisitTransformerConfig:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.dim % self.n_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
-        for name in ("n_codes", "dim", "n_layers", "n_heads", "ffn_dim", "max_visits"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_positive(self, ("n_codes", "dim", "n_layers", "n_heads", "ffn_dim", "max_visits"))
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> VisitTransformerConfig:
-        unknown = sorted(set(d) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"unknown VisitTransformerConfig key(s) {unknown}")
-        return cls(**d)
+
+def masked_mean(e: Tensor, mask: Tensor) -> Tensor:
+    """Mean over the second-last axis of the real entries (zero when none). e ``(*, L, D)``, mask ``(*, L)``."""
+    m = mask.unsqueeze(-1).to(e.dtype)  # (*, L, 1)
+    return (e * m).sum(-2) / m.sum(-2).clamp(min=1)  # (*, D)
 
 
 def sinusoidal_positions(n: int, dim: int, device: torch.device | None = None) -> Tensor:
@@ -170,7 +167,7 @@ class VisitTransformer(nn.Module):
         self.config = cfg = config
         if code_embedding is None:
             code_embedding = nn.Embedding(cfg.n_codes, cfg.dim)
-            nn.init.normal_(code_embedding.weight, 0.0, 0.02)
+            nn.init.normal_(code_embedding.weight, 0.0, INIT_STD)
         self.code = code_embedding
         self.pool = VisitPooling(cfg)
         self.register_buffer("positions", sinusoidal_positions(cfg.max_visits, cfg.dim), persistent=False)
@@ -217,9 +214,7 @@ class VisitTransformer(nn.Module):
         if task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
         x, visit_mask = self.encode_visits(visit_codes, code_mask)  # (B, V, D), (B, V)
-        m = visit_mask.unsqueeze(-1).to(x.dtype)  # (B, V, 1)
-        pooled = (x * m).sum(1) / m.sum(1).clamp(min=1)  # (B, D)
-        return self.heads(pooled, task)  # (B, L)
+        return self.heads(masked_mean(x, visit_mask), task)  # (B, D) -> (B, L)
 
     def forward(
         self, input_ids: Tensor, segment_ids: Tensor, attention_mask: Tensor | None = None, *, task: str
@@ -247,17 +242,8 @@ class VisitTransformer(nn.Module):
 
     def save_pretrained(self, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
         """Write ``config.json`` and ``model.safetensors`` (no pickle)."""
-        from safetensors.torch import save_file
-
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
         meta = {"kind": MODEL_KIND, "config": asdict(self.config), **(extra or {})}
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        tmp = d / (WEIGHTS_FILE + ".tmp")
-        save_file(state, str(tmp), metadata={"kind": MODEL_KIND})
-        tmp.replace(d / WEIGHTS_FILE)
-        (d / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        return d
+        return save_folder(directory, self, meta, {"kind": MODEL_KIND})
 
     @classmethod
     def from_pretrained(
