@@ -5,6 +5,7 @@ See ``ontology_compiler/data/map_policy.toml`` for the keys and their meaning.
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
@@ -55,13 +56,34 @@ def _line_of(text: str, needle: str) -> int | None:
 
 def load_policy(path: str | Path | None = None) -> MapPolicy:
     """Read and validate a policy file (the shipped default when ``path`` is None)."""
-    import hashlib
-
     p = Path(path) if path is not None else default_policy_path()
+    raw, text, data = _read_toml(p)
+    policy = _PolicyFile(p, text, data)
+    if data.get("format") != 1:
+        raise policy.error(f"unsupported policy format {data.get('format')!r}", "format", "format = 1")
+    precedence = _precedence(policy)
+    one_to_many = _one_to_many(policy)
+    chain_sec = policy.need("chain")
+    chain = _chain(policy, chain_sec)
+    hist = policy.need("historical")
+    return MapPolicy(
+        precedence=precedence,
+        one_to_many=one_to_many,
+        chain=chain,
+        use_approximate=bool(chain_sec.get("use_approximate", True)),
+        follow=_follow(policy, hist),
+        max_hops=int(hist.get("max_hops", 5)),
+        path=str(p) if path is not None else "ontology_compiler/data/map_policy.toml (shipped)",
+        sha256=hashlib.sha256(raw).hexdigest(),
+    )
+
+
+def _read_toml(p: Path) -> tuple[bytes, str, dict]:
+    """The file's bytes, text and parsed TOML; every failure an :class:`InputFileError`."""
     try:
         raw = p.read_bytes()
         text = raw.decode("utf-8")
-        data = tomllib.loads(text)
+        return raw, text, tomllib.loads(text)
     except OSError as e:
         raise InputFileError(p, f"cannot read the mapping policy: {e.strerror}") from e
     except UnicodeDecodeError as e:
@@ -69,66 +91,68 @@ def load_policy(path: str | Path | None = None) -> MapPolicy:
     except tomllib.TOMLDecodeError as e:
         raise InputFileError(p, f"not valid TOML: {e}", line=getattr(e, "lineno", None)) from e
 
-    def need(section: str, key: str | None = None):
+
+@dataclass(frozen=True)
+class _PolicyFile:
+    """The parsed policy, with its path and text for errors that name a line."""
+
+    path: Path
+    text: str
+    data: dict
+
+    def need(self, section: str, key: str | None = None):
+        """``[section]`` (or ``section.key``); an error when the file lacks it."""
+        data = self.data
         if section not in data or (key is not None and key not in data[section]):
             name = section if key is None else f"{section}.{key}"
             raise InputFileError(
-                p, f"mapping policy lacks [{name}]", expected="see the shipped map_policy.toml"
+                self.path, f"mapping policy lacks [{name}]", expected="see the shipped map_policy.toml"
             )
         return data[section] if key is None else data[section][key]
 
-    if data.get("format") != 1:
-        raise InputFileError(
-            p,
-            f"unsupported policy format {data.get('format')!r}",
-            line=_line_of(text, "format"),
-            expected="format = 1",
-        )
-    prec = need("precedence")
+    def error(self, message: str, needle: str, expected: str | None = None) -> InputFileError:
+        """An error at the first non-comment line holding ``needle``."""
+        return InputFileError(self.path, message, line=_line_of(self.text, needle), expected=expected)
+
+
+def _precedence(policy: _PolicyFile) -> dict[str, tuple[str, ...]]:
     precedence: dict[str, tuple[str, ...]] = {}
-    for vocab, sources in prec.items():
+    for vocab, sources in policy.need("precedence").items():
         if vocab not in VOCABULARIES:
-            raise InputFileError(p, f"unknown vocabulary {vocab!r} in [precedence]", line=_line_of(text, vocab),
-                                 expected=" or ".join(VOCABULARIES))  # fmt: skip
-        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
-            raise InputFileError(
-                p, f"[precedence] {vocab} must be a list of source names", line=_line_of(text, vocab)
+            raise policy.error(
+                f"unknown vocabulary {vocab!r} in [precedence]", vocab, " or ".join(VOCABULARIES)
             )
+        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+            raise policy.error(f"[precedence] {vocab} must be a list of source names", vocab)
         for s in sources:
             if s not in SOURCES:
-                raise InputFileError(p, f"unknown mapping source {s!r}", line=_line_of(text, f'"{s}"'),
-                                     expected="one of " + ", ".join(SOURCES))  # fmt: skip
+                raise policy.error(f"unknown mapping source {s!r}", f'"{s}"', "one of " + ", ".join(SOURCES))
         precedence[vocab] = tuple(sources)
-    mode = need("one_to_many", "mode")
+    return precedence
+
+
+def _one_to_many(policy: _PolicyFile) -> str:
+    mode = policy.need("one_to_many", "mode")
     if mode not in ("union", "first"):
-        raise InputFileError(
-            p,
-            f"unknown one_to_many mode {mode!r}",
-            line=_line_of(text, "mode"),
-            expected='"union" or "first"',
-        )
-    chain_sec = need("chain")
+        raise policy.error(f"unknown one_to_many mode {mode!r}", "mode", '"union" or "first"')
+    return mode
+
+
+def _chain(policy: _PolicyFile, chain_sec: dict) -> dict[str, str]:
     chain = {}
     for vocab in VOCABULARIES:
         v = chain_sec.get(vocab, "none")
         if v not in CHAINS[vocab]:
-            raise InputFileError(p, f"unknown chain {v!r} for {vocab}", line=_line_of(text, f"{vocab} ="),
-                                 expected=" or ".join(repr(c) for c in CHAINS[vocab]))  # fmt: skip
+            expected = " or ".join(repr(c) for c in CHAINS[vocab])
+            raise policy.error(f"unknown chain {v!r} for {vocab}", f"{vocab} =", expected)
         chain[vocab] = v
-    hist = need("historical")
+    return chain
+
+
+def _follow(policy: _PolicyFile, hist: dict) -> tuple[int, ...]:
     follow = []
     for name in hist.get("follow", []):
         if name not in ASSOCIATIONS:
-            raise InputFileError(p, f"unknown association {name!r}", line=_line_of(text, f'"{name}"'),
-                                 expected=" or ".join(ASSOCIATIONS))  # fmt: skip
+            raise policy.error(f"unknown association {name!r}", f'"{name}"', " or ".join(ASSOCIATIONS))
         follow.append(ASSOCIATIONS[name])
-    return MapPolicy(
-        precedence=precedence,
-        one_to_many=mode,
-        chain=chain,
-        use_approximate=bool(chain_sec.get("use_approximate", True)),
-        follow=tuple(follow),
-        max_hops=int(hist.get("max_hops", 5)),
-        path=str(p) if path is not None else "ontology_compiler/data/map_policy.toml (shipped)",
-        sha256=hashlib.sha256(raw).hexdigest(),
-    )
+    return tuple(follow)

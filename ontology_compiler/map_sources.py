@@ -60,6 +60,7 @@ PATTERNS: dict[str, tuple[str, ...]] = {
 ICD9_RE = r"^(?:\d{3}(?:\.\d{1,2})?|V\d{2}(?:\.\d{1,2})?|E\d{3}(?:\.\d)?)$"
 ICD9_DOTLESS_RE = r"^(?:\d{3,5}|V\d{2,4}|E\d{3,4})$"
 ICD10_RE = r"^[A-Z]\d[0-9A-Z](?:\.?[0-9A-Z]{1,4})?$"
+GEM_FLAGS = ("approximate", "no_map", "combination", "scenario", "choice_list")  # the 5 flag digits, in order
 
 
 @dataclass
@@ -131,7 +132,7 @@ def read_nlm(paths: list[Path], findings: SourceFindings) -> pa.Table:
                     "code_dotted": code.filter(keep),
                     "sctid": pc.cast(cid.filter(keep), pa.int64()),
                     "one_to_one": pa.array(np.full(t.num_rows, one)),
-                    "_file": pa.array([str(p)] * t.num_rows, pa.string()),
+                    "_file": _file_column(p, t.num_rows),
                     "_line": t["_line"],
                 }
             )
@@ -163,50 +164,8 @@ def read_omop(concept: Path, relationship: Path, findings: SourceFindings) -> pa
     Returns ``vocabulary``, ``code`` (dotless), ``code_dotted``, ``sctid``, ``_file``, ``_line`` (of the
     CONCEPT_RELATIONSHIP row). Non-SNOMED targets and invalid rows are counted.
     """
-    c = read_tsv(concept, OMOP_CONCEPT_COLUMNS, "an OMOP CONCEPT.csv (TAB-separated, unquoted)")
-    c = c.filter(pc.is_in(c["vocabulary_id"], value_set=pa.array(["ICD10CM", "ICD9CM", "SNOMED"])))
-    cid_ok = pc.match_substring_regex(c["concept_id"], r"^-?\d+$").to_numpy(zero_copy_only=False)
-    if not cid_ok.all():
-        raise InputFileError(concept, "concept_id is not an integer", line=_first_bad_line(c, ~cid_ok))
-    c = c.append_column("cid", pc.cast(c["concept_id"], pa.int64()))
-    dup = c.group_by("cid", use_threads=False).aggregate(
-        [("concept_code", "count_distinct"), ("vocabulary_id", "count_distinct")]
-    )
-    conflict = dup.filter(
-        pc.or_(
-            pc.greater(dup["concept_code_count_distinct"], 1),
-            pc.greater(dup["vocabulary_id_count_distinct"], 1),
-        )
-    )
-    if conflict.num_rows:
-        first = conflict["cid"][0].as_py()
-        lines = c.filter(pc.equal(c["cid"], first))["_line"].to_pylist()
-        findings.add("omop_conflicting_concept_rows", conflict.num_rows,
-                     f"{concept}, lines {', '.join(map(str, lines))}: concept_id {first} appears with different "
-                     "codes or vocabularies; the first row is used")  # fmt: skip
-    c = (
-        c.group_by("cid", use_threads=False)
-        .aggregate([("vocabulary_id", "first"), ("concept_code", "first"), ("standard_concept", "first")])
-        .rename_columns(["cid", "vocabulary_id", "concept_code", "standard_concept"])
-    )
-    r = read_tsv(
-        relationship, OMOP_RELATIONSHIP_COLUMNS, "an OMOP CONCEPT_RELATIONSHIP.csv (TAB-separated, unquoted)"
-    )
-    r = r.filter(pc.equal(r["relationship_id"], "Maps to"))
-    invalid = pc.not_equal(r["invalid_reason"], "")
-    findings.add("omop_maps_to_invalid", int(pc.sum(invalid).as_py() or 0))
-    r = r.filter(pc.invert(invalid))
-    for col in ("concept_id_1", "concept_id_2"):
-        ok = pc.match_substring_regex(r[col], r"^-?\d+$").to_numpy(zero_copy_only=False)
-        if not ok.all():
-            raise InputFileError(relationship, f"{col} is not an integer", line=_first_bad_line(r, ~ok))
-    r = pa.table(
-        {
-            "c1": pc.cast(r["concept_id_1"], pa.int64()),
-            "c2": pc.cast(r["concept_id_2"], pa.int64()),
-            "_line": r["_line"],
-        }
-    )
+    c = _omop_concepts(concept, findings)
+    r = _omop_maps_to(relationship, findings)
     src = c.filter(pc.is_in(c["vocabulary_id"], value_set=pa.array(["ICD10CM", "ICD9CM"]))).rename_columns(
         ["c1", "vocabulary", "code_dotted", "std1"]
     )
@@ -227,10 +186,69 @@ def read_omop(concept: Path, relationship: Path, findings: SourceFindings) -> pa
             "code": icd.dotless(m["code_dotted"]),
             "code_dotted": m["code_dotted"],
             "sctid": pc.cast(m["sctid_str"], pa.int64()),
-            "_file": pa.array([str(relationship)] * m.num_rows, pa.string()),
+            "_file": _file_column(relationship, m.num_rows),
             "_line": m["_line"],
         }
     )
+
+
+def _omop_concepts(concept: Path, findings: SourceFindings) -> pa.Table:
+    """ICD10CM, ICD9CM and SNOMED rows of CONCEPT.csv, one per ``cid`` (the first when it repeats)."""
+    c = read_tsv(concept, OMOP_CONCEPT_COLUMNS, "an OMOP CONCEPT.csv (TAB-separated, unquoted)")
+    c = c.filter(pc.is_in(c["vocabulary_id"], value_set=pa.array(["ICD10CM", "ICD9CM", "SNOMED"])))
+    _require_integers(concept, c, "concept_id")
+    c = c.append_column("cid", pc.cast(c["concept_id"], pa.int64()))
+    dup = c.group_by("cid", use_threads=False).aggregate(
+        [("concept_code", "count_distinct"), ("vocabulary_id", "count_distinct")]
+    )
+    conflict = dup.filter(
+        pc.or_(
+            pc.greater(dup["concept_code_count_distinct"], 1),
+            pc.greater(dup["vocabulary_id_count_distinct"], 1),
+        )
+    )
+    if conflict.num_rows:
+        first = conflict["cid"][0].as_py()
+        lines = c.filter(pc.equal(c["cid"], first))["_line"].to_pylist()
+        findings.add("omop_conflicting_concept_rows", conflict.num_rows,
+                     f"{concept}, lines {', '.join(map(str, lines))}: concept_id {first} appears with different "
+                     "codes or vocabularies; the first row is used")  # fmt: skip
+    return (
+        c.group_by("cid", use_threads=False)
+        .aggregate([("vocabulary_id", "first"), ("concept_code", "first"), ("standard_concept", "first")])
+        .rename_columns(["cid", "vocabulary_id", "concept_code", "standard_concept"])
+    )
+
+
+def _omop_maps_to(relationship: Path, findings: SourceFindings) -> pa.Table:
+    """Valid ``Maps to`` rows of CONCEPT_RELATIONSHIP.csv as ``(c1, c2, _line)``; invalid ones counted."""
+    r = read_tsv(
+        relationship, OMOP_RELATIONSHIP_COLUMNS, "an OMOP CONCEPT_RELATIONSHIP.csv (TAB-separated, unquoted)"
+    )
+    r = r.filter(pc.equal(r["relationship_id"], "Maps to"))
+    invalid = pc.not_equal(r["invalid_reason"], "")
+    findings.add("omop_maps_to_invalid", int(pc.sum(invalid).as_py() or 0))
+    r = r.filter(pc.invert(invalid))
+    for col in ("concept_id_1", "concept_id_2"):
+        _require_integers(relationship, r, col)
+    return pa.table(
+        {
+            "c1": pc.cast(r["concept_id_1"], pa.int64()),
+            "c2": pc.cast(r["concept_id_2"], pa.int64()),
+            "_line": r["_line"],
+        }
+    )
+
+
+def _require_integers(path: Path, t: pa.Table, col: str) -> None:
+    ok = pc.match_substring_regex(t[col], r"^-?\d+$").to_numpy(zero_copy_only=False)
+    if not ok.all():
+        raise InputFileError(path, f"{col} is not an integer", line=_first_bad_line(t, ~ok))
+
+
+def _file_column(path: Path, n: int) -> pa.Array:
+    """``_file``: the path on every row."""
+    return pa.array([str(path)] * n, pa.string())
 
 
 def read_gem(path: Path, direction: str) -> pa.Table:
@@ -239,6 +257,41 @@ def read_gem(path: Path, direction: str) -> pa.Table:
     ``direction`` is ``backward`` (I10gem: ICD-10-CM -> ICD-9-CM) or ``forward`` (I9gem). Lines are split on
     white space (fixed width in 2018, tabs in some mirrors); each must hold source, target and 5 flag digits.
     """
+    parts, line_no = _gem_fields(path)
+    src = pc.list_element(parts, 0)
+    tgt = pc.list_element(parts, 1)
+    flags = pc.list_element(parts, 2)
+    icd10 = ICD10_RE.replace(r"\.?", "")
+    src_re, tgt_re = (icd10, ICD9_DOTLESS_RE) if direction == "backward" else (ICD9_DOTLESS_RE, icd10)
+    ok = (
+        pc.match_substring_regex(flags, r"^[01][01][01]\d\d$").to_numpy(zero_copy_only=False)
+        & pc.match_substring_regex(src, src_re).to_numpy(zero_copy_only=False)
+        & (
+            pc.match_substring_regex(tgt, tgt_re).to_numpy(zero_copy_only=False)
+            | pc.equal(tgt, "NoDx").to_numpy(zero_copy_only=False)
+        )
+    )
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise InputFileError(path, "malformed GEM line", line=int(line_no[i]),
+                             expected=f"{'ICD-10-CM' if direction == 'backward' else 'ICD-9-CM'} source, target or NoDx, "
+                             "flags of 5 digits (approximate, no map, combination, scenario, choice list)",
+                             found=repr(" ".join(parts[i].as_py())))  # fmt: skip
+    digits = [pc.cast(pc.utf8_slice_codeunits(flags, k, k + 1), pa.int8()) for k in range(5)]
+    return pa.table(
+        {
+            "source": src,
+            "target": pc.if_else(pc.equal(tgt, "NoDx"), pa.scalar(None, pa.string()), tgt),
+            "flags": flags,
+            **dict(zip(GEM_FLAGS, digits, strict=True)),
+            "_file": _file_column(path, len(src)),
+            "_line": pa.array(line_no),
+        }
+    )
+
+
+def _gem_fields(path: Path) -> tuple[pa.ListArray, np.ndarray]:
+    """The white-space separated fields of every non-blank line (3 each, or an error) and their line numbers."""
     try:
         raw = pacsv.read_csv(
             path,
@@ -258,50 +311,13 @@ def read_gem(path: Path, direction: str) -> pa.Table:
     n = pc.list_value_length(parts).to_numpy()
     line_no = np.arange(len(n), dtype=np.int64) + 1
     blank = pc.equal(lines, "").to_numpy(zero_copy_only=False)
-    src_re = ICD10_RE.replace(r"\.?", "") if direction == "backward" else ICD9_DOTLESS_RE
     bad = (n != 3) & ~blank
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise InputFileError(path, "a GEM line must hold source code, target code and 5 flag digits",
                              line=int(line_no[i]), expected="e.g. 'E0836   24950 10111' (19 characters, or white-space separated)",
                              found=repr(lines[i].as_py()))  # fmt: skip
-    keep = pa.array(~blank)
-    parts = parts.filter(keep)
-    line_no = line_no[~blank]
-    src = pc.list_element(parts, 0)
-    tgt = pc.list_element(parts, 1)
-    flags = pc.list_element(parts, 2)
-    tgt_re = ICD9_DOTLESS_RE if direction == "backward" else ICD10_RE.replace(r"\.?", "")
-    ok = (
-        pc.match_substring_regex(flags, r"^[01][01][01]\d\d$").to_numpy(zero_copy_only=False)
-        & pc.match_substring_regex(src, src_re).to_numpy(zero_copy_only=False)
-        & (
-            pc.match_substring_regex(tgt, tgt_re).to_numpy(zero_copy_only=False)
-            | pc.equal(tgt, "NoDx").to_numpy(zero_copy_only=False)
-        )
-    )
-    if not ok.all():
-        i = int(np.flatnonzero(~ok)[0])
-        raise InputFileError(path, "malformed GEM line", line=int(line_no[i]),
-                             expected=f"{'ICD-10-CM' if direction == 'backward' else 'ICD-9-CM'} source, target or NoDx, "
-                             "flags of 5 digits (approximate, no map, combination, scenario, choice list)",
-                             found=repr(" ".join(parts[i].as_py())))  # fmt: skip
-    digits = [pc.cast(pc.utf8_slice_codeunits(flags, k, k + 1), pa.int8()) for k in range(5)]
-    nodx = pc.equal(tgt, "NoDx")
-    return pa.table(
-        {
-            "source": src,
-            "target": pc.if_else(nodx, pa.scalar(None, pa.string()), tgt),
-            "flags": flags,
-            "approximate": digits[0],
-            "no_map": digits[1],
-            "combination": digits[2],
-            "scenario": digits[3],
-            "choice_list": digits[4],
-            "_file": pa.array([str(path)] * len(src), pa.string()),
-            "_line": pa.array(line_no),
-        }
-    )
+    return parts.filter(pa.array(~blank)), line_no[~blank]
 
 
 def read_tls_map(path: Path) -> pa.Table:

@@ -15,7 +15,6 @@ Which classes become tokens (rows of ``concepts.parquet``):
 
 from __future__ import annotations
 
-import datetime as _dt
 import logging
 import time
 from collections import Counter
@@ -26,13 +25,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import icd
-from .compiler import CompileResult
 from .errors import HierarchyCycleError, InputFileError, MissingInputError
 from .graph import check_is_a_acyclic, word_edges
-from .manifest import compiler_version, existing_program, program_id
+from .manifest import (
+    CompileResult,
+    input_entry,
+    manifest_head,
+    option_file_input,
+    program_id,
+    publish_program,
+    stopwords_input,
+    timed,
+    up_to_date,
+)
 from .owl_read import IS_A_KEY, OwlGraph, expand, fragment, read_owl
-from .program import FORMAT_VERSION, build_tables, sha256_file, table_counts, verify_program, write_program
-from .words import default_stopwords_path, load_stopwords
+from .program import build_tables, table_counts
 
 log = logging.getLogger(__name__)
 
@@ -88,62 +95,90 @@ def compile_owl(
     prefixes = _prefixes(code_prefixes)
     name = name or path.stem
     out_dir = Path(out) / name
-    stop_path = Path(stopwords) if stopwords is not None else default_stopwords_path()
-    stop_words = load_stopwords(stop_path)
-    inputs = [
-        {"role": "owl", "path": str(path), "sha256": sha256_file(path), "bytes": path.stat().st_size},
-        {"role": "stopwords", "path": str(stop_path) if stopwords is not None
-         else "ontology_compiler/data/stopwords.txt (shipped)", "sha256": sha256_file(stop_path),
-         "bytes": stop_path.stat().st_size},
-    ]  # fmt: skip
-    if codes is not None:
-        cp = Path(codes)
-        if not cp.is_file():
-            raise MissingInputError(f"{cp}: --codes file not found")
-        inputs.append(
-            {"role": "codes", "path": str(cp), "sha256": sha256_file(cp), "bytes": cp.stat().st_size}
-        )
+    # ---- inputs and options -> program_id (before parsing, so a recompile is a cheap no-op)
+    stop_words, stop_input = stopwords_input(stopwords)
+    inputs = [input_entry("owl", path), stop_input]
+    inputs += [option_file_input("codes", codes)] if codes is not None else []
     mode = "codes_file" if codes is not None else "code_property" if code_iri else "all_classes"
-    options = {
-        "format": "owl",
-        "tokens": mode,
-        "label_properties": label_iris,
-        "synonym_properties": synonym_iris,
-        "code_property": code_iri,
-        "code_prefixes": sorted(prefixes) if code_iri else None,
-        "language": language,
-    }
+    options = {"format": "owl", "tokens": mode, "label_properties": label_iris, "synonym_properties": synonym_iris,
+               "code_property": code_iri, "code_prefixes": sorted(prefixes) if code_iri else None,
+               "language": language}  # fmt: skip
     pid = program_id(inputs, options)
-    manifest = existing_program(out_dir / pid, pid)
-    if manifest is not None:
-        log.info("%s is up to date (identical inputs and options); nothing written", out_dir / pid)
-        return CompileResult(out_dir / pid, pid, False, manifest)
-    t_hash = time.perf_counter() - t_start
-    timings = {"hash_inputs": round(t_hash, 3)}
+    if (done := up_to_date(out_dir, pid)) is not None:
+        return done
+    timings = {"hash_inputs": round(time.perf_counter() - t_start, 3)}
+    # ---- read, then choose the tokens and build the graph of their classes
+    og, live = _read(path, [*label_iris, *synonym_iris, *([code_iri] if code_iri else [])], language, timings)
+    with timed(timings, "graph"):
+        counts = Counter(og.counts)
+        terms, labels = _terms(og, live, label_iris, synonym_iris, counts)
+        tokens, token_class, unmatched = _choose_tokens(
+            mode, og, live, labels, codes, code_iri, prefixes, counts
+        )
+        rel_edges, wedges, concept_labels = _graph(og, token_class, terms, labels, stop_words)
+    with timed(timings, "program_tables"):
+        tables = build_tables(tokens, rel_edges, wedges, token_class, concept_labels)
+        tables["atoms"] = _curie_keys(tables["atoms"], og.classes)
+        graph_tables = _graph_tables(og, labels, token_class, label_iris, synonym_iris)
+    manifest = {
+        **manifest_head(pid),
+        "release": _release_entry(og, name),
+        "inputs": inputs,
+        "options": options,
+        "counts": _counts(counts, tables),
+        "coverage": _coverage(tokens, token_class, live, unmatched, counts),
+        "codes_unmatched": unmatched[:MAX_LISTED],
+        "findings": [
+            f"{k}: {v}" for k, v in sorted(counts.items()) if k.startswith(("unsupported", "named_eq"))
+        ],
+        "timings": timings,
+    }
+    return publish_program(out_dir, pid, tables, graph_tables, manifest, t_start)
 
-    t = time.perf_counter()
-    og = read_owl(path, list(dict.fromkeys([*label_iris, *synonym_iris, *([code_iri] if code_iri else [])])),
-                  language)  # fmt: skip
-    timings["read_owl"] = round(time.perf_counter() - t, 3)
+
+def _read(
+    path: Path, properties: list[str], language: str | None, timings: dict[str, float]
+) -> tuple[OwlGraph, pa.Table]:
+    """The ontology read (annotation ``properties`` kept), its live classes; is-a checked for cycles."""
+    with timed(timings, "read_owl"):
+        og = read_owl(path, list(dict.fromkeys(properties)), language)
     live = og.classes.filter(pc.invert(og.classes["deprecated"]))
     if live.num_rows == 0:
         raise InputFileError(path, f"no OWL classes found (parsed as {og.format}, {og.triples} triples)",
                              expected="owl:Class declarations or rdfs:subClassOf axioms")  # fmt: skip
-    t = time.perf_counter()
-    _check_cycles(og)
-    timings["is_a_check"] = round(time.perf_counter() - t, 3)
+    with timed(timings, "is_a_check"):
+        _check_cycles(og)
+    return og, live
 
-    t = time.perf_counter()
-    counts = Counter(og.counts)
-    terms, labels = _terms(og, live, label_iris, synonym_iris, counts)
+
+def _choose_tokens(
+    mode: str,
+    og: OwlGraph,
+    live: pa.Table,
+    labels: pa.Table,
+    codes: str | Path | None,
+    code_iri: str | None,
+    prefixes: dict[str, str],
+    counts: Counter,
+) -> tuple[pa.Table, pa.Table, list[dict]]:
+    """``(tokens, token_class, unmatched)`` by ``mode``: the codes file, the code property, every live class."""
+    unmatched: list[dict] = []
     if mode == "codes_file":
         tokens, token_class, unmatched = _tokens_from_file(Path(codes), live, labels, counts)
     elif mode == "code_property":
-        (tokens, token_class), unmatched = _tokens_from_property(og, code_iri, prefixes, labels, counts), []
+        tokens, token_class = _tokens_from_property(og, code_iri, prefixes, labels, counts)
     else:
-        (tokens, token_class), unmatched = _tokens_all(live, labels), []
+        tokens, token_class = _tokens_all(live, labels)
     if tokens.num_rows == 0:
-        log.warning("%s: no class became a token (%s); the program holds only special tokens", path, mode)
+        log.warning("%s: no class became a token (%s); the program holds only special tokens", og.path, mode)
+    return tokens, token_class, unmatched
+
+
+def _graph(
+    og: OwlGraph, token_class: pa.Table, terms: pa.Table, labels: pa.Table, stop_words: list[str]
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """``(relationship edges, word edges, concept labels)`` of the token classes, as :func:`build_tables`
+    takes them (class keys in place of SCTIDs)."""
     keys = pc.unique(token_class["sctid"])
     e = og.edges.filter(pc.is_in(og.edges["source_key"], value_set=keys))
     rel_edges = pa.table({"sctid": e["source_key"], "relation_key": e["relation_key"], "atom_sctid": e["target_key"],
@@ -156,46 +191,23 @@ def compile_owl(
         pa.table({"sctid": pa.array([IS_A_KEY], pa.int64()), "fsn": pa.nulls(1, pa.string()),
                   "preferred": pa.array(["is a"])}),
     ])  # fmt: skip
-    timings["graph"] = round(time.perf_counter() - t, 3)
-    t = time.perf_counter()
-    tables = build_tables(tokens, rel_edges, wedges, token_class, concept_labels)
-    tables["atoms"] = _curie_keys(tables["atoms"], og.classes)
-    graph_tables = _graph_tables(og, labels, token_class, label_iris, synonym_iris)
-    timings["program_tables"] = round(time.perf_counter() - t, 3)
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "program_id": pid,
-        "created_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "compiler_version": compiler_version(),
-        "release": {
-            "name": name,
-            "type": "OWL",
-            "format": og.format,
-            "ontology_iri": og.ontology_iri,
-            "version_iri": og.version_iri,
-            "version_info": og.version_info,
-            "imports_not_followed": og.imports,
-            "date": None,
-            "as_of": None,
-            "namespaces": [],
-        },
-        "inputs": inputs,
-        "options": options,
-        "counts": _counts(counts, tables),
-        "coverage": _coverage(tokens, token_class, live, unmatched, counts),
-        "codes_unmatched": unmatched[:MAX_LISTED],
-        "findings": [
-            f"{k}: {v}" for k, v in sorted(counts.items()) if k.startswith(("unsupported", "named_eq"))
-        ],
-        "timings": {**timings},
+    return rel_edges, wedges, concept_labels
+
+
+def _release_entry(og: OwlGraph, name: str) -> dict:
+    """The manifest's ``release`` of an OWL program: the ontology's header."""
+    return {
+        "name": name,
+        "type": "OWL",
+        "format": og.format,
+        "ontology_iri": og.ontology_iri,
+        "version_iri": og.version_iri,
+        "version_info": og.version_info,
+        "imports_not_followed": og.imports,
+        "date": None,
+        "as_of": None,
+        "namespaces": [],
     }
-    t = time.perf_counter()
-    final, written = write_program(out_dir, pid, tables, graph_tables, manifest)
-    manifest["timings"]["write"] = round(time.perf_counter() - t, 3)
-    manifest["timings"]["total"] = round(time.perf_counter() - t_start, 3)
-    if written:
-        log.info("wrote program %s", final)
-    return CompileResult(final, pid, written, manifest if written else verify_program(final, hashes=False))
 
 
 def _prefixes(code_prefixes: tuple[str, ...] | None) -> dict[str, str]:
@@ -341,8 +353,8 @@ def _tokens_from_property(og: OwlGraph, code_iri: str, prefixes: dict, labels: p
             continue
         code = code.strip()
         if vocab in ICD_RULES:
-            dotless = icd.dotless(pa.array([code]))[0].as_py()
-            dotted = icd.dotted(pa.array([dotless]), ICD_RULES[vocab])[0].as_py()
+            dotless = icd.dotless_code(code)
+            dotted = icd.dotted_code(dotless, ICD_RULES[vocab])
         else:
             dotless = dotted = code
         by_code.setdefault((vocab, dotless, dotted), set()).add(key)

@@ -158,88 +158,124 @@ def read_owl(path: str | Path, annotation_properties: list[str], language: str |
 
 
 def _read(g, c: int, path: Path, fmt: str, ann_props: list[str], language: str | None) -> OwlGraph:
-    res = dict(g.execute("SELECT iri, storid FROM resources").fetchall())
-    iri_of = {v: k for k, v in res.items()}
-    sid = {k: res.get(v, 0) for k, v in _V.items()}
-    objs = np.array(
-        g.execute("SELECT s, p, o FROM objs WHERE c = ?", (c,)).fetchall() or np.zeros((0, 3)), np.int64
-    )
-    s, p, o = objs[:, 0], objs[:, 1], objs[:, 2]
+    t = _Triples(g, c)
     counts: Counter = Counter()
-    counts["triples"] = len(objs)
-
+    counts["triples"] = len(t.s)
     # ---- header
-    onto_ids = s[(p == sid["type"]) & (o == sid["Ontology"]) & (s > 0)]
+    onto_ids = t.s[(t.p == t.sid["type"]) & (t.o == t.sid["Ontology"]) & (t.s > 0)]
     onto_sid = int(onto_ids[0]) if len(onto_ids) else None
-    ontology_iri = iri_of[onto_sid] if onto_sid else None
-
-    def obj_of(subject, pred):
-        hit = o[(s == subject) & (p == sid[pred])]
-        return iri_of.get(int(hit[0])) if len(hit) else None
-
-    version_iri = obj_of(onto_sid, "versionIRI") if onto_sid else None
-    imports = [iri_of[int(x)] for x in o[(s == onto_sid) & (p == sid["imports"])]] if onto_sid else []
+    ontology_iri = t.iri_of[onto_sid] if onto_sid else None
+    version_iri = t.object_of(onto_sid, "versionIRI") if onto_sid else None
+    imports = (
+        [t.iri_of[int(x)] for x in t.o[(t.s == onto_sid) & (t.p == t.sid["imports"])]] if onto_sid else []
+    )
     if imports:
         log.warning("%s imports %d ontologies; imports are not followed: %s", path, len(imports), imports)
-
     # ---- classes and properties
-    nonclass = {sid["Thing"], sid["Nothing"], 0}
-    typed = (p == sid["type"]) & (s > 0)
-    declared = set(s[typed & (o == sid["Class"])].tolist())
-    sub = (p == sid["subClassOf"]) & (s > 0)
-    fillers = o[(p == sid["someValuesFrom"]) & (o > 0)]
-    class_ids = (declared | set(o[sub & (o > 0)].tolist()) | set(fillers.tolist())) - nonclass
-    prop_ids = set(s[typed & (o == sid["ObjectProperty"])].tolist()) | set(o[p == sid["onProperty"]].tolist())
-    prop_ids = {x for x in prop_ids if x > 0}
+    class_ids, prop_ids = _class_ids(t), _property_ids(t)
     datas = g.execute(
         "SELECT s, p, o, d FROM datas WHERE c = ? AND p IN (?, ?, ?, ?)",
-        (c, sid["deprecated"], sid["versionInfo"], sid["oboId"], sid["label"]),
+        (c, t.sid["deprecated"], t.sid["versionInfo"], t.sid["oboId"], t.sid["label"]),
     ).fetchall()
-    deprecated = {r[0] for r in datas if r[1] == sid["deprecated"] and str(r[2]).lower() in ("true", "1")}
-    version_info = next((str(r[2]) for r in datas if r[1] == sid["versionInfo"] and r[0] == onto_sid), None)
-    obo_id = {r[0]: str(r[2]) for r in datas if r[1] == sid["oboId"]}
-    class_sids = sorted(class_ids, key=lambda x: iri_of[x])
+    deprecated = {r[0] for r in datas if r[1] == t.sid["deprecated"] and str(r[2]).lower() in ("true", "1")}
+    version_info = next((str(r[2]) for r in datas if r[1] == t.sid["versionInfo"] and r[0] == onto_sid), None)
+    classes, key_of = _class_table(
+        t, class_ids, deprecated, {r[0]: str(r[2]) for r in datas if r[1] == t.sid["oboId"]}
+    )
+    properties, pkey_of = _property_table(t, prop_ids, [r for r in datas if r[1] == t.sid["label"]])
+    counts["classes"] = len(class_ids)
+    counts["classes_deprecated"] = len(deprecated & class_ids)
+    counts["object_properties"] = len(prop_ids)
+    # ---- axioms -> edges
+    edge_table = _axiom_edges(t, class_ids, deprecated, counts).table(key_of, pkey_of)
+    # ---- annotation values
+    ann = _annotations(g, c, t.res, ann_props, key_of, language, counts)
+    return OwlGraph(path, fmt, ontology_iri, version_iri, version_info, imports, classes, properties,
+                    edge_table, ann, len(t.s), counts)  # fmt: skip
+
+
+class _Triples:
+    """The resource triples of graph ``c`` as numpy columns ``s``, ``p``, ``o`` of storids (< 0: blank)."""
+
+    def __init__(self, g, c: int) -> None:
+        self.res = dict(g.execute("SELECT iri, storid FROM resources").fetchall())
+        self.iri_of = {v: k for k, v in self.res.items()}
+        self.sid = {k: self.res.get(v, 0) for k, v in _V.items()}  # vocabulary name -> storid
+        objs = np.array(
+            g.execute("SELECT s, p, o FROM objs WHERE c = ?", (c,)).fetchall() or np.zeros((0, 3)), np.int64
+        )
+        self.s, self.p, self.o = objs[:, 0], objs[:, 1], objs[:, 2]
+        self.sub = (self.p == self.sid["subClassOf"]) & (self.s > 0)
+        self.nonclass = {self.sid["Thing"], self.sid["Nothing"], 0}
+
+    def object_of(self, subject: int, pred: str) -> str | None:
+        hit = self.o[(self.s == subject) & (self.p == self.sid[pred])]
+        return self.iri_of.get(int(hit[0])) if len(hit) else None
+
+
+def _class_ids(t: _Triples) -> set[int]:
+    """Named classes: declared ``owl:Class``, named superclasses, named ``some`` fillers."""
+    declared = set(t.s[(t.p == t.sid["type"]) & (t.s > 0) & (t.o == t.sid["Class"])].tolist())
+    fillers = t.o[(t.p == t.sid["someValuesFrom"]) & (t.o > 0)]
+    return (declared | set(t.o[t.sub & (t.o > 0)].tolist()) | set(fillers.tolist())) - t.nonclass
+
+
+def _property_ids(t: _Triples) -> set[int]:
+    """Named object properties: declared, or used in a restriction."""
+    typed = (t.p == t.sid["type"]) & (t.s > 0)
+    ids = set(t.s[typed & (t.o == t.sid["ObjectProperty"])].tolist()) | set(
+        t.o[t.p == t.sid["onProperty"]].tolist()
+    )
+    return {x for x in ids if x > 0}
+
+
+def _class_table(
+    t: _Triples, class_ids: set[int], deprecated: set[int], obo_id: dict[int, str]
+) -> tuple[pa.Table, dict[int, int]]:
+    """``(key, iri, curie, deprecated)`` by sorted IRI, and storid -> key."""
+    class_sids = sorted(class_ids, key=lambda x: t.iri_of[x])
     key_of = {x: CLASS_KEY_BASE + i for i, x in enumerate(class_sids)}
-    prop_sids = sorted(prop_ids, key=lambda x: iri_of[x])
-    pkey_of = {x: PROPERTY_KEY_BASE + i for i, x in enumerate(prop_sids)}
-    class_iris = [iri_of[x] for x in class_sids]
+    class_iris = [t.iri_of[x] for x in class_sids]
     classes = pa.table({
         "key": pa.array([key_of[x] for x in class_sids], pa.int64()),
         "iri": pa.array(class_iris, pa.string()),
         "curie": pa.array([obo_id.get(x) or curie(i) for x, i in zip(class_sids, class_iris, strict=True)], pa.string()),
         "deprecated": pa.array([x in deprecated for x in class_sids], pa.bool_()),
     })  # fmt: skip
+    return classes, key_of
+
+
+def _property_table(t: _Triples, prop_ids: set[int], label_rows: list) -> tuple[pa.Table, dict[int, int]]:
+    """``(key, iri, curie, label)`` by sorted IRI (label: the first ``rdfs:label`` in text order, else the
+    IRI fragment), and storid -> key."""
+    prop_sids = sorted(prop_ids, key=lambda x: t.iri_of[x])
+    pkey_of = {x: PROPERTY_KEY_BASE + i for i, x in enumerate(prop_sids)}
     plabel = {}
-    for r in sorted((r for r in datas if r[1] == sid["label"] and r[0] in pkey_of), key=lambda r: str(r[2])):
+    for r in sorted((r for r in label_rows if r[0] in pkey_of), key=lambda r: str(r[2])):
         plabel.setdefault(r[0], str(r[2]))
     properties = pa.table({
         "key": pa.array([pkey_of[x] for x in prop_sids], pa.int64()),
-        "iri": pa.array([iri_of[x] for x in prop_sids], pa.string()),
-        "curie": pa.array([curie(iri_of[x]) for x in prop_sids], pa.string()),
-        "label": pa.array([plabel.get(x) or fragment(iri_of[x]) for x in prop_sids], pa.string()),
+        "iri": pa.array([t.iri_of[x] for x in prop_sids], pa.string()),
+        "curie": pa.array([curie(t.iri_of[x]) for x in prop_sids], pa.string()),
+        "label": pa.array([plabel.get(x) or fragment(t.iri_of[x]) for x in prop_sids], pa.string()),
     })  # fmt: skip
-    counts["classes"] = len(class_sids)
-    counts["classes_deprecated"] = len(deprecated & class_ids)
-    counts["object_properties"] = len(prop_sids)
+    return properties, pkey_of
 
-    # ---- axioms -> edges
+
+def _axiom_edges(t: _Triples, class_ids: set[int], deprecated: set[int], counts: Counter) -> _Edges:
+    """The ``subClassOf`` and ``equivalentClass`` axioms of live classes, walked into edges."""
     live = {x for x in class_ids if x not in deprecated}
-    edges = _Edges(s, p, o, sid, live, counts)
-    eq = (p == sid["equivalentClass"]) & (s > 0)
-    for axiom, mask in (("subClassOf", sub), ("equivalentClass", eq)):
-        for cls, e in zip(s[mask].tolist(), o[mask].tolist(), strict=True):
+    edges = _Edges(t.s, t.p, t.o, t.sid, live, counts)
+    eq = (t.p == t.sid["equivalentClass"]) & (t.s > 0)
+    for axiom, mask in (("subClassOf", t.sub), ("equivalentClass", eq)):
+        for cls, e in zip(t.s[mask].tolist(), t.o[mask].tolist(), strict=True):
             if cls not in live:
                 counts[f"axioms_of_{'deprecated' if cls in deprecated else 'non_class'}_dropped"] += 1
             elif axiom == "equivalentClass" and e > 0:
                 counts["named_equivalences_skipped"] += 1
-            elif e not in nonclass:
+            elif e not in t.nonclass:
                 edges.walk(cls, e, axiom)
-    edge_table = edges.table(key_of, pkey_of)
-
-    # ---- annotation values
-    ann = _annotations(g, c, res, ann_props, key_of, language, counts)
-    return OwlGraph(path, fmt, ontology_iri, version_iri, version_info, imports, classes, properties,
-                    edge_table, ann, len(objs), counts)  # fmt: skip
+    return edges
 
 
 class _Edges:

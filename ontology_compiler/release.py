@@ -72,22 +72,72 @@ def load_release(
     all_files = scan_release(src)
     rtype = choose_release_type(all_files, release, None if as_of_int is None else str(as_of_int))
     files = select_files(all_files, rtype, stated=stated, src=src)
-    counts: Counter = Counter()
-    reports: list[ReadReport] = []
-    timings: dict[str, float] = {}
+    r = _Reader(files, as_of_int if rtype == "Full" else None, strict)
+    concept_all = _all_concepts(r, as_of_int)
+    concepts = active(concept_all)
+    inactive_ids = pc.filter(concept_all["id"], pc.equal(concept_all["active"], pa.scalar(0, pa.int8())))
+    live = concepts["id"].combine_chunks()
+    r.counts["concepts_active"] = concepts.num_rows
+    r.counts["concepts_inactive"] = len(inactive_ids)
+    desc = _of_live_concepts(active(r.load("Description")), "conceptId", live, r.counts, "descriptions")
+    tdef = r.load("TextDefinition")
+    if tdef is not None:
+        tdef = _of_live_concepts(active(tdef), "conceptId", live, r.counts, "text_definitions")
+    rel = _relationships(r, "StatedRelationship" if stated else "Relationship", live, concept_all)
+    cv = r.load("RelationshipConcreteValues")
+    if cv is not None:
+        cv = _of_live_concepts(active(cv), "sourceId", live, r.counts, "concrete_values")
+    lang = _language(r, languages, [desc] + ([tdef] if tdef is not None else []))
+    maps = active(r.load("ExtendedMap"))  # rows on inactive concepts are resolved by the mapping step
+    r.counts["map_rows_active"] = maps.num_rows
+    r.counts["map_rows_on_inactive_concept"] = _n(
+        pc.invert(pc.is_in(maps["referencedComponentId"], value_set=live))
+    )
+    assoc = r.load("Association")
+    r.timings["load_release"] = round(time.perf_counter() - t0, 3)
+    return Release(
+        src=src,
+        release_type=rtype,
+        as_of=as_of_int,
+        files=files,
+        concepts=concepts,
+        descriptions=desc,
+        text_definitions=tdef if tdef is not None else desc.schema.empty_table(),
+        relationships=rel,
+        concrete_values=cv if cv is not None else pa.table({}),
+        language=lang,
+        maps=maps,
+        associations=active(assoc) if assoc is not None else pa.table({}),
+        inactive_concepts=pa.table({"id": inactive_ids}),
+        known_concepts=concept_all["id"].combine_chunks(),
+        counts=r.counts,
+        reports=r.reports,
+        timings=r.timings,
+    )
 
-    def load(kind: str, resolve: bool = True) -> pa.Table | None:
-        fs = files.get(kind)
+
+class _Reader:
+    """Reads every file of a kind (International plus extensions) and merges them; keeps what it found."""
+
+    def __init__(self, files: dict[str, list[RF2File]], as_of: int | None, strict: bool) -> None:
+        self.files, self.as_of, self.strict = files, as_of, strict  # as_of: resolve a Full release there
+        self.counts: Counter = Counter()
+        self.reports: list[ReadReport] = []
+        self.timings: dict[str, float] = {}
+
+    def load(self, kind: str, resolve: bool = True) -> pa.Table | None:
+        """The rows of ``kind`` (None when it has no file); ``resolve``: the latest row per id."""
+        fs = self.files.get(kind)
         if not fs:
             return None
         t = time.perf_counter()
         tables = []
         for f in fs:
-            table, report = read_rf2_file(f.path, kind, strict=strict)
-            reports.append(report)
-            counts[f"rows_read_{kind}"] += report.rows
-            counts["ids_dropped_non_numeric"] += report.dropped_non_numeric_id
-            counts["ids_bad_check_digit"] += report.bad_check_digit
+            table, report = read_rf2_file(f.path, kind, strict=self.strict)
+            self.reports.append(report)
+            self.counts[f"rows_read_{kind}"] += report.rows
+            self.counts["ids_dropped_non_numeric"] += report.dropped_non_numeric_id
+            self.counts["ids_bad_check_digit"] += report.bad_check_digit
             if kind == "ExtendedMap":  # map rows keep where they came from, for findings
                 tables.append(
                     table.append_column("_file", pa.array([str(f.path)] * table.num_rows, pa.string()))
@@ -96,49 +146,50 @@ def load_release(
                 tables.append(table.drop_columns(["_line"]))
         merged = concat(tables)
         if resolve:
-            merged = latest_per_id(merged, as_of_int if rtype == "Full" else None)
-        timings[f"read_{kind}"] = round(time.perf_counter() - t, 3)
+            merged = latest_per_id(merged, self.as_of)
+        self.timings[f"read_{kind}"] = round(time.perf_counter() - t, 3)
         return merged
 
-    concept_raw = load("Concept", resolve=False)
-    if as_of_int is not None:
+
+def _all_concepts(r: _Reader, as_of: int | None) -> pa.Table:
+    """Every concept at the date, active or not; ``as_of`` before the release's first date is an error."""
+    concept_raw = r.load("Concept", resolve=False)
+    if as_of is not None:
         first = pc.min(concept_raw["effectiveTime"]).as_py()
-        if first is None or as_of_int < first:
+        if first is None or as_of < first:
             raise AsOfError(
-                f"--as-of {as_of_int} is before the first effective time of the release ({first}) in "
-                + ", ".join(str(f.path) for f in files["Concept"])
+                f"--as-of {as_of} is before the first effective time of the release ({first}) in "
+                + ", ".join(str(f.path) for f in r.files["Concept"])
             )
-    concept_all = latest_per_id(concept_raw, as_of_int if rtype == "Full" else None)
-    concepts = active(concept_all)
-    inactive_ids = pc.filter(concept_all["id"], pc.equal(concept_all["active"], pa.scalar(0, pa.int8())))
-    live = concepts["id"].combine_chunks()
-    counts["concepts_active"] = concepts.num_rows
-    counts["concepts_inactive"] = len(inactive_ids)
+    return latest_per_id(concept_raw, r.as_of)
 
-    desc = active(load("Description"))
-    ok = pc.is_in(desc["conceptId"], value_set=live)
-    counts["descriptions_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
-    desc = desc.filter(ok)
-    counts["descriptions_active"] = desc.num_rows
 
-    tdef = load("TextDefinition")
-    if tdef is not None:
-        tdef = active(tdef)
-        ok = pc.is_in(tdef["conceptId"], value_set=live)
-        counts["text_definitions_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
-        tdef = tdef.filter(ok)
-        counts["text_definitions_active"] = tdef.num_rows
+def _n(mask: pa.Array | pa.ChunkedArray) -> int:
+    """How many values of a boolean mask are true."""
+    return int(pc.sum(mask).as_py() or 0)
 
-    rel_kind = "StatedRelationship" if stated else "Relationship"
-    rel = active(load(rel_kind))
+
+def _of_live_concepts(t: pa.Table, column: str, live: pa.Array, counts: Counter, what: str) -> pa.Table:
+    """The rows whose ``column`` is an active concept; counts ``<what>_dropped_inactive_concept`` and
+    ``<what>_active``."""
+    ok = pc.is_in(t[column], value_set=live)
+    counts[f"{what}_dropped_inactive_concept"] = _n(pc.invert(ok))
+    t = t.filter(ok)
+    counts[f"{what}_active"] = t.num_rows
+    return t
+
+
+def _relationships(r: _Reader, kind: str, live: pa.Array, concept_all: pa.Table) -> pa.Table:
+    """Active relationships (additional ones left out) whose source, destination and type are active."""
+    rel = active(r.load(kind))
     rel = rel.filter(pc.not_equal(rel["characteristicTypeId"], pa.scalar(S.ADDITIONAL, pa.int64())))
     ok = pc.and_(
         pc.and_(pc.is_in(rel["sourceId"], value_set=live), pc.is_in(rel["destinationId"], value_set=live)),
         pc.is_in(rel["typeId"], value_set=live),
     )
-    counts["relationships_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+    r.counts["relationships_dropped_inactive_concept"] = _n(pc.invert(ok))
     unknown_type = pc.invert(pc.is_in(rel["typeId"], value_set=concept_all["id"].combine_chunks()))
-    n_unknown = int(pc.sum(unknown_type).as_py() or 0)
+    n_unknown = _n(unknown_type)
     if n_unknown:
         types = pc.unique(rel["typeId"].filter(unknown_type)).to_pylist()
         log.warning(
@@ -147,59 +198,23 @@ def load_release(
             ", ".join(map(str, types[:5])),
             " ..." if len(types) > 5 else "",
         )
-        counts["relationships_dropped_unknown_type"] = n_unknown
+        r.counts["relationships_dropped_unknown_type"] = n_unknown
     rel = rel.filter(ok)
-    counts["relationships_active"] = rel.num_rows
-    counts["relationships_is_a"] = int(
-        pc.sum(pc.equal(rel["typeId"], pa.scalar(S.IS_A, pa.int64()))).as_py() or 0
-    )
+    r.counts["relationships_active"] = rel.num_rows
+    r.counts["relationships_is_a"] = _n(pc.equal(rel["typeId"], pa.scalar(S.IS_A, pa.int64())))
+    return rel
 
-    cv = load("RelationshipConcreteValues")
-    if cv is not None:
-        cv = active(cv)
-        ok = pc.is_in(cv["sourceId"], value_set=live)
-        counts["concrete_values_dropped_inactive_concept"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
-        cv = cv.filter(ok)
-        counts["concrete_values_active"] = cv.num_rows
 
-    lang = active(load("Language"))
+def _language(r: _Reader, languages: tuple[int, ...], described: list[pa.Table]) -> pa.Table:
+    """Active rows of the chosen language refsets on the active descriptions (and text definitions)."""
+    lang = active(r.load("Language"))
     lang = lang.filter(pc.is_in(lang["refsetId"], value_set=pa.array(list(languages), pa.int64())))
-    described = [desc["id"].combine_chunks()] + ([tdef["id"].combine_chunks()] if tdef is not None else [])
-    ok = pc.is_in(lang["referencedComponentId"], value_set=pa.concat_arrays(described))
-    counts["language_rows_dropped_inactive_description"] = int(pc.sum(pc.invert(ok)).as_py() or 0)
+    ids = pa.concat_arrays([t["id"].combine_chunks() for t in described])
+    ok = pc.is_in(lang["referencedComponentId"], value_set=ids)
+    r.counts["language_rows_dropped_inactive_description"] = _n(pc.invert(ok))
     lang = lang.filter(ok)
-    counts["language_rows_active"] = lang.num_rows
-
-    maps = active(load("ExtendedMap"))  # rows on inactive concepts are resolved by the mapping step
-    counts["map_rows_active"] = maps.num_rows
-    counts["map_rows_on_inactive_concept"] = int(
-        pc.sum(pc.invert(pc.is_in(maps["referencedComponentId"], value_set=live))).as_py() or 0
-    )
-
-    assoc = load("Association")
-    assoc = active(assoc) if assoc is not None else None
-
-    timings["load_release"] = round(time.perf_counter() - t0, 3)
-    empty_desc = desc.schema.empty_table()
-    return Release(
-        src=src,
-        release_type=rtype,
-        as_of=as_of_int,
-        files=files,
-        concepts=concepts,
-        descriptions=desc,
-        text_definitions=tdef if tdef is not None else empty_desc,
-        relationships=rel,
-        concrete_values=cv if cv is not None else pa.table({}),
-        language=lang,
-        maps=maps,
-        associations=assoc if assoc is not None else pa.table({}),
-        inactive_concepts=pa.table({"id": inactive_ids}),
-        known_concepts=concept_all["id"].combine_chunks(),
-        counts=counts,
-        reports=reports,
-        timings=timings,
-    )
+    r.counts["language_rows_active"] = lang.num_rows
+    return lang
 
 
 def _parse_as_of(as_of: str | int | None) -> int | None:
