@@ -1,4 +1,7 @@
-"""Readers for the published ICD <-> SNOMED mapping tables, in their exact layouts (data-formats.md A2-A5).
+"""Readers for the published ICD <-> SNOMED mapping tables, in their exact layouts.
+
+The layouts are described in ``docs/input-formats.md``, sections "NLM ICD-9-CM maps", "OMOP vocabulary",
+"CMS GEMs" and "ICD-10-CM human-readable map".
 
 Every reader is columnar, returns string/int columns plus ``_file`` and ``_line`` so findings can name
 where a row came from, and raises :class:`InputFileError` (file, line, expected) on structural problems.

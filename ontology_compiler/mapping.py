@@ -12,7 +12,8 @@ rule, the file and line it came from). The policy (:mod:`map_policy`) decides pe
 4. with ``fallback="icd"`` the rest take their own title words and their nearest mapped ICD ancestor's
    concepts; whatever is left is listed as unmapped. No code is dropped silently.
 
-The full table, chosen or not and why, is ``graph/icd_map.parquet``.
+The full table, chosen or not and why, is ``graph/icd_map.parquet``. The RF2 map refsets read here are
+described in ``docs/input-formats.md``, "ICD-10 extended map".
 """
 
 from __future__ import annotations
@@ -110,6 +111,35 @@ def extended_map_candidates(rows: pa.Table, stats: MappingStats) -> pa.Table:
     rows = rows.filter(pc.is_in(rows["refsetId"], value_set=pa.array(list(EXTENDED_MAP_SOURCES), pa.int64())))
     if rows.num_rows == 0:
         return CANDIDATE_SCHEMA.empty_table()
+    rows, winner = _rules_that_fire(_map_rows(rows), stats)
+    ref_kept = rows["refsetId"].to_numpy()
+    source = np.empty(rows.num_rows, dtype=object)
+    for refset_id, (name, _vocab) in EXTENDED_MAP_SOURCES.items():
+        source[ref_kept == refset_id] = name
+    code = icd.dotless(pc.utf8_trim_whitespace(rows["mapTarget"]))
+    return _fill(
+        {
+            "vocabulary": pa.array([icd.ICD10CM] * rows.num_rows, pa.string()),
+            "code": code,
+            "code_dotted": icd.dotted(code, icd.ICD10CM),
+            "sctid": rows["referencedComponentId"],
+            "source": pa.array(source, pa.string()),
+            "kind": pa.array(np.where(winner, "unconditional", "conditional"), pa.string()),
+            "map_group": rows["mapGroup"],
+            "map_priority": rows["mapPriority"],
+            "map_rule": rows["mapRule"],
+            "map_advice": rows["mapAdvice"],
+            "map_category": rows["mapCategoryId"],
+            "file": rows["_file"],
+            "line": rows["_line"],
+        },
+        rows.num_rows,
+    )
+
+
+def _map_rows(rows: pa.Table) -> pa.Table:
+    """Map rows with ``_file``/``_line`` (null when unknown), rule and advice unescaped (``&#x7C;`` -> ``|``),
+    sorted by refset, concept, group and priority."""
     if "_file" not in rows.column_names:
         rows = rows.append_column("_file", pa.nulls(rows.num_rows, pa.string()))
     if "_line" not in rows.column_names:
@@ -120,7 +150,11 @@ def extended_map_candidates(rows: pa.Table, stats: MappingStats) -> pa.Table:
     rows = rows.set_column(rows.schema.get_field_index("mapAdvice"), "mapAdvice", advice)
     order = pc.sort_indices(rows, sort_keys=[("refsetId", "ascending"), ("referencedComponentId", "ascending"),
                                              ("mapGroup", "ascending"), ("mapPriority", "ascending")])  # fmt: skip
-    rows = rows.take(order)
+    return rows.take(order)
+
+
+def _rules_that_fire(rows: pa.Table, stats: MappingStats) -> tuple[pa.Table, np.ndarray]:
+    """The sorted map rows that can fire and have a target, and which of them are unconditional."""
     n = rows.num_rows
     ref, con, grp = (rows[c].to_numpy() for c in ("refsetId", "referencedComponentId", "mapGroup"))
     new_group = np.ones(n, dtype=bool)
@@ -134,35 +168,11 @@ def extended_map_candidates(rows: pa.Table, stats: MappingStats) -> pa.Table:
     conditional = is_ifa & before_winner
     stats.add("map_rows_unreachable_after_true", int((~(winner | conditional)).sum()))
     stats.add("map_rows_unknown_rule", int((~(uncond | is_ifa)).sum()))
-    target = pc.utf8_trim_whitespace(rows["mapTarget"])
-    empty = pc.equal(target, "").to_numpy(zero_copy_only=False)
+    empty = pc.equal(pc.utf8_trim_whitespace(rows["mapTarget"]), "").to_numpy(zero_copy_only=False)
     stats.add("map_groups_without_target", int((winner & empty).sum()))
     stats.add("map_rows_empty_target", int(((winner | conditional) & empty).sum()))
     keep = (winner | conditional) & ~empty
-    rows = rows.filter(pa.array(keep))
-    ref_kept = rows["refsetId"].to_numpy()
-    source = np.empty(rows.num_rows, dtype=object)
-    for refset_id, (name, _vocab) in EXTENDED_MAP_SOURCES.items():
-        source[ref_kept == refset_id] = name
-    code = icd.dotless(target.filter(pa.array(keep)))
-    return _fill(
-        {
-            "vocabulary": pa.array([icd.ICD10CM] * rows.num_rows, pa.string()),
-            "code": code,
-            "code_dotted": icd.dotted(code, icd.ICD10CM),
-            "sctid": rows["referencedComponentId"],
-            "source": pa.array(source, pa.string()),
-            "kind": pa.array(np.where(winner[keep], "unconditional", "conditional"), pa.string()),
-            "map_group": rows["mapGroup"],
-            "map_priority": rows["mapPriority"],
-            "map_rule": rows["mapRule"],
-            "map_advice": rows["mapAdvice"],
-            "map_category": rows["mapCategoryId"],
-            "file": rows["_file"],
-            "line": rows["_line"],
-        },
-        rows.num_rows,
-    )
+    return rows.filter(pa.array(keep)), winner[keep]
 
 
 def nlm_candidates(nlm: pa.Table) -> pa.Table:

@@ -46,7 +46,6 @@ SNOMED_BASE = "http://snomed.info/id/"
 ROLE_GROUP_SCTID = 609096000
 SCHEMA = "https://hrrbert.invalid/schema#"
 SKOS = "http://www.w3.org/2004/02/skos/core#"
-RDFS_LABEL = "http://www.w3.org/2000/01/rdf-schema#label"
 TOKEN_ANNOTATIONS = ("code", "vocabulary", "conceptId", "mappingSource", "mappingKind", "mappedTo")
 
 
@@ -239,44 +238,61 @@ def _build_and_save(
             syn_props = {
                 p: new(p, (), owl.AnnotationProperty) for k in keep for p, _ in src.synonyms.get(k, ())
             }
-            props = {}
-            for k in sorted({x[1] for x in src.attrs if x[0] in keep} | {x[4] for x in src.attrs if x[0] in keep
-                                                                            and x[4] is not None}):  # fmt: skip
-                iri, lab = src.props[k]
-                props[k] = new(iri, (), owl.ObjectProperty)
-                props[k].label = [lab]
+            props = _properties(src, keep, new, owl)
             counts["object_properties"] = len(props)
-            cls = {}
-            parents = _parents(keep, src.isa)
-            for k in _topological(keep, parents):  # parents first: new_class with its bases, no is_a edits
-                c = cls[k] = new(src.iri[k], tuple(cls[p] for p in parents.get(k, ())))
-                counts["is_a"] += len(parents.get(k, ()))
-                if src.label.get(k):
-                    c.label = [src.label[k]]
-                    counts["labels"] += 1
-                for p, v in src.synonyms.get(k, ()):
-                    syn_props[p][c].append(v)
-                    counts["synonyms"] += 1
+            cls = _classes(src, keep, new, syn_props, counts)
             counts["ontology_classes"] = len(cls)
             _restrictions(src, cls, props, counts)
             _tokens(concepts, cls, ann, base, new, counts, owl)
-        tmp = tempfile.NamedTemporaryFile(
-            dir=out.parent, prefix=f".tmp-{out.name}-", suffix=".owl", delete=False
-        )
-        tmp.close()
-        try:
-            onto.save(file=tmp.name, format="rdfxml")
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp.name, 0o666 & ~umask)  # a normal file, not the temp file's 0600
-            os.replace(tmp.name, out)
-        except BaseException:
-            Path(tmp.name).unlink(missing_ok=True)
-            raise
+        _save(onto, out)
     finally:
         world.close()
     counts["source"] = "owl" if owl_src else "rf2"
     return dict(counts)
+
+
+def _properties(src: Source, keep: set[int], new, owl) -> dict:
+    """The object properties the kept classes use (attributes and role-group properties), labelled."""
+    used = {x[1] for x in src.attrs if x[0] in keep} | {
+        x[4] for x in src.attrs if x[0] in keep and x[4] is not None
+    }
+    props = {}
+    for k in sorted(used):
+        iri, lab = src.props[k]
+        props[k] = new(iri, (), owl.ObjectProperty)
+        props[k].label = [lab]
+    return props
+
+
+def _classes(src: Source, keep: set[int], new, syn_props: dict, counts: Counter) -> dict:
+    """The kept classes, parents first (``new_class`` with its bases, no is_a edits), with labels and synonyms."""
+    cls = {}
+    parents = _parents(keep, src.isa)
+    for k in _topological(keep, parents):
+        c = cls[k] = new(src.iri[k], tuple(cls[p] for p in parents.get(k, ())))
+        counts["is_a"] += len(parents.get(k, ()))
+        if src.label.get(k):
+            c.label = [src.label[k]]
+            counts["labels"] += 1
+        for p, v in src.synonyms.get(k, ()):
+            syn_props[p][c].append(v)
+            counts["synonyms"] += 1
+    return cls
+
+
+def _save(onto, out: Path) -> None:
+    """Save as RDF/XML to a temporary file beside ``out``, then rename it into place."""
+    tmp = tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".tmp-{out.name}-", suffix=".owl", delete=False)
+    tmp.close()
+    try:
+        onto.save(file=tmp.name, format="rdfxml")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp.name, 0o666 & ~umask)  # a normal file, not the temp file's 0600
+        os.replace(tmp.name, out)
+    except BaseException:
+        Path(tmp.name).unlink(missing_ok=True)
+        raise
 
 
 def _restrictions(src: Source, cls: dict, props: dict, counts: Counter) -> None:

@@ -3,7 +3,8 @@
 Ids are deterministic: special tokens first, then SNOMED concept atoms by SCTID, then words in byte
 order; relations identity, description, is-a, then attributes by SCTID; concepts (tokens) special tokens
 first, then by (vocabulary, code). Edges are stored sorted by (relation_id, slot, concept_id) so each
-(relation, slot) slice is a contiguous run of distinct concepts.
+(relation, slot) slice is a contiguous run of distinct concepts. The format is described in
+``docs/program-format.md``.
 """
 
 from __future__ import annotations

@@ -16,15 +16,9 @@ from .rf2_schema import FILE_NAME_RE
 
 log = logging.getLogger(__name__)
 
-# Content kinds the compiler reads, and which of them must be present.
+# Content kinds that must be present (the compiler also reads TextDefinition, StatedRelationship,
+# RelationshipConcreteValues and Association(Reference) files when there are any).
 REQUIRED = ("Concept", "Description", "Relationship", "Language", "ExtendedMap")
-OPTIONAL = (
-    "TextDefinition",
-    "StatedRelationship",
-    "RelationshipConcreteValues",
-    "Association",
-    "AssociationReference",
-)
 
 
 @dataclass(frozen=True)
@@ -38,10 +32,6 @@ class RF2File:
     date: str  # YYYYMMDD of the package
     lang: str | None
     pattern: str | None  # refset column pattern, e.g. "iissscc"
-
-    @property
-    def is_refset(self) -> bool:
-        return self.path.name.startswith("der2_") or self.pattern is not None
 
 
 def scan_release(src: str | Path) -> list[RF2File]:

@@ -238,20 +238,10 @@ def _sctid_column(
     if numeric is not None:
         bad = ~numeric.to_numpy(zero_copy_only=False)
         line, value = _first_bad(bad, line_no, col)
-        msg = f"non-numeric SCTID in column {name}"
-        if strict:
-            raise InputFileError(path, msg, line=line, expected="6-18 digits", found=repr(value))
         n = int(bad.sum())
+        _bad_sctid(path, f"non-numeric SCTID in column {name}", line, repr(value), n, "row(s) dropped", strict,
+                   report, expected="6-18 digits")  # fmt: skip
         report.dropped_non_numeric_id += n
-        report.note(f"line {line}: {msg}: {value!r}")
-        log.warning(
-            "%s, line %d: %s %r (%d such row(s) dropped; --strict makes this fatal)",
-            path,
-            line,
-            msg,
-            value,
-            n,
-        )
         keep = ~bad
         col = pc.if_else(numeric, col, pa.scalar("0"))
         ints = pc.cast(col, pa.int64()).combine_chunks()
@@ -264,20 +254,29 @@ def _sctid_column(
     if keep is not None:
         valid |= ~keep
     if not valid.all():
-        bad = ~valid
-        i = int(np.flatnonzero(bad)[0])
-        msg = f"SCTID with a bad Verhoeff check digit in column {name}"
-        if strict:
-            raise InputFileError(path, msg, line=int(line_no[i]), found=str(values[i]))
-        n = int(bad.sum())
+        i = int(np.flatnonzero(~valid)[0])
+        n = int((~valid).sum())
+        _bad_sctid(path, f"SCTID with a bad Verhoeff check digit in column {name}", int(line_no[i]), str(values[i]),
+                   n, "value(s); kept", strict, report)  # fmt: skip
         report.bad_check_digit += n
-        report.note(f"line {int(line_no[i])}: {msg}: {values[i]}")
-        log.warning(
-            "%s, line %d: %s: %d (%d such value(s); kept; --strict makes this fatal)",
-            path,
-            int(line_no[i]),
-            msg,
-            values[i],
-            n,
-        )
     return ints, keep
+
+
+def _bad_sctid(
+    path: Path,
+    msg: str,
+    line: int,
+    shown: str,
+    n: int,
+    outcome: str,
+    strict: bool,
+    report: ReadReport,
+    expected: str | None = None,
+) -> None:
+    """A bad SCTID (the first of ``n`` in a column): fatal with ``strict``, else noted and logged once."""
+    if strict:
+        raise InputFileError(path, msg, line=line, expected=expected, found=shown)
+    report.note(f"line {line}: {msg}: {shown}")
+    log.warning(
+        "%s, line %d: %s: %s (%d such %s; --strict makes this fatal)", path, line, msg, shown, n, outcome
+    )

@@ -1,6 +1,6 @@
 """RF2 grammar as data: file-name pattern, column lists per file kind, and constant SCTIDs.
 
-See data-formats.md A1/A2. Nothing here reads files; readers and writers share these tables.
+See ``docs/input-formats.md``, "RF2 release". Nothing here reads files; readers and writers share these tables.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ SCTID_COLUMNS: dict[str, tuple[str, ...]] = {
 # Integer (non-SCTID) columns.
 INT_COLUMNS = ("effectiveTime", "active", "relationshipGroup", "mapGroup", "mapPriority")
 
-# Constant SCTIDs (data-formats.md A1).
+# Constant SCTIDs (docs/input-formats.md, "RF2 release").
 ROOT = 138875005
 IS_A = 116680003
 FSN = 900000000000003001

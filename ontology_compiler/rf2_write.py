@@ -1,4 +1,4 @@
-"""Write RF2 files exactly as SNOMED International publishes them (data-formats.md A1).
+"""Write RF2 files exactly as SNOMED International publishes them (``docs/input-formats.md``, RF2 release).
 
 An RF2 file is UTF-8 without a BOM, one header row holding the column names of its content kind
 (:data:`ontology_compiler.rf2_schema.COLUMNS`), fields separated by a single TAB, every line ended by
@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from ontology_compiler.rf2_schema import COLUMNS, FILE_NAME_RE
 
-__all__ = ["rf2_file_name", "rf2_folder", "to_rf2_bytes", "write_rf2_file"]
+__all__ = ["rf2_file_name", "rf2_folder", "write_rf2_file"]
 
 log = logging.getLogger(__name__)
 
@@ -176,15 +176,6 @@ def _slice_bytes(table: pa.Table) -> bytes | pa.Buffer:
     offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset : arr.offset + len(arr) + 1]
     data = arr.buffers()[2]
     return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
-
-
-def to_rf2_bytes(content: str, table: pa.Table | Mapping[str, Any]) -> bytes:
-    """The complete RF2 file (header and rows) for ``table`` as bytes; see :func:`write_rf2_file`."""
-    t = _as_table(content, table)
-    parts = [("\t".join(COLUMNS[content]) + "\r\n").encode()]
-    for start in range(0, max(t.num_rows, 1), _SLICE_ROWS):
-        parts.append(bytes(_slice_bytes(t.slice(start, _SLICE_ROWS))))
-    return b"".join(parts)
 
 
 def write_rf2_file(path: str | os.PathLike[str], content: str, table: pa.Table | Mapping[str, Any]) -> int:

@@ -49,7 +49,3 @@ def latest_per_id(table: pa.Table, as_of: int | None) -> pa.Table:
 
 def active(table: pa.Table) -> pa.Table:
     return table.filter(pc.equal(table["active"], pa.scalar(1, pa.int8())))
-
-
-def is_in(values: pa.Array | pa.ChunkedArray, members: pa.Array) -> pa.Array:
-    return pc.is_in(values, value_set=members)

@@ -216,6 +216,6 @@ def test_real_cms_gems_in_fixed_width(tmp_path, name, direction, rows, first, se
     for k, col in enumerate(("approximate", "no_map", "combination", "scenario", "choice_list")):
         assert g[col].to_pylist() == [int(r[col]) for r in data], col
         assert g[col].to_pylist() == [int(r["flags"][k]) for r in data]
-    if direction == "backward":  # combination structure is real (data-formats.md B3)
+    if direction == "backward":  # combination structure is real (docs/input-formats.md, "CMS GEMs")
         assert sum(f == "10111" for f in g["flags"].to_pylist()) == 3_898
         assert sum(f == "10112" for f in g["flags"].to_pylist()) == 3_825
