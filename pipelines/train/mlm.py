@@ -22,6 +22,7 @@ from pipelines.data.sequences import (
 )
 from pipelines.errors import PipelineError
 
+from .loop import StepOutput
 from .runtime import DistContext
 
 
@@ -103,20 +104,9 @@ def evaluate_mlm(
     return out
 
 
-def train_step(
-    net,
-    model,
-    batch,
-    tok: Tokens,
-    cfg,
-    step: int,
-    ctx: DistContext,
-    device,
-    opt,
-    sched,
-    params,
-) -> tuple[float, float, float]:
-    """One optimizer step; returns (loss sum, masked count, gradient norm) of this rank."""
+def mlm_step(net, batch, tok: Tokens, cfg, step: int, ctx: DistContext, device) -> StepOutput:
+    """The MLM loss of one training batch (mean over its masked codes), with masking and dropout seeded
+    from (seed, step, rank) so that a resumed run repeats them."""
     ids, chosen, targets = mask_tokens(
         batch["input_ids"],
         batch["attention_mask"],
@@ -127,19 +117,12 @@ def train_step(
         generator=step_generator(cfg.seed, step, ctx.rank),
     )
     torch.manual_seed(step_seed(cfg.seed, step, ctx.rank, salt=SALT_DROPOUT))  # dropout RNG
-    model.train()
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"):
-        logits = net(
-            ids.to(device),
-            batch["segment_ids"].to(device),
-            batch["attention_mask"].to(device),
-            mlm_mask=chosen.to(device),
-        )  # (M, N)
+    logits = net(
+        ids.to(device),
+        batch["segment_ids"].to(device),
+        batch["attention_mask"].to(device),
+        mlm_mask=chosen.to(device),
+    )  # (M, N)
     n = int(targets.numel())
     loss_sum = F.cross_entropy(logits.float(), targets.to(device), reduction="sum")
-    opt.zero_grad(set_to_none=True)
-    (loss_sum / max(n, 1)).backward()
-    gnorm = torch.nn.utils.clip_grad_norm_(params, cfg.clip) if cfg.clip > 0 else torch.zeros(())
-    opt.step()
-    sched.step()
-    return float(loss_sum.detach()), float(n), float(gnorm)
+    return StepOutput(loss_sum / max(n, 1), float(n), int(batch["input_ids"].shape[0]))

@@ -27,43 +27,24 @@ from typing import Any
 
 import torch
 
-from pipelines.data.sequences import (
-    TokenizedDataset,
-    epoch_order,
-)
+from pipelines.data.sequences import SEED_STRIDE, TokenizedDataset, epoch_order
 from pipelines.errors import PipelineError
 
-from .checkpoint import (
-    ConfigMismatchError,
-    checkpoint_path,
-    config_diff,
-    latest_checkpoint,
-    load_checkpoint,
-    rng_state,
-    save_checkpoint,
-    set_rng_state,
-)
+from .checkpoint import latest_checkpoint
 from .config import RUNTIME_KEYS, PretrainConfig
-from .mlm import evaluate_mlm, tokens_of, train_step
+from .loop import LoopOptions, StepOutput, open_run, run_loop
+from .mlm import evaluate_mlm, mlm_step, tokens_of
 from .runtime import (
     DistContext,
-    MetricsLog,
-    Timer,
     init_distributed,
     now_iso,
-    progress,
-    redirect_logging,
     resolve_device,
     seed_everything,
     versions,
     warmup_cosine,
-    write_json,
 )
 
 log = logging.getLogger(__name__)
-
-RUN_CONFIG = "config.json"
-METRICS = "metrics.jsonl"
 
 
 @dataclass
@@ -83,38 +64,6 @@ def build_model(cfg: PretrainConfig, program, ds: TokenizedDataset):
     )
     logf = ds.log_frequency() if cfg.mode == "freq" else None
     return HRRBert(bert_cfg, program, log_frequency=logf)
-
-
-def _prepare_run(
-    run_dir: Path, record: dict[str, Any], resume: bool, ctx: DistContext
-) -> dict[str, Any] | None:
-    """Create the run folder, or (resume) check the saved config and return the newest checkpoint."""
-    cfg_path = run_dir / RUN_CONFIG
-    if not resume:
-        if cfg_path.exists():
-            raise PipelineError(
-                f"{run_dir}: run already exists; pass --resume to continue it, or choose another --run-id"
-            )
-        ctx.barrier()
-        if ctx.is_main:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            write_json(cfg_path, record)
-        return None
-    if not cfg_path.is_file():
-        raise PipelineError(f"{cfg_path}: missing; nothing to resume (start the run without --resume)")
-    import json
-
-    saved = json.loads(cfg_path.read_text(encoding="utf-8"))
-    a = {
-        **saved.get("config", {}),
-        "program_id": saved.get("program_id"),
-        "dataset_id": saved.get("dataset_id"),
-    }
-    b = {**record["config"], "program_id": record["program_id"], "dataset_id": record["dataset_id"]}
-    diffs = config_diff(a, b, ignore=RUNTIME_KEYS)
-    if diffs:
-        raise ConfigMismatchError(cfg_path, diffs)
-    return load_checkpoint(latest_checkpoint(run_dir))
 
 
 def default_run_id(cfg: PretrainConfig) -> str:
@@ -157,12 +106,62 @@ def pretrain(
         ctx.close()
 
 
+class MLMTask:
+    """Masked-code modelling as a :class:`~pipelines.train.loop.Task`: batches of ``pretrain_train``
+    (global batch split over ranks; the last partial batch of an epoch dropped), validation on
+    ``pretrain_val`` with a fixed masking."""
+
+    def __init__(self, cfg: PretrainConfig, train, val, tok, ctx: DistContext, device, batch_size: int):
+        self.cfg, self.train, self.val, self.tok, self.ctx, self.device = cfg, train, val, tok, ctx, device
+        self.bs = batch_size
+        self.per_epoch = max(len(train) // batch_size, 1)
+
+    def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
+        order, bs, ctx = epoch_order(len(self.train), self.cfg.seed, epoch), self.bs, self.ctx
+        return [order[p * bs : (p + 1) * bs][ctx.rank :: ctx.world_size] for p in range(self.per_epoch)]
+
+    def step(self, net, idx: torch.Tensor, step: int) -> StepOutput:
+        return mlm_step(net, self.train.batch(idx), self.tok, self.cfg, step, self.ctx, self.device)
+
+    def validate(self, model) -> dict[str, float]:
+        if not len(self.val):
+            return {}
+        cfg = self.cfg
+        return evaluate_mlm(model, self.val, self.tok, topk=cfg.topk, batch_size=cfg.val_batch_size,
+                            seed=cfg.seed, ctx=self.ctx, device=self.device, bf16=cfg.bf16, limit=cfg.max_val,
+                            mask_prob=cfg.mask_prob)  # fmt: skip
+
+
+def _run_record(cfg: PretrainConfig, run_id: str, model, program, ds, task: MLMTask, total: int, ctx) -> dict:
+    """``config.json`` of a pretraining run: config, ids, seeds, sizes, versions."""
+    return {
+        "kind": "pretrain",
+        "run_id": run_id,
+        "config": asdict(cfg),
+        "model_config": asdict(model.config),
+        "program_id": program.program_id,
+        "dataset_id": ds.dataset_id,
+        "seeds": {
+            "seed": cfg.seed,
+            "data_order": f"randperm(seed*{SEED_STRIDE}+epoch)",
+            "masking_dropout": "per step from (seed, step, rank)",
+        },
+        "steps": {"total": total, "per_epoch": task.per_epoch},
+        "world_size": ctx.world_size,
+        "n_parameters": model.num_parameters(),
+        "n_train": len(task.train),
+        "n_val": len(task.val),
+        "versions": versions(),
+        "created_at": now_iso(),
+    }
+
+
 def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -> PretrainResult:
     if cfg.bf16 and device.type != "cuda":
         log.warning("bf16 autocast is CUDA-only; training in float32 on %s", device)
     seed_everything(cfg.seed)  # identical initial weights on every rank
     program = load_program(cfg.program, device=device)
-    ds = TokenizedDataset(cfg.dataset, program.program_id, program.n_concepts, _pad_id(program))
+    ds = TokenizedDataset(cfg.dataset, program.program_id, program.n_concepts, program.special_id("[PAD]"))
     model = build_model(cfg, program, ds)
     model.heads.requires_grad_(False)  # the pooled task heads are not trained by MLM
     mc = model.config
@@ -170,141 +169,32 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     val = ds.sequences("pretrain_val", max_len=mc.max_len, max_segments=mc.max_segments)
     if len(train) == 0:
         raise PipelineError(f"{ds.patients_path}: split 'pretrain_train' is empty")
-    tok = tokens_of(program)
-    per_epoch = max(len(train) // cfg.batch_size, 1)
-    total = cfg.max_steps or cfg.epochs * per_epoch
     bs = min(cfg.batch_size, len(train))
     if bs < ctx.world_size:
         raise PipelineError(f"batch size {bs} is smaller than the number of processes {ctx.world_size}")
-
+    task = MLMTask(cfg, train, val, tokens_of(program), ctx, device, bs)
+    total = cfg.max_steps or cfg.epochs * task.per_epoch
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(total, cfg.warmup))
     run_dir = out / run_id
-    record = {
-        "kind": "pretrain",
-        "run_id": run_id,
-        "config": asdict(cfg),
-        "model_config": asdict(mc),
-        "program_id": program.program_id,
-        "dataset_id": ds.dataset_id,
-        "seeds": {
-            "seed": cfg.seed,
-            "data_order": "randperm(seed*1000003+epoch)",
-            "masking_dropout": "per step from (seed, step, rank)",
-        },
-        "steps": {"total": total, "per_epoch": per_epoch},
-        "world_size": ctx.world_size,
-        "n_parameters": model.num_parameters(),
-        "n_train": len(train),
-        "n_val": len(val),
-        "versions": versions(),
-        "created_at": now_iso(),
-    }
-    state = _prepare_run(run_dir, record, resume, ctx)
-    step, epoch, position = 0, 0, 0
-    if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        sched.load_state_dict(state["scheduler"])
-        set_rng_state(state["rng"])
-        step, epoch, position = int(state["step"]), int(state["epoch"]), int(state["position"])
-        log.info("resumed %s at step %d (epoch %d, batch %d)", run_dir, step, epoch, position)
-    net = model
-    if ctx.distributed:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    metrics = MetricsLog(
-        run_dir / METRICS if ctx.is_main else None,
-        run_dir / "tensorboard" if cfg.tensorboard else None,
-        truncate_after_step=step if state is not None else None,
-    )
-    val_kw = dict(
-        topk=cfg.topk,
-        batch_size=cfg.val_batch_size,
-        seed=cfg.seed,
-        ctx=ctx,
-        device=device,
-        bf16=cfg.bf16,
-        limit=cfg.max_val,
-        mask_prob=cfg.mask_prob,
-    )
-    last_val: dict[str, float] = {}
-    timer, acc = Timer(), [0.0, 0.0, 0]  # loss sum, masked count, sequences since last record
-
-    def checkpoint() -> None:
+    record = _run_record(cfg, run_id, model, program, ds, task, total, ctx)
+    resume_from = open_run(run_dir, record, resume, ctx, runtime_keys=RUNTIME_KEYS)
+    if resume and resume_from is None:
+        latest_checkpoint(run_dir)  # raises CheckpointError naming the folder
+    opts = LoopOptions(
+        total_steps=total, clip=cfg.clip, val_every=cfg.val_every, log_every=cfg.log_every,
+        save_every=cfg.save_every, keep_checkpoints=cfg.keep_checkpoints,
+        monitor="val_loss" if len(val) else None, minimize=True, keep_best=False, patience=cfg.patience,
+        bf16=cfg.bf16, progress=cfg.progress, tensorboard=cfg.tensorboard, weight_name="masked",
+        desc=f"pretrain {cfg.mode}", config=asdict(cfg),
+    )  # fmt: skip
+    res = run_loop(model, opt, sched, task, opts, run_dir, ctx=ctx, device=device, resume_from=resume_from,
+                   stop_after=stop_after)  # fmt: skip
+    if res.completed:
         if ctx.is_main:
-            save_checkpoint(
-                checkpoint_path(run_dir, step),
-                {
-                    "model": model.state_dict(),
-                    "optimizer": opt.state_dict(),
-                    "scheduler": sched.state_dict(),
-                    "rng": rng_state(),
-                    "step": step,
-                    "epoch": epoch,
-                    "position": position,
-                    "config": asdict(cfg),
-                },
-                keep=cfg.keep_checkpoints,
+            model.save_pretrained(
+                run_dir / "model", extra={"run_id": run_id, "dataset_id": ds.dataset_id, "step": res.step}
             )
         ctx.barrier()
-
-    bar = progress(total, step, ctx.is_main and cfg.progress, f"pretrain {cfg.mode}")
-    with redirect_logging():
-        while step < total:
-            if position >= per_epoch:
-                epoch, position = epoch + 1, 0
-            order = epoch_order(len(train), cfg.seed, epoch)
-            while position < per_epoch and step < total:
-                idx = order[position * bs : (position + 1) * bs][ctx.rank :: ctx.world_size]
-                loss_sum, n_masked, gnorm = train_step(
-                    net, model, train.batch(idx), tok, cfg, step, ctx, device, opt, sched, params
-                )
-                step, position = step + 1, position + 1
-                acc[0], acc[1], acc[2] = acc[0] + loss_sum, acc[1] + n_masked, acc[2] + len(idx)
-                bar.update(1)
-                if step % cfg.log_every == 0 or step == total:
-                    ls, nm, ns = ctx.all_sum([acc[0], acc[1], float(acc[2])], device)
-                    dt = timer.lap()
-                    metrics.write(
-                        {
-                            "step": step,
-                            "epoch": epoch,
-                            "loss": ls / max(nm, 1.0),
-                            "lr": sched.get_last_lr()[0],
-                            "grad_norm": gnorm,
-                            "masked": int(nm),
-                            "seq_per_s": ns / max(dt, 1e-9),
-                        }
-                    )
-                    bar.set_postfix(loss=f"{ls / max(nm, 1.0):.3f}")
-                    acc = [0.0, 0.0, 0]
-                end_of_epoch = position == per_epoch
-                if (
-                    (cfg.val_every and step % cfg.val_every == 0)
-                    or (not cfg.val_every and end_of_epoch)
-                    or step == total
-                ):
-                    last_val = evaluate_mlm(model, val, tok, **val_kw) if len(val) else {}
-                    metrics.write({"step": step, "epoch": epoch, **last_val})
-                if step % cfg.save_every == 0 or step == total:
-                    checkpoint()
-                if stop_after is not None and step >= stop_after:
-                    bar.close()
-                    metrics.close()
-                    return PretrainResult(run_dir, model, step, last_val, completed=False)
-    bar.close()
-    metrics.close()
-    if ctx.is_main:
-        model.save_pretrained(
-            run_dir / "model", extra={"run_id": run_id, "dataset_id": ds.dataset_id, "step": step}
-        )
-    ctx.barrier()
-    return PretrainResult(run_dir, model, step, last_val, completed=True)
-
-
-def _pad_id(program) -> int:
-    codes = program.concept_codes
-    return codes.index("[PAD]") if "[PAD]" in codes else 0
+    return PretrainResult(run_dir, model, res.step, res.last_validation, completed=res.completed)
