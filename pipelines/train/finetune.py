@@ -14,8 +14,10 @@ Dimension legend: B batch, T codes, L labels.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import shutil
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -27,20 +29,18 @@ import torch.nn.functional as F
 from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_order
 from pipelines.errors import PipelineError
 
+from .checkpoint import CHECKPOINT_DIR, list_checkpoints
 from .config import FinetuneConfig
+from .loop import LoopOptions, StepOutput, open_run, run_loop
 from .metrics import binary_metrics, multilabel_metrics
-from .runtime import (
-    MetricsLog,
-    now_iso,
-    progress,
-    redirect_logging,
-    resolve_device,
-    seed_everything,
-    versions,
-    write_json,
-)
+from .runtime import init_distributed, now_iso, resolve_device, seed_everything, versions, write_json
 
 log = logging.getLogger(__name__)
+
+SUMMARY_FILE = "summary.json"
+RESULTS_FILE = "results.json"
+# config keys that may change when resuming (they do not change the numbers)
+RUNTIME_KEYS = ("dataset", "program", "pretrained", "device", "progress", "tensorboard", "keep_checkpoints")
 
 
 @dataclass
@@ -85,18 +85,10 @@ def score(task: str, y: np.ndarray, p: np.ndarray, threshold: float) -> dict[str
     return multilabel_metrics(y, p, threshold)
 
 
-def evaluate(model, seqs: Sequences, task: str, device, cfg: FinetuneConfig) -> dict[str, float]:
+def task_metrics(model, seqs: Sequences, task: str, device, cfg: FinetuneConfig) -> dict[str, float]:
+    """Loss and classification metrics of ``model`` on ``seqs`` (validation and test)."""
     p, loss = predict(model, seqs, task, device, cfg.eval_batch_size, cfg.bf16)
     return {"loss": loss, **score(task, seqs.labels.numpy(), p, cfg.threshold)}
-
-
-def _better(new: dict[str, float], best: dict[str, float] | None, key: str) -> bool:
-    if best is None:
-        return True
-    a, b = new[key], best[key]
-    a = -math.inf if math.isnan(a) else (-a if key == "loss" else a)
-    b = -math.inf if math.isnan(b) else (-b if key == "loss" else b)
-    return a > b
 
 
 def finetune(
@@ -107,16 +99,16 @@ def finetune(
     config: FinetuneConfig | None = None,
     out: str | Path = "artifacts/runs",
     run_id: str | None = None,
+    resume: bool = False,
     **options: Any,
 ) -> FinetuneResult:
     """Fine-tune ``cfg.trials`` times from a pretrained model; returns each trial's results.
 
     Either pass ``config`` or ``pretrained``, ``dataset``, ``program`` and :class:`FinetuneConfig`
-    fields as keywords.
+    fields as keywords. ``resume=True`` continues ``<out>/<run_id>``: finished trials are read back, an
+    interrupted one continues from its newest checkpoint (the config must match). Under ``torchrun`` the
+    trials run with DistributedDataParallel (the batch is global and split over ranks).
     """
-    from hrr_kernel import load_program
-    from model import HRRBert
-
     if config is None:
         bad = sorted(set(options) - {f.name for f in fields(FinetuneConfig)})
         if bad:
@@ -124,8 +116,29 @@ def finetune(
         config = FinetuneConfig(
             pretrained=str(pretrained), dataset=str(dataset), program=str(program), **options
         )
-    cfg = config
-    device = resolve_device(cfg.device)
+    ctx, device = init_distributed(resolve_device(config.device))
+    try:
+        return _finetune(config, ctx, device, Path(out), run_id, resume)
+    finally:
+        ctx.close()
+
+
+def _task_splits(cfg: FinetuneConfig, ds: TokenizedDataset, mc) -> tuple[Sequences, Sequences, Sequences]:
+    """finetune_train, finetune_val and test for the task, each ending before the last visit."""
+    kw = dict(max_len=mc.max_len, max_segments=mc.max_segments, task=cfg.task, before_last_visit=True)
+    train, val = ds.sequences("finetune_train", **kw), ds.sequences("finetune_val", **kw)
+    for name, s in (("finetune_train", train), ("finetune_val", val)):
+        if len(s) == 0:
+            raise PipelineError(f"{ds.patients_path}: split {name!r} has no rows for task {cfg.task!r}")
+    return train, val, ds.sequences("test", **kw)
+
+
+def _finetune(
+    cfg: FinetuneConfig, ctx, device, out: Path, run_id: str | None, resume: bool
+) -> FinetuneResult:
+    from hrr_kernel import load_program
+    from model import HRRBert
+
     mdir = model_dir(cfg.pretrained)
     saved = HRRBert.read_config(mdir)
     program_ = load_program(cfg.program, device=device)
@@ -133,18 +146,12 @@ def finetune(
     mc = probe.config
     ds = TokenizedDataset(cfg.dataset, program_.program_id, program_.n_concepts, probe.pad_id)
     del probe
-    kw = dict(max_len=mc.max_len, max_segments=mc.max_segments, task=cfg.task, before_last_visit=True)
-    train, val = ds.sequences("finetune_train", **kw), ds.sequences("finetune_val", **kw)
-    test = ds.sequences("test", **kw)
-    for name, s in (("finetune_train", train), ("finetune_val", val)):
-        if len(s) == 0:
-            raise PipelineError(f"{ds.patients_path}: split {name!r} has no rows for task {cfg.task!r}")
+    train, val, test = _task_splits(cfg, ds, mc)
     suffix = "" if cfg.model == "bert" else f"-{cfg.model}"
     run_id = run_id or f"finetune-{cfg.task}-{Path(cfg.pretrained).name}{suffix}-seed{cfg.seed}"
-    run_dir = Path(out) / run_id
-    if (run_dir / "summary.json").exists():
+    run_dir = out / run_id
+    if (run_dir / SUMMARY_FILE).exists() and not resume:
         raise PipelineError(f"{run_dir}: fine-tuning run already exists; choose another --run-id")
-    run_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "program_id": program_.program_id,
         "dataset_id": ds.dataset_id,
@@ -155,20 +162,14 @@ def finetune(
     if cfg.model != "bert":
         meta["model"] = cfg.model
         meta["visit_transformer_config"] = asdict(visit_transformer_config(mc, program_))
-    results = []
-    for k in range(cfg.trials):
-        results.append(_trial(k, cfg, mdir, program_, train, val, test, run_dir / f"trial-{k}", device, meta))
-    write_json(
-        run_dir / "summary.json",
-        {
-            "kind": "finetune",
-            "run_id": run_id,
-            "config": asdict(cfg),
-            **meta,
-            "trials": results,
-            "created_at": now_iso(),
-        },
-    )
+    open_run(run_dir, {"kind": "finetune", "run_id": run_id, "config": asdict(cfg), **meta}, resume, ctx,
+             runtime_keys=RUNTIME_KEYS, what="fine-tuning run")  # fmt: skip
+    data = (train, val, test)
+    results = [_trial(k, cfg, mdir, program_, data, run_dir / f"trial-{k}", ctx, device, meta, resume)
+               for k in range(cfg.trials)]  # fmt: skip
+    if ctx.is_main:
+        summary = {"kind": "finetune", "run_id": run_id, "config": asdict(cfg), **meta, "trials": results}
+        write_json(run_dir / SUMMARY_FILE, {**summary, "created_at": now_iso()})
     return FinetuneResult(run_dir, results)
 
 
@@ -176,7 +177,6 @@ def visit_transformer_config(mc, program):
     """A visit Transformer the size of the BERT config ``mc`` (layers, heads, widths, visits)."""
     from model import VisitTransformerConfig
 
-    pad = program.concept_codes.index("[PAD]") if "[PAD]" in program.concept_codes else 0
     return VisitTransformerConfig(
         n_codes=program.n_concepts,
         dim=mc.dim,
@@ -185,7 +185,7 @@ def visit_transformer_config(mc, program):
         ffn_dim=mc.ffn_dim,
         max_visits=mc.max_segments,
         dropout=mc.dropout,
-        pad_id=pad,
+        pad_id=program.special_id("[PAD]"),
         code_mode=mc.mode,
     )
 
@@ -199,13 +199,34 @@ def visit_transformer_from_bert(bert, program):
     )
 
 
-def _trial(
-    k, cfg: FinetuneConfig, mdir, program, train, val, test, tdir: Path, device, meta
-) -> dict[str, Any]:
+class FinetuneTask:
+    """Fine-tuning as a :class:`~pipelines.train.loop.Task`: batches of ``finetune_train`` (split over
+    ranks), binary cross-entropy on the task's head, validation metrics on ``finetune_val``."""
+
+    def __init__(self, cfg: FinetuneConfig, train: Sequences, val: Sequences, seed: int, ctx, device):
+        self.cfg, self.train, self.val, self.seed, self.ctx, self.device = cfg, train, val, seed, ctx, device
+
+    def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
+        order, ctx = epoch_order(len(self.train), self.seed, epoch), self.ctx
+        return [idx[ctx.rank :: ctx.world_size] for idx in order.split(self.cfg.batch_size)]
+
+    def step(self, net, idx: torch.Tensor, step: int) -> StepOutput:
+        b, dev = self.train.batch(idx), self.device
+        logits = net(
+            b["input_ids"].to(dev), b["segment_ids"].to(dev), b["attention_mask"].to(dev), task=self.cfg.task
+        )  # (B, L)
+        loss = F.binary_cross_entropy_with_logits(logits.float(), b["labels"].to(dev))
+        return StepOutput(loss, float(len(idx)), len(idx))
+
+    def validate(self, model) -> dict[str, float]:
+        v = task_metrics(model, self.val, self.cfg.task, self.device, self.cfg)
+        return {f"val_{k}": x for k, x in v.items()}
+
+
+def _trial_model(cfg: FinetuneConfig, mdir: Path, program):
+    """The pretrained model set up for the task: only the task's head and the encoder train."""
     from model import HRRBert
 
-    seed = cfg.seed + k
-    seed_everything(seed)
     model = HRRBert.from_pretrained(mdir, program)
     if cfg.model == "visit-transformer":
         model = visit_transformer_from_bert(model, program)
@@ -213,67 +234,43 @@ def _trial(
         model.mlm.requires_grad_(False)  # unused by the tasks
     for name, head in model.heads.tasks.items():
         head.requires_grad_(name == cfg.task)
+    return model
+
+
+def _trial(
+    k, cfg: FinetuneConfig, mdir, program, data, tdir: Path, ctx, device, meta, resume
+) -> dict[str, Any]:
+    """Trial ``k``: fine-tune with seed ``cfg.seed + k`` (resumed from its newest checkpoint when asked),
+    keep the best validation epoch, test it, write ``results.json``."""
+    if resume and (tdir / RESULTS_FILE).is_file():
+        return json.loads((tdir / RESULTS_FILE).read_text(encoding="utf-8"))
+    train, val, test = data
+    seed = cfg.seed + k
+    seed_everything(seed)
+    model = _trial_model(cfg, mdir, program)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     tdir.mkdir(parents=True, exist_ok=True)
-    (tdir / "metrics.jsonl").unlink(missing_ok=True)
-    metrics = MetricsLog(tdir / "metrics.jsonl")
-    best, best_state, best_epoch = None, None, -1
-    steps = math.ceil(len(train) / cfg.batch_size)
-    bar = progress(cfg.epochs * steps, 0, cfg.progress, f"finetune {cfg.task} trial {k}")
-    with redirect_logging():
-        for epoch in range(cfg.epochs):
-            model.train()
-            order, total = epoch_order(len(train), seed, epoch), 0.0
-            for idx in order.split(cfg.batch_size):
-                b = train.batch(idx)
-                with torch.autocast(
-                    device.type, dtype=torch.bfloat16, enabled=cfg.bf16 and device.type == "cuda"
-                ):
-                    logits = model(
-                        b["input_ids"].to(device),
-                        b["segment_ids"].to(device),
-                        b["attention_mask"].to(device),
-                        task=cfg.task,
-                    )  # (B, L)
-                loss = F.binary_cross_entropy_with_logits(logits.float(), b["labels"].to(device))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.clip > 0:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.clip)
-                opt.step()
-                total += float(loss.detach()) * len(idx)
-                bar.update(1)
-            v = evaluate(model, val, cfg.task, device, cfg)
-            metrics.write(
-                {
-                    "epoch": epoch,
-                    "train_loss": total / len(train),
-                    **{f"val_{key}": x for key, x in v.items()},
-                }
-            )
-            if _better(v, best, cfg.select_by):
-                best, best_epoch = v, epoch
-                best_state = {n: t.detach().clone() for n, t in model.state_dict().items()}
-    bar.close()
-    metrics.close()
-    model.load_state_dict(best_state)
-    model.save_pretrained(
-        tdir / "model", extra={"task": cfg.task, "trial": k, "seed": seed, "best_epoch": best_epoch}
-    )
-    t = evaluate(model, test, cfg.task, device, cfg) if len(test) else {}
+    opts = LoopOptions(
+        total_steps=cfg.epochs * math.ceil(len(train) / cfg.batch_size), clip=cfg.clip,
+        keep_checkpoints=cfg.keep_checkpoints, monitor=f"val_{cfg.select_by}", minimize=cfg.select_by == "loss",
+        patience=cfg.patience, bf16=cfg.bf16, progress=cfg.progress, tensorboard=cfg.tensorboard,
+        desc=f"finetune {cfg.task} trial {k}", config=asdict(cfg),
+    )  # fmt: skip
+    ckpts = list_checkpoints(tdir) if resume else []
+    res = run_loop(model, opt, None, FinetuneTask(cfg, train, val, seed, ctx, device), opts, tdir, ctx=ctx,
+                   device=device, resume_from=ckpts[-1] if ckpts else None)  # fmt: skip
+    best = {key.removeprefix("val_"): x for key, x in (res.best_validation or {}).items()}
+    if ctx.is_main:
+        model.save_pretrained(
+            tdir / "model", extra={"task": cfg.task, "trial": k, "seed": seed, "best_epoch": res.best_epoch}
+        )
+    t = task_metrics(model, test, cfg.task, device, cfg) if len(test) else {}
     if not len(test):
         log.warning("split 'test' has no rows for task %r; no test metrics", cfg.task)
-    result = {
-        "trial": k,
-        "seed": seed,
-        "task": cfg.task,
-        "best_epoch": best_epoch,
-        "select_by": cfg.select_by,
-        "val": best,
-        "test": t,
-        "config": asdict(cfg),
-        **meta,
-    }
-    write_json(tdir / "results.json", result)
+    result = {"trial": k, "seed": seed, "task": cfg.task, "best_epoch": res.best_epoch, "select_by": cfg.select_by,
+              "stopped_early": res.stopped_early, "val": best, "test": t, "config": asdict(cfg), **meta}  # fmt: skip
+    if ctx.is_main:
+        write_json(tdir / RESULTS_FILE, result)
+        shutil.rmtree(tdir / CHECKPOINT_DIR, ignore_errors=True)  # the trial is done; its model/ is kept
     return result
