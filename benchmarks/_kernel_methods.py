@@ -16,6 +16,7 @@ import time
 import torch
 
 from hrr_kernel import compose
+from hrr_kernel.embedding import INIT_STD  # the parameters' scale in training (N(0, 0.02))
 from hrr_kernel.program import Program
 
 
@@ -30,9 +31,10 @@ def rss_kib() -> dict[str, int]:
 
 
 def reset_peak() -> bool:
+    """Reset this process's peak resident memory (VmHWM); False where the kernel does not allow it."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
+            f.write("5")  # proc(5): "5" resets the peak RSS
         return True
     except OSError:
         return False
@@ -132,8 +134,8 @@ METHODS = {
 def measure(program: Program, method: str, dim: int, reps: int, warmup: int, seed: int = 0) -> dict:
     """Median forward and forward+backward times (ms) and peak extra resident memory (MiB)."""
     torch.manual_seed(seed)
-    atoms = (torch.randn(program.n_atoms, dim) * 0.02).requires_grad_()
-    relations = (torch.randn(program.n_relations, dim) * 0.02).requires_grad_()
+    atoms = (torch.randn(program.n_atoms, dim) * INIT_STD).requires_grad_()
+    relations = (torch.randn(program.n_relations, dim) * INIT_STD).requires_grad_()
     grad_out = torch.randn(program.n_concepts, dim)
     run = METHODS[method](program)
     base = rss_kib()["VmRSS"]

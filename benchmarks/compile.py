@@ -67,29 +67,26 @@ def run_child(code: str, *args: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scale", type=float, default=1.0)
-    ap.add_argument("--release-dir", type=Path, default=None)
-    ap.add_argument("--regenerate", action="store_true")
-    ap.add_argument("--skip-full", action="store_true")
-    ap.add_argument("--json", type=Path, default=None, help="Also write the results here.")
-    args = ap.parse_args()
-    rel = args.release_dir or ROOT / "artifacts" / "releases" / f"synthetic_int_s{args.scale:g}"
-    if args.regenerate and rel.exists():
+def ensure_release(rel: Path, scale: float, regenerate: bool, skip_full: bool) -> dict:
+    """Generate the synthetic release at ``rel`` unless it is there; returns its ``release_info.json``."""
+    if regenerate and rel.exists():
         shutil.rmtree(rel)
     if not (rel / "release_info.json").is_file():
         t = time.perf_counter()  # in its own process, so its memory does not count against the runs below
         gen = [sys.executable, str(ROOT / "benchmarks" / "synthetic_release.py"), "--out", str(rel)]
-        gen += ["--scale", str(args.scale)] + (["--no-full"] if args.skip_full else [])
+        gen += ["--scale", str(scale)] + (["--no-full"] if skip_full else [])
         subprocess.run(gen, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
         print(f"generated {rel} in {time.perf_counter() - t:.1f} s")
-    info = json.loads((rel / "release_info.json").read_text())
+    return json.loads((rel / "release_info.json").read_text())
+
+
+def run_all(rel: Path, info: dict, skip_full: bool) -> dict[str, dict]:
+    """The csv baseline, the Snapshot compile and (unless ``skip_full``) two Full ``--as-of`` compiles."""
     results = {}
     with tempfile.TemporaryDirectory(prefix="hrrbench-") as tmp:
         results["baseline: csv module reads the Snapshot rows"] = run_child(CHILD_CSV, str(rel))
         results["compile Snapshot"] = run_child(CHILD_COMPILE, str(rel), str(Path(tmp) / "a"), "")
-        if not args.skip_full:
+        if not skip_full:
             dates = sorted({str(d) for d in info.get("effective_times", [])}) or ["20220531"]
             results[f"compile Full --as-of {dates[-1]}"] = run_child(
                 CHILD_COMPILE, str(rel), str(Path(tmp) / "b"), dates[-1]
@@ -98,13 +95,17 @@ def main() -> None:
             results[f"compile Full --as-of {mid}"] = run_child(
                 CHILD_COMPILE, str(rel), str(Path(tmp) / "c"), mid
             )
+    return results
+
+
+def print_report(results: dict[str, dict], info: dict, rel: Path, scale: float) -> None:
     base = results["baseline: csv module reads the Snapshot rows"]["seconds"]
     snap = results["compile Snapshot"]["seconds"]
     print(
         f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
     print(
-        f"release: {rel.name} (scale {args.scale:g}): "
+        f"release: {rel.name} (scale {scale:g}): "
         + ", ".join(f"{k} {v:,}" for k, v in info.get("counts", {}).items())
     )
     print()
@@ -126,6 +127,20 @@ def main() -> None:
         "goals: Snapshot <= 60 s and <= 4096 MB; Full --as-of <= 2x Snapshot. "
         "Anchors (not measured here): Hermes imports the International Edition in < 5 min; Snowstorm ~1 h."
     )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--release-dir", type=Path, default=None)
+    ap.add_argument("--regenerate", action="store_true")
+    ap.add_argument("--skip-full", action="store_true")
+    ap.add_argument("--json", type=Path, default=None, help="Also write the results here.")
+    args = ap.parse_args()
+    rel = args.release_dir or ROOT / "artifacts" / "releases" / f"synthetic_int_s{args.scale:g}"
+    info = ensure_release(rel, args.scale, args.regenerate, args.skip_full)
+    results = run_all(rel, info, args.skip_full)
+    print_report(results, info, rel, args.scale)
     if args.json:
         args.json.write_text(
             json.dumps({"release": str(rel), "scale": args.scale, "results": results}, indent=2)

@@ -56,7 +56,15 @@ N_MAP_ROWS = 150_000
 N_CONCRETE = 4_000
 N_TEXT_DEFINITIONS = 5_000
 ACTIVE_CONCEPT_FRACTION = 0.95
-HISTORY_FRACTION = 0.10
+# Active Snapshot rows that also get an earlier version in Full (inactive rows always do): with the
+# inactive ones, about 10 % of the rows.
+HISTORY_ACTIVE_FRACTION = 0.08
+# Item numbers of the generated SCTIDs (partition 00 concepts, 01 descriptions, 02 relationships): blocks
+# far from the real SCTIDs of the fixed concepts; text definitions follow the descriptions, concrete
+# values the relationships.
+CONCEPT_ITEMS = 20_000_000
+DESCRIPTION_ITEMS = 30_000_000
+RELATIONSHIP_ITEMS = 40_000_000
 
 # Synthetic hierarchies: (key, root SCTID, root FSN, semantic tag of members, share of concepts).
 HIERARCHIES: list[tuple[str, int, str, str, float]] = [
@@ -239,13 +247,14 @@ def sctids(items: np.ndarray, partition: int) -> np.ndarray:
 def uuids(rng: np.random.Generator, n: int) -> pa.Array:
     """``n`` random version-4 UUID strings (deterministic for a seeded generator)."""
     b = rng.integers(0, 256, size=(n, 16), dtype=np.uint8)
-    b[:, 6] = (b[:, 6] & 0x0F) | 0x40
-    b[:, 8] = (b[:, 8] & 0x3F) | 0x80
+    b[:, 6] = (b[:, 6] & 0x0F) | 0x40  # version 4
+    b[:, 8] = (b[:, 8] & 0x3F) | 0x80  # RFC 4122 variant
     hexchars = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
     digits = np.empty((n, 32), dtype=np.uint8)
     digits[:, 0::2] = hexchars[b >> 4]
     digits[:, 1::2] = hexchars[b & 0x0F]
     out = np.full((n, 36), ord("-"), dtype=np.uint8)
+    # 8-4-4-4-12 hex digits: (position in the string, position in the digits) of each group
     for dst, src in ((0, 0), (9, 8), (14, 12), (19, 16), (24, 20)):
         width = {0: 8, 8: 4, 12: 4, 16: 4, 20: 12}[src]
         out[:, dst : dst + width] = digits[:, src : src + width]
@@ -262,8 +271,8 @@ def log_uniform_ranks(rng: np.random.Generator, n: int, size: int) -> np.ndarray
 def build_vocabulary(rng: np.random.Generator, size: int = 30_000) -> pa.Array:
     """~30k synthetic words: real medical words first (most frequent), then syllable words."""
     syl = np.array(_SYLLABLES)
-    n_cand = size * 3
-    k = rng.integers(2, 5, n_cand)
+    n_cand = size * 3  # candidates: enough left after dropping duplicates and real words
+    k = rng.integers(2, 5, n_cand)  # 2-4 syllables per word
     parts = syl[rng.integers(0, len(syl), (n_cand, 4))]
     cand = np.char.add(np.char.add(parts[:, 0], parts[:, 1]), np.where(k >= 3, parts[:, 2], ""))
     cand = np.char.add(cand, np.where(k >= 4, parts[:, 3], ""))
@@ -315,6 +324,8 @@ def _table(kind: str, cols: dict[str, Any], n: int) -> pa.Table:
 
 
 def _sizes(scale: float) -> _Sizes:
+    """Volumes at ``scale``, each with a floor so that a tiny release still has every kind of content."""
+
     def s(n: int, floor: int) -> int:
         return max(floor, round(n * scale))
 
@@ -345,7 +356,7 @@ def _concepts(rng: np.random.Generator, sz: _Sizes) -> dict[str, Any]:
     block_start = n_fixed + np.concatenate([[0], np.cumsum(block_len)[:-1]])
     n = n_fixed + int(block_len.sum())
 
-    items = 20_000_000 + rng.permutation(n)  # synthetic item ids, disjoint from the real ones used
+    items = CONCEPT_ITEMS + rng.permutation(n)  # synthetic item ids, disjoint from the real ones used
     ids = sctids(items, 0)
     ids[:n_fixed] = fixed_ids
     block = np.full(n, -1, dtype=np.int64)
@@ -369,7 +380,7 @@ def _concepts(rng: np.random.Generator, sz: _Sizes) -> dict[str, Any]:
         "block_len": block_len,
         "fixed_fsn": fixed_fsn,
         "fixed_parent": np.array(fixed_parent, dtype=np.int64),
-        "defined": rng.random(n) < 0.3,
+        "defined": rng.random(n) < 0.3,  # 30 % sufficiently defined, the rest primitive
     }
 
 
@@ -393,6 +404,8 @@ def _isa(rng: np.random.Generator, c: dict[str, Any]) -> tuple[np.ndarray, np.nd
     start = c["block_start"][c["block"][members]]
     span = members - start
     srcs, dsts = [src_f, roots], [dst_f, root_parent]
+    # every member has a first parent, 42 % a second, 8 % a third: about 1.5 on average; the power 1.6
+    # skews parents towards the block's start (the general concepts)
     for k, p in enumerate((1.0, 0.42, 0.08)):
         pick = members if k == 0 else members[rng.random(len(members)) < p]
         st = start if k == 0 else c["block_start"][c["block"][pick]]
@@ -402,7 +415,7 @@ def _isa(rng: np.random.Generator, c: dict[str, Any]) -> tuple[np.ndarray, np.nd
         dsts.append(prev_act[par])
     src = np.concatenate(srcs)
     dst = np.concatenate(dsts)
-    key = np.unique(src * (1 << 24) + dst)
+    key = np.unique(src * (1 << 24) + dst)  # (source, parent) packed into one int (indexes < 2^24): dedup
     return key >> 24, key & ((1 << 24) - 1)
 
 
@@ -418,13 +431,13 @@ def _attributes(rng: np.random.Generator, c: dict[str, Any], n_attr: int) -> dic
         [np.arange(c["block_start"][b] + 1, c["block_start"][b] + c["block_len"][b]) for b in source_blocks]
     )
     per = rng.poisson(n_attr / len(src_pool), len(src_pool))
-    per = np.minimum(per, 12)
+    per = np.minimum(per, 12)  # at most 12 attributes per concept
     src = np.repeat(src_pool, per)
     # ordinal of the attribute inside its concept -> role group
     first = np.repeat(np.cumsum(per) - per, per)
     ordinal = np.arange(len(src)) - first
     group = 1 + ordinal // 2
-    group[rng.random(len(src)) < 0.12] = 0
+    group[rng.random(len(src)) < 0.12] = 0  # 12 % ungrouped (role group 0)
     # attribute type: weighted draw among the types whose domain is the source hierarchy
     sb = c["block"][src]
     typ_idx = np.empty(len(src), dtype=np.int64)
@@ -435,6 +448,7 @@ def _attributes(rng: np.random.Generator, c: dict[str, Any], n_attr: int) -> dic
         typ_idx[rows] = cand[rng.choice(len(cand), size=len(rows), p=w)]
     db = dst_h[typ_idx]
     # destination: a heavy-tailed rank folded into the range block (popular targets near its root)
+    # (ranks over 2^30, far more than any block, so the fold keeps the heavy tail)
     dst = c["block_start"][db] + log_uniform_ranks(rng, 1 << 30, len(src)) % c["block_len"][db]
     return {"src": src, "dst": prev_act[dst], "type": types[typ_idx], "group": group}
 
@@ -451,13 +465,19 @@ def _icd_codes(rng: np.random.Generator, n: int) -> np.ndarray:
     return universe[log_uniform_ranks(rng, len(universe), n)]
 
 
-def _map_rows(rng: np.random.Generator, c: dict[str, Any], fsn: pa.Array, n_rows: int) -> dict[str, Any]:
+def _map_layout(rng: np.random.Generator, c: dict[str, Any], n_rows: int) -> tuple[np.ndarray, ...]:
+    """Which findings get map rows, in how many groups and priorities.
+
+    20 % of the mapped concepts have two map groups; 12 % of the groups have 1-2 IFA rules before their
+    last (``TRUE`` / ``OTHERWISE TRUE``) row. Returns per row: source concept index, mapGroup,
+    mapPriority, whether it is an IFA row, whether its group has IFA rows.
+    """
     b = _HKEY.index("finding")
     st, ln = c["block_start"][b], c["block_len"][b]
     cand = np.arange(st + 1, st + ln)
     cand = cand[c["active"][cand] | (rng.random(len(cand)) < 0.2)]  # a few rows on inactive concepts
     p_two, p_ifa = 0.2, 0.12
-    rows_per_concept = (1 + p_two) * (1 + p_ifa * 1.5)
+    rows_per_concept = (1 + p_two) * (1 + p_ifa * 1.5)  # 1.5: mean IFA rows of a group that has any
     n_src = min(len(cand), int(round(n_rows / rows_per_concept)))
     src = np.sort(rng.choice(cand, n_src, replace=False))
     n_groups = 1 + (rng.random(n_src) < p_two)
@@ -469,8 +489,15 @@ def _map_rows(rng: np.random.Generator, c: dict[str, Any], fsn: pa.Array, n_rows
     r_group = np.repeat(g_num, per_group)
     r_prio = 1 + np.arange(len(r_src)) - np.repeat(np.cumsum(per_group) - per_group, per_group)
     r_last = r_prio == np.repeat(per_group, per_group)
-    is_ifa = ~r_last
-    ctx_group = np.repeat(n_ifa > 0, per_group)
+    return r_src, r_group, r_prio, ~r_last, np.repeat(n_ifa > 0, per_group)
+
+
+def _map_rows(rng: np.random.Generator, c: dict[str, Any], fsn: pa.Array, n_rows: int) -> dict[str, Any]:
+    """ICD-10 ExtendedMap rows on findings: targets drawn Zipf-like (3 % empty: cannot classify), IFA rules
+    on sex, age or another finding, advice text and map category to match."""
+    b = _HKEY.index("finding")
+    st, ln = c["block_start"][b], c["block_len"][b]
+    r_src, r_group, r_prio, is_ifa, ctx_group = _map_layout(rng, c, n_rows)
     n = len(r_src)
     target = _icd_codes(rng, n)
     empty = (~is_ifa) & (rng.random(n) < 0.03)
@@ -518,7 +545,6 @@ def _map_rows(rng: np.random.Generator, c: dict[str, Any], fsn: pa.Array, n_rows
         "mapTarget": tgt,
         "correlationId": S.MAP_CORRELATION_NOT_SPECIFIED,
         "mapCategoryId": category.astype(np.int64),
-        "_n": n,
     }
 
 
@@ -542,7 +568,7 @@ def _date_rows(
     later = later_ok & (rng.random(n) >= 0.7)
     k_first = np.where(later, base + np.floor(rng.random(n) * (last + 1 - base)).astype(np.int64), base)
     active = np.asarray(snap.column("active")).astype(bool)
-    history = (k_first < last) & ((rng.random(n) < 0.08) | ~active)
+    history = (k_first < last) & ((rng.random(n) < HISTORY_ACTIVE_FRACTION) | ~active)
     k_snap = np.where(
         history, k_first + 1 + np.floor(rng.random(n) * (last - k_first)).astype(np.int64), k_first
     )
@@ -602,30 +628,26 @@ def _older_versions(
 # ----------------------------------------------------------------------------------------------------
 
 
-def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table], dict[str, np.ndarray]]:
-    """The Snapshot tables of a synthetic release, per RF2 content kind, plus per-concept facts.
-
-    The second result holds, aligned with the Concept table: ``created`` (release index at which the
-    concept first appears; non-decreasing along each hierarchy block, so parents are never newer than
-    their children) and ``root`` (the SCTID of the concept's hierarchy root).
-    """
-    rng = np.random.default_rng(seed)
-    sz = _sizes(scale)
-    c = _concepts(rng, sz)
+def _concept_rows(c: dict[str, Any]) -> dict[str, Any]:
+    """Concept columns: fixed concepts in the model module (the root in the core module), the rest core."""
     n = c["n"]
-    ids = c["ids"]
-    vocab = build_vocabulary(rng)
-
-    # --- concepts
     concepts = {
-        "id": ids,
+        "id": c["ids"],
         "active": c["active"].astype(np.int64),
         "moduleId": np.where(np.arange(n) < c["n_fixed"], S.MODEL_MODULE, S.CORE_MODULE),
         "definitionStatusId": np.where(c["defined"], S.DEFINED, S.PRIMITIVE),
     }
     concepts["moduleId"][0] = S.CORE_MODULE
+    return concepts
 
-    # --- descriptions: FSN + preferred synonym (= FSN without tag) + extra synonyms
+
+def _concept_terms(rng: np.random.Generator, c: dict[str, Any], vocab: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Each concept's FSN (``term (tag)``) and preferred term (the FSN without its tag).
+
+    Generated concepts get random terms and their hierarchy's tag (35 % of the findings ``finding``, the
+    rest ``disorder``); fixed concepts and hierarchy roots keep their real FSNs.
+    """
+    n = c["n"]
     base = random_terms(rng, vocab, n)
     fixed_fsn = pa.array(c["fixed_fsn"], pa.string())
     fixed_base = pc.replace_substring_regex(fixed_fsn, r" \([^()]*\)$", "")
@@ -644,7 +666,19 @@ def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table]
     sel[roots] = n + c["n_fixed"] + np.arange(len(roots))
     fsn = pa.concat_arrays([gen_fsn, fixed_fsn, root_fsn]).take(pa.array(sel))
     base = pa.concat_arrays([base, fixed_base, root_base]).take(pa.array(sel))
+    return fsn, base
 
+
+def _descriptions(
+    rng: np.random.Generator, c: dict[str, Any], sz: _Sizes, vocab: pa.Array, module_ids: np.ndarray
+) -> tuple[dict[str, Any], pa.Array, np.ndarray]:
+    """Description columns: per concept its FSN, its preferred synonym, then extra synonyms (at most 8).
+
+    Returns the columns, every concept's FSN (map rules quote it) and each description's ordinal within
+    its concept (0 FSN, 1 preferred synonym, 2.. extra synonyms, of which 4 % are inactive).
+    """
+    n, ids = c["n"], c["ids"]
+    fsn, base = _concept_terms(rng, c, vocab)
     extra_mean = max(sz.descriptions / n - 2, 0.1)
     n_extra = np.minimum(rng.poisson(extra_mean, n), 8)
     n_extra[: c["n_fixed"]] = 0
@@ -659,44 +693,54 @@ def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table]
     terms = pa.concat_arrays([fsn, base, extra_terms]).take(pa.array(src_idx))
     d_active = ~((d_ord >= 2) & (rng.random(nd) < 0.04))
     case = np.where(rng.random(nd) < 0.05, INITIAL_CHAR_INSENSITIVE, S.CASE_INSENSITIVE)
-    desc_ids = sctids(30_000_000 + np.arange(nd), 1)
     descriptions = {
-        "id": desc_ids,
+        "id": sctids(DESCRIPTION_ITEMS + np.arange(nd), 1),
         "active": d_active.astype(np.int64),
-        "moduleId": concepts["moduleId"][d_concept],
+        "moduleId": module_ids[d_concept],
         "conceptId": ids[d_concept],
         "languageCode": _repeat_str("en", nd),
         "typeId": np.where(d_ord == 0, S.FSN, S.SYNONYM),
         "term": terms,
         "caseSignificanceId": case,
     }
+    return descriptions, fsn, d_ord
 
-    # --- language refset (US English): one row per active description
-    la = np.nonzero(d_active)[0]
-    language = {
+
+def _language(rng: np.random.Generator, descriptions: dict[str, Any], d_ord: np.ndarray) -> dict[str, Any]:
+    """US English language refset: one row per active description (FSN and first synonym preferred)."""
+    la = np.nonzero(descriptions["active"])[0]
+    return {
         "id": uuids(rng, len(la)),
         "active": 1,
         "moduleId": descriptions["moduleId"][la],
         "refsetId": S.US_ENGLISH,
-        "referencedComponentId": desc_ids[la],
+        "referencedComponentId": descriptions["id"][la],
         "acceptabilityId": np.where(d_ord[la] <= 1, S.PREFERRED, S.ACCEPTABLE),
     }
 
-    # --- text definitions
+
+def _text_definitions(
+    rng: np.random.Generator, c: dict[str, Any], sz: _Sizes, vocab: pa.Array, n_descriptions: int
+) -> dict[str, Any]:
+    """Text definitions of 8-20 words on distinct active concepts (ids follow the descriptions')."""
     td_c = np.sort(rng.choice(np.nonzero(c["active"])[0], sz.text_definitions, replace=False))
     td_terms = pc.binary_join_element_wise(random_terms(rng, vocab, len(td_c), 8, 20), "", ".")
-    text_definitions = {
-        "id": sctids(30_000_000 + nd + np.arange(len(td_c)), 1),
+    return {
+        "id": sctids(DESCRIPTION_ITEMS + n_descriptions + np.arange(len(td_c)), 1),
         "active": 1,
         "moduleId": S.CORE_MODULE,
-        "conceptId": ids[td_c],
+        "conceptId": c["ids"][td_c],
         "languageCode": _repeat_str("en", len(td_c)),
         "typeId": S.DEFINITION,
         "term": td_terms,
         "caseSignificanceId": S.CASE_INSENSITIVE,
     }
 
-    # --- inferred relationships
+
+def _relationships(
+    rng: np.random.Generator, c: dict[str, Any], sz: _Sizes, module_ids: np.ndarray
+) -> dict[str, Any]:
+    """Inferred relationships: the is-a DAG plus attributes, sorted by (source, role group)."""
     isa_src, isa_dst = _isa(rng, c)
     attrs = _attributes(rng, c, max(sz.inferred - len(isa_src), 0))
     r_src = np.concatenate([isa_src, attrs["src"]])
@@ -706,10 +750,11 @@ def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table]
     order = np.lexsort((r_group, r_src))
     r_src, r_dst, r_type, r_group = r_src[order], r_dst[order], r_type[order], r_group[order]
     nr = len(r_src)
-    relationships = {
-        "id": sctids(40_000_000 + np.arange(nr), 2),
+    ids = c["ids"]
+    return {
+        "id": sctids(RELATIONSHIP_ITEMS + np.arange(nr), 2),
         "active": c["active"][r_src].astype(np.int64),
-        "moduleId": concepts["moduleId"][r_src],
+        "moduleId": module_ids[r_src],
         "sourceId": ids[r_src],
         "destinationId": ids[r_dst],
         "relationshipGroup": r_group,
@@ -718,15 +763,19 @@ def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table]
         "modifierId": S.EXISTENTIAL,
     }
 
-    # --- concrete values on products
+
+def _concrete_values(
+    rng: np.random.Generator, c: dict[str, Any], sz: _Sizes, n_relationships: int
+) -> dict[str, Any]:
+    """Strength values (``#500``, ...) on products, in role group 1 or 2 (ids follow the relationships')."""
     pb = _HKEY.index("product")
     prod = c["block_start"][pb] + 1 + rng.integers(0, c["block_len"][pb] - 1, sz.concrete)
     strengths = np.array(["#500", "#250", "#0.5", "#1", "#10", "#100", "#20", "#2.5", "#1000", "#5"])
-    concrete = {
-        "id": sctids(40_000_000 + nr + np.arange(sz.concrete), 2),
+    return {
+        "id": sctids(RELATIONSHIP_ITEMS + n_relationships + np.arange(sz.concrete), 2),
         "active": c["active"][prod].astype(np.int64),
         "moduleId": S.CORE_MODULE,
-        "sourceId": ids[prod],
+        "sourceId": c["ids"][prod],
         "value": pa.array(strengths[log_uniform_ranks(rng, len(strengths), sz.concrete)]),
         "relationshipGroup": 1 + rng.integers(0, 2, sz.concrete),
         "typeId": STRENGTH_NUMERATOR_VALUE,
@@ -734,23 +783,22 @@ def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table]
         "modifierId": S.EXISTENTIAL,
     }
 
-    maps = _map_rows(rng, c, fsn, sz.map_rows)
-    n_map = maps.pop("_n")
 
+def _snapshot_tables(columns: dict[str, dict[str, Any]]) -> dict[str, pa.Table]:
+    """One table per content kind, columns in RF2 order; every row's effectiveTime 0 until dated."""
     out: dict[str, pa.Table] = {}
-    for kind, cols, rows in (
-        ("Concept", concepts, n),
-        ("Description", descriptions, nd),
-        ("TextDefinition", text_definitions, len(td_c)),
-        ("Relationship", relationships, nr),
-        ("RelationshipConcreteValues", concrete, sz.concrete),
-        ("Language", language, len(la)),
-        ("ExtendedMap", maps, n_map),
-    ):
+    for kind, cols in columns.items():
+        rows = len(cols["id"])
         cols = dict(cols)
         cols.setdefault("effectiveTime", np.zeros(rows, np.int64))
         out[kind] = _table(kind, cols, rows)
-    # creation release per concept: most concepts since the first release; sorted within each block
+    return out
+
+
+def _creation_facts(rng: np.random.Generator, c: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per concept: the release index it first appears at (``created``) and its hierarchy root's SCTID."""
+    n, ids = c["n"], c["ids"]
+    # most concepts (60 %) exist since the first release; sorted within each block
     last = len(EFFECTIVE_TIMES) - 1
     k = np.where(rng.random(n) < 0.6, 0, rng.integers(0, last + 1, n))
     k[: c["n_fixed"]] = 0
@@ -759,7 +807,110 @@ def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table]
     created = k[np.lexsort((k, blk))]  # blocks are contiguous and in order: per-block ascending
     created[: c["n_fixed"]] = 0
     root = np.where(blk < 0, S.ROOT, ids[c["block_start"][np.maximum(blk, 0)]])
-    return out, {"created": created, "root": root}
+    return {"created": created, "root": root}
+
+
+def build_tables(scale: float = 1.0, seed: int = 0) -> tuple[dict[str, pa.Table], dict[str, np.ndarray]]:
+    """The Snapshot tables of a synthetic release, per RF2 content kind, plus per-concept facts.
+
+    The second result holds, aligned with the Concept table: ``created`` (release index at which the
+    concept first appears; non-decreasing along each hierarchy block, so parents are never newer than
+    their children) and ``root`` (the SCTID of the concept's hierarchy root).
+    """
+    # the steps draw from one generator in this order: the same seed gives the same release
+    rng = np.random.default_rng(seed)
+    sz = _sizes(scale)
+    c = _concepts(rng, sz)
+    vocab = build_vocabulary(rng)
+    concepts = _concept_rows(c)
+    descriptions, fsn, d_ord = _descriptions(rng, c, sz, vocab, concepts["moduleId"])
+    language = _language(rng, descriptions, d_ord)
+    text_definitions = _text_definitions(rng, c, sz, vocab, len(descriptions["id"]))
+    relationships = _relationships(rng, c, sz, concepts["moduleId"])
+    concrete = _concrete_values(rng, c, sz, len(relationships["id"]))
+    maps = _map_rows(rng, c, fsn, sz.map_rows)
+    tables = _snapshot_tables(
+        {
+            "Concept": concepts,
+            "Description": descriptions,
+            "TextDefinition": text_definitions,
+            "Relationship": relationships,
+            "RelationshipConcreteValues": concrete,
+            "Language": language,
+            "ExtendedMap": maps,
+        }
+    )
+    return tables, _creation_facts(rng, c)
+
+
+class _FirstRelease:
+    """The earliest release index at which each row of a content kind can exist (its concepts exist then)."""
+
+    def __init__(self, concepts: pa.Table, facts: dict[str, np.ndarray]) -> None:
+        cids = np.asarray(concepts.column("id"))
+        self.order = np.argsort(cids)
+        self.sorted = cids[self.order]
+        self.facts = facts
+        self.descriptions: dict[str, np.ndarray] = {}
+
+    def _of(self, fact: str, col: pa.ChunkedArray) -> np.ndarray:
+        return _lookup(self.sorted, self.order, self.facts[fact], np.asarray(col))
+
+    def remember_descriptions(self, snap: pa.Table, k_first: np.ndarray) -> None:
+        """Record the descriptions' first releases (language rows follow their description)."""
+        ids_ = np.asarray(snap.column("id"))
+        order = np.argsort(ids_)
+        self.descriptions = {"ids": ids_[order], "order": order, "k": k_first}
+
+    def rows(self, kind: str, snap: pa.Table) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(base, later_ok, root_of_destination)``: the earliest release per row, whether the row may be
+        created later than that, and (relationships only) the root of each destination's hierarchy."""
+        n = snap.num_rows
+        if kind == "Concept":
+            return self.facts["created"], np.zeros(n, bool), None
+        if kind in ("Description", "TextDefinition"):
+            return (
+                self._of("created", snap.column("conceptId")),
+                np.asarray(snap.column("typeId")) != S.FSN,
+                None,
+            )
+        if kind == "Relationship":
+            src, dst = snap.column("sourceId"), snap.column("destinationId")
+            base = np.maximum(self._of("created", src), self._of("created", dst))
+            return base, np.asarray(snap.column("typeId")) != S.IS_A, self._of("root", dst)
+        if kind == "Language":  # follows its description
+            d = self.descriptions
+            dids = np.asarray(snap.column("referencedComponentId"))
+            return _lookup(d["ids"], d["order"], d["k"], dids), np.zeros(n, bool), None
+        # concrete values, map rows
+        col = "sourceId" if kind == "RelationshipConcreteValues" else "referencedComponentId"
+        return self._of("created", snap.column(col)), np.ones(n, bool), None
+
+
+def _write_file(out_dir: Path, kind: str, release: str, table: pa.Table) -> dict[str, Any]:
+    """Write one RF2 file; returns its ``release_info`` entry."""
+    t1 = time.perf_counter()
+    path = out_dir / release / rf2_folder(kind) / rf2_file_name(kind, release, "INT", RELEASE_DATE)
+    size = write_rf2_file(path, kind, table)
+    dt = time.perf_counter() - t1
+    log.info("%-70s %10d rows %12d bytes %6.1f s", path.relative_to(out_dir), table.num_rows, size, dt)
+    return {
+        "path": str(path.relative_to(out_dir)),
+        "content": kind,
+        "release": release,
+        "rows": table.num_rows,
+        "bytes": size,
+        "seconds": round(dt, 2),
+    }
+
+
+def _add_detail_counts(totals: dict[str, dict[str, int]], tables: dict[str, pa.Table]) -> None:
+    """Is-a relationships, and map rows with an empty target or an IFA rule."""
+    rel = tables["Relationship"]
+    totals["Relationship"]["is_a"] = int(pc.sum(pc.equal(rel.column("typeId"), S.IS_A)).as_py())
+    mp = tables["ExtendedMap"]
+    totals["ExtendedMap"]["empty_target"] = int(pc.sum(pc.equal(mp.column("mapTarget"), "")).as_py())
+    totals["ExtendedMap"]["ifa_rows"] = int(pc.sum(pc.starts_with(mp.column("mapRule"), "IFA")).as_py())
 
 
 def generate_release(
@@ -772,48 +923,21 @@ def generate_release(
     """
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
-    rng = np.random.default_rng(seed + 1)
+    rng = np.random.default_rng(seed + 1)  # dates and history; the tables draw from their own
     tables, facts = build_tables(scale, seed)
     t_build = time.perf_counter() - t0
     log.info("built tables in %.1f s", t_build)
-    cids = np.asarray(tables["Concept"].column("id"))
-    c_order = np.argsort(cids)
-    c_sorted = cids[c_order]
-
-    def created(col: pa.ChunkedArray) -> np.ndarray:
-        return _lookup(c_sorted, c_order, facts["created"], np.asarray(col))
-
+    first = _FirstRelease(tables["Concept"], facts)
     files: list[dict[str, Any]] = []
     totals: dict[str, dict[str, int]] = {}
-    desc_first: dict[str, np.ndarray] = {}
     for kind, snap in tables.items():
         n = snap.num_rows
-        root_dst = None
-        if kind == "Concept":
-            base, later_ok = facts["created"], np.zeros(n, bool)
-        elif kind in ("Description", "TextDefinition"):
-            base = created(snap.column("conceptId"))
-            later_ok = np.asarray(snap.column("typeId")) != S.FSN
-        elif kind == "Relationship":
-            base = np.maximum(created(snap.column("sourceId")), created(snap.column("destinationId")))
-            later_ok = np.asarray(snap.column("typeId")) != S.IS_A
-            root_dst = _lookup(c_sorted, c_order, facts["root"], np.asarray(snap.column("destinationId")))
-        elif kind == "Language":  # follows its description
-            dids = np.asarray(snap.column("referencedComponentId"))
-            base = _lookup(desc_first["ids"], desc_first["order"], desc_first["k"], dids)
-            later_ok = np.zeros(n, bool)
-        else:  # concrete values, map rows
-            base = created(
-                snap.column("sourceId" if kind == "RelationshipConcreteValues" else "referencedComponentId")
-            )
-            later_ok = np.ones(n, bool)
+        base, later_ok, root_dst = first.rows(kind, snap)
         k_first, k_snap, history = _date_rows(rng, kind, snap, base, later_ok)
         if not full:
             k_snap, history = np.where(history, k_snap, k_first), np.zeros(n, bool)
         if kind == "Description":
-            ids_ = np.asarray(snap.column("id"))
-            order = np.argsort(ids_)
-            desc_first = {"ids": ids_[order], "order": order, "k": k_first}
+            first.remember_descriptions(snap, k_first)
         snap = snap.set_column(
             snap.schema.get_field_index("effectiveTime"), "effectiveTime", pa.array(EFFECTIVE_TIMES[k_snap])
         )
@@ -821,35 +945,14 @@ def generate_release(
         if full:
             older = _older_versions(rng, kind, snap, history, k_first, root_dst)
             releases.append(("Full", pa.concat_tables([older, snap])))
-        for release, table in releases:
-            t1 = time.perf_counter()
-            path = out_dir / release / rf2_folder(kind) / rf2_file_name(kind, release, "INT", RELEASE_DATE)
-            size = write_rf2_file(path, kind, table)
-            dt = time.perf_counter() - t1
-            files.append(
-                {
-                    "path": str(path.relative_to(out_dir)),
-                    "content": kind,
-                    "release": release,
-                    "rows": table.num_rows,
-                    "bytes": size,
-                    "seconds": round(dt, 2),
-                }
-            )
-            log.info(
-                "%-70s %10d rows %12d bytes %6.1f s", path.relative_to(out_dir), table.num_rows, size, dt
-            )
+        files += [_write_file(out_dir, kind, release, table) for release, table in releases]
         active = np.asarray(snap.column("active")).astype(bool)
         totals[kind] = {
             "snapshot_rows": n,
             "snapshot_active": int(active.sum()),
             "full_extra_rows": int(history.sum()),
         }
-    rel = tables["Relationship"]
-    totals["Relationship"]["is_a"] = int(pc.sum(pc.equal(rel.column("typeId"), S.IS_A)).as_py())
-    mp = tables["ExtendedMap"]
-    totals["ExtendedMap"]["empty_target"] = int(pc.sum(pc.equal(mp.column("mapTarget"), "")).as_py())
-    totals["ExtendedMap"]["ifa_rows"] = int(pc.sum(pc.starts_with(mp.column("mapRule"), "IFA")).as_py())
+    _add_detail_counts(totals, tables)
     info = {
         "generator": "benchmarks/synthetic_release.py",
         "scale": scale,

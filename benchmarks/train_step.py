@@ -41,7 +41,12 @@ MODES = ("unstructured", "base", "freq", "add", "cat")
 PRESETS = ("tiny", "small", "bert-base")
 DEFAULT_BATCH = {"tiny": 32, "small": 16, "bert-base": 4}
 DEFAULT_STEPS = {"tiny": 5, "small": 4, "bert-base": 3}
-SEQ = 128
+SEQ = 128  # codes per sequence, [CLS] included (the paper's max_len)
+N_SPECIAL = 5  # concept ids 0..4 are the program's special tokens ([PAD], [CLS], [SEP], [MASK], [UNK])
+CLS_ID = 1
+CODES_PER_VISIT = 8  # synthetic visit segments: every 8 codes start a new visit
+LAST_SEGMENT = 99  # the last visit-segment embedding (BertConfig.max_segments - 1)
+MASK_PROB = 0.15  # BERT's share of masked codes
 
 
 def synthetic_program(n_concepts: int, seed: int = 0) -> Path:
@@ -57,13 +62,28 @@ def sync(device: torch.device) -> None:
 
 
 def make_batch(n_concepts: int, batch: int, g: torch.Generator, device: torch.device):
-    ids = torch.randint(5, n_concepts, (batch, SEQ), generator=g)
-    ids[:, 0] = 1
-    seg = torch.arange(SEQ).div(8, rounding_mode="floor").clamp(max=99).expand(batch, SEQ).contiguous()
-    mask = torch.rand(batch, SEQ, generator=g) < 0.15
+    """Random MLM batch: ``(ids, segments, attention, mlm_mask, targets)``, [CLS] first and never masked."""
+    ids = torch.randint(N_SPECIAL, n_concepts, (batch, SEQ), generator=g)
+    ids[:, 0] = CLS_ID
+    seg = torch.arange(SEQ).div(CODES_PER_VISIT, rounding_mode="floor").clamp(max=LAST_SEGMENT)
+    seg = seg.expand(batch, SEQ).contiguous()
+    mask = torch.rand(batch, SEQ, generator=g) < MASK_PROB
     mask[:, 0] = False
     att = torch.ones(batch, SEQ, dtype=torch.bool)
     return ids.to(device), seg.to(device), att.to(device), mask.to(device), ids[mask.cpu()].to(device)
+
+
+def median_seconds(fn, warmup: int, steps: int, device: torch.device) -> float:
+    """Median wall time of ``steps`` calls of ``fn`` after ``warmup`` untimed ones (device-synchronised)."""
+    times = []
+    for i in range(warmup + steps):
+        sync(device)
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        if i >= warmup:
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
 
 
 def bench_one(
@@ -95,23 +115,9 @@ def bench_one(
         if e.requires_grad:
             e.backward(torch.ones_like(e))
 
-    times, builds = [], []
-    for i in range(warmup + steps):
-        sync(device)
-        t = time.perf_counter()
-        step()
-        sync(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - t)
-    for i in range(warmup + steps):
-        sync(device)
-        t = time.perf_counter()
-        build()
-        sync(device)
-        if i >= warmup:
-            builds.append(time.perf_counter() - t)
+    step_s = median_seconds(step, warmup, steps, device)
+    build_s = median_seconds(build, warmup, steps, device)
     opt.zero_grad(set_to_none=True)
-    step_s, build_s = statistics.median(times), statistics.median(builds)
     return {
         "preset": preset,
         "mode": mode,
