@@ -161,6 +161,8 @@ def test_special_id_gives_the_concept_of_a_special_token(make_program):
     p = load_program(root)
     assert p.special_id("[PAD]") == 2 and p.special_id("[CLS]") == 1
     assert Program.SPECIAL_TOKENS == SPECIAL_TOKENS and SPECIAL_TOKENS[0] == "[PAD]"
+    twice = load_program(_with_codes(make_program(n_concepts=9), ["X0", "[PAD]", "[PAD]"]))
+    assert twice.special_id("[PAD]") == 1  # the first concept with the code, as list.index
 
 
 def test_special_id_names_the_token_and_the_program_when_absent(make_program):

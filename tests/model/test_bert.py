@@ -160,3 +160,8 @@ def test_eval_forward_keeps_the_state_dict_clean(program, mode):
         m(ids, seg, att, mlm_mask=att)
         m(ids, seg, att, task="mortality")
     assert set(m.state_dict()) == keys
+
+
+def test_pad_id_is_the_programs_pad_concept_or_zero(program, other_program):
+    assert make(program).pad_id == program.special_id("[PAD]")
+    assert "[PAD]" not in other_program.concept_codes and make(other_program).pad_id == 0
