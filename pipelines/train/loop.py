@@ -390,8 +390,10 @@ def run_loop(
     """
     device = device or next(model.parameters()).device
     ctx = ctx or DistContext()
-    if resume_from is None and ctx.is_main:
-        (Path(run_dir) / METRICS_FILE).unlink(missing_ok=True)
+    if ctx.is_main:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        if resume_from is None:
+            (Path(run_dir) / METRICS_FILE).unlink(missing_ok=True)
     loop = _Loop(model, optimizer, scheduler, task, options, Path(run_dir), ctx, device)
     if resume_from is not None:
         loop.restore(load_checkpoint(resume_from, map_location=device))
