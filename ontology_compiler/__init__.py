@@ -5,6 +5,27 @@ Never imports torch. Public API (imported lazily, so ``compile-ontology --help``
     from ontology_compiler import compile_ontology, run_sql
     result = compile_ontology("snomed_2022-05-31/")      # -> CompileResult(path, program_id, ...)
     run_sql(result.path, "SELECT count(*) FROM edges")
+
+``compile_source(src, format="auto", **options)`` takes either input kind (it is what
+``compile-ontology`` calls); ``compile_owl`` compiles an OWL file. ``docs/input-formats.md`` describes
+the inputs, ``docs/program-format.md`` the program.
+
+Modules, in the order a compile uses them:
+
+- ``cli``: the ``compile-ontology`` command; ``front``: format detection and option rules;
+  ``summary``: the text printed after a compile; ``logs``: the commands' logging setup.
+- ``compiler``: the RF2 compile, step by step; ``owl_input``: the OWL compile.
+- RF2 input: ``rf2_schema`` (file names, columns, constant SCTIDs), ``rf2_files`` (find files),
+  ``rf2_read`` (typed, validated tables), ``sctid`` (check digits), ``snapshot`` (state at a date),
+  ``release`` (the resolved active release); ``rf2_write`` writes RF2 (fixtures, demos).
+- OWL input: ``owl_read`` (classes, properties, edges, annotations via owlready2).
+- ICD mapping: ``icd`` (code forms, dotting rule, chapters), ``codes`` (``--codes``, ``--code-counts``),
+  ``map_sources`` (NLM, OMOP, GEM, tls readers), ``map_policy`` (the precedence policy), ``mapping``
+  (candidates, targets, choice), ``map_codes`` (the mapping step: chains, fallback, coverage).
+- Graph and program: ``words`` (terms -> words), ``graph`` (edges of the mapped concepts),
+  ``program`` (ids and tables), ``manifest`` (program id, manifest, publication), ``artifact``
+  (hashing, atomic folders), ``errors``.
+- Reading programs back: ``sql`` (DuckDB views), ``owl_export`` (a program as OWL).
 """
 
 from __future__ import annotations
@@ -17,6 +38,7 @@ from .errors import (
     InputFileError,
     MissingInputError,
     OntologyCompilerError,
+    OptionError,
     OutputExistsError,
     ProgramFormatError,
 )
@@ -24,6 +46,7 @@ from .errors import (
 _LAZY = {
     "CompileResult": "ontology_compiler.compiler",
     "compile_ontology": "ontology_compiler.compiler",
+    "compile_source": "ontology_compiler.front",
     "compile_owl": "ontology_compiler.owl_input",
     "dotted_code": "ontology_compiler.icd",
     "export_owl": "ontology_compiler.owl_export",
@@ -43,10 +66,12 @@ __all__ = [
     "InputFileError",
     "MissingInputError",
     "OntologyCompilerError",
+    "OptionError",
     "OutputExistsError",
     "ProgramFormatError",
     "compile_ontology",
     "compile_owl",
+    "compile_source",
     "dotted_code",
     "export_owl",
     "read_manifest",

@@ -20,6 +20,7 @@ from . import icd
 from . import rf2_schema as S
 from .codes import read_code_counts, read_code_universe
 from .errors import MissingInputError
+from .front import DEFAULT_OUT, FALLBACKS
 from .graph import (
     check_is_a_acyclic,
     description_terms,
@@ -49,13 +50,11 @@ from .words import semantic_tag
 
 log = logging.getLogger(__name__)
 
-FALLBACKS = ("none", "icd")
-
 
 def compile_ontology(
     src: str | Path,
     *,
-    out: str | Path = "artifacts/programs",
+    out: str | Path = DEFAULT_OUT,
     name: str | None = None,
     as_of: str | int | None = None,
     release: str = "auto",
@@ -96,7 +95,7 @@ def compile_ontology(
     selected = select_files(all_files, rtype, stated=stated, src=src)
     stop_words, stop_input = stopwords_input(stopwords)
     if fallback not in FALLBACKS:
-        raise ValueError(f"fallback must be 'none' or 'icd', got {fallback!r}")
+        raise ValueError(f"fallback must be one of {', '.join(FALLBACKS)}, got {fallback!r}")
     policy = load_policy(map_policy)
     map_sources = _mapping_sources(src, [omop, nlm_icd9, gem, icd10cm_map])
     inputs = _inputs(src, selected, stop_input, map_sources, policy, codes=codes, code_counts=code_counts)

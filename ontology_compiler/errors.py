@@ -59,6 +59,10 @@ class AsOfError(OntologyCompilerError):
     """``--as-of`` asks for a date the release cannot provide."""
 
 
+class OptionError(OntologyCompilerError):
+    """Options that do not apply to the input's format, or that exclude each other."""
+
+
 class OutputExistsError(OntologyCompilerError):
     """The output folder already holds a different program; it is never overwritten."""
 

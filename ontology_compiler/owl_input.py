@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from . import icd
 from .errors import HierarchyCycleError, InputFileError, MissingInputError
+from .front import DEFAULT_OUT
 from .graph import check_is_a_acyclic, word_edges
 from .manifest import (
     CompileResult,
@@ -61,7 +62,7 @@ def compile_owl(
     path: str | Path,
     *,
     codes: str | Path | None = None,
-    out: str | Path = "artifacts/programs",
+    out: str | Path = DEFAULT_OUT,
     name: str | None = None,
     label_properties: tuple[str, ...] = LABEL_PROPERTIES,
     synonym_properties: tuple[str, ...] = SYNONYM_PROPERTIES,

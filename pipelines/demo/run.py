@@ -63,8 +63,8 @@ def run_demo(
     import click
 
     from ontology_compiler import compile_ontology, run_sql
-    from ontology_compiler.cli import summary
     from ontology_compiler.sql import format_result
+    from ontology_compiler.summary import summary
     from pipelines.demo.prepare import prepare_demo
 
     out = Path(out)

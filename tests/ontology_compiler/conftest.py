@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -29,3 +30,13 @@ def compiled(tmp_path_factory, fixture_release):
 
     out = tmp_path_factory.mktemp("programs")
     return compile_ontology(fixture_release, out=out)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logger():
+    """compile-ontology configures the root logger (handler on the runner's stream); undo it after a test."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
