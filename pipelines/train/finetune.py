@@ -157,6 +157,7 @@ def _finetune(
         "dataset_id": ds.dataset_id,
         "pretrained_run": saved.get("run_id"),
         "model_config": asdict(mc),
+        "world_size": ctx.world_size,
         "versions": versions(),
     }
     if cfg.model != "bert":
