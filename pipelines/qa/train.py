@@ -16,8 +16,10 @@ S supporting facts (2), B batch, A answers.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import shutil
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -30,12 +32,13 @@ from torch import Tensor, nn
 
 from pipelines.data.sequences import epoch_order
 from pipelines.errors import PipelineError
+from pipelines.train.checkpoint import CHECKPOINT_DIR
+from pipelines.train.loop import LoopOptions, LossForward, StepOutput, open_run, run_loop
 from pipelines.train.metrics import binary_metrics
 from pipelines.train.model_files import check_meta, read_meta, save_weights
 from pipelines.train.runtime import (
-    MetricsLog,
+    init_distributed,
     now_iso,
-    progress,
     resolve_device,
     seed_everything,
     versions,
@@ -46,6 +49,10 @@ from .config import QATrainConfig
 from .data import QADataError, read_qa
 
 log = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.json"
+# config keys that may change when resuming (they do not change the numbers)
+RUNTIME_KEYS = ("qa", "program", "device", "progress", "tensorboard", "keep_checkpoints")
 
 MODEL_KIND = "hrrbert-qa"
 SUPPORT_SLOTS = 2
@@ -260,6 +267,39 @@ class QARunResult:
     results: dict[str, Any]  # results.json
 
 
+class QATask:
+    """QA training as a :class:`~pipelines.train.loop.Task`: batches of train questions (split over
+    ranks), the memory network's loss, validation accuracy."""
+
+    def __init__(self, cfg: QATrainConfig, train: QASplit, val: QASplit, ctx, device):
+        self.cfg, self.train, self.val, self.ctx, self.device = cfg, train, val, ctx, device
+
+    def epoch_batches(self, epoch: int) -> list[Tensor]:
+        order, ctx = epoch_order(len(self.train), self.cfg.seed, epoch), self.ctx
+        return [idx[ctx.rank :: ctx.world_size] for idx in order.split(self.cfg.batch_size)]
+
+    def step(self, net, idx: Tensor, step: int) -> StepOutput:
+        b = {k: v.to(self.device) for k, v in self.train.batch(idx).items()}
+        return StepOutput(net(b), float(len(idx)), len(idx))
+
+    def validate(self, wrapped) -> dict[str, Any]:
+        v = accuracy_report(self.val, predict(wrapped.model, self.val))
+        return {"val_accuracy": v["accuracy"], "report": v}
+
+
+def _qa_splits(cfg: QATrainConfig, manifest: dict[str, Any], questions) -> tuple[QASplit, QASplit, QASplit]:
+    """train (at most ``max_train`` questions, a seeded sample), val and test."""
+    kw = dict(max_memories=cfg.max_memories, max_question_len=cfg.max_question_len,
+              n_words=manifest["n_words"], n_codes=manifest["n_codes"])  # fmt: skip
+    train, val, test = (load_split(questions, s, **kw) for s in ("train", "val", "test"))
+    if cfg.max_train and len(train) > cfg.max_train:
+        keep = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.max_train]
+        train = _subset(train, keep.sort().values)
+    if len(train) == 0 or len(val) == 0:
+        raise QADataError(f"{cfg.qa}: no usable train or validation questions (skipped {train.skipped})")
+    return train, val, test
+
+
 def train_qa(
     qa: str | Path | None = None,
     program: str | Path | None = None,
@@ -267,19 +307,29 @@ def train_qa(
     config: QATrainConfig | None = None,
     out: str | Path = "artifacts/runs",
     run_id: str | None = None,
+    resume: bool = False,
     **options: Any,
 ) -> QARunResult:
-    """Train a memory network on a QA set's train split, keep the best validation epoch, test it."""
-    from hrr_kernel import load_program
+    """Train a memory network on a QA set's train split, keep the best validation epoch, test it.
 
+    ``resume=True`` continues ``<out>/<run_id>`` from its newest checkpoint (a finished run is read back).
+    """
     if config is None:
         bad = sorted(set(options) - {f.name for f in fields(QATrainConfig)})
         if bad:
             raise TypeError(f"unknown qa option(s) {bad}")
         config = QATrainConfig(qa=str(qa), program=str(program), **options)
-    cfg = config
+    ctx, device = init_distributed(resolve_device(config.device))
+    try:
+        return _train_qa(config, ctx, device, Path(out), run_id, resume)
+    finally:
+        ctx.close()
+
+
+def _train_qa(cfg: QATrainConfig, ctx, device, out: Path, run_id: str | None, resume: bool) -> QARunResult:
+    from hrr_kernel import load_program
+
     t0 = time.perf_counter()
-    device = resolve_device(cfg.device)
     manifest, questions, _, _ = read_qa(cfg.qa)
     prog = load_program(cfg.program, device=device)
     if prog.program_id != manifest["program_id"]:
@@ -287,71 +337,40 @@ def train_qa(
             f"{cfg.qa}: QA set was generated from program {manifest['program_id']!r}, "
             f"but program {prog.program_id!r} was given"
         )
-    kw = dict(
-        max_memories=cfg.max_memories,
-        max_question_len=cfg.max_question_len,
-        n_words=manifest["n_words"],
-        n_codes=manifest["n_codes"],
-    )
-    train, val, test = (load_split(questions, s, **kw) for s in ("train", "val", "test"))
-    if cfg.max_train and len(train) > cfg.max_train:
-        keep = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.max_train]
-        train = _subset(train, keep.sort().values)
-    if len(train) == 0 or len(val) == 0:
-        raise QADataError(f"{cfg.qa}: no usable train or validation questions (skipped {train.skipped})")
+    train, val, test = _qa_splits(cfg, manifest, questions)
+    run_id = run_id or f"qa-{cfg.model}-{cfg.embedding}-h{cfg.hops}-{cfg.tying}-seed{cfg.seed}"
+    run_dir = out / run_id
+    if (run_dir / RESULTS_FILE).exists():
+        if resume:
+            return QARunResult(run_dir, json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8")))
+        raise PipelineError(f"{run_dir}: QA run already exists; choose another --run-id")
     seed_everything(cfg.seed)
     model = build_model(cfg, manifest, prog).to(device)
-    run_id = run_id or f"qa-{cfg.model}-{cfg.embedding}-h{cfg.hops}-{cfg.tying}-seed{cfg.seed}"
-    run_dir = Path(out) / run_id
-    if (run_dir / "results.json").exists():
-        raise PipelineError(f"{run_dir}: QA run already exists; choose another --run-id")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
-    metrics = MetricsLog(run_dir / "metrics.jsonl")
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    steps = math.ceil(len(train) / cfg.batch_size)
-    bar = progress(cfg.epochs * steps, 0, cfg.progress, f"qa {cfg.model} {cfg.embedding}")
-    best, best_state, best_epoch = None, None, -1
-    for epoch in range(cfg.epochs):
-        model.train()
-        total = 0.0
-        for idx in epoch_order(len(train), cfg.seed, epoch).split(cfg.batch_size):
-            b = {k: v.to(device) for k, v in train.batch(idx).items()}
-            loss, _ = model.loss(b)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-            opt.step()
-            total += float(loss.detach()) * len(idx)
-            bar.update(1)
-        v = accuracy_report(val, predict(model, val))
-        metrics.write({"epoch": epoch, "train_loss": total / len(train), "val_accuracy": v["accuracy"]})
-        log.info("epoch %d: train loss %.4f, val accuracy %.4f", epoch, total / len(train), v["accuracy"])
-        if best is None or v["accuracy"] > best["accuracy"]:
-            best, best_epoch = v, epoch
-            best_state = {n: t.detach().clone() for n, t in model.state_dict().items()}
-    bar.close()
-    metrics.close()
-    model.load_state_dict(best_state)
+    record = {"kind": "qa", "run_id": run_id, "config": asdict(cfg), "program_id": prog.program_id}
+    resume_from = open_run(run_dir, record, resume, ctx, runtime_keys=RUNTIME_KEYS, what="QA run")
+    wrapped = LossForward(model)
+    opts = LoopOptions(
+        total_steps=cfg.epochs * math.ceil(len(train) / cfg.batch_size), clip=cfg.clip,
+        keep_checkpoints=cfg.keep_checkpoints, monitor="val_accuracy", patience=cfg.patience,
+        progress=cfg.progress, tensorboard=cfg.tensorboard, desc=f"qa {cfg.model} {cfg.embedding}",
+        config=asdict(cfg),
+    )  # fmt: skip
+    opt = torch.optim.Adam(wrapped.parameters(), lr=cfg.lr)
+    res = run_loop(wrapped, opt, None, QATask(cfg, train, val, ctx, device), opts, run_dir, ctx=ctx, device=device,
+                   resume_from=resume_from)  # fmt: skip
     meta = _model_meta(cfg, manifest, model)
-    save_model(model, run_dir / "model", meta)
-    t = accuracy_report(test, predict(model, test)) if len(test) else {}
     results = {
-        "kind": "qa",
-        "run_id": run_id,
-        "config": asdict(cfg),
-        "model": meta,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "best_epoch": best_epoch,
-        "val": best,
-        "test": t,
-        "train_questions": len(train),
-        "wall_s": time.perf_counter() - t0,
-        "versions": versions(),
-        "created_at": now_iso(),
-    }
-    write_json(run_dir / "results.json", results)
+        "kind": "qa", "run_id": run_id, "config": asdict(cfg), "model": meta,
+        "parameters": sum(p.numel() for p in model.parameters()), "best_epoch": res.best_epoch,
+        "stopped_early": res.stopped_early, "val": res.best_validation["report"],
+        "test": accuracy_report(test, predict(model, test)) if len(test) else {},
+        "train_questions": len(train), "wall_s": time.perf_counter() - t0, "world_size": ctx.world_size,
+        "versions": versions(), "created_at": now_iso(),
+    }  # fmt: skip
+    if ctx.is_main:
+        save_model(model, run_dir / "model", meta)
+        write_json(run_dir / RESULTS_FILE, results)
+        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)  # done: model/ and results.json stay
     return QARunResult(run_dir, results)
 
 

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "LOG_INTERVAL_S",
+    "LossForward",
     "METRICS_FILE",
     "LoopOptions",
     "LoopResult",
@@ -87,6 +88,18 @@ class Task(Protocol):
 
     def validate(self, model: nn.Module) -> dict[str, Any]:
         """Validation metrics, named as they go into ``metrics.jsonl`` (e.g. ``val_f1``)."""
+
+
+class LossForward(nn.Module):
+    """A model whose training loss is a method (``model.loss(batch, *args) -> (loss, ...)``) seen through
+    its forward pass, so that the loop's DDP wrapper synchronises its gradients."""
+
+    def __init__(self, model: nn.Module, *args: Any) -> None:
+        super().__init__()
+        self.model, self.args = model, args
+
+    def forward(self, batch: Any) -> Tensor:
+        return self.model.loss(batch, *self.args)[0]
 
 
 @dataclass
