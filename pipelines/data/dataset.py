@@ -2,7 +2,7 @@
 
 A dataset is ``<out>/<name>/<dataset_id>/`` with ``manifest.json``, ``patients.parquet``,
 ``code_counts.parquet``, ``rood_codes.parquet`` and ``unknown_codes.parquet`` (see
-``shared/docs/architecture.md``). ``dataset_id`` hashes the format version, the program id, the input
+``docs/dataset-format.md``). ``dataset_id`` hashes the format version, the program id, the input
 files' hashes and the options, so the same inputs give the same id and preparing again is a no-op. It
 is written into a temporary folder beside the target and renamed into place; a different dataset is
 never overwritten. Every Parquet file carries ``dataset_id``, ``program_id`` and ``format_version``.

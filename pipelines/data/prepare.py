@@ -29,10 +29,12 @@ from .dataset import (
     MANIFEST_UNKNOWN_LIMIT,
     make_dataset_id,
     patients_table,
+    read_dataset_manifest,
+    same_or_raise,
     write_dataset,
 )
 from .splits import SPLITS, SplitOptions, assign_splits, choose_rood, code_counts
-from .tokenize import tokenize
+from .tokenize import Tokenized, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -92,18 +94,12 @@ def prepare_source(
     from ontology_compiler import verify_program
 
     t0 = time.perf_counter()
-    readers = _readers()
-    if kind not in readers:
-        raise ValueError(f"kind must be one of {sorted(readers)}, got {kind!r}")
-    if not 2 <= max_len <= INT16_MAX or not 1 <= max_visits <= INT16_MAX:
-        raise ValueError(
-            f"max_len must be in [2, {INT16_MAX}] and max_visits in [1, {INT16_MAX}] (segment ids are int16), "
-            f"got {max_len}, {max_visits}"
-        )
-    reader, list_files = readers[kind]
+    reader, list_files = _reader(kind)
+    _check_lengths(max_len, max_visits)
     path, program = Path(path), Path(program)
     pmanifest = verify_program(program)
     splits = splits or SplitOptions()
+    # the dataset's id: the input files' hashes, the program and the options
     root = path if kind != "mimic-iv" else _mimic_root(path)
     inputs = [input_record(root, f) for f in list_files(path)]
     options = {"max_len": max_len, "max_visits": max_visits, "unknown": unknown, "splits": splits.to_dict()}
@@ -111,40 +107,17 @@ def prepare_source(
     name = name or f"{label or kind}-{path.resolve().name}"
     final = Path(out) / name / dataset_id
     if final.exists():
-        from .dataset import same_or_raise
-
         same_or_raise(final, dataset_id)
-        from .dataset import read_dataset_manifest
-
         log.info("%s: dataset %s already prepared", final, dataset_id)
         return PrepareResult(final, dataset_id, False, read_dataset_manifest(final))
+    # read, tokenize, split
     data = reader(path, threads=threads)
     t_read = time.perf_counter()
     concepts = pq.read_table(program / "concepts.parquet")
-    n_concepts = concepts.num_rows
     tok = tokenize(data.events, concepts, max_len=max_len, max_visits=max_visits, unknown=unknown)
     t_tok = time.perf_counter()
-    held, rood, rood_unseen = choose_rood(
-        tok.pair_patient, tok.pair_concept, len(tok.subject_id), n_concepts, splits
-    )
-    given = _given_split(data.labels, tok.subject_id)
-    split, disease, sizes = assign_splits(tok.n_visits, rood, given, splits)
-    count, count_train, logf = code_counts(tok.offsets, tok.input_ids, split, n_concepts)
-    rood_tab = _rood_table(held, concepts, tok.pair_concept)
-    tables = {
-        "patients": patients_table(tok, data.labels, split, disease, rood_unseen),
-        "code_counts": pa.table(
-            {
-                "concept_id": concepts["concept_id"],
-                "count": pa.array(count),
-                "count_train": pa.array(count_train),
-                "log_frequency": pa.array(logf),
-            }
-        ),  # fmt: skip
-        "rood_codes": rood_tab,
-        "unknown_codes": tok.unknown,
-    }
-    seen = count > 0
+    split = _split(tok, data.labels, concepts.num_rows, splits)
+    tables = _tables(tok, data.labels, concepts, split)
     manifest = {
         "format_version": FORMAT_VERSION,
         "dataset_id": dataset_id,
@@ -156,47 +129,107 @@ def prepare_source(
         "source": {**data.source, "kind": label or kind, "reader": kind},
         "options": {
             **options,
-            "sizes_used": sizes,
+            "sizes_used": split.sizes,
             "log_frequency": "ln(count / pretraining code tokens); unseen: ln(0.5 / total)",
         },
-        "counts": {
-            "patients": {
-                "in_source": data.counts.get("patients_in_source"),
-                "with_codes": data.labels.num_rows,
-                "kept": len(tok.subject_id),
-                "dropped": {
-                    "no_diagnoses": data.counts.get("dropped_no_diagnoses", 0),
-                    "no_known_codes": tok.counts["patients_no_known_codes"],
-                },
-                "by_split": {s: int((split == i).sum()) for i, s in enumerate(SPLITS)},
-                "rood_unseen": int(rood_unseen.sum()),
-                "mortality_6m": int(np.asarray(tables["patients"]["mortality_6m"]).sum()),
-            },
-            "codes": {
-                **tok.counts,
-                "program_concepts": n_concepts,
-                "concepts_seen_in_pretraining": int(seen.sum()),
-                "rood_codes": int(len(held)),
-                "log_frequency_min": float(logf[seen].min()) if seen.any() else None,
-                "log_frequency_max": float(logf[seen].max()) if seen.any() else None,
-                "tokens": int(len(tok.input_ids)),
-            },
-            "reader": data.counts,
-        },
+        "counts": _counts(data, tok, tables, split, concepts.num_rows),
         "unknown_codes": tok.unknown.slice(0, MANIFEST_UNKNOWN_LIMIT).to_pylist(),
         "unknown_codes_listed": min(tok.unknown.num_rows, MANIFEST_UNKNOWN_LIMIT),
-        "rood_codes": rood_tab.to_pylist(),
+        "rood_codes": tables["rood_codes"].to_pylist(),
         "timings_s": {"read": round(t_read - t0, 2), "tokenize": round(t_tok - t_read, 2)},
     }
     written = write_dataset(final, tables, manifest)
-    log.info(
-        "%s: %d patients, %d tokens in %.1f s",
-        final,
-        len(tok.subject_id),
-        len(tok.input_ids),
-        time.perf_counter() - t0,
-    )
+    log.info("%s: %d patients, %d tokens in %.1f s", final, len(tok.subject_id), len(tok.input_ids),
+             time.perf_counter() - t0)  # fmt: skip
     return PrepareResult(final, dataset_id, written, manifest)
+
+
+def _reader(kind: str) -> tuple[Callable[..., ReadResult], Callable[[Path], list[Path]]]:
+    readers = _readers()
+    if kind not in readers:
+        raise ValueError(f"kind must be one of {sorted(readers)}, got {kind!r}")
+    return readers[kind]
+
+
+def _check_lengths(max_len: int, max_visits: int) -> None:
+    if not 2 <= max_len <= INT16_MAX or not 1 <= max_visits <= INT16_MAX:
+        raise ValueError(
+            f"max_len must be in [2, {INT16_MAX}] and max_visits in [1, {INT16_MAX}] (segment ids are int16), "
+            f"got {max_len}, {max_visits}"
+        )
+
+
+@dataclass
+class _Split:
+    """The split step's results: the rOOD codes held out, the patients' splits and the code counts."""
+
+    held: np.ndarray  # concept ids of the rOOD codes
+    rood_unseen: np.ndarray  # per patient: carries a held-out code
+    split: np.ndarray  # per patient: index into SPLITS
+    disease: np.ndarray  # per patient: in the disease task
+    sizes: dict  # the split sizes used
+    count: np.ndarray  # per concept: tokens in the pretraining splits
+    count_train: np.ndarray
+    log_frequency: np.ndarray
+
+
+def _split(tok: Tokenized, labels: pa.Table, n_concepts: int, splits: SplitOptions) -> _Split:
+    held, rood, rood_unseen = choose_rood(
+        tok.pair_patient, tok.pair_concept, len(tok.subject_id), n_concepts, splits
+    )
+    given = _given_split(labels, tok.subject_id)
+    split, disease, sizes = assign_splits(tok.n_visits, rood, given, splits)
+    count, count_train, logf = code_counts(tok.offsets, tok.input_ids, split, n_concepts)
+    return _Split(held, rood_unseen, split, disease, sizes, count, count_train, logf)
+
+
+def _tables(tok: Tokenized, labels: pa.Table, concepts: pa.Table, s: _Split) -> dict[str, pa.Table]:
+    """The dataset's four tables (``docs/dataset-format.md``)."""
+    return {
+        "patients": patients_table(tok, labels, s.split, s.disease, s.rood_unseen),
+        "code_counts": pa.table(
+            {
+                "concept_id": concepts["concept_id"],
+                "count": pa.array(s.count),
+                "count_train": pa.array(s.count_train),
+                "log_frequency": pa.array(s.log_frequency),
+            }
+        ),  # fmt: skip
+        "rood_codes": _rood_table(s.held, concepts, tok.pair_concept),
+        "unknown_codes": tok.unknown,
+    }
+
+
+def _counts(
+    data: ReadResult, tok: Tokenized, tables: dict[str, pa.Table], s: _Split, n_concepts: int
+) -> dict:
+    """The manifest's ``counts``: patients kept and dropped, codes, and what the reader counted."""
+    seen = s.count > 0
+    logf = s.log_frequency
+    return {
+        "patients": {
+            "in_source": data.counts.get("patients_in_source"),
+            "with_codes": data.labels.num_rows,
+            "kept": len(tok.subject_id),
+            "dropped": {
+                "no_diagnoses": data.counts.get("dropped_no_diagnoses", 0),
+                "no_known_codes": tok.counts["patients_no_known_codes"],
+            },
+            "by_split": {name: int((s.split == i).sum()) for i, name in enumerate(SPLITS)},
+            "rood_unseen": int(s.rood_unseen.sum()),
+            "mortality_6m": int(np.asarray(tables["patients"]["mortality_6m"]).sum()),
+        },
+        "codes": {
+            **tok.counts,
+            "program_concepts": n_concepts,
+            "concepts_seen_in_pretraining": int(seen.sum()),
+            "rood_codes": int(len(s.held)),
+            "log_frequency_min": float(logf[seen].min()) if seen.any() else None,
+            "log_frequency_max": float(logf[seen].max()) if seen.any() else None,
+            "tokens": int(len(tok.input_ids)),
+        },
+        "reader": data.counts,
+    }
 
 
 def _mimic_root(path: Path) -> Path:
@@ -254,3 +287,22 @@ def prepare(
     if name is not None and len(sources) > 1:
         raise PipelineError("--name names one dataset; give one source at a time with --name")
     return [prepare_source(k, p, program, out=out, name=name, **common) for k, p in sources]
+
+
+def describe(results: list[PrepareResult]) -> str:
+    """What ``hrrbert prepare`` prints: per dataset its folder, patients, splits, codes and unknown codes."""
+    blocks = []
+    for r in results:
+        c = r.manifest["counts"]
+        p, codes = c["patients"], c["codes"]
+        blocks.append(
+            f"dataset   {r.path}{'' if r.written else ' (already prepared)'}\n"
+            f"patients  {p['kept']} kept of {p['in_source']}; dropped {p['dropped']}\n"
+            f"splits    {', '.join(f'{k} {v}' for k, v in p['by_split'].items())}\n"
+            f"codes     {codes['tokens']} tokens, {codes['concepts_seen_in_pretraining']} of "
+            f"{codes['program_concepts']} concepts seen in pretraining, log frequency "
+            f"{codes['log_frequency_min']:.2f} to {codes['log_frequency_max']:.2f}\n"
+            f"unknown   {codes['unknown_code_rows']} code rows ({100 * codes['unknown_code_share']:.2f} %), "
+            f"{codes['unknown_codes_distinct']} distinct codes not in the program"
+        )
+    return "\n".join(blocks)

@@ -1,8 +1,8 @@
 """Read a tokenized dataset (format 1) for training: padded split tensors, labels, MLM masking, data order.
 
-The dataset is known through its files only (``shared/docs/architecture.md``, "The tokenized dataset,
-format 1"): ``manifest.json`` (``program_id``, ``dataset_id``), ``patients.parquet`` and
-``code_counts.parquet``. A dataset tokenized against another program than the model's is refused.
+The dataset is known through its files only (``docs/dataset-format.md``): ``manifest.json``
+(``program_id``, ``dataset_id``), ``patients.parquet`` and ``code_counts.parquet``. A dataset tokenized against another program than
+the model's is refused.
 
 Dimension legend: P patients in a split, T codes per sequence (padded), B batch, N concepts,
 L task labels (1 mortality, 22 chapters).

@@ -99,8 +99,59 @@ def tokenize(
     else:
         keep = ~is_unknown
     subj = events["subject_id"].to_numpy()[keep]  # (R',)
-    visit = events["visit_index"].to_numpy()[keep]
     cid = cid[keep]
+    v = _truncate(subj, events["visit_index"].to_numpy()[keep], max_len, max_visits)
+    seq_len, offsets, input_ids, segment_ids = _sequences(cid, v)
+    last_len = np.minimum(v.v_len[v.p_vstart + v.p_nvis - 1], max_len - 1)
+    total = v.p_end - np.concatenate([[0], v.p_end[:-1]])  # (P,) codes of each patient before truncation
+    # distinct (patient, concept) pairs before truncation, for the ROOD hold-out
+    n_c = int(cid.max(initial=0)) + 1
+    pair = np.unique(v.v_owner[v.row_v].astype(np.int64) * n_c + cid)
+    counts = {
+        "code_rows": int(len(is_unknown)),
+        "unknown_code_rows": int(is_unknown.sum()),
+        "unknown_codes_distinct": int(unk_table.num_rows),
+        "unknown_code_share": float(is_unknown.mean()) if len(is_unknown) else 0.0,
+        "patients_no_known_codes": int(pc.count_distinct(events["subject_id"]).as_py()) - len(v.p_vstart),
+        "patients_truncated": int((seq_len - 1 < total).sum()),
+        "visits_dropped_by_truncation": int((~v.keep_v).sum()),
+        "code_rows_dropped_by_truncation": int((~v.keep_r).sum()),
+    }
+    return Tokenized(
+        subject_id=subj[v.v_start[v.p_vstart]] if len(v.p_vstart) else np.zeros(0, np.int64),
+        offsets=offsets.astype(np.int64),
+        input_ids=input_ids,
+        segment_ids=segment_ids,
+        n_visits=v.kept_visits,
+        last_visit_start=(seq_len - last_len).astype(np.int32),
+        truncated=seq_len - 1 < total,
+        pair_patient=pair // n_c,
+        pair_concept=(pair % n_c).astype(np.int32),
+        unknown=unk_table,
+        counts=counts,
+    )
+
+
+@dataclass
+class _Visits:
+    """The kept rows (R') as runs, visits (V) and patients (P), and what truncation keeps of them."""
+
+    v_start: np.ndarray  # (V,) first row of each visit
+    v_len: np.ndarray  # (V,) rows of each visit
+    p_vstart: np.ndarray  # (P,) first visit of each patient
+    p_nvis: np.ndarray  # (P,) visits of each patient
+    v_owner: np.ndarray  # (V,) patient of each visit
+    row_v: np.ndarray  # (R',) visit of each row
+    p_end: np.ndarray  # (P,) rows up to the end of each patient (cumulative)
+    keep_v: np.ndarray  # (V,) bool: visit kept
+    keep_r: np.ndarray  # (R',) bool: row kept
+    kept_visits: np.ndarray  # (P,) int32 visits kept
+    segment: np.ndarray  # (V,) segment id of each kept visit
+
+
+def _truncate(subj: np.ndarray, visit: np.ndarray, max_len: int, max_visits: int) -> _Visits:
+    """Keep each patient's most recent visits that fit ``max_len`` and ``max_visits`` (and the first
+    ``max_len - 1`` codes of an over-long last visit)."""
     # visits (V) and patients (P) as runs of the sorted rows
     v_start = np.flatnonzero(_runs(subj, visit))  # (V,)
     v_len = np.diff(np.append(v_start, len(subj)))
@@ -118,8 +169,15 @@ def tokenize(
     pos_in_v = np.arange(len(subj)) - v_start[row_v]
     keep_r = keep_v[row_v] & (pos_in_v < max_len - 1)
     kept_visits = np.bincount(v_owner, weights=keep_v, minlength=len(p_vstart)).astype(np.int32)
-    first_kept = np.repeat(kept_visits, p_nvis) - 1 - v_from_end  # segment id of each kept visit
-    p_codes = np.bincount(v_owner[row_v[keep_r]], minlength=len(p_vstart)).astype(np.int64)  # (P,)
+    segment = np.repeat(kept_visits, p_nvis) - 1 - v_from_end
+    return _Visits(
+        v_start, v_len, p_vstart, p_nvis, v_owner, row_v, p_end, keep_v, keep_r, kept_visits, segment
+    )
+
+
+def _sequences(cid: np.ndarray, v: _Visits) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(P,) sequence lengths, (P+1,) offsets, (T,) input ids and segment ids: ``[CLS]`` + the kept codes."""
+    p_codes = np.bincount(v.v_owner[v.row_v[v.keep_r]], minlength=len(v.p_vstart)).astype(np.int64)  # (P,)
     seq_len = p_codes + 1
     offsets = np.concatenate([[0], np.cumsum(seq_len)])
     input_ids = np.empty(offsets[-1], dtype=np.int32)  # (T,)
@@ -128,38 +186,9 @@ def tokenize(
     body = np.ones(offsets[-1], dtype=bool)
     body[cls_pos] = False
     input_ids[cls_pos] = CLS_ID
-    input_ids[body] = cid[keep_r]
-    segment_ids[body] = first_kept[row_v[keep_r]]
-    last_v = p_vstart + p_nvis - 1
-    last_len = np.minimum(v_len[last_v], max_len - 1)
-    n_drop_pat = int(pc.count_distinct(events["subject_id"]).as_py()) - len(p_vstart)
-    # distinct (patient, concept) pairs before truncation, for the ROOD hold-out
-    pair = np.unique(v_owner[row_v].astype(np.int64) * (int(cid.max(initial=0)) + 1) + cid)
-    n_c = int(cid.max(initial=0)) + 1
-    counts = {
-        "code_rows": int(len(is_unknown)),
-        "unknown_code_rows": int(is_unknown.sum()),
-        "unknown_codes_distinct": int(unk_table.num_rows),
-        "unknown_code_share": float(is_unknown.mean()) if len(is_unknown) else 0.0,
-        "patients_no_known_codes": n_drop_pat,
-        "patients_truncated": int((seq_len - 1 < p_end - np.concatenate([[0], p_end[:-1]])).sum()),
-        "visits_dropped_by_truncation": int((~keep_v).sum()),
-        "code_rows_dropped_by_truncation": int((~keep_r).sum()),
-    }
-    total = p_end - np.concatenate([[0], p_end[:-1]])
-    return Tokenized(
-        subject_id=subj[v_start[p_vstart]] if len(p_vstart) else np.zeros(0, np.int64),
-        offsets=offsets.astype(np.int64),
-        input_ids=input_ids,
-        segment_ids=segment_ids,
-        n_visits=kept_visits,
-        last_visit_start=(seq_len - last_len).astype(np.int32),
-        truncated=seq_len - 1 < total,
-        pair_patient=pair // n_c,
-        pair_concept=(pair % n_c).astype(np.int32),
-        unknown=unk_table,
-        counts=counts,
-    )
+    input_ids[body] = cid[v.keep_r]
+    segment_ids[body] = v.segment[v.row_v[v.keep_r]]
+    return seq_len, offsets, input_ids, segment_ids
 
 
 def list_column(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray | None = None) -> pa.ListArray:

@@ -1,6 +1,6 @@
 """What every EHR reader shares: the common output tables, header checks, code rules, ICD-10 chapters.
 
-Each reader (``readers_mimic``, ``readers_eicu``, ``readers_meds``) returns a :class:`ReadResult`:
+Each reader (``mimic``, ``eicu``, ``meds``; ``docs/input-formats.md``) returns a :class:`ReadResult`:
 
 - ``events``: one row per diagnosis code, ``subject_id`` int64, ``visit_index`` int32 (0 = first visit
   with codes), ``visit_time`` timestamp (null where the source has none), ``seq`` int32 (order within
@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import functools
 import gzip
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,8 @@ import pyarrow as pa
 from ontology_compiler.icd import ICD10_CHAPTERS
 from ontology_compiler.program import sha256_file
 from pipelines.errors import InputFileError, MissingTableError
+
+log = logging.getLogger(__name__)
 
 EVENT_SCHEMA = pa.schema(
     [
@@ -208,12 +211,47 @@ def labels_sql(last_visit_codes: str, mortality: str) -> str:
     )
 
 
+# the codes of each patient's last visit, from the temp tables ``ev`` (events) and ``lastv`` (last visit)
+LAST_VISIT_CODES = "(SELECT subject_id, vocabulary, code FROM ev JOIN lastv USING (subject_id, visit_index))"
+
+
 def to_tables(
     con: duckdb.DuckDBPyConnection, events_sql: str, labels_sql_text: str
 ) -> tuple[pa.Table, pa.Table]:
     events = con.sql(events_sql).to_arrow_table().cast(EVENT_SCHEMA)
     labels = con.sql(labels_sql_text).to_arrow_table().cast(LABEL_SCHEMA)
     return events, labels
+
+
+def events_and_labels(con: duckdb.DuckDBPyConnection, events_sql: str) -> tuple[pa.Table, pa.Table]:
+    """The events (``events_sql``) and the labels, from a reader's temp tables ``ev`` (the events with
+    ``visit_index``), ``lastv`` (each patient's last visit) and ``mort`` (``mortality_6m``, ``given_split``)."""
+    register_chapters(con)
+    return to_tables(con, events_sql, labels_sql(LAST_VISIT_CODES, "mort"))
+
+
+def load_tables(
+    root: Path, tables: dict[str, tuple[str, tuple[str, ...], dict[str, str]]], threads: int | None
+) -> tuple[duckdb.DuckDBPyConnection, dict[str, Path]]:
+    """Find each CSV table (name -> (file, header, typed columns)) under ``root``, check its header names
+    every column read, then load them into temp tables of a new connection; returns it and the files."""
+    files = {}
+    for name, (rel, header, types) in tables.items():
+        f = find_table(root, rel)
+        check_header(f, tuple(c for c in header if c in types))
+        files[name] = f
+    con = connect(threads)
+    for name, f in files.items():
+        load_csv(con, name, f, tables[name][2])
+    return con, files
+
+
+def read_result(kind: str, root: Path, inputs: list[dict], events: pa.Table, labels: pa.Table,
+                counts: dict) -> ReadResult:  # fmt: skip
+    """The reader's :class:`ReadResult` (``source`` names ``kind``, ``root`` and the input files), logged."""
+    log.info("%s: %d patients with codes, %d code rows", kind, labels.num_rows, events.num_rows)
+    return ReadResult(events=events, labels=labels, source={"kind": kind, "path": str(root), "inputs": inputs},
+                      counts=counts)  # fmt: skip
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str) -> tuple:

@@ -13,8 +13,10 @@ patient ends with ``hospitaldischargestatus`` = ``Expired``.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
+
+import pyarrow as pa
+from duckdb import DuckDBPyConnection
 
 from pipelines.errors import InputFileError
 
@@ -22,18 +24,12 @@ from .common import (
     ICD9_RE,
     ICD10_RE,
     ReadResult,
-    check_header,
-    connect,
-    find_table,
+    events_and_labels,
     input_record,
-    labels_sql,
-    load_csv,
+    load_tables,
     one,
-    register_chapters,
-    to_tables,
+    read_result,
 )
-
-log = logging.getLogger(__name__)
 
 TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
     "patient": (
@@ -71,14 +67,20 @@ def eicu_root(path: str | Path) -> Path:
 def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:
     """Read eICU ``patient.csv.gz`` and ``diagnosis.csv.gz`` into a :class:`ReadResult`."""
     root = eicu_root(path)
-    files = {}
-    for name, (rel, header, types) in TABLES.items():
-        f = find_table(root, rel)
-        check_header(f, tuple(c for c in header if c in types))
-        files[name] = f
-    con = connect(threads)
-    for name, f in files.items():
-        load_csv(con, name, f, TABLES[name][2])
+    con, files = load_tables(root, TABLES, threads)
+    _split_codes(con)
+    bad = one(con, "SELECT count(*), list(DISTINCT part)[1:10] FROM dx WHERE vocabulary IS NULL")
+    _visits_and_mortality(con)
+    events, labels = events_and_labels(
+        con, "SELECT subject_id, visit_index, visit_time, seq, vocabulary, code FROM ev ORDER BY ALL"
+    )
+    counts = _counts(con, bad, events, labels)
+    return read_result("eicu", root, [input_record(root, f) for f in files.values()], events, labels, counts)
+
+
+def _split_codes(con: DuckDBPyConnection) -> None:
+    """``stays`` (a unit stay with its patient and hospital stay), ``parts`` (one row per comma-separated part
+    of ``icd9code``) and ``dx`` (each non-empty part with its vocabulary, null when unparseable)."""
     con.execute(
         "CREATE TEMP TABLE stays AS SELECT patientunitstayid, patienthealthsystemstayid AS hss, "
         "hospitaldischargeyear AS year, unitvisitnumber, hospitaladmitoffset, hospitaldischargestatus AS status, "
@@ -98,7 +100,10 @@ def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:
         "WHEN regexp_full_match(part, '" + ICD10_RE + "') THEN 'ICD10CM' END AS vocabulary, "
         "replace(part, '.', '') AS code FROM parts WHERE part <> ''"
     )
-    bad = one(con, "SELECT count(*), list(DISTINCT part)[1:10] FROM dx WHERE vocabulary IS NULL")
+
+
+def _visits_and_mortality(con: DuckDBPyConnection) -> None:
+    """``ev`` (codes once per hospital stay, in order), ``lastv`` (each patient's last stay) and ``mort``."""
     con.execute(
         "CREATE TEMP TABLE ev0 AS SELECT * FROM (SELECT subject_id, hss, year, vocabulary, code, row_number() "
         "OVER (PARTITION BY subject_id, hss ORDER BY unitvisitnumber, hospitaladmitoffset DESC, prio, "
@@ -117,14 +122,9 @@ def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:
         "CREATE TEMP TABLE mort AS SELECT subject_id, coalesce(bool_or(status = 'Expired'), false) AS mortality_6m, "
         "NULL AS given_split FROM stays SEMI JOIN lastv USING (subject_id) GROUP BY ALL"
     )
-    register_chapters(con)
-    events, labels = to_tables(
-        con,
-        "SELECT subject_id, visit_index, visit_time, seq, vocabulary, code FROM ev ORDER BY ALL",
-        labels_sql(
-            "(SELECT subject_id, vocabulary, code FROM ev JOIN lastv USING (subject_id, visit_index))", "mort"
-        ),
-    )
+
+
+def _counts(con: DuckDBPyConnection, bad: tuple, events: pa.Table, labels: pa.Table) -> dict:
     counts = {
         "patients_in_source": one(con, "SELECT count(DISTINCT subject_id) FROM stays")[0],
         "unit_stays_in_source": one(con, "SELECT count(*) FROM stays")[0],
@@ -138,6 +138,4 @@ def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:
         "patients_with_codes": labels.num_rows,
     }  # fmt: skip
     counts["dropped_no_diagnoses"] = counts["patients_in_source"] - labels.num_rows
-    source = {"kind": "eicu", "path": str(root), "inputs": [input_record(root, f) for f in files.values()]}
-    log.info("eicu: %d patients with codes, %d code rows", labels.num_rows, events.num_rows)
-    return ReadResult(events=events, labels=labels, source=source, counts=counts)
+    return counts

@@ -11,25 +11,14 @@ days after the last visit's time (diagnoses are dated at discharge by the ETL). 
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from duckdb import DuckDBPyConnection
 
 from pipelines.errors import InputFileError, MissingTableError
 
-from .common import (
-    MORTALITY_DAYS,
-    ReadResult,
-    connect,
-    input_record,
-    labels_sql,
-    one,
-    register_chapters,
-    to_tables,
-)
-
-log = logging.getLogger(__name__)
+from .common import MORTALITY_DAYS, ReadResult, connect, events_and_labels, input_record, one, read_result
 
 DATA_COLUMNS = {"subject_id": "int64", "time": "timestamp[us]", "code": "string"}
 SPLIT_COLUMNS = {"subject_id": "int64", "split": "string"}
@@ -69,11 +58,39 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
         raise MissingTableError(
             root / "data", "no DataSchema shards", hint="expected data/**/*.parquet under the MEDS root"
         )
-    names = [_check_schema(s, DATA_COLUMNS) for s in shards]
-    has_hadm = all("hadm_id" in n for n in names)
     con = connect(threads)
+    _load_shards(con, shards)
+    _visits(con)
+    inputs = [input_record(root, s) for s in shards] + _given_splits(con, root)
+    con.execute(
+        "CREATE TEMP TABLE mort AS SELECT l.subject_id, coalesce(bool_or(date_diff('day', l.t, r.time) "
+        f"BETWEEN 0 AND {MORTALITY_DAYS}), false) AS mortality_6m, any_value(sp.split) AS given_split FROM lastv l "
+        f"LEFT JOIN raw r ON r.subject_id = l.subject_id AND r.code = '{DEATH_CODE}' LEFT JOIN sp "
+        "ON sp.subject_id = l.subject_id GROUP BY l.subject_id"
+    )
+    events, labels = events_and_labels(
+        con,
+        "SELECT subject_id, visit_index, visit_time, (row_number() OVER (PARTITION BY subject_id, visit_index "
+        "ORDER BY filename, file_row_number) - 1)::INT AS seq, vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
+    )
+    counts = {
+        "patients_in_source": one(con, "SELECT count(DISTINCT subject_id) FROM raw")[0],
+        "rows_in_source": one(con, "SELECT count(*) FROM raw")[0],
+        "non_diagnosis_rows": one(con, "SELECT count(*) FROM dx WHERE vocabulary IS NULL")[0],
+        "diagnosis_rows_without_time": one(con, "SELECT count(*) FROM dx WHERE vocabulary IS NOT NULL AND time IS NULL")[0],
+        "patients_with_codes": labels.num_rows,
+        "subjects_with_given_split": one(con, "SELECT count(*) FROM sp")[0],
+    }  # fmt: skip
+    counts["dropped_no_diagnoses"] = counts["patients_in_source"] - labels.num_rows
+    return read_result("meds", root, inputs, events, labels, counts)
+
+
+def _load_shards(con: DuckDBPyConnection, shards: list[Path]) -> None:
+    """``raw`` (every row of the shards, with ``hadm_id`` where all shards carry it) and ``dx`` (each row's
+    diagnosis vocabulary and dotless code, null vocabulary for other codes)."""
+    names = [_check_schema(s, DATA_COLUMNS) for s in shards]
+    hadm = "hadm_id::BIGINT" if all("hadm_id" in n for n in names) else "NULL::BIGINT"
     files = ", ".join(f"'{s}'" for s in shards)
-    hadm = "hadm_id::BIGINT" if has_hadm else "NULL::BIGINT"
     con.execute(
         f"CREATE TEMP TABLE raw AS SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, code, "
         f"{hadm} AS hadm_id, filename, file_row_number FROM read_parquet([{files}], union_by_name=true, "
@@ -96,6 +113,11 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
         f"CREATE TEMP TABLE dx AS SELECT subject_id, time, hadm_id, filename, file_row_number, {vocab} AS vocabulary, "
         f"upper(replace(trim({dcode}), '.', '')) AS code FROM raw"
     )
+
+
+def _visits(con: DuckDBPyConnection) -> None:
+    """``vis`` (a visit: an admission, else a timestamp), ``ev`` (the codes with their visit's rank) and
+    ``lastv`` (each patient's last visit and its time)."""
     con.execute(
         "CREATE TEMP TABLE vis AS SELECT subject_id, coalesce(hadm_id::VARCHAR, time::VARCHAR) AS vkey, "
         "min(time) AS vtime FROM dx WHERE vocabulary IS NOT NULL AND time IS NOT NULL AND code <> '' GROUP BY ALL"
@@ -109,40 +131,17 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
     con.execute(
         "CREATE TEMP TABLE lastv AS SELECT subject_id, max(visit_index) AS visit_index, max(visit_time) AS t FROM ev GROUP BY ALL"
     )
+
+
+def _given_splits(con: DuckDBPyConnection, root: Path) -> list[dict]:
+    """``sp`` (subject_id -> the split ``metadata/subject_splits.parquet`` names, empty without it); the
+    splits file's input record when there is one."""
     splits = root / "metadata" / "subject_splits.parquet"
-    inputs = [input_record(root, s) for s in shards]
-    if splits.is_file():
-        _check_schema(splits, SPLIT_COLUMNS)
-        con.execute(
-            f"CREATE TEMP TABLE sp AS SELECT subject_id::BIGINT AS subject_id, any_value(split) AS split FROM read_parquet('{splits}') GROUP BY ALL"
-        )
-        inputs.append(input_record(root, splits))
-    else:
+    if not splits.is_file():
         con.execute("CREATE TEMP TABLE sp (subject_id BIGINT, split VARCHAR)")
+        return []
+    _check_schema(splits, SPLIT_COLUMNS)
     con.execute(
-        "CREATE TEMP TABLE mort AS SELECT l.subject_id, coalesce(bool_or(date_diff('day', l.t, r.time) "
-        f"BETWEEN 0 AND {MORTALITY_DAYS}), false) AS mortality_6m, any_value(sp.split) AS given_split FROM lastv l "
-        f"LEFT JOIN raw r ON r.subject_id = l.subject_id AND r.code = '{DEATH_CODE}' LEFT JOIN sp "
-        "ON sp.subject_id = l.subject_id GROUP BY l.subject_id"
+        f"CREATE TEMP TABLE sp AS SELECT subject_id::BIGINT AS subject_id, any_value(split) AS split FROM read_parquet('{splits}') GROUP BY ALL"
     )
-    register_chapters(con)
-    events, labels = to_tables(
-        con,
-        "SELECT subject_id, visit_index, visit_time, (row_number() OVER (PARTITION BY subject_id, visit_index "
-        "ORDER BY filename, file_row_number) - 1)::INT AS seq, vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
-        labels_sql(
-            "(SELECT subject_id, vocabulary, code FROM ev JOIN lastv USING (subject_id, visit_index))", "mort"
-        ),
-    )
-    counts = {
-        "patients_in_source": one(con, "SELECT count(DISTINCT subject_id) FROM raw")[0],
-        "rows_in_source": one(con, "SELECT count(*) FROM raw")[0],
-        "non_diagnosis_rows": one(con, "SELECT count(*) FROM dx WHERE vocabulary IS NULL")[0],
-        "diagnosis_rows_without_time": one(con, "SELECT count(*) FROM dx WHERE vocabulary IS NOT NULL AND time IS NULL")[0],
-        "patients_with_codes": labels.num_rows,
-        "subjects_with_given_split": one(con, "SELECT count(*) FROM sp")[0],
-    }  # fmt: skip
-    counts["dropped_no_diagnoses"] = counts["patients_in_source"] - labels.num_rows
-    source = {"kind": "meds", "path": str(root), "inputs": inputs}
-    log.info("meds: %d patients with codes, %d code rows", labels.num_rows, events.num_rows)
-    return ReadResult(events=events, labels=labels, source=source, counts=counts)
+    return [input_record(root, splits)]

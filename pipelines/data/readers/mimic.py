@@ -9,26 +9,13 @@ diagnosis are dropped and counted.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
+
+from duckdb import DuckDBPyConnection
 
 from pipelines.errors import InputFileError
 
-from .common import (
-    MORTALITY_DAYS,
-    ReadResult,
-    check_header,
-    connect,
-    find_table,
-    input_record,
-    labels_sql,
-    load_csv,
-    one,
-    register_chapters,
-    to_tables,
-)
-
-log = logging.getLogger(__name__)
+from .common import MORTALITY_DAYS, ReadResult, events_and_labels, input_record, load_tables, one, read_result
 
 # table -> (file, full header of the release, columns read with their SQL types)
 TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
@@ -65,19 +52,34 @@ def mimic_root(path: str | Path) -> Path:
 def read_mimic(path: str | Path, *, threads: int | None = None) -> ReadResult:
     """Read MIMIC-IV ``hosp/{patients,admissions,diagnoses_icd}.csv.gz`` into a :class:`ReadResult`."""
     root = mimic_root(path)
-    files = {}
-    for name, (rel, header, types) in TABLES.items():
-        f = find_table(root, rel)
-        check_header(f, tuple(c for c in header if c in types))
-        files[name] = f
-    con = connect(threads)
-    for name, f in files.items():
-        load_csv(con, name, f, TABLES[name][2])
+    con, files = load_tables(root, TABLES, threads)
     counts = {
         "patients_in_source": one(con, "SELECT count(DISTINCT subject_id) FROM patients")[0],
         "admissions_in_source": one(con, "SELECT count(*) FROM admissions")[0],
         "diagnosis_rows": one(con, "SELECT count(*) FROM diagnoses_icd")[0],
     }
+    counts.update(_diagnoses(con))
+    _visits_and_mortality(con)
+    events, labels = events_and_labels(
+        con,
+        "SELECT subject_id, visit_index, visit_time, "
+        "(row_number() OVER (PARTITION BY subject_id, visit_index ORDER BY seq_num, code) - 1)::INT AS seq, "
+        "vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
+    )
+    counts["patients_with_codes"] = labels.num_rows
+    counts["dropped_no_diagnoses"] = one(
+        con, "SELECT count(DISTINCT subject_id) FROM patients ANTI JOIN lastv USING (subject_id)"
+    )[0]
+    counts["patients_not_in_patients_table"] = one(
+        con, "SELECT count(*) FROM lastv ANTI JOIN patients USING (subject_id)"
+    )[0]
+    return read_result(
+        "mimic-iv", root, [input_record(root, f) for f in files.values()], events, labels, counts
+    )
+
+
+def _diagnoses(con: DuckDBPyConnection) -> dict[str, int]:
+    """``dx``: each diagnosis row with its admission, vocabulary and dotless code; the rows left out, counted."""
     con.execute(
         "CREATE TEMP TABLE dx AS SELECT d.subject_id, d.hadm_id, d.seq_num, a.admittime, a.dischtime, "
         "a.deathtime, CASE d.icd_version WHEN 9 THEN 'ICD9CM' WHEN 10 THEN 'ICD10CM' END AS vocabulary, "
@@ -89,9 +91,11 @@ def read_mimic(path: str | Path, *, threads: int | None = None) -> ReadResult:
         "SELECT count(*) FILTER (WHERE orphan), count(*) FILTER (WHERE NOT orphan AND vocabulary IS NULL), "
         "count(*) FILTER (WHERE NOT orphan AND vocabulary IS NOT NULL AND (code IS NULL OR code = '')) FROM dx",
     )
-    counts.update(
-        {"rows_without_admission": bad[0], "rows_unknown_icd_version": bad[1], "rows_empty_code": bad[2]}
-    )
+    return {"rows_without_admission": bad[0], "rows_unknown_icd_version": bad[1], "rows_empty_code": bad[2]}
+
+
+def _visits_and_mortality(con: DuckDBPyConnection) -> None:
+    """``ev`` (the kept codes with their admission's rank), ``lastv`` (each patient's last admission), ``mort``."""
     con.execute(
         "CREATE TEMP TABLE ev AS SELECT subject_id, "
         "(dense_rank() OVER (PARTITION BY subject_id ORDER BY admittime, hadm_id) - 1)::INT AS visit_index, "
@@ -107,27 +111,3 @@ def read_mimic(path: str | Path, *, threads: int | None = None) -> ReadResult:
         f"any_value(p.dod)) <= {MORTALITY_DAYS}, false) AS mortality_6m, NULL AS given_split FROM lastv l "
         "JOIN ev e USING (subject_id, visit_index) LEFT JOIN patients p USING (subject_id) GROUP BY l.subject_id"
     )
-    register_chapters(con)
-    events, labels = to_tables(
-        con,
-        "SELECT subject_id, visit_index, visit_time, "
-        "(row_number() OVER (PARTITION BY subject_id, visit_index ORDER BY seq_num, code) - 1)::INT AS seq, "
-        "vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
-        labels_sql(
-            "(SELECT subject_id, vocabulary, code FROM ev JOIN lastv USING (subject_id, visit_index))", "mort"
-        ),
-    )
-    counts["patients_with_codes"] = labels.num_rows
-    counts["dropped_no_diagnoses"] = one(
-        con, "SELECT count(DISTINCT subject_id) FROM patients ANTI JOIN lastv USING (subject_id)"
-    )[0]
-    counts["patients_not_in_patients_table"] = one(
-        con, "SELECT count(*) FROM lastv ANTI JOIN patients USING (subject_id)"
-    )[0]
-    source = {
-        "kind": "mimic-iv",
-        "path": str(root),
-        "inputs": [input_record(root, f) for f in files.values()],
-    }
-    log.info("mimic-iv: %d patients with codes, %d code rows", labels.num_rows, events.num_rows)
-    return ReadResult(events=events, labels=labels, source=source, counts=counts)
