@@ -16,7 +16,9 @@ Dimension legend: B pairs, Np pairs of a split, Tr trials, Dn doctors.
 
 from __future__ import annotations
 
+import json
 import logging
+import shutil
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -27,12 +29,13 @@ import torch
 from torch import nn
 
 from pipelines.errors import PipelineError
+from pipelines.train.checkpoint import CHECKPOINT_DIR
+from pipelines.train.loop import LoopOptions, LossForward, StepOutput, open_run, run_loop
 from pipelines.train.metrics import auroc, average_precision
 from pipelines.train.model_files import check_meta, read_meta, save_weights
 from pipelines.train.runtime import (
-    MetricsLog,
+    init_distributed,
     now_iso,
-    progress,
     resolve_device,
     seed_everything,
     versions,
@@ -43,6 +46,10 @@ from .config import D2VTrainConfig
 from .tensors import D2VTensors, build_tensors, doctor_batches, make_batch
 
 log = logging.getLogger(__name__)
+
+RESULTS_FILE = "results.json"
+# config keys that may change when resuming (they do not change the numbers)
+RUNTIME_KEYS = ("data", "program", "device", "progress", "tensorboard", "keep_checkpoints")
 
 MODEL_KIND = "hrrbert-doctor2vec"
 EVAL_SPLITS = ("val", "test", "test_rare")
@@ -222,6 +229,33 @@ def _load(data_path: str, program_path: str, device):
     return data, prog
 
 
+class D2VTask:
+    """Doctor2Vec training as a :class:`~pipelines.train.loop.Task`: batches of doctors (each with every
+    train trial; the doctor order of an epoch drawn from one seeded stream, replayed from the start when
+    an epoch is asked out of turn, as after a resume), weighted BCE, validation PR-AUC."""
+
+    def __init__(self, cfg: D2VTrainConfig, t: D2VTensors, train_rows: np.ndarray, ctx, device):
+        self.cfg, self.t, self.rows, self.ctx, self.device = cfg, t, train_rows, ctx, device
+        self._rng, self._next = np.random.default_rng(cfg.seed), 0
+
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        if epoch < self._next:
+            self._rng, self._next = np.random.default_rng(self.cfg.seed), 0
+        while True:
+            batches = doctor_batches(self.t, self.rows, self.cfg.doctors_per_batch, self._rng)
+            self._next += 1
+            if self._next > epoch:
+                return batches[self.ctx.rank :: self.ctx.world_size] if self.ctx.distributed else batches
+
+    def step(self, net, rows: np.ndarray, step: int) -> StepOutput:
+        batch = {k: v.to(self.device) for k, v in make_batch(self.t, rows, "train").items()}
+        return StepOutput(net(batch), float(len(rows)), len(rows))
+
+    def validate(self, wrapped) -> dict[str, Any]:
+        v = evaluate_splits(wrapped.model, self.t, self.device, self.cfg.k, ("val",))["val"]
+        return {f"val_{k}": x for k, x in v.items()}
+
+
 def train_doctor2vec(
     data: str | Path | None = None,
     program: str | Path | None = None,
@@ -229,17 +263,38 @@ def train_doctor2vec(
     config: D2VTrainConfig | None = None,
     out: str | Path = "artifacts/runs",
     run_id: str | None = None,
+    resume: bool = False,
     **options: Any,
 ) -> D2VRunResult:
-    """Train on the train trials, keep the best validation (PR-AUC), test on the test and rare trials."""
+    """Train on the train trials, keep the best validation (PR-AUC), test on the test and rare trials.
+
+    ``resume=True`` continues ``<out>/<run_id>`` from its newest checkpoint (a finished run is read back).
+    """
     if config is None:
         bad = sorted(set(options) - {f.name for f in fields(D2VTrainConfig)})
         if bad:
             raise TypeError(f"unknown doctor2vec option(s) {bad}")
         config = D2VTrainConfig(data=str(data), program=str(program), **options)
-    cfg = config
+    ctx, device = init_distributed(resolve_device(config.device))
+    try:
+        return _train(config, ctx, device, Path(out), run_id, resume)
+    finally:
+        ctx.close()
+
+
+def _optimizer(cfg: D2VTrainConfig, model: nn.Module) -> torch.optim.Optimizer:
+    """AdamW; the code embedding (table or atoms) learns at ``code_lr_scale`` times the rate."""
+    code_params = {id(x) for x in model.code.parameters()}
+    rest = [x for x in model.parameters() if id(x) not in code_params]
+    return torch.optim.AdamW(
+        [{"params": rest}, {"params": list(model.code.parameters()), "lr": cfg.lr * cfg.code_lr_scale}],
+        lr=cfg.lr,
+        weight_decay=cfg.weight_decay,
+    )
+
+
+def _train(cfg: D2VTrainConfig, ctx, device, out: Path, run_id: str | None, resume: bool) -> D2VRunResult:
     t0 = time.perf_counter()
-    device = resolve_device(cfg.device)
     ds, prog = _load(cfg.data, cfg.program, device)
     t = build_tensors(ds, max_memories=cfg.max_memories, max_codes=cfg.max_codes,
                       hide_held_out=cfg.hide_held_out, seed=cfg.seed)  # fmt: skip
@@ -248,75 +303,39 @@ def train_doctor2vec(
         raise PipelineError(f"{cfg.data}: no train or validation pairs (skipped: {ds.skipped})")
     codes = f"hrr-{cfg.hrr_mode}" if cfg.embedding == "hrr" else cfg.embedding
     run_id = run_id or f"d2v-{codes}-{cfg.doctor}-{cfg.patient_encoder}-seed{cfg.seed}"
-    run_dir = Path(out) / run_id
-    if (run_dir / "results.json").exists():
+    run_dir = out / run_id
+    if (run_dir / RESULTS_FILE).exists():
+        if resume:
+            return D2VRunResult(run_dir, json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8")))
         raise PipelineError(f"{run_dir}: Doctor2Vec run already exists; choose another --run-id")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    record = {"kind": "doctor2vec", "run_id": run_id, "config": asdict(cfg), "program_id": prog.program_id}
+    resume_from = open_run(run_dir, record, resume, ctx, runtime_keys=RUNTIME_KEYS, what="Doctor2Vec run")
     seed_everything(cfg.seed)
     model = build_model(cfg, ds.manifest, prog).to(device)
     y = t.pair_label[train_rows]
     pos_weight = cfg.pos_weight or float((len(y) - y.sum()) / max(y.sum(), 1))
-    code_params = {id(x) for x in model.code.parameters()}
-    rest = [x for x in model.parameters() if id(x) not in code_params]
-    opt = torch.optim.AdamW(
-        [{"params": rest}, {"params": list(model.code.parameters()), "lr": cfg.lr * cfg.code_lr_scale}],
-        lr=cfg.lr,
-        weight_decay=cfg.weight_decay,
-    )
-    metrics = MetricsLog(run_dir / "metrics.jsonl")
-    rng = np.random.default_rng(cfg.seed)
+    wrapped = LossForward(model, pos_weight)
     n_batches = len(doctor_batches(t, train_rows, cfg.doctors_per_batch))
-    bar = progress(cfg.epochs * n_batches, 0, cfg.progress, f"doctor2vec {cfg.embedding} {cfg.doctor}")
-    best, best_state, best_step = None, None, -1
-    step, since, total, n = 0, 0, 0.0, 0
-    for epoch in range(cfg.epochs):
-        batches = doctor_batches(t, train_rows, cfg.doctors_per_batch, rng)
-        for i, rows in enumerate(batches):
-            model.train()
-            batch = {k: v.to(device) for k, v in make_batch(t, rows, "train").items()}
-            loss, _ = model.loss(batch, pos_weight)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-            opt.step()
-            total += float(loss.detach()) * len(rows)
-            n += len(rows)
-            step, since = step + 1, since + 1
-            bar.update(1)
-            if since < (cfg.val_every or len(batches)) and i < len(batches) - 1:
-                continue
-            v = evaluate_splits(model, t, device, cfg.k, ("val",))["val"]
-            rec = {"step": step, "epoch": epoch + (i + 1) / len(batches), "train_loss": total / n}
-            metrics.write({**rec, **{f"val_{k}": x for k, x in v.items() if k != "per_trial_ap"}})
-            log.info("step %d (epoch %.2f): train loss %.4f, val PR-AUC %.4f", step, rec["epoch"], total / n,
-                     v["pr_auc"])  # fmt: skip
-            since, total, n = 0, 0.0, 0
-            if best is None or v["pr_auc"] > best["pr_auc"]:
-                best, best_step = v, step
-                best_state = {k: x.detach().clone() for k, x in model.state_dict().items()}
-    bar.close()
-    metrics.close()
-    model.load_state_dict(best_state)
+    opts = LoopOptions(
+        total_steps=cfg.epochs * n_batches, clip=cfg.clip, val_every=cfg.val_every,
+        keep_checkpoints=cfg.keep_checkpoints, monitor="val_pr_auc", patience=cfg.patience,
+        progress=cfg.progress, tensorboard=cfg.tensorboard, desc=f"doctor2vec {cfg.embedding} {cfg.doctor}",
+        config=asdict(cfg),
+    )  # fmt: skip
+    res = run_loop(wrapped, _optimizer(cfg, model), None, D2VTask(cfg, t, train_rows, ctx, device), opts, run_dir,
+                   ctx=ctx, device=device, resume_from=resume_from)  # fmt: skip
     meta = _meta(cfg, ds.manifest, model)
-    save_model(model, run_dir / "model", meta)
-    ev = evaluate_splits(model, t, device, cfg.k)
     results = {
-        "kind": "doctor2vec",
-        "run_id": run_id,
-        "config": asdict(cfg),
-        "model": meta,
-        "parameters": model.num_parameters(),
-        "best_step": best_step,
-        "steps": step,
-        **ev,
-        "train_pairs": int(len(train_rows)),
-        "pos_weight": pos_weight,
+        "kind": "doctor2vec", "run_id": run_id, "config": asdict(cfg), "model": meta,
+        "parameters": model.num_parameters(), "best_step": res.best_step, "steps": res.step,
+        "stopped_early": res.stopped_early, **evaluate_splits(model, t, device, cfg.k),
+        "train_pairs": int(len(train_rows)), "pos_weight": pos_weight,
         "data_counts": {**t.counts, **{f"skipped_{k}": v for k, v in ds.skipped.items()}},
-        "wall_s": time.perf_counter() - t0,
-        "versions": versions(),
+        "wall_s": time.perf_counter() - t0, "world_size": ctx.world_size, "versions": versions(),
         "created_at": now_iso(),
-    }
-    write_json(run_dir / "results.json", results)
+    }  # fmt: skip
+    if ctx.is_main:
+        save_model(model, run_dir / "model", meta)
+        write_json(run_dir / RESULTS_FILE, results)
+        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)  # done: model/ and results.json stay
     return D2VRunResult(run_dir, results)

@@ -78,7 +78,9 @@ def test_train_writes_run_and_metrics(run):
     r = run.results
     assert (run.run_dir / "model" / "model.safetensors").is_file()
     records = [json.loads(x) for x in (run.run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert records[-1]["epoch"] == FAST["epochs"] and all("val_pr_auc" in x for x in records)
+    # the loop records the 0-based epoch index and the step
+    assert records[-1]["epoch"] == FAST["epochs"] - 1 and all("val_pr_auc" in x for x in records)
+    assert records[-1]["step"] == r["steps"]
     for split in ("val", "test", "test_rare"):
         assert split in r and r[split]["pairs"] > 0
     assert r["model"]["embedding"] == "hrr" and r["config"]["doctor"] == "dynamic"
