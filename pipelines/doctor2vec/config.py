@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipelines.train.config import EMBEDDINGS
+
 __all__ = ["D2VTrainConfig", "EMBEDDINGS"]
-
-
-EMBEDDINGS = ("plain", "hrr")
 
 
 @dataclass

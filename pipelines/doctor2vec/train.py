@@ -30,6 +30,7 @@ from torch import nn
 
 from pipelines.errors import PipelineError
 from pipelines.train.checkpoint import CHECKPOINT_DIR
+from pipelines.train.embeddings import code_embedding
 from pipelines.train.loop import LoopOptions, LossForward, StepOutput, open_run, run_loop
 from pipelines.train.metrics import auroc, average_precision
 from pipelines.train.model_files import check_meta, read_meta, save_weights
@@ -101,17 +102,6 @@ def ranking_metrics(
 # --- model -----------------------------------------------------------------------------------------
 
 
-def code_embedding(embedding: str, program, n_codes: int, dim: int, hrr_mode: str) -> nn.Module:
-    """A fresh code-embedding module: plain table or ``HRREmbedding`` of ``program``."""
-    if embedding == "hrr":
-        from hrr_kernel import HRREmbedding
-
-        return HRREmbedding(program, dim, hrr_mode)
-    e = nn.Embedding(n_codes, dim, padding_idx=0)
-    nn.init.normal_(e.weight, 0.0, 0.02)
-    return e
-
-
 def build_model(cfg: D2VTrainConfig, manifest: dict[str, Any], program) -> nn.Module:
     from model.doctor2vec import Doctor2Vec, Doctor2VecConfig
 
@@ -132,7 +122,9 @@ def build_model(cfg: D2VTrainConfig, manifest: dict[str, Any], program) -> nn.Mo
         dropout=cfg.dropout,
         code_mode=cfg.hrr_mode if cfg.embedding == "hrr" else "unstructured",
     )
-    return Doctor2Vec(mc, code_embedding(cfg.embedding, program, n_codes, cfg.dim, cfg.hrr_mode))
+    return Doctor2Vec(
+        mc, code_embedding(cfg.embedding, program, n_codes, cfg.dim, cfg.hrr_mode, padding_idx=0)
+    )
 
 
 @torch.no_grad()
@@ -196,7 +188,7 @@ def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tupl
             f"{manifest['n_codes']} / {manifest['n_words']}"
         )
     model = Doctor2Vec(
-        cfg, code_embedding(meta["embedding"], program, cfg.n_codes, cfg.dim, meta["hrr_mode"])
+        cfg, code_embedding(meta["embedding"], program, cfg.n_codes, cfg.dim, meta["hrr_mode"], padding_idx=0)
     )
     try:
         model.load_state_dict(load_file(str(d / "model.safetensors")))

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipelines.train.config import EMBEDDINGS
+
 __all__ = ["EMBEDDINGS", "MODELS", "QATrainConfig"]
 
 
 MODELS = ("memn2n", "memnn")
-
-
-EMBEDDINGS = ("plain", "hrr")
 
 
 @dataclass

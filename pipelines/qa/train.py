@@ -16,6 +16,7 @@ S supporting facts (2), B batch, A answers.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -33,6 +34,7 @@ from torch import Tensor, nn
 from pipelines.data.sequences import epoch_order
 from pipelines.errors import PipelineError
 from pipelines.train.checkpoint import CHECKPOINT_DIR
+from pipelines.train.embeddings import code_embedding
 from pipelines.train.loop import LoopOptions, LossForward, StepOutput, open_run, run_loop
 from pipelines.train.metrics import binary_metrics
 from pipelines.train.model_files import check_meta, read_meta, save_weights
@@ -51,6 +53,7 @@ from .data import QADataError, read_qa
 log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
+MEMN2N_INIT_STD = 0.1  # plain embedding tables of the memory networks: N(0, 0.1) (Sukhbaatar et al., 2015)
 # config keys that may change when resuming (they do not change the numbers)
 RUNTIME_KEYS = ("qa", "program", "device", "progress", "tensorboard", "keep_checkpoints")
 
@@ -142,18 +145,9 @@ def load_split(
 
 
 def code_embedding_factory(embedding: str, program, n_codes: int, dim: int, hrr_mode: str):
-    """A factory of fresh code-embedding modules (plain table or HRR of ``program``)."""
-    if embedding == "hrr":
-        from hrr_kernel import HRREmbedding
-
-        return lambda: HRREmbedding(program, dim, hrr_mode)
-
-    def plain() -> nn.Module:
-        e = nn.Embedding(n_codes, dim)
-        nn.init.normal_(e.weight, 0.0, 0.1)
-        return e
-
-    return plain
+    """A factory of fresh code-embedding modules (one per memory-network embedding matrix); plain tables
+    start from N(0, :data:`MEMN2N_INIT_STD`) as in Sukhbaatar et al."""
+    return functools.partial(code_embedding, embedding, program, n_codes, dim, hrr_mode, std=MEMN2N_INIT_STD)
 
 
 def build_model(cfg: QATrainConfig, manifest: dict[str, Any], program) -> nn.Module:

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from pipelines.data.tasks import TASKS
 
-__all__ = ["FinetuneConfig", "MODELS", "PretrainConfig", "RUNTIME_KEYS", "SELECT_BY"]
+__all__ = ["EMBEDDINGS", "FinetuneConfig", "MODELS", "PretrainConfig", "RUNTIME_KEYS", "SELECT_BY"]
 
+
+EMBEDDINGS = ("plain", "hrr")  # code embeddings of the small models (QA, Doctor2Vec): a table or HRR
 
 # config keys that may change when resuming (they do not affect the numbers)
 RUNTIME_KEYS = (
