@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -122,6 +124,57 @@ def dataset_for_program(dataset: Path, program: Path, error: type[Exception]) ->
             f"but program {program_id!r} was given; pass the program the dataset was prepared with"
         )
     return dman, program_id
+
+
+@dataclass
+class Generated:
+    """Data a generator derives from a tokenized dataset (a QA set, Doctor2Vec data), stored like a dataset:
+    ``<folder>/<id>/``, the id hashing the generator, the program, the source dataset and the options."""
+
+    generator: str  # name/version of the generator
+    program_id: str
+    source: dict  # the source dataset's manifest
+    options: dict  # the generator's options (hashed into the id)
+    folder: Path  # <out>/<name>
+
+    @property
+    def data_id(self) -> str:
+        payload = {"generator": self.generator, "program_id": self.program_id,
+                   "dataset_id": self.source.get("dataset_id"), "options": self.options}  # fmt: skip
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def path(self) -> Path:
+        return self.folder / self.data_id
+
+    def existing(self) -> dict | None:
+        """The checked manifest when this data was generated before, else None."""
+        if self.path.exists():
+            manifest = verify_dataset(self.path)
+            if manifest.get("dataset_id") == self.data_id:
+                return manifest
+        return None
+
+    def manifest(self, kind: str, id_key: str, **rest: Any) -> dict:
+        """The manifest: the header every generated data set shares (its id under ``dataset_id``, the key the
+        dataset writer uses, and under ``id_key``), then ``rest``."""
+        return {
+            "format_version": 1,
+            "kind": kind,
+            "dataset_id": self.data_id,
+            id_key: self.data_id,
+            "program_id": self.program_id,
+            "source_dataset_id": self.source.get("dataset_id"),
+            "generator": self.generator,
+            "options": self.options,
+            **rest,
+        }
+
+    def write(self, tables: dict[str, pa.Table], manifest: dict) -> tuple[dict, bool]:
+        """Write the tables and manifest into :attr:`path` (atomically); the checked manifest and whether
+        anything was written."""
+        written = write_dataset(self.path, tables, manifest)
+        return verify_dataset(self.path), written
 
 
 def verify_dataset(path: str | Path, *, hashes: bool = True) -> dict:

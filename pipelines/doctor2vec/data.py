@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipelines.data.dataset import dataset_for_program, verify_dataset, write_dataset
+from pipelines.data.dataset import Generated, dataset_for_program
 
 from .inputs import (
     CHAPTER_TITLES,
@@ -417,15 +417,12 @@ def generate_doctor2vec(
     opts = options or D2VOptions()
     dpath, ppath = Path(dataset), Path(program)
     dman, program_id = dataset_for_program(dpath, ppath, D2VDataError)
-    options_d = asdict(opts)
-    payload = {"generator": GENERATOR_VERSION, "program_id": program_id,
-               "dataset_id": dman.get("dataset_id"), "options": options_d}  # fmt: skip
-    d2v_id = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
-    final = Path(out) / (name or f"d2v-{dpath.parent.name}") / d2v_id
-    if final.exists():
-        manifest = verify_dataset(final)
-        if manifest.get("dataset_id") == d2v_id:
-            return D2VResult(final, manifest, False)
+    gen = Generated(
+        GENERATOR_VERSION, program_id, dman, asdict(opts), Path(out) / (name or f"d2v-{dpath.parent.name}")
+    )
+    manifest = gen.existing()
+    if manifest is not None:
+        return D2VResult(gen.path, manifest, False)
     codes = read_codes(ppath)
     counts: Counter = Counter()
     cohort = load_cohort(dpath, dman.get("source") or {}, codes, counts)
@@ -433,23 +430,26 @@ def generate_doctor2vec(
     info["counts"]["skipped"] = dict(sorted((Counter(info["counts"]["skipped"]) + counts).items()))
     if tables["pairs"].num_rows == 0:
         raise D2VDataError(f"{dpath}: no (doctor, trial) pair could be generated ({info['counts']})")
-    manifest = {
-        "format_version": 1,
-        "kind": "doctor2vec",
-        "dataset_id": d2v_id,  # the data's own id (key shared with pipelines.data.dataset's writer)
-        "d2v_id": d2v_id,
-        "program_id": program_id,
-        "source_dataset_id": dman.get("dataset_id"),
-        "generator": GENERATOR_VERSION,
-        "options": options_d,
-        "n_codes": len(codes.special),
-        "special_ids": np.flatnonzero(codes.special).tolist(),
-        "rare_max_patients": opts.rare_max_patients,
-        **info,
-    }
-    validate_tables(manifest, tables, final)  # the generator's output meets the reader's contract
+    manifest = gen.manifest("doctor2vec", "d2v_id", n_codes=len(codes.special),
+                            special_ids=np.flatnonzero(codes.special).tolist(),
+                            rare_max_patients=opts.rare_max_patients, **info)  # fmt: skip
+    validate_tables(manifest, tables, gen.path)  # the generator's output meets the reader's contract
     for k, v in info["counts"]["skipped"].items():
         log.warning("%s: %d %s", dpath, v, k.replace("_", " "))
     log.info("%s: positive rate per split %s", dpath, info["counts"]["positive_rate"])
-    written = write_dataset(final, tables, manifest)
-    return D2VResult(final, verify_dataset(final), written)
+    return D2VResult(gen.path, *gen.write(tables, manifest))
+
+
+def describe(result: D2VResult) -> str:
+    """What ``hrrbert doctor2vec generate`` prints: folder, doctors, trials, positive rates, skips."""
+    c = result.manifest.get("counts", {})
+    lines = [
+        f"data      {result.path}{'' if result.written else ' (already generated)'}",
+        f"doctors   {c.get('doctors', 0):,} ({c.get('patients', 0):,} patients in panels)",
+        "trials    " + ", ".join(f"{k} {v}" for k, v in c.get("trials", {}).items()),
+        "positives " + ", ".join(f"{k} {100 * v:.1f} %" for k, v in c.get("positive_rate", {}).items()),
+    ]
+    skipped = {k: v for k, v in c.get("skipped", {}).items() if v}
+    if skipped:
+        lines.append("skipped   " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in skipped.items()))
+    return "\n".join(lines)

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.data.dataset import dataset_for_program, verify_dataset, write_dataset
+from pipelines.data.dataset import Generated, dataset_for_program, verify_dataset
 from pipelines.errors import InputFileError, PipelineError
 
 log = logging.getLogger(__name__)
@@ -259,6 +259,21 @@ def _sample(rows: np.ndarray, n: int, rng) -> np.ndarray:
     return rows if n <= 0 or n >= len(rows) else np.sort(rng.choice(rows, size=n, replace=False))
 
 
+# the questions table: one row per question
+QUESTION_COLUMNS = {
+    "subject_id": pa.int64(),
+    "split": pa.string(),
+    "qtype": pa.string(),
+    "facts": pa.list_(pa.list_(pa.int32())),  # the memory: (visit word, visit number word, code) per fact
+    "fact_codes": pa.list_(pa.int32()),  # concept id of each fact
+    "question": pa.list_(pa.int32()),
+    "answer": pa.int32(),
+    "supporting": pa.list_(pa.int32()),  # indices into facts
+    "unseen": pa.bool_(),  # a supporting fact holds a held-out code
+    "memory_unseen": pa.bool_(),  # any fact holds a held-out code
+}
+
+
 def build_qa_tables(
     patients: pa.Table, onto: Ontology, opts: QAOptions
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
@@ -266,15 +281,52 @@ def build_qa_tables(
     rng = np.random.default_rng(opts.seed)
     vocab = Vocabulary(onto)
     counts = Counts()
-    split_names = np.asarray(patients.column("split").cast(pa.string()).to_pylist(), dtype=object)
     ids_col = patients.column("input_ids").to_pylist()
     seg_col = patients.column("segment_ids").to_pylist()
     subj = patients.column("subject_id").to_numpy()
-    chosen: dict[str, np.ndarray] = {}
-    for split, sources in SPLIT_SOURCES.items():
-        rows = np.flatnonzero(np.isin(split_names, sources))
-        n = {"train": opts.train_patients, "val": opts.val_patients, "test": opts.test_patients}[split]
-        chosen[split] = _sample(rows, n, rng)
+    chosen = _choose_patients(patients, opts, rng)
+    held, site_universe, morph_universe = _hold_out(chosen, ids_col, onto, opts, rng)
+    rec: dict[str, list] = {k: [] for k in QUESTION_COLUMNS}
+    for split, rows in chosen.items():
+        for r in rows:
+            facts = _memory(patient_facts(ids_col[r], seg_col[r], onto, counts), split, held, opts, counts)
+            if not facts:
+                counts.patients["skipped_empty_memory"] += 1
+                continue
+            qs = make_questions(
+                facts, onto, rng, held if split == "test" else set(), site_universe, morph_universe
+            )
+            if not qs:
+                counts.patients["skipped_no_question"] += 1
+                continue
+            counts.patients[f"kept_{split}"] += 1
+            counts.facts["kept"] += len(facts)
+            _add_questions(rec, int(subj[r]), split, facts, qs, held, vocab, counts)
+    questions = pa.table({k: pa.array(rec[k], t) for k, t in QUESTION_COLUMNS.items()})
+    info = {
+        "counts": {k: dict(sorted(getattr(counts, k).items())) for k in ("patients", "facts", "questions")},
+        "held_out_codes": sorted(int(c) for c in held),
+        "n_words": vocab.n_words,
+        "n_codes": onto.n_codes,
+        "n_answers": len(vocab.answers),
+        "vocab_fingerprint": vocab.fingerprint(),
+    }
+    return {"questions": questions, **_vocabulary_tables(vocab, onto)}, info
+
+
+def _choose_patients(patients: pa.Table, opts: QAOptions, rng) -> dict[str, np.ndarray]:
+    """Our split -> the rows of the patients sampled for it (all with a size of 0)."""
+    split_names = np.asarray(patients.column("split").cast(pa.string()).to_pylist(), dtype=object)
+    wanted = {"train": opts.train_patients, "val": opts.val_patients, "test": opts.test_patients}
+    return {
+        split: _sample(np.flatnonzero(np.isin(split_names, sources)), wanted[split], rng)
+        for split, sources in SPLIT_SOURCES.items()
+    }
+
+
+def _hold_out(chosen: dict[str, np.ndarray], ids_col: list, onto: Ontology, opts: QAOptions, rng):
+    """The held-out codes (``unseen_fraction`` of the occurring codes with a site or morphology) and the
+    finding sites and morphologies of the occurring codes (what the yes/no questions draw from)."""
     occurring = sorted(
         {
             cid
@@ -288,89 +340,55 @@ def build_qa_tables(
     held = set(rng.choice(occurring, size=n_held, replace=False).tolist()) if n_held else set()
     site_universe = sorted({s for c in occurring for s in onto.sites.get(c, ())})
     morph_universe = sorted({m for c in occurring for m in onto.morphs.get(c, ())})
-    rec: dict[str, list] = {
-        k: []
-        for k in ("subject_id", "split", "qtype", "facts", "fact_codes", "question", "answer", "supporting")
-    }
-    rec["unseen"], rec["memory_unseen"] = [], []
-    fact_word = vocab.word_id[FACT_WORD]
-    for split, rows in chosen.items():
-        for r in rows:
-            facts = patient_facts(ids_col[r], seg_col[r], onto, counts)
-            if split != "test":
-                before = len(facts)
-                facts = [f for f in facts if f[1] not in held]
-                counts.facts["held_out_removed"] += before - len(facts)
-            if len(facts) > opts.max_memories:
-                counts.facts["truncated"] += len(facts) - opts.max_memories
-                facts = facts[-opts.max_memories :]
-            if not facts:
-                counts.patients["skipped_empty_memory"] += 1
-                continue
-            qs = make_questions(
-                facts, onto, rng, held if split == "test" else set(), site_universe, morph_universe
-            )
-            if not qs:
-                counts.patients["skipped_no_question"] += 1
-                continue
-            counts.patients[f"kept_{split}"] += 1
-            counts.facts["kept"] += len(facts)
-            enc = [[fact_word, vocab.word_id[str(v)], vocab.n_words + c] for v, c in facts]
-            mem_unseen = any(c in held for _, c in facts)
-            for qtype, words, answer, sup in qs:
-                if answer not in vocab.answer_id:
-                    counts.questions["skipped_answer_outside_set"] += 1
-                    continue
-                rec["subject_id"].append(int(subj[r]))
-                rec["split"].append(split)
-                rec["qtype"].append(qtype)
-                rec["facts"].append(enc)
-                rec["fact_codes"].append([c for _, c in facts])
-                rec["question"].append([vocab.word_id.get(w, 1) for w in words])
-                rec["answer"].append(vocab.answer_id[answer])
-                rec["supporting"].append(sup)
-                rec["unseen"].append(any(facts[i][1] in held for i in sup))
-                rec["memory_unseen"].append(mem_unseen)
-                counts.questions[f"{split}/{qtype}"] += 1
-                if split == "test" and rec["unseen"][-1]:
-                    counts.questions[f"test_unseen/{qtype}"] += 1
-    questions = pa.table(
-        {
-            "subject_id": pa.array(rec["subject_id"], pa.int64()),
-            "split": pa.array(rec["split"], pa.string()),
-            "qtype": pa.array(rec["qtype"], pa.string()),
-            "facts": pa.array(rec["facts"], pa.list_(pa.list_(pa.int32()))),
-            "fact_codes": pa.array(rec["fact_codes"], pa.list_(pa.int32())),
-            "question": pa.array(rec["question"], pa.list_(pa.int32())),
-            "answer": pa.array(rec["answer"], pa.int32()),
-            "supporting": pa.array(rec["supporting"], pa.list_(pa.int32())),
-            "unseen": pa.array(rec["unseen"], pa.bool_()),
-            "memory_unseen": pa.array(rec["memory_unseen"], pa.bool_()),
-        }
-    )
-    vocab_t = pa.table(
-        {
-            "token_id": pa.array(range(vocab.n_words), pa.int32()),
-            "token": vocab.words,
+    return held, site_universe, morph_universe
+
+
+def _memory(facts: list[tuple[int, int]], split: str, held: set[int], opts: QAOptions, counts: Counts):
+    """A patient's memory: outside test without the held-out codes' facts, the most recent ``max_memories``."""
+    if split != "test":
+        before = len(facts)
+        facts = [f for f in facts if f[1] not in held]
+        counts.facts["held_out_removed"] += before - len(facts)
+    if len(facts) > opts.max_memories:
+        counts.facts["truncated"] += len(facts) - opts.max_memories
+        facts = facts[-opts.max_memories :]
+    return facts
+
+
+def _add_questions(rec: dict[str, list], subject: int, split: str, facts, qs, held: set[int],
+                   vocab: Vocabulary, counts: Counts) -> None:  # fmt: skip
+    """Append the questions ``qs`` about one memory to the columns ``rec`` (answers outside the set skipped)."""
+    enc = [[vocab.word_id[FACT_WORD], vocab.word_id[str(v)], vocab.n_words + c] for v, c in facts]
+    mem_unseen = any(c in held for _, c in facts)
+    for qtype, words, answer, sup in qs:
+        if answer not in vocab.answer_id:
+            counts.questions["skipped_answer_outside_set"] += 1
+            continue
+        unseen = any(facts[i][1] in held for i in sup)
+        row = {
+            "subject_id": subject, "split": split, "qtype": qtype, "facts": enc,
+            "fact_codes": [c for _, c in facts], "question": [vocab.word_id.get(w, 1) for w in words],
+            "answer": vocab.answer_id[answer], "supporting": sup, "unseen": unseen, "memory_unseen": mem_unseen,
+        }  # fmt: skip
+        for k, v in row.items():
+            rec[k].append(v)
+        counts.questions[f"{split}/{qtype}"] += 1
+        if split == "test" and unseen:
+            counts.questions[f"test_unseen/{qtype}"] += 1
+
+
+def _vocabulary_tables(vocab: Vocabulary, onto: Ontology) -> dict[str, pa.Table]:
+    """The ``vocab`` (words) and ``answers`` tables, each token with its readable label."""
+    return {
+        "vocab": pa.table({
+            "token_id": pa.array(range(vocab.n_words), pa.int32()), "token": vocab.words,
             "label": [vocab.label(w, onto) for w in vocab.words],
-        }
-    )
-    answers_t = pa.table(
-        {
-            "answer_id": pa.array(range(len(vocab.answers)), pa.int32()),
-            "answer": vocab.answers,
+        }),
+        "answers": pa.table({
+            "answer_id": pa.array(range(len(vocab.answers)), pa.int32()), "answer": vocab.answers,
             "label": [vocab.label(a, onto) for a in vocab.answers],
-        }
-    )
-    info = {
-        "counts": {k: dict(sorted(getattr(counts, k).items())) for k in ("patients", "facts", "questions")},
-        "held_out_codes": sorted(int(c) for c in held),
-        "n_words": vocab.n_words,
-        "n_codes": onto.n_codes,
-        "n_answers": len(vocab.answers),
-        "vocab_fingerprint": vocab.fingerprint(),
-    }
-    return {"questions": questions, "vocab": vocab_t, "answers": answers_t}, info
+        }),
+    }  # fmt: skip
 
 
 @dataclass
@@ -397,43 +415,20 @@ def generate_qa(
         raise InputFileError(pfile, "missing; not a tokenized dataset folder")
     patients = pq.read_table(pfile, columns=["subject_id", "split", "input_ids", "segment_ids"])
     onto = read_ontology(ppath)
-    options_d = asdict(opts)
-    qa_id = hashlib.sha256(
-        json.dumps(
-            {
-                "generator": GENERATOR_VERSION,
-                "program_id": program_id,
-                "dataset_id": dman.get("dataset_id"),
-                "options": options_d,
-            },
-            sort_keys=True,
-        ).encode()
-    ).hexdigest()[:16]
-    final = Path(out) / (name or f"qa-{dpath.parent.name}") / qa_id
-    if final.exists():
-        manifest = verify_dataset(final)
-        if manifest.get("dataset_id") == qa_id:
-            return QAResult(final, manifest, False)
+    gen = Generated(
+        GENERATOR_VERSION, program_id, dman, asdict(opts), Path(out) / (name or f"qa-{dpath.parent.name}")
+    )
+    manifest = gen.existing()
+    if manifest is not None:
+        return QAResult(gen.path, manifest, False)
     tables, info = build_qa_tables(patients, onto, opts)
     if tables["questions"].num_rows == 0:
         raise QADataError(f"{dpath}: no question could be generated ({info['counts']['patients']})")
-    manifest = {
-        "format_version": 1,
-        "kind": "clinical-qa",
-        "dataset_id": qa_id,  # the QA set's own id (key shared with pipelines.data.dataset's writer)
-        "qa_id": qa_id,
-        "program_id": program_id,
-        "source_dataset_id": dman.get("dataset_id"),
-        "generator": GENERATOR_VERSION,
-        "options": options_d,
-        "question_types": list(QUESTION_TYPES),
-        **info,
-    }
+    manifest = gen.manifest("clinical-qa", "qa_id", question_types=list(QUESTION_TYPES), **info)
     for k, v in info["counts"]["patients"].items():
         if k.startswith("skipped"):
             log.warning("%s: %d patients %s", dpath, v, k.replace("_", " "))
-    written = write_dataset(final, tables, manifest)
-    return QAResult(final, verify_dataset(final), written)
+    return QAResult(gen.path, *gen.write(tables, manifest))
 
 
 def read_qa(path: str | Path) -> tuple[dict[str, Any], pa.Table, pa.Table, pa.Table]:
@@ -447,4 +442,13 @@ def read_qa(path: str | Path) -> tuple[dict[str, Any], pa.Table, pa.Table, pa.Ta
         pq.read_table(p / "questions.parquet"),
         pq.read_table(p / "vocab.parquet"),
         pq.read_table(p / "answers.parquet"),
+    )
+
+
+def describe(result: QAResult) -> str:
+    """What ``hrrbert qa generate`` prints: the QA set's folder and its questions per type."""
+    q = result.manifest["counts"]["questions"]
+    return (
+        f"qa        {result.path}{'' if result.written else ' (already generated)'}\n"
+        "questions " + ", ".join(f"{k} {v}" for k, v in q.items())
     )
