@@ -5,7 +5,7 @@ README.md) and exercise every branch of the mapping policy. Deterministic; run f
 
     .venv/bin/python tests/data/make_mapping_fixture.py
 
-Layouts (data-formats.md): NLM ``ICD9CM_SNOMED_MAP_1TO1/1TOM_201812.txt`` TAB-separated with a UTF-8 BOM
+Layouts (docs/input-formats.md): NLM ``ICD9CM_SNOMED_MAP_1TO1/1TOM_201812.txt`` TAB-separated with a UTF-8 BOM
 and ``NULL``; OMOP ``CONCEPT.csv``/``CONCEPT_RELATIONSHIP.csv`` TAB-separated, unquoted; CMS GEMs in the
 19-character fixed-width layout; ``d_icd_diagnoses.csv`` as MIMIC-IV writes it; ``code_counts.csv``.
 """

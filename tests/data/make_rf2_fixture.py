@@ -995,7 +995,7 @@ def unescape_rule(rule: str) -> str:
 
 
 def static_map(snap: dict[str, dict[Any, dict[str, Any]]], refset: int) -> dict[str, Any]:
-    """Static resolution of one ExtendedMap refset (data-formats.md A2)."""
+    """Static resolution of one ExtendedMap refset (docs/input-formats.md, "ICD-10 extended map")."""
     active_c = {i for i, r in snap["Concept"].items() if r["active"]}
     groups: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
     for r in snap.get("ExtendedMap", {}).values():

@@ -1,4 +1,4 @@
-"""Tiny tokenized datasets (format 1, as ``shared/docs/architecture.md`` describes them) written by the
+"""Tiny tokenized datasets (format 1, as ``docs/dataset-format.md`` describes it) written by the
 training tests against the compiled fixture program, independently of ``hrrbert prepare``.
 
 Patients: ``[CLS]`` then 2-4 visits of 1-6 codes each (segment id = visit index, [CLS] in segment 0).
