@@ -165,3 +165,23 @@ def test_cli_generate_train_evaluate(tmp_path, d2v, program_dir):  # noqa: F811
     r = cli.invoke(main, ["doctor2vec", "evaluate", str(tmp_path / "ds"), "--data", str(d2v), "--program",
                           str(program_dir)])  # fmt: skip
     assert r.exit_code != 0 and "not a saved Doctor2Vec model" in r.output
+
+
+def test_epoch_batches_replay_for_resume(d2v, program_dir):  # noqa: F811
+    """The doctor order of each epoch comes from one seeded stream; asked out of turn (as after a resume)
+    it is replayed from the start, so a resumed run sees the uninterrupted run's batches."""
+    from pipelines.doctor2vec.config import D2VTrainConfig
+    from pipelines.doctor2vec.train import D2VTask
+    from pipelines.train.runtime import DistContext
+
+    torch.set_num_threads(1)
+    ds = read_doctor2vec(d2v)
+    t = build_tensors(ds, max_memories=48, max_codes=64, hide_held_out=True, seed=0)
+    cfg = D2VTrainConfig(data=str(d2v), program=str(program_dir), **FAST)
+    rows = t.pairs_of("train")
+    ctx = DistContext()
+    walked = D2VTask(cfg, t, rows, ctx, "cpu")
+    seq = [walked.epoch_batches(e) for e in range(3)]
+    jump = D2VTask(cfg, t, rows, ctx, "cpu")
+    for e in (2, 0, 1):
+        assert [b.tolist() for b in jump.epoch_batches(e)] == [b.tolist() for b in seq[e]]
