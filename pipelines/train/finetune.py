@@ -9,6 +9,10 @@ repeats the whole fine-tuning with seeds ``seed, seed + 1, ...``; each trial wri
 ``model="visit-transformer"`` fine-tunes a :class:`model.VisitTransformer` the size of the pretrained BERT
 whose code embedding is the BERT's pretrained token embedding, in the same loop and results format.
 
+Each trial runs on the one training loop (:mod:`pipelines.train.loop`): a checkpoint at every validation
+(resume continues an interrupted trial exactly; a finished trial keeps ``model/`` and drops its
+checkpoints), ``patience`` for early stopping, DDP under ``torchrun``, bf16 on CUDA.
+
 Dimension legend: B batch, T codes, L labels.
 """
 
