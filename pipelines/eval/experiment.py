@@ -170,3 +170,8 @@ def options_to_config(
     return ExperimentConfig(
         pretrain=pre, finetune=fin, evaluate={"per_bin": per_bin, "tsne_points": tsne_points}, **kw
     )
+
+
+def describe(result: ExperimentResult) -> str:
+    """What ``hrrbert experiment`` prints: the report, the wall time and the headline table."""
+    return f"report    {result.report}\nwall time {result.seconds:.0f} s\n\n{result.headline}"
