@@ -1,0 +1,28 @@
+"""``hrrbert``: the user-facing command group.
+
+A thin layer: each command parses its options (shared ones from :mod:`.options`, run options
+generated from the config dataclasses), calls one API function and prints its summary. Commands are
+grouped by room (:mod:`.data`, :mod:`.train`, :mod:`.eval`, :mod:`.demo`, :mod:`.qa`,
+:mod:`.doctor2vec`); heavy modules (torch, the trainers) are imported inside the command bodies, so
+``hrrbert --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import click
+
+from . import data, demo, doctor2vec, eval, qa, train
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="hrrbert", prog_name="hrrbert")
+def main() -> None:
+    """hrrbert: ontology-structured (HRR) embeddings for transformers over ICD codes."""
+
+
+for _command in (*data.COMMANDS, *demo.COMMANDS, *train.COMMANDS, *eval.COMMANDS):
+    main.add_command(_command)
+main.add_command(qa.qa_group)
+main.add_command(doctor2vec.doctor2vec_group)

@@ -1,0 +1,117 @@
+"""Data commands: ``prepare`` (EHR -> tokenized dataset), ``sql`` (query a program), ``export-owl``."""
+
+from __future__ import annotations
+
+import click
+
+from pipelines.data.splits import SplitOptions
+from pipelines.demo.defaults import DEMO_PATIENTS
+
+from .options import (
+    config_options,
+    force_option,
+    handle_errors,
+    out_option,
+    program_option,
+    seed_option,
+    verbosity_options,
+)
+
+INPUT_DIR = click.Path(exists=True, file_okay=False)
+SCALED = "(default: the paper's {} scaled to the cohort)"
+
+
+@click.command("prepare")
+@click.option("--mimic", type=INPUT_DIR, help="MIMIC-IV root (holding hosp/).")
+@click.option("--eicu", type=INPUT_DIR, help="eICU-CRD folder (patient.csv.gz, ...).")
+@click.option("--meds", type=INPUT_DIR, help="MEDS root (data/, metadata/).")
+@click.option(
+    "--demo", is_flag=True, help="Build the demo release, compile it, generate the synthetic cohort."
+)
+@program_option(required=False)
+@out_option("artifacts/datasets")
+@click.option("--name", default=None, help="Dataset name (default: <source kind>-<input folder name>).")
+@click.option(
+    "--max-len", type=int, default=128, show_default=True, help="Tokens per sequence, [CLS] included."
+)
+@click.option(
+    "--max-visits", type=int, default=100, show_default=True, help="Visits (segments) per sequence."
+)
+@click.option("--unknown", type=click.Choice(["drop", "unk"]), default="drop", show_default=True,
+              help="Codes not in the program: drop them (counted) or map them to [UNK].")  # fmt: skip
+@config_options(SplitOptions, exclude=["seed"], group="splits", help={
+    "finetune_train": "mortality fine-tuning train patients " + SCALED.format("13k of 190k"),
+    "finetune_val": "fine-tuning validation patients " + SCALED.format("2k of 190k"),
+    "test": "test patients (default: min(666, 5 %))",
+    "disease_train": "subset of --finetune-train flagged for the disease task " + SCALED.format("4.5k of 190k"),
+    "disease_val": "subset of --finetune-val flagged for the disease task " + SCALED.format("500 of 190k"),
+    "rood_max_patients": "a held-out code occurs in at most this many patients (default: max(3, patients // 1000))",
+})  # fmt: skip
+@seed_option()
+@click.option("--demo-size", type=click.Choice(["default", "small"]), default="default", show_default=True)
+@click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
+@click.option("--artifacts", type=click.Path(file_okay=False), default="artifacts", show_default=True,
+              help="Where --demo writes releases/, programs/ and ehr/.")  # fmt: skip
+@verbosity_options
+@handle_errors
+def prepare_cmd(splits: dict, demo: bool, demo_size: str, demo_patients: int, artifacts: str, **kw) -> None:
+    """Read EHR diagnoses, tokenize them against a program and write a tokenized dataset."""
+    from pipelines.data.prepare import describe, prepare
+
+    opts = SplitOptions(seed=kw["seed"], **splits)
+    if not demo:
+        click.echo(describe(prepare(splits=opts, **kw)))
+        return
+    if kw["mimic"] or kw["eicu"] or kw["meds"] or kw["program"]:
+        raise click.ClickException(
+            "--demo builds its own release, program and cohort; drop --mimic/--eicu/--meds/--program"
+        )
+    from pipelines.demo.prepare import prepare_demo
+
+    results = prepare_demo(artifacts=artifacts, out=kw["out"], size=demo_size, n_patients=demo_patients,
+                           seed=kw["seed"], splits=opts, max_len=kw["max_len"], max_visits=kw["max_visits"],
+                           unknown=kw["unknown"])  # fmt: skip
+    click.echo(describe(results))
+
+
+@click.command("sql")
+@click.argument("program", type=INPUT_DIR)
+@click.argument("query")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
+@click.option("--max-rows", type=int, default=50, show_default=True, help="Rows printed in table format.")
+@verbosity_options
+@handle_errors
+def sql_cmd(program: str, query: str, fmt: str, max_rows: int) -> None:
+    """Run read-only DuckDB SQL over a compiled PROGRAM folder.
+
+    Views: atoms, relations, concepts, edges, slices, snomed_concepts, snomed_relationships,
+    snomed_descriptions, icd_map (and the other graph/ tables).
+    """
+    from ontology_compiler.sql import format_result, run_sql
+
+    click.echo(format_result(run_sql(program, query), fmt=fmt, max_rows=max_rows))
+
+
+@click.command("export-owl")
+@click.argument("program", type=INPUT_DIR)
+@click.argument("out", type=click.Path(dir_okay=False))
+@force_option("Overwrite OUT when it exists.")
+@click.option("--scope", type=click.Choice(["program", "all"]), default="program", show_default=True,
+              help="program: concepts the program uses and their ancestors; all: every graph concept.")  # fmt: skip
+@click.option(
+    "--base-iri", default=None, help="Ontology IRI (default https://hrrbert.invalid/program/<id>/)."
+)
+@verbosity_options
+@handle_errors
+def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: str | None) -> None:
+    """Write a compiled PROGRAM as an OWL ontology (RDF/XML) to OUT, e.g. for Protégé."""
+    from ontology_compiler.owl_export import export_owl
+    from ontology_compiler.sql import resolve_program
+
+    from .summaries import owl_summary
+
+    r = export_owl(resolve_program(program), out, force=force, scope=scope, base_iri=base_iri)
+    click.echo(owl_summary(r))
+
+
+COMMANDS = (prepare_cmd, sql_cmd, export_owl_cmd)

@@ -1,0 +1,112 @@
+"""``hrrbert doctor2vec``: doctor-trial matching (generate, train, evaluate, compare)."""
+
+from __future__ import annotations
+
+import click
+
+from pipelines.doctor2vec.config import D2VTrainConfig
+
+from .options import (
+    config_options,
+    handle_errors,
+    only_given,
+    out_option,
+    program_option,
+    resume_option,
+    run_id_option,
+    seed_option,
+    threads_option,
+    verbosity_options,
+)
+
+INPUT_DIR = click.Path(exists=True, file_okay=False)
+
+
+@click.group("doctor2vec")
+def doctor2vec_group() -> None:
+    """Doctor2Vec: match doctors to clinical trials through a memory of their patients."""
+
+
+@doctor2vec_group.command("generate")
+@click.argument("dataset", type=INPUT_DIR)
+@program_option()
+@out_option("artifacts/doctor2vec")
+@click.option("--name", default=None, help="Data set name (default: d2v-<dataset name>).")
+@click.option("--doctors", type=int, default=300, show_default=True)
+@click.option("--train-trials", type=int, default=120, show_default=True)
+@click.option("--val-trials", type=int, default=30, show_default=True)
+@click.option("--test-trials", type=int, default=30, show_default=True)
+@click.option("--rare-trials", type=int, default=30, show_default=True)
+@click.option("--criteria", type=click.Choice(["category", "listed"]), default="category", show_default=True,
+              help="Eligible with any code of a listed condition's ICD category, or with a listed code only.")  # fmt: skip
+@seed_option()
+@verbosity_options
+@handle_errors
+def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
+    """Generate doctors, patient panels, trials and enrollment outcomes from a tokenized DATASET."""
+    from pipelines.doctor2vec.data import D2VOptions, describe, generate_doctor2vec
+
+    click.echo(describe(generate_doctor2vec(dataset, program, out=out, name=name, options=D2VOptions(**kw))))
+
+
+@doctor2vec_group.command("train")
+@click.argument("data", type=INPUT_DIR)
+@out_option("artifacts/runs")
+@run_id_option()
+@resume_option
+@config_options(D2VTrainConfig, exclude=["data"], defaults={"embedding": "hrr"},
+                names={"hide_held_out": "--hide-held-out/--show-held-out"})  # fmt: skip
+@verbosity_options
+@handle_errors
+def d2v_train_cmd(data: str, out: str, run_id: str | None, resume: bool, **kw) -> None:
+    """Train Doctor2Vec on DATA's train trials; report test and rare-disease-trial metrics."""
+    from pipelines.doctor2vec.train import train_doctor2vec
+
+    from .summaries import d2v_train_summary
+
+    r = train_doctor2vec(data, out=out, run_id=run_id, **kw, **only_given(resume=resume))
+    click.echo(d2v_train_summary(r))
+
+
+@doctor2vec_group.command("evaluate")
+@click.argument("run", type=INPUT_DIR)
+@click.option("--data", required=True, type=INPUT_DIR)
+@program_option()
+@click.option("--split", type=click.Choice(["train", "val", "test", "test_rare"]), default="test_rare",
+              show_default=True)  # fmt: skip
+@click.option("--trial", type=int, default=None, help="Trial id whose top doctors and attention are printed.")
+@click.option("--top-doctors", type=int, default=3, show_default=True)
+@click.option("--top-patients", type=int, default=5, show_default=True)
+@verbosity_options
+@handle_errors
+def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, **kw) -> None:
+    """Evaluate a trained RUN on a split; print one trial's best doctors and the patients they were chosen for."""
+    from pipelines.doctor2vec.evaluate import evaluate_doctor2vec
+
+    from .summaries import d2v_metrics
+
+    report, text = evaluate_doctor2vec(run, data, program, split=split, **kw)
+    click.echo(f"{d2v_metrics(split, report)}\n\n{text}")
+
+
+@doctor2vec_group.command("compare")
+@click.option("--dataset", required=True, type=INPUT_DIR)
+@program_option()
+@click.option(
+    "--data", type=INPUT_DIR, help="An existing Doctor2Vec data folder (default: generated from --dataset)."
+)
+@out_option("artifacts/runs/doctor2vec-compare")
+@click.option("--epochs", type=int, default=3, show_default=True)
+@click.option("--dim", type=int, default=64, show_default=True)
+@click.option("--seeds", type=int, default=1, show_default=True, help="Trainings per configuration.")
+@click.option("--visit-transformer", is_flag=True, help="Also the visit-Transformer patient encoder.")
+@threads_option()
+@verbosity_options
+@handle_errors
+def d2v_compare_cmd(**kw) -> None:
+    """Plain vs HRR codes x dynamic vs static doctor, on test and rare-disease trials; writes report.md."""
+    from pipelines.doctor2vec.compare import compare
+
+    path = compare(**kw)
+    click.echo(path.read_text(encoding="utf-8"))
+    click.echo(f"report    {path}")

@@ -1,0 +1,357 @@
+"""The options every ``hrrbert`` command shares, the options generated from the config dataclasses, the
+one logging setup and the one error-to-:class:`click.ClickException` mapping.
+
+Light on purpose: it imports only click and the light config modules (no torch), so ``hrrbert --help``
+stays instant. A config field becomes an option as follows (:func:`config_options`):
+
+* name: ``--`` + the field name with ``-`` for ``_`` (``hrr_mode`` -> ``--hrr-mode``);
+* default: the field default (a command may override it, listed in its ``defaults=``);
+* type: from the annotation: ``bool`` -> ``--x/--no-x``; ``tuple[int, ...]`` -> repeatable;
+  ``int | None`` -> ``int`` with no default; a field without a default -> a required option;
+* choices: :data:`CHOICES` (``--hrr-mode`` is a :class:`click.Choice` of the HRR modes, ...);
+* help: the field's trailing ``# comment`` in the config module's source.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import io
+import sys
+import tokenize
+import types
+import typing
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pipelines.data.splits import SplitOptions
+from pipelines.data.tasks import TASKS
+from pipelines.doctor2vec.config import EMBEDDINGS as D2V_EMBEDDINGS
+from pipelines.doctor2vec.config import D2VTrainConfig
+from pipelines.eval.config import EvaluateConfig, ExperimentConfig
+from pipelines.qa.config import EMBEDDINGS as QA_EMBEDDINGS
+from pipelines.qa.config import MODELS as QA_MODELS
+from pipelines.qa.config import QATrainConfig
+from pipelines.train.config import MODELS as FINETUNE_MODELS
+from pipelines.train.config import SELECT_BY, FinetuneConfig, PretrainConfig
+
+__all__ = [
+    "CHOICES", "HRR_MODES", "MODEL_PRESETS", "api_errors", "config_fields", "config_options", "device_option", "force_option",
+    "handle_errors", "only_given", "out_option", "program_option", "resume_option", "run_id_option",
+    "seed_option", "threads_option", "verbosity_options",
+]  # fmt: skip
+
+F = Callable[..., Any]
+
+# Light copies of constants that live in torch-importing modules (tests check they are equal).
+HRR_MODES = ("unstructured", "base", "freq", "add", "cat")  # hrr_kernel.MODES
+MODEL_PRESETS = ("tiny", "small", "bert-base")  # model.bert.PRESETS
+TYINGS = ("adjacent", "layerwise", "none")  # model.memory_network.TYINGS
+ENCODINGS = ("bow", "position")  # model.memory_network.ENCODINGS
+DOCTORS = ("dynamic", "static")  # model.doctor2vec.DOCTOR_VECTORS
+PATIENT_ENCODERS = ("pooled", "visit-transformer")  # model.doctor2vec.PATIENT_ENCODERS
+
+# field name -> the values click accepts (``model`` depends on the config: see _choices)
+CHOICES: dict[str, tuple[str, ...]] = {
+    "mode": HRR_MODES,
+    "hrr_mode": HRR_MODES,
+    "configurations": HRR_MODES,
+    "task": TASKS,
+    "tasks": TASKS,
+    "select_by": SELECT_BY,
+    "tying": TYINGS,
+    "encoding": ENCODINGS,
+    "doctor": DOCTORS,
+    "patient_encoder": PATIENT_ENCODERS,
+}
+_PER_CONFIG: dict[tuple[type, str], tuple[str, ...]] = {
+    (PretrainConfig, "model"): MODEL_PRESETS,
+    (ExperimentConfig, "model"): MODEL_PRESETS,
+    (FinetuneConfig, "model"): FINETUNE_MODELS,
+    (QATrainConfig, "model"): QA_MODELS,
+    (QATrainConfig, "embedding"): QA_EMBEDDINGS,
+    (D2VTrainConfig, "embedding"): D2V_EMBEDDINGS,
+}
+# fields naming an input folder that must exist
+_INPUT_DIRS = {"dataset", "program", "pretrained", "mortality", "chapters", "transfer_dataset", "qa", "data"}
+CONFIGS = (PretrainConfig, FinetuneConfig, EvaluateConfig, ExperimentConfig, QATrainConfig, D2VTrainConfig,
+           SplitOptions)  # fmt: skip
+
+
+# --- shared options ---------------------------------------------------------------------------------
+
+
+def program_option(required: bool = True, help: str = "Compiled program folder.") -> Callable[[F], F]:
+    return click.option(
+        "--program", required=required, type=click.Path(exists=True, file_okay=False), help=help
+    )
+
+
+def out_option(
+    default: str | None = None, *, required: bool = False, help: str | None = None
+) -> Callable[[F], F]:
+    return click.option("--out", type=click.Path(file_okay=False), default=default, required=required,
+                        show_default=default is not None, help=help)  # fmt: skip
+
+
+def seed_option(default: int = 0, help: str | None = None) -> Callable[[F], F]:
+    return click.option("--seed", type=int, default=default, show_default=True, help=help)
+
+
+def device_option(default: str = "auto", help: str = "auto, cpu, cuda.") -> Callable[[F], F]:
+    return click.option("--device", default=default, show_default=True, help=help)
+
+
+def threads_option(default: int = 1) -> Callable[[F], F]:
+    return click.option("--threads", type=int, default=default, show_default=True,
+                        help="torch CPU threads (0: leave torch's default).")  # fmt: skip
+
+
+def force_option(help: str = "Overwrite the output when it exists.") -> Callable[[F], F]:
+    return click.option("--force", is_flag=True, help=help)
+
+
+def run_id_option(help: str = "Run folder name under --out.") -> Callable[[F], F]:
+    return click.option("--run-id", default=None, help=help)
+
+
+def resume_option(f: F) -> F:
+    return click.option(
+        "--resume", is_flag=True, help="Continue the run from its newest checkpoint (same config)."
+    )(f)
+
+
+def verbosity_options(f: F) -> F:
+    """``-v/--verbose`` (DEBUG) and ``-q/--quiet`` (WARNING); neither: INFO. Sets up logging, then runs ``f``."""
+    from ontology_compiler.logs import setup_logging
+
+    @functools.wraps(f)
+    def run(*args: Any, verbose: bool, quiet: bool, **kw: Any) -> Any:
+        try:
+            setup_logging(verbose, quiet)
+        except ValueError as e:
+            raise click.UsageError(str(e)) from e
+        return f(*args, **kw)
+
+    run = click.option("-q", "--quiet", is_flag=True, help="Log only warnings and errors.")(run)
+    return click.option("-v", "--verbose", is_flag=True, help="Log debug messages too.")(run)
+
+
+# --- errors -----------------------------------------------------------------------------------------
+
+# Errors the API raises on purpose; looked up only in modules already imported (an error class of a
+# module nobody imported cannot have been raised), so this never imports torch.
+_API_ERRORS = (
+    ("pipelines.errors", "PipelineError"),
+    ("ontology_compiler.errors", "OntologyCompilerError"),
+    ("hrr_kernel.errors", "HRRKernelError"),
+    ("model.errors", "ModelError"),
+)
+
+
+def api_errors() -> tuple[type[Exception], ...]:
+    """The exception classes :func:`handle_errors` turns into a one-line error message."""
+    found = [getattr(sys.modules[m], name) for m, name in _API_ERRORS if m in sys.modules]
+    return (*found, ValueError)
+
+
+def handle_errors(f: F) -> F:
+    """Run the command ``f``; an API error (:func:`api_errors`) becomes a :class:`click.ClickException`."""
+
+    @functools.wraps(f)
+    def run(*args: Any, **kw: Any) -> Any:
+        try:
+            return f(*args, **kw)
+        except click.ClickException:
+            raise
+        except Exception as e:
+            if isinstance(e, api_errors()):
+                raise click.ClickException(str(e)) from e
+            raise
+
+    return run
+
+
+# --- options generated from a config dataclass ------------------------------------------------------
+
+
+@functools.cache
+def _field_comments(cls: type) -> dict[str, str]:
+    """Field name -> its trailing ``# comment`` in the source of ``cls`` (the option's help)."""
+    path = Path(sys.modules[cls.__module__].__file__ or "")
+    source = path.read_text(encoding="utf-8")
+    comments: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = tok.string.lstrip("#").strip()
+    (node,) = (
+        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls.__name__
+    )
+    out = {}
+    for st in node.body:
+        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+            lines = range(st.lineno, (st.end_lineno or st.lineno) + 1)
+            text = next((comments[i] for i in lines if i in comments), None)
+            if text and "fmt:" not in text:
+                out[st.target.id] = text
+    return out
+
+
+def _base_type(tp: Any) -> tuple[Any, bool, bool]:
+    """(element type, optional, repeated) of an annotation: ``int | None`` -> (int, True, False)."""
+    optional = False
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(tp))
+        if len(args) != 1:
+            raise TypeError(f"no option type for {tp}")
+        tp = args[0]
+    if typing.get_origin(tp) is tuple:
+        args = typing.get_args(tp)
+        if len(args) != 2 or args[1] is not Ellipsis:
+            raise TypeError(f"no option type for {tp}")
+        return args[0], optional, True
+    if tp not in (bool, int, float, str):
+        raise TypeError(f"no option type for {tp}")
+    return tp, optional, False
+
+
+def _choices(cls: type, name: str) -> tuple[str, ...] | None:
+    return _PER_CONFIG.get((cls, name), CHOICES.get(name))
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _representable(hints: dict[str, Any], name: str) -> bool:
+    try:
+        _base_type(hints[name])
+    except TypeError:
+        return False
+    return True
+
+
+def config_fields(
+    cls: type, include: Iterable[str] | None = None, exclude: Iterable[str] = ()
+) -> list[dataclasses.Field]:
+    """The fields of ``cls`` that :func:`config_options` makes options of, in option order.
+
+    ``include``: these, in this order (each must be representable); else every representable field
+    (not ``dict``) but those in ``exclude``.
+    """
+    by_name = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    if include is not None:
+        unknown = [n for n in include if n not in by_name]
+        if unknown:
+            raise ValueError(f"{cls.__name__} has no field(s) {unknown}")
+        return [by_name[n] for n in include]
+    skip = set(exclude)
+    unknown = skip - set(by_name)
+    if unknown:
+        raise ValueError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
+    return [f for f in by_name.values() if f.name not in skip and _representable(hints, f.name)]
+
+
+def config_options(
+    cls: type,
+    *,
+    include: Iterable[str] | None = None,
+    exclude: Iterable[str] = (),
+    defaults: dict[str, Any] | None = None,
+    names: dict[str, str] | None = None,
+    help: dict[str, str] | None = None,
+    prefix: str = "",
+    group: str | None = None,
+) -> Callable[[F], F]:
+    """Click options for the fields of the config dataclass ``cls`` (see the module docstring).
+
+    ``defaults``: field -> a default other than the field's (a command's own default, kept for its
+    users); ``names``: field -> the option's declaration (``"--seeds"``, ``"--hide-x/--show-x"``);
+    ``help``: field -> help other than the field's comment; ``prefix``: ``"finetune"`` makes
+    ``--finetune-epochs`` (parameter ``finetune_epochs``) of ``epochs``. The command receives each
+    option under the field's name (with ``prefix_``), or, with ``group``, all of them as one dict
+    keyword ``group`` (field name -> value).
+    """
+    defaults, names, help = dict(defaults or {}), dict(names or {}), dict(help or {})
+    chosen = config_fields(cls, include, exclude)
+    for given in (defaults, names, help):
+        stray = set(given) - {f.name for f in chosen}
+        if stray:
+            raise ValueError(f"{sorted(stray)} are not options made of {cls.__name__}")
+    decorators = [_option(cls, f, defaults, names, help, prefix) for f in chosen]
+    params = [f"{prefix}_{f.name}" if prefix else f.name for f in chosen]
+
+    def apply(fn: F) -> F:
+        if group is not None:
+            fn = _grouped(fn, group, params, prefix)
+        for d in reversed(decorators):
+            fn = d(fn)
+        return fn
+
+    return apply
+
+
+def _grouped(fn: F, group: str, params: list[str], prefix: str) -> F:
+    """``fn`` receiving the options ``params`` as one dict ``group`` (keyed by field name)."""
+    cut = len(prefix) + 1 if prefix else 0
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kw: Any) -> Any:
+        kw[group] = {p[cut:]: kw.pop(p) for p in params}
+        return fn(*args, **kw)
+
+    return run
+
+
+def _option(
+    cls: type, f: dataclasses.Field, defaults: dict, names: dict, help: dict, prefix: str
+) -> Callable[[F], F]:
+    tp, optional, repeated = _base_type(typing.get_type_hints(cls)[f.name])
+    default = defaults.get(f.name, _default(f))
+    required = default is dataclasses.MISSING
+    text = help.get(f.name, _field_comments(cls).get(f.name))
+    param = f"{prefix}_{f.name}" if prefix else f.name
+    if not prefix and f.name not in names:  # the shared options, where a config has them
+        if f.name == "program":
+            return program_option(required=required, help=text or "Compiled program folder.")
+        if f.name == "out":
+            return out_option(None if required else default, required=required, help=text)
+        if f.name == "seed":
+            return seed_option(default, help=text)
+        if f.name == "device":
+            return device_option(default, help=text or "auto, cpu, cuda.")
+    option = "--" + param.replace("_", "-")
+    decl = names.get(f.name, option)
+    kw: dict[str, Any] = {"help": text, "required": required}
+    if not required:
+        kw["default"] = default
+        kw["show_default"] = default is not None and (tp is not bool or default)
+    if tp is bool:
+        if "/" not in decl:
+            decl = f"{decl}/--no-{decl.removeprefix('--')}"
+        return click.option(decl, param, **kw)
+    choices = _choices(cls, f.name)
+    if choices is not None:
+        kw["type"] = click.Choice(choices)
+    elif f.name in _INPUT_DIRS:
+        kw["type"] = click.Path(exists=True, file_okay=False)
+    else:
+        kw["type"] = tp
+    if repeated:
+        kw["multiple"] = True
+    return click.option(decl, param, **kw)
+
+
+def only_given(**flags: bool) -> dict[str, bool]:
+    """The flags that are set, as keywords (an API that lacks a keyword still works without the flag)."""
+    return {k: True for k, v in flags.items() if v}

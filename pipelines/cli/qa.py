@@ -1,0 +1,104 @@
+"""``hrrbert qa``: clinical question answering with memory networks (generate, train, evaluate, compare)."""
+
+from __future__ import annotations
+
+import click
+
+from pipelines.qa.config import QATrainConfig
+
+from .options import (
+    config_options,
+    handle_errors,
+    only_given,
+    out_option,
+    program_option,
+    resume_option,
+    run_id_option,
+    seed_option,
+    threads_option,
+    verbosity_options,
+)
+
+INPUT_DIR = click.Path(exists=True, file_okay=False)
+
+
+@click.group("qa")
+def qa_group() -> None:
+    """Clinical question answering with memory networks over a patient's diagnoses."""
+
+
+@qa_group.command("generate")
+@click.argument("dataset", type=INPUT_DIR)
+@program_option()
+@out_option("artifacts/qa")
+@click.option("--name", default=None, help="QA set name (default: qa-<dataset name>).")
+@click.option("--max-memories", type=int, default=30, show_default=True)
+@click.option("--train-patients", type=int, default=2000, show_default=True)
+@click.option("--val-patients", type=int, default=300, show_default=True)
+@click.option("--test-patients", type=int, default=800, show_default=True)
+@click.option("--unseen-fraction", type=float, default=0.15, show_default=True)
+@seed_option()
+@verbosity_options
+@handle_errors
+def qa_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
+    """Generate a clinical QA set from a tokenized DATASET and its program."""
+    from pipelines.qa.data import QAOptions, describe, generate_qa
+
+    click.echo(describe(generate_qa(dataset, program, out=out, name=name, options=QAOptions(**kw))))
+
+
+@qa_group.command("train")
+@click.argument("qa", type=INPUT_DIR)
+@out_option("artifacts/runs")
+@run_id_option()
+@resume_option
+@config_options(QATrainConfig, exclude=["qa"])
+@verbosity_options
+@handle_errors
+def qa_train_cmd(qa: str, out: str, run_id: str | None, resume: bool, **kw) -> None:
+    """Train a memory network on a QA set; report test accuracy overall, per type, on unseen codes."""
+    from pipelines.qa.train import train_qa
+
+    from .summaries import qa_train_summary
+
+    click.echo(qa_train_summary(train_qa(qa, out=out, run_id=run_id, **kw, **only_given(resume=resume))))
+
+
+@qa_group.command("evaluate")
+@click.argument("run", type=INPUT_DIR)
+@click.option("--qa", required=True, type=INPUT_DIR)
+@program_option()
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--patient", type=int, default=None, help="Subject id whose attention is printed.")
+@click.option("--threshold", type=float, default=0.05, show_default=True, help="Smallest weight printed.")
+@verbosity_options
+@handle_errors
+def qa_evaluate_cmd(run: str, qa: str, program: str, **kw) -> None:
+    """Evaluate a trained QA RUN (or model folder); print accuracy and one patient's attention per hop."""
+    from pipelines.qa.train import evaluate_qa
+
+    from .summaries import qa_metrics
+
+    report, text = evaluate_qa(run, qa, program, **kw)
+    click.echo(f"{qa_metrics(report)}\n\n{text}")
+
+
+@qa_group.command("compare")
+@click.option("--dataset", required=True, type=INPUT_DIR)
+@program_option()
+@out_option("artifacts/runs/qa-compare")
+@click.option("--epochs", type=int, default=4, show_default=True)
+@click.option("--max-train", type=int, default=3000, show_default=True)
+@click.option("--finetune-epochs", type=int, default=3, show_default=True)
+@click.option("--pretrain-steps", type=int, default=60, show_default=True)
+@click.option("--skip-finetune", is_flag=True, help="Only the memory-network tables.")
+@threads_option()
+@verbosity_options
+@handle_errors
+def qa_compare_cmd(**kw) -> None:
+    """Run the comparison grid on a dataset and write report.md (memory networks, visit Transformer vs BERT)."""
+    from pipelines.qa.compare import compare
+
+    path = compare(**kw)
+    click.echo(path.read_text(encoding="utf-8"))
+    click.echo(f"report    {path}")
