@@ -20,7 +20,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,9 @@ from pipelines.train.loop import LoopOptions, LossForward, StepOutput, open_run,
 from pipelines.train.metrics import auroc, average_precision
 from pipelines.train.model_files import check_meta, read_meta, save_weights
 from pipelines.train.runtime import (
-    init_distributed,
+    config_from,
+    distributed,
     now_iso,
-    resolve_device,
     seed_everything,
     versions,
     write_json,
@@ -262,16 +262,9 @@ def train_doctor2vec(
 
     ``resume=True`` continues ``<out>/<run_id>`` from its newest checkpoint (a finished run is read back).
     """
-    if config is None:
-        bad = sorted(set(options) - {f.name for f in fields(D2VTrainConfig)})
-        if bad:
-            raise TypeError(f"unknown doctor2vec option(s) {bad}")
-        config = D2VTrainConfig(data=str(data), program=str(program), **options)
-    ctx, device = init_distributed(resolve_device(config.device))
-    try:
-        return _train(config, ctx, device, Path(out), run_id, resume)
-    finally:
-        ctx.close()
+    cfg = config_from(D2VTrainConfig, config, options, "doctor2vec", data=data, program=program)
+    with distributed(cfg.device) as (ctx, device):
+        return _train(cfg, ctx, device, Path(out), run_id, resume)
 
 
 def _optimizer(cfg: D2VTrainConfig, model: nn.Module) -> torch.optim.Optimizer:

@@ -22,7 +22,7 @@ import logging
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +39,9 @@ from pipelines.train.loop import LoopOptions, LossForward, StepOutput, open_run,
 from pipelines.train.metrics import binary_metrics
 from pipelines.train.model_files import check_meta, read_meta, save_weights
 from pipelines.train.runtime import (
-    init_distributed,
+    config_from,
+    distributed,
     now_iso,
-    resolve_device,
     seed_everything,
     versions,
     write_json,
@@ -308,16 +308,9 @@ def train_qa(
 
     ``resume=True`` continues ``<out>/<run_id>`` from its newest checkpoint (a finished run is read back).
     """
-    if config is None:
-        bad = sorted(set(options) - {f.name for f in fields(QATrainConfig)})
-        if bad:
-            raise TypeError(f"unknown qa option(s) {bad}")
-        config = QATrainConfig(qa=str(qa), program=str(program), **options)
-    ctx, device = init_distributed(resolve_device(config.device))
-    try:
-        return _train_qa(config, ctx, device, Path(out), run_id, resume)
-    finally:
-        ctx.close()
+    cfg = config_from(QATrainConfig, config, options, "qa", qa=qa, program=program)
+    with distributed(cfg.device) as (ctx, device):
+        return _train_qa(cfg, ctx, device, Path(out), run_id, resume)
 
 
 def _train_qa(cfg: QATrainConfig, ctx, device, out: Path, run_id: str | None, resume: bool) -> QARunResult:

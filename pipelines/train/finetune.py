@@ -22,7 +22,7 @@ import json
 import logging
 import math
 import shutil
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,14 @@ from .checkpoint import CHECKPOINT_DIR, list_checkpoints
 from .config import FinetuneConfig
 from .loop import LoopOptions, StepOutput, open_run, run_loop
 from .metrics import binary_metrics, multilabel_metrics
-from .runtime import init_distributed, now_iso, resolve_device, seed_everything, versions, write_json
+from .runtime import (
+    config_from,
+    distributed,
+    now_iso,
+    seed_everything,
+    versions,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -113,18 +120,10 @@ def finetune(
     interrupted one continues from its newest checkpoint (the config must match). Under ``torchrun`` the
     trials run with DistributedDataParallel (the batch is global and split over ranks).
     """
-    if config is None:
-        bad = sorted(set(options) - {f.name for f in fields(FinetuneConfig)})
-        if bad:
-            raise TypeError(f"unknown finetune option(s) {bad}")
-        config = FinetuneConfig(
-            pretrained=str(pretrained), dataset=str(dataset), program=str(program), **options
-        )
-    ctx, device = init_distributed(resolve_device(config.device))
-    try:
-        return _finetune(config, ctx, device, Path(out), run_id, resume)
-    finally:
-        ctx.close()
+    cfg = config_from(FinetuneConfig, config, options, "finetune", pretrained=pretrained, dataset=dataset,
+                      program=program)  # fmt: skip
+    with distributed(cfg.device) as (ctx, device):
+        return _finetune(cfg, ctx, device, Path(out), run_id, resume)
 
 
 def _task_splits(cfg: FinetuneConfig, ds: TokenizedDataset, mc) -> tuple[Sequences, Sequences, Sequences]:

@@ -21,7 +21,7 @@ Dimension legend: B batch, T codes, N concepts, M masked positions.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +36,9 @@ from .loop import LoopOptions, StepOutput, open_run, run_loop
 from .mlm import evaluate_mlm, mlm_step, tokens_of
 from .runtime import (
     DistContext,
-    init_distributed,
+    config_from,
+    distributed,
     now_iso,
-    resolve_device,
     seed_everything,
     versions,
     warmup_cosine,
@@ -90,20 +90,11 @@ def pretrain(
     """
     from hrr_kernel import load_program
 
-    if config is None:
-        known = {f.name for f in fields(PretrainConfig)}
-        bad = sorted(set(options) - known)
-        if bad:
-            raise TypeError(f"unknown pretrain option(s) {bad}")
-        config = PretrainConfig(dataset=str(dataset), program=str(program), **options)
-    cfg = config
-    ctx, device = init_distributed(resolve_device(cfg.device))
-    try:
+    cfg = config_from(PretrainConfig, config, options, "pretrain", dataset=dataset, program=program)
+    with distributed(cfg.device) as (ctx, device):
         return _pretrain(
             cfg, ctx, device, Path(out), run_id or default_run_id(cfg), resume, stop_after, load_program
         )
-    finally:
-        ctx.close()
 
 
 class MLMTask:

@@ -16,16 +16,18 @@ import platform
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 log = logging.getLogger(__name__)
+
+C = TypeVar("C")
 
 
 @dataclass
@@ -222,3 +224,24 @@ class Timer:
     def lap(self) -> float:
         t, self.t0 = time.perf_counter() - self.t0, time.perf_counter()
         return t
+
+
+def config_from(cls: type[C], config: C | None, options: dict[str, Any], what: str, **given: Any) -> C:
+    """``config`` itself, or a ``cls`` built from ``given`` (positional arguments, as strings when set)
+    and the keyword ``options``; an unknown option is a TypeError naming it."""
+    if config is not None:
+        return config
+    bad = sorted(set(options) - {f.name for f in fields(cls)})
+    if bad:
+        raise TypeError(f"unknown {what} option(s) {bad}")
+    return cls(**{k: (str(v) if v is not None else v) for k, v in given.items()}, **options)
+
+
+@contextlib.contextmanager
+def distributed(device: str):
+    """``(ctx, device)`` of this process (joining the ``torchrun`` process group if any), closed after."""
+    ctx, dev = init_distributed(resolve_device(device))
+    try:
+        yield ctx, dev
+    finally:
+        ctx.close()
