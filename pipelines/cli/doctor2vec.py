@@ -54,7 +54,7 @@ def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **k
 @out_option("artifacts/runs")
 @run_id_option()
 @resume_option
-@config_options(D2VTrainConfig, exclude=["data"], defaults={"embedding": "hrr"},
+@config_options(D2VTrainConfig, exclude=["data"],
                 names={"hide_held_out": "--hide-held-out/--show-held-out"})  # fmt: skip
 @verbosity_options
 @handle_errors

@@ -15,7 +15,7 @@ class D2VTrainConfig:
 
     data: str  # Doctor2Vec data folder (pipelines.doctor2vec.data)
     program: str  # the program the data was generated from
-    embedding: str = "plain"  # code embedding: plain table or hrr (HRREmbedding)
+    embedding: str = "hrr"  # code embedding: hrr (HRREmbedding; best in the demo comparison) or a plain table
     hrr_mode: str = "base"  # HRREmbedding mode when embedding is hrr
     doctor: str = "dynamic"  # dynamic (trial attends over the patients) or static (mean of patients)
     patient_encoder: str = "pooled"  # pooled code vectors or visit-transformer

@@ -31,7 +31,7 @@ CONFIG_COMMANDS = {
     ("evaluate",): (EvaluateConfig, "", {"pretrained"}, {}),
     ("experiment",): (ExperimentConfig, "", {"pretrain", "finetune", "evaluate"}, {}),
     ("qa", "train"): (QATrainConfig, "", {"qa"}, {}),
-    ("doctor2vec", "train"): (D2VTrainConfig, "", {"data"}, {"embedding": "hrr"}),
+    ("doctor2vec", "train"): (D2VTrainConfig, "", {"data"}, {}),
     ("prepare",): (SplitOptions, "", set(), {}),
 }
 
