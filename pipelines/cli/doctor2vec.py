@@ -9,7 +9,6 @@ from pipelines.doctor2vec.config import D2VTrainConfig
 from .options import (
     config_options,
     handle_errors,
-    only_given,
     out_option,
     program_option,
     resume_option,
@@ -64,7 +63,7 @@ def d2v_train_cmd(data: str, out: str, run_id: str | None, resume: bool, **kw) -
 
     from .summaries import d2v_train_summary
 
-    r = train_doctor2vec(data, out=out, run_id=run_id, **kw, **only_given(resume=resume))
+    r = train_doctor2vec(data, out=out, run_id=run_id, **kw, resume=resume)
     click.echo(d2v_train_summary(r))
 
 

@@ -41,7 +41,7 @@ from pipelines.train.config import SELECT_BY, FinetuneConfig, PretrainConfig
 
 __all__ = [
     "CHOICES", "HRR_MODES", "MODEL_PRESETS", "api_errors", "config_fields", "config_options", "device_option", "force_option",
-    "handle_errors", "only_given", "out_option", "program_option", "resume_option", "run_id_option",
+    "handle_errors", "out_option", "program_option", "resume_option", "run_id_option",
     "seed_option", "threads_option", "verbosity_options",
 ]  # fmt: skip
 
@@ -350,8 +350,3 @@ def _option(
     if repeated:
         kw["multiple"] = True
     return click.option(decl, param, **kw)
-
-
-def only_given(**flags: bool) -> dict[str, bool]:
-    """The flags that are set, as keywords (an API that lacks a keyword still works without the flag)."""
-    return {k: True for k, v in flags.items() if v}

@@ -9,7 +9,6 @@ from pipelines.qa.config import QATrainConfig
 from .options import (
     config_options,
     handle_errors,
-    only_given,
     out_option,
     program_option,
     resume_option,
@@ -61,7 +60,7 @@ def qa_train_cmd(qa: str, out: str, run_id: str | None, resume: bool, **kw) -> N
 
     from .summaries import qa_train_summary
 
-    click.echo(qa_train_summary(train_qa(qa, out=out, run_id=run_id, **kw, **only_given(resume=resume))))
+    click.echo(qa_train_summary(train_qa(qa, out=out, run_id=run_id, **kw, resume=resume)))
 
 
 @qa_group.command("evaluate")

@@ -11,7 +11,6 @@ from pipelines.train.config import FinetuneConfig, PretrainConfig
 from .options import (
     config_options,
     handle_errors,
-    only_given,
     out_option,
     resume_option,
     run_id_option,
@@ -35,7 +34,7 @@ def pretrain_cmd(dataset: str, out: str, run_id: str | None, resume: bool, **kw)
 
     from .summaries import pretrain_summary
 
-    r = pretrain(dataset, out=out, run_id=run_id, **kw, **only_given(resume=resume))
+    r = pretrain(dataset, out=out, run_id=run_id, **kw, resume=resume)
     if int(os.environ.get("RANK", "0")) == 0:
         click.echo(pretrain_summary(r))
 
@@ -54,9 +53,7 @@ def finetune_cmd(pretrained: str, out: str, run_id: str | None, resume: bool, **
 
     from .summaries import finetune_summary
 
-    click.echo(
-        finetune_summary(finetune(pretrained, out=out, run_id=run_id, **kw, **only_given(resume=resume)))
-    )
+    click.echo(finetune_summary(finetune(pretrained, out=out, run_id=run_id, **kw, resume=resume)))
 
 
 COMMANDS = (pretrain_cmd, finetune_cmd)

@@ -226,7 +226,7 @@ TRAINERS = {
 
 
 @pytest.mark.parametrize("command", list(TRAINERS))
-def test_trainers_pass_the_config_options_and_resume_only_when_given(monkeypatch, tmp_path, command):
+def test_trainers_pass_the_config_options_and_resume(monkeypatch, tmp_path, command):
     module, func, cls, extra = TRAINERS[command]
     result = types.SimpleNamespace(run_dir=tmp_path, trials=[], step=0, validation={},
                                    results={"parameters": 1, "test": None, "val": None})  # fmt: skip
@@ -242,7 +242,7 @@ def test_trainers_pass_the_config_options_and_resume_only_when_given(monkeypatch
         res = CliRunner().invoke(main, [*argv, *(["--resume"] if resume else []), "-q"])
         assert res.exit_code == 0, res.output
         call = calls[-1]
-        assert call.get("resume", False) is resume and (resume or "resume" not in call), call
+        assert call["resume"] is resume, call
         assert call["patience"] == 3
         fields = {f.name for f in dataclasses.fields(cls)}
         config_kw = {k: v for k, v in call.items() if k in fields}
