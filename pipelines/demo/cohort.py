@@ -73,7 +73,32 @@ def simulate_hospital(
     subject = id_base + np.sort(rng.choice(9_000_000, size=n, replace=False)).astype(np.int64)
     age = np.round(18 + 75 * rng.beta(2.6, 1.8, n)).astype(np.int64)
     female = rng.random(n) < 0.52
-    # latent conditions: 1 + Poisson, more with age; condition slot 0 is active from the first visit
+    n_cond, cond_patient, cond_off, cond, n_visits, onset = _conditions(
+        space, age, rng, prevalence, visits_nb
+    )
+    visit_patient, visit_local, visit_off, admit, disch = _visits(n_visits, rng, start, span_years)
+    visit_id = visit_id_base + rng.choice(9_000_000, size=len(visit_patient), replace=False).astype(np.int64)
+    row_visit, row_seq, row_code, row_code10, row_condition = _diagnoses(
+        space, rng, mean_codes, n_cond, cond_off, cond, onset, visit_patient, visit_local, admit
+    )
+    p, died, in_hosp, death = _mortality(
+        space, rng, age, cond_patient, cond, disch[visit_off[1:] - 1], mortality, in_hospital_share
+    )
+    return Hospital(
+        subject=subject, age=age, female=female, mortality_p=p, died_6m=died, death_time=death,
+        died_in_hospital=in_hosp, visit_patient=visit_patient, visit_local=visit_local, admit=admit,
+        disch=disch, visit_id=visit_id, row_visit=row_visit, row_seq=row_seq,
+        row_code=row_code.astype(np.int32), row_code10=row_code10.astype(np.int32),
+        row_condition=row_condition.astype(np.int32), cond_patient=cond_patient,
+        cond_condition=cond, cond_onset=onset,
+    )  # fmt: skip
+
+
+def _conditions(space: CodeSpace, age: np.ndarray, rng: np.random.Generator, prevalence: np.ndarray,
+                visits_nb: tuple[float, float]) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """Latent conditions: 1 + Poisson per patient, more with age, drawn by ``prevalence``; the number of
+    visits; each condition's onset visit (condition slot 0 is active from the first visit)."""
+    n = len(age)
     n_cond = np.minimum(1 + rng.poisson(2.5 + 5.0 * (age - 18) / 75), 24)
     cond_patient, cond_slot, cond_off = _groups(n_cond)
     cond = rng.choice(len(space.conditions), size=len(cond_patient), p=prevalence).astype(np.int32)
@@ -81,21 +106,35 @@ def simulate_hospital(
     onset = np.where(cond_slot == 0, 0, np.floor(rng.random(len(cond)) ** 2 * n_visits[cond_patient])).astype(
         np.int64
     )
-    # visits: first admission uniform over the span, then exponential gaps; lengths of stay log-normal
+    return n_cond, cond_patient, cond_off, cond, n_visits, onset
+
+
+def _visits(
+    n_visits: np.ndarray, rng: np.random.Generator, start: int, span_years: float
+) -> tuple[np.ndarray, ...]:
+    """Visits: the first admission uniform over the span, then exponential gaps; lengths of stay log-normal.
+    (owner patient, index within the patient, patient offsets, admission and discharge times)."""
     visit_patient, visit_local, visit_off = _groups(n_visits)
     los = np.maximum(np.exp(rng.normal(np.log(4 * DAY), 0.7, len(visit_patient))), 3 * 3600).astype(np.int64)
     gap = rng.exponential(200 * DAY, len(visit_patient)).astype(np.int64) + 2 * DAY
-    gap[visit_local == 0] = start + (rng.random(n) * span_years * 365.25 * DAY).astype(np.int64)
+    gap[visit_local == 0] = start + (rng.random(len(n_visits)) * span_years * 365.25 * DAY).astype(np.int64)
     step = gap + np.concatenate([[0], los[:-1]])
     step[visit_local == 0] = gap[visit_local == 0]
     admit = np.cumsum(step) - np.repeat(np.cumsum(step)[visit_off[:-1]] - step[visit_off[:-1]], n_visits)
     admit = admit - admit % 60
     disch = admit + los - (los % 60)
-    visit_id = visit_id_base + rng.choice(9_000_000, size=len(visit_patient), replace=False).astype(np.int64)
-    # code rows: 1 + Poisson codes per visit with a per-patient rate
-    rate = rng.gamma(4.0, (mean_codes - 1) / 4.0, n)
+    return visit_patient, visit_local, visit_off, admit, disch
+
+
+def _diagnoses(space: CodeSpace, rng: np.random.Generator, mean_codes: float, n_cond: np.ndarray,
+               cond_off: np.ndarray, cond: np.ndarray, onset: np.ndarray, visit_patient: np.ndarray,
+               visit_local: np.ndarray, admit: np.ndarray) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """Code rows: 1 + Poisson codes per visit with a per-patient rate, each from an active condition, in
+    ICD-9-CM before the switch; a (visit, code) repeated is kept once. (visit, seq_num, code, its ICD-10
+    code, condition) per row."""
+    rate = rng.gamma(4.0, (mean_codes - 1) / 4.0, len(n_cond))
     n_codes = 1 + rng.poisson(rate[visit_patient])
-    row_visit, row_local, _ = _groups(n_codes)
+    row_visit, _, _ = _groups(n_codes)
     row_patient = visit_patient[row_visit]
     slot = np.floor(rng.random(len(row_visit)) * n_cond[row_patient]).astype(np.int64)
     q = cond_off[row_patient] + slot
@@ -112,34 +151,29 @@ def simulate_hospital(
     key = row_visit * len(space.code_str) + row_code
     _, first = np.unique(key, return_index=True)
     keep = np.sort(first)
-    row_visit, row_code, row_code10, row_condition = (
-        row_visit[keep],
-        row_code[keep],
-        row_code10[keep],
-        row_condition[keep],
-    )
+    row_visit = row_visit[keep]
     _, seq0, _ = _groups(np.bincount(row_visit, minlength=len(visit_patient)))
-    # mortality within 182 days of the last discharge, from condition severities and age
+    return row_visit, (seq0 + 1).astype(np.int32), row_code[keep], row_code10[keep], row_condition[keep]
+
+
+def _mortality(space: CodeSpace, rng: np.random.Generator, age: np.ndarray, cond_patient: np.ndarray,
+               cond: np.ndarray, last_disch: np.ndarray, mortality: float,
+               in_hospital_share: float) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """Death within 182 days of the last discharge, from condition severities and age, calibrated to
+    ``mortality``: (probability, died, died in hospital, death time or -1; some deaths 6-12 months later)."""
+    n = len(age)
     sev = np.zeros(n)
     np.add.at(sev, cond_patient, np.maximum(space.severity[cond], 0.0))
     logit = 0.9 * sev + 0.035 * (age - 65)
     p = 1 / (1 + np.exp(-(logit + _calibrate(logit, mortality))))
     died = rng.random(n) < p
-    last_disch = disch[visit_off[1:] - 1]
     in_hosp = died & (rng.random(n) < in_hospital_share)
     late = ~died & (rng.random(n) < 0.5 * p)  # died 6-12 months later: dod recorded, label false
     death = np.full(n, -1, dtype=np.int64)
     death[died] = last_disch[died] + (rng.random(died.sum()) * 181 * DAY).astype(np.int64)
     death[in_hosp] = last_disch[in_hosp]
     death[late] = last_disch[late] + ((184 + rng.random(late.sum()) * 180) * DAY).astype(np.int64)
-    return Hospital(
-        subject=subject, age=age, female=female, mortality_p=p, died_6m=died, death_time=death,
-        died_in_hospital=in_hosp, visit_patient=visit_patient, visit_local=visit_local, admit=admit,
-        disch=disch, visit_id=visit_id, row_visit=row_visit, row_seq=(seq0 + 1).astype(np.int32),
-        row_code=row_code.astype(np.int32), row_code10=row_code10.astype(np.int32),
-        row_condition=row_condition.astype(np.int32), cond_patient=cond_patient,
-        cond_condition=cond, cond_onset=onset,
-    )  # fmt: skip
+    return p, died, in_hosp, death
 
 
 def universe_from_program(program: str | Path) -> set[tuple[str, str]]:

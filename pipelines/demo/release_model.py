@@ -78,8 +78,8 @@ class SizeSpec:
     p_icd9_synonym: float  # ICD-9-CM titles added as synonyms of the concept their code maps to
 
 
-class Model:
-    """Concepts in registration order (which fixes their ids), plus map rows."""
+class DemoRelease:
+    """The demo release being built: concepts in registration order (which fixes their ids), plus map rows."""
 
     def __init__(self, tree: Icd10Tree, size: SizeSpec, seed: int) -> None:
         self.tree, self.size, self.seed = tree, size, seed
@@ -375,55 +375,13 @@ class Model:
         return owned
 
     def build_maps(self) -> dict[str, list[str]]:
-        t, s = self.tree, self.size
+        """The ICD-10-CM map rows of the ICD concepts; the codes each concept owns (:meth:`owned_codes`)."""
+        t = self.tree
         owned = self.owned_codes()
         for c in self.concepts.values():
             if c.icd is None or t.kind[c.icd] not in ICD_KINDS:
                 continue
-            codes = list(owned.get(c.key, []))
-            codes.sort(key=lambda k: (_preference(t, k), k))
-            if c.icd in t.leaf:
-                primary: str | None = c.icd
-            elif codes:
-                primary = codes.pop(0)
-            elif unit(self.seed, "empty", c.key) < s.p_empty:
-                primary = None
-            else:
-                primary = _first_leaf(t, c.icd)
-            rows = []
-            if primary is None:
-                rows.append(
-                    MapRow(
-                        c.key,
-                        1,
-                        1,
-                        "TRUE",
-                        "MAP SOURCE CONCEPT CANNOT BE CLASSIFIED WITH AVAILABLE DATA",
-                        "",
-                        447638001,
-                    )
-                )
-            elif codes and unit(self.seed, "ifa", c.key) < s.p_ifa:
-                alt = codes.pop(0)
-                if unit(self.seed, "ifa-kind", c.key) < 0.5:
-                    rule = "IFA 248152002 | Female (finding) |"
-                    advice = f"IF FEMALE CHOOSE {alt} | MAP OF SOURCE CONCEPT IS CONTEXT DEPENDENT"
-                else:
-                    rule = (
-                        "IFA 445518008 | Age at onset of clinical finding (observable entity) | < 18.0 years"
-                    )
-                    advice = f"IF AGE AT ONSET OF CLINICAL FINDING BEFORE 18.0 YEARS CHOOSE {alt} | MAP OF SOURCE CONCEPT IS CONTEXT DEPENDENT"
-                if unit(self.seed, "escape", c.key) < 0.3:
-                    rule, advice = rule.replace("|", "&#x7C;"), advice.replace("|", "&#x7C;")
-                rows.append(MapRow(c.key, 1, 1, rule, advice, alt, 447639009))
-                rows.append(MapRow(c.key, 1, 2, "OTHERWISE TRUE", f"ALWAYS {primary}", primary, 447637006))
-            else:
-                rows.append(MapRow(c.key, 1, 1, "TRUE", f"ALWAYS {primary}", primary, 447637006))
-            if codes and unit(self.seed, "group2", c.key) < s.p_second_group:
-                second = codes.pop(0)
-                rows.append(
-                    MapRow(c.key, 2, 1, "TRUE", f"ALWAYS {second} | POSSIBLE REQUIREMENT FOR ADDITIONAL CODE TO FULLY DESCRIBE DISEASE OR CONDITION", second, 447637006)
-                )  # fmt: skip
+            rows = self._map_rows(c, sorted(owned.get(c.key, []), key=lambda k: (_preference(t, k), k)))
             for r in rows:
                 r.et = c.et
                 r.retired = c.retired
@@ -439,6 +397,48 @@ class Model:
                             )
                         )
         return owned
+
+    def _map_rows(self, c: Concept, codes: list[str]) -> list[MapRow]:
+        """A concept's map groups: its own code, else the first of the codes it owns (``codes``, preferred
+        first), else an empty target or its first leaf; an IFA rule and a second group for a share."""
+        t, s = self.tree, self.size
+        if c.icd in t.leaf:
+            primary: str | None = c.icd
+        elif codes:
+            primary = codes.pop(0)
+        elif unit(self.seed, "empty", c.key) < s.p_empty:
+            primary = None
+        else:
+            primary = _first_leaf(t, c.icd)
+        rows = []
+        if primary is None:
+            rows.append(MapRow(c.key, 1, 1, "TRUE", "MAP SOURCE CONCEPT CANNOT BE CLASSIFIED WITH AVAILABLE DATA",
+                               "", 447638001))  # fmt: skip
+        elif codes and unit(self.seed, "ifa", c.key) < s.p_ifa:
+            rows += self._ifa_rows(c, codes.pop(0), primary)
+        else:
+            rows.append(MapRow(c.key, 1, 1, "TRUE", f"ALWAYS {primary}", primary, 447637006))
+        if codes and unit(self.seed, "group2", c.key) < s.p_second_group:
+            second = codes.pop(0)
+            rows.append(
+                MapRow(c.key, 2, 1, "TRUE", f"ALWAYS {second} | POSSIBLE REQUIREMENT FOR ADDITIONAL CODE TO FULLY DESCRIBE DISEASE OR CONDITION", second, 447637006)
+            )  # fmt: skip
+        return rows
+
+    def _ifa_rows(self, c: Concept, alt: str, primary: str) -> list[MapRow]:
+        """An IFA rule (sex or age at onset) choosing ``alt``, otherwise ``primary`` (some '|' escaped)."""
+        if unit(self.seed, "ifa-kind", c.key) < 0.5:
+            rule = "IFA 248152002 | Female (finding) |"
+            advice = f"IF FEMALE CHOOSE {alt} | MAP OF SOURCE CONCEPT IS CONTEXT DEPENDENT"
+        else:
+            rule = "IFA 445518008 | Age at onset of clinical finding (observable entity) | < 18.0 years"
+            advice = f"IF AGE AT ONSET OF CLINICAL FINDING BEFORE 18.0 YEARS CHOOSE {alt} | MAP OF SOURCE CONCEPT IS CONTEXT DEPENDENT"
+        if unit(self.seed, "escape", c.key) < 0.3:
+            rule, advice = rule.replace("|", "&#x7C;"), advice.replace("|", "&#x7C;")
+        return [
+            MapRow(c.key, 1, 1, rule, advice, alt, 447639009),
+            MapRow(c.key, 1, 2, "OTHERWISE TRUE", f"ALWAYS {primary}", primary, 447637006),
+        ]
 
 
 def _preference(t: Icd10Tree, key: str) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ontology_compiler.icd import ICD9CM, ICD10CM, dotted_code
 from pipelines.errors import InputFileError
 
 from .read import D2VDataError, read_demographics
@@ -95,8 +96,12 @@ class Codes:
     )  # (N,) int64 id of the code's set of SNOMED concepts; -1: none, special or a fallback map
 
 
-def _category_len(vocabulary: str, code: str) -> int:
-    return 4 if vocabulary == "ICD9CM" and code.startswith("E") else 3  # ICD-9 E codes: E800, E849, ...
+def _category(vocabulary: str, code: str) -> str:
+    """An ICD code's category: its characters before the dot (E800 for the ICD-9 E code E8000); other
+    codes (special tokens) by their first 3 characters."""
+    if vocabulary not in (ICD9CM, ICD10CM):
+        return code[:3]
+    return dotted_code(code, vocabulary).split(".")[0]
 
 
 def read_codes(program: Path) -> Codes:
@@ -119,13 +124,11 @@ def read_codes(program: Path) -> Codes:
     if c["concept_id"] != list(range(len(c["concept_id"]))):
         raise InputFileError(f, "concept ids are not 0..N-1", hint="recompile the program")
     special = np.array([code.startswith("[") for code in c["code"]])
-    keys = [
-        f"{v}:{code[: _category_len(v, code)]}" for v, code in zip(c["vocabulary"], c["code"], strict=True)
-    ]
+    keys = [f"{v}:{_category(v, code)}" for v, code in zip(c["vocabulary"], c["code"], strict=True)]
     category = np.unique(keys, return_inverse=True)[1].astype(np.int64)
     category[special] = -1
     chapter = np.array([ch if ch and ch < N_CHAPTER_SLOTS else 0 for ch in c["chapter"]], np.int8)
-    for i in np.flatnonzero(np.array(c["vocabulary"], dtype=object) == "ICD9CM"):
+    for i in np.flatnonzero(np.array(c["vocabulary"], dtype=object) == ICD9CM):
         head = int(c["code"][i][:3]) if c["code"][i][:3].isdigit() else -1
         default = ICD9_TO_ICD10_CHAPTER.get(int(chapter[i]), 0)
         chapter[i] = next((ch for lo, hi, ch in ICD9_CATEGORY_CHAPTER if lo <= head <= hi), default)
