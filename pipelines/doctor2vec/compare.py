@@ -203,11 +203,29 @@ def _seed_mean_ap(per_seed: list[dict]) -> dict[str, list]:
 
 def write_report(root: str | Path) -> Path:
     """(Re)write ``report.md`` of a comparison folder from its ``doctor2vec-compare.json`` and run results."""
-    from .evaluate import evaluate_doctor2vec
     from .read import read_doctor2vec
 
     root = Path(root)
     spec = json.loads((root / COMPARE_FILE).read_text(encoding="utf-8"))
+    results = _read_results(root, spec)
+    data = Path(spec["data"])
+    ds = read_doctor2vec(data)
+    parts = _introduction(spec, ds.manifest, results)
+    parts += _result_tables(results, reference_scores(ds), spec)
+    parts += _paired_differences(results)
+    parts += _hrr_sharing(shared_hrr_codes(ds.trials, spec["program"]))
+    parts += _rare_trial_explanation(root, results, data, spec["program"])
+    parts += [
+        "",
+        f"Total wall time: {spec['wall_s']:.0f} s on this machine (runs already present are reused).",
+    ]
+    path = root / REPORT_FILE
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return path
+
+
+def _read_results(root: Path, spec: dict[str, Any]) -> dict[str, list[dict]]:
+    """Run name -> the ``results.json`` of each seed; raises when one is missing."""
     seeds = int(spec.get("seeds", 1))
     results: dict[str, list[dict]] = {}
     for n in spec["runs"]:
@@ -218,18 +236,21 @@ def write_report(root: str | Path) -> Path:
                 f"{root}: missing run results {missing[:3]}; run `hrrbert doctor2vec compare` again"
             )
         results[n] = [json.loads(f.read_text(encoding="utf-8")) for f in files]
-    data = Path(spec["data"])
-    ds = read_doctor2vec(data)
-    manifest = ds.manifest
-    refs = reference_scores(ds)
-    c = manifest.get("counts", {})
-    first = {n: r[0] for n, r in results.items()}
-    parts = [
+    return results
+
+
+def _introduction(
+    spec: dict[str, Any], manifest: dict[str, Any], results: dict[str, list[dict]]
+) -> list[str]:
+    """The title and the paragraph on the data, the training and the metrics."""
+    seeds = int(spec.get("seeds", 1))
+    first_run = results[spec["runs"][0]][0]
+    return [
         "# Doctor2Vec on HRR code embeddings: matching doctors to clinical trials (issue 9)",
         "",
-        f"Data `{data}` (program `{manifest['program_id']}`, dataset `{manifest.get('source_dataset_id')}`): "
-        f"{_counts_line(c)}. Each doctor's memory holds up to "
-        f"{first[spec['runs'][0]]['config']['max_memories']} of their patients; a trial (conditions, "
+        f"Data `{Path(spec['data'])}` (program `{manifest['program_id']}`, dataset `{manifest.get('source_dataset_id')}`): "
+        f"{_counts_line(manifest.get('counts', {}))}. Each doctor's memory holds up to "
+        f"{first_run['config']['max_memories']} of their patients; a trial (conditions, "
         "exclusions, age band, sex, category, text) reads each patient's codes, then the memory. "
         f"{_criteria_line(manifest)} Every code that makes a patient eligible for a rare-disease trial is "
         "removed from every patient history during training, so those codes are first seen at test time. "
@@ -239,6 +260,11 @@ def write_report(root: str | Path) -> Path:
         "doctor-trial pairs; P@k and AP/trial rank the doctors of each trial (mean over trials with an "
         "enrolling doctor). `params` counts the trained parameters; `wall s` is one training.",
     ]
+
+
+def _result_tables(results: dict[str, list[dict]], refs: dict[str, dict], spec: dict[str, Any]) -> list[str]:
+    """One table per split (test, test_rare): every run (mean ± sd over seeds) and the references."""
+    parts: list[str] = []
     for split, title in SPLIT_TITLES.items():
         rows = []
         for n, rs in results.items():
@@ -251,11 +277,16 @@ def write_report(root: str | Path) -> Path:
         for name, m in refs.get(split, {}).items():
             rows.append([name, "-", "-", "-", "0", *[m[k] for k in METRICS], "-"])
         if rows:
-            anyr = next(iter(refs.get(split, {}).values()), None) or first[spec["runs"][0]][split]
+            anyr = next(iter(refs.get(split, {}).values()), None) or results[spec["runs"][0]][0][split]
             parts += ["", f"## {title}", "",
                       f"{anyr['trials']} trials, {anyr['pairs']:,} pairs, {anyr['positives']:,} enrolling.", "",
                       table(["run", "codes", "doctor", "patients", "params", *[NAMES[k] for k in METRICS],
                               "wall s"], rows)]  # fmt: skip
+    return parts
+
+
+def _paired_differences(results: dict[str, list[dict]]) -> list[str]:
+    """The :data:`CONTRASTS` as paired bootstrap differences of the per-trial AP (nothing without a pair)."""
     diffs = []
     for a, b, what in CONTRASTS:
         if a in results and b in results:
@@ -265,36 +296,40 @@ def write_report(root: str | Path) -> Path:
                                           _seed_mean_ap([r[split]["per_trial_ap"] for r in results[b]]))  # fmt: skip
                     diffs.append([what, split, d["diff"], f"{cell(d['lo'])} .. {cell(d['hi'])}", d["p_better"],
                                   d["trials"]])  # fmt: skip
-    if diffs:
-        parts += ["", "## Paired differences (AP per trial, a - b)", "",
-                  "Per-trial average precision (averaged over the seeds), bootstrapped over the trials (2,000 "
-                  "resamples); `P(a > b)` is the share of resamples with a positive mean difference. The "
-                  "intervals cover trial sampling, not training noise (see the ± above).", "",
-                  table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
-    shared = shared_hrr_codes(ds.trials, spec["program"])
-    parts += ["", "How HRR `base` differs from a plain table here: every code whose program edges equal another "
-              "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
-              "ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition "
-              "codes, " + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
-              + " share their `base` vector with a code the trial does not list. With criteria on standard "
-              "concepts those codes are eligible too, which `base` knows from the ontology while a plain table "
-              "has to learn it (and cannot for codes unseen in training); with exact-code criteria "
-              "(`generate --criteria listed`) the same sharing keeps `base` from telling eligible codes from "
-              "ineligible ones. `add` and `cat` give every code a free part as well."]  # fmt: skip
+    if not diffs:
+        return []
+    return ["", "## Paired differences (AP per trial, a - b)", "",
+            "Per-trial average precision (averaged over the seeds), bootstrapped over the trials (2,000 "
+            "resamples); `P(a > b)` is the share of resamples with a positive mean difference. The "
+            "intervals cover trial sampling, not training noise (see the ± above).", "",
+            table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
+
+
+def _hrr_sharing(shared: dict[str, float]) -> list[str]:
+    """The paragraph on condition codes sharing their HRR ``base`` vector (:func:`shared_hrr_codes`)."""
+    return ["", "How HRR `base` differs from a plain table here: every code whose program edges equal another "
+            "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
+            "ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition "
+            "codes, " + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
+            + " share their `base` vector with a code the trial does not list. With criteria on standard "
+            "concepts those codes are eligible too, which `base` knows from the ontology while a plain table "
+            "has to learn it (and cannot for codes unseen in training); with exact-code criteria "
+            "(`generate --criteria listed`) the same sharing keeps `base` from telling eligible codes from "
+            "ineligible ones. `add` and `cat` give every code a free part as well."]  # fmt: skip
+
+
+def _rare_trial_explanation(
+    root: Path, results: dict[str, list[dict]], data: Path, program: str
+) -> list[str]:
+    """Which patients made a doctor fit a rare-disease trial, for the first HRR (else plain) dynamic run."""
+    from .evaluate import evaluate_doctor2vec
+
     show = next((n for n in ("hrr-base-dynamic", "hrr-add-dynamic", "plain-dynamic") if n in results), None)
-    if show:
-        _, text = evaluate_doctor2vec(
-            root / "runs" / f"{show}-seed0", data, spec["program"], split="test_rare"
-        )
-        parts += ["", f"## Which patients made a doctor fit a rare-disease trial ({show}, seed 0)", "", "```",
-                  text, "```"]  # fmt: skip
-    parts += [
-        "",
-        f"Total wall time: {spec['wall_s']:.0f} s on this machine (runs already present are reused).",
-    ]
-    path = root / REPORT_FILE
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
-    return path
+    if not show:
+        return []
+    _, text = evaluate_doctor2vec(root / "runs" / f"{show}-seed0", data, program, split="test_rare")
+    return ["", f"## Which patients made a doctor fit a rare-disease trial ({show}, seed 0)", "", "```", text,
+            "```"]  # fmt: skip
 
 
 def _criteria_line(manifest: dict[str, Any]) -> str:

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -38,14 +40,7 @@ EVALUATION_FILE = "evaluation.json"
 
 def evaluate(config: EvaluateConfig | None = None, **options: Any) -> dict[str, Any]:
     """Run the evaluations of one pretrained model; returns (and writes) the ``evaluation.json`` record."""
-    if config is None:
-        bad = sorted(set(options) - {f.name for f in fields(EvaluateConfig)})
-        if bad:
-            raise TypeError(f"unknown evaluate option(s) {bad}")
-        config = EvaluateConfig(**options)
-    cfg = config
-    import torch
-
+    cfg = config if config is not None else _config(options)
     from hrr_kernel import load_program
     from model import HRRBert
     from pipelines.train.finetune import model_dir
@@ -78,53 +73,75 @@ def evaluate(config: EvaluateConfig | None = None, **options: Any) -> dict[str, 
         "versions": versions(),
         "timings_s": {},
     }
-    timings = record["timings_s"]
-    with torch.no_grad():
-        t = time.perf_counter()
-        from .frequency import frequency_bin_test
-
-        record["frequency_bins"] = frequency_bin_test(
-            model, ds, per_bin=cfg.per_bin, seed=cfg.seed, batch_size=cfg.batch_size, device=device
-        )
-        timings["frequency_bins"] = time.perf_counter() - t
-        t = time.perf_counter()
-        record["neighbours"] = _neighbours(model, ds, cfg)
-        timings["neighbours"] = time.perf_counter() - t
-        if cfg.tsne_points > 0:
-            t = time.perf_counter()
-            from .tsne import tsne_plot
-
-            logf = _log_frequency(ds, program.n_concepts)
-            record["tsne"] = tsne_plot(
-                model.token_matrix(),
-                logf,
-                program.concept_codes,
-                out / "tsne.png",
-                title=f"{label}: token embeddings (t-SNE)",
-                points=cfg.tsne_points,
-                seed=cfg.seed,
-            )
-            record["tsne"]["path"] = "tsne.png"
-            timings["tsne"] = time.perf_counter() - t
-    from .finetuned import rood_eval, transfer_eval
-
-    if cfg.chapters:
-        t = time.perf_counter()
-        record["rood"] = rood_eval(cfg.chapters, ds, program, device=device, batch_size=cfg.batch_size)
-        timings["rood"] = time.perf_counter() - t
-    if bool(cfg.mortality) != (transfer_ds is not None):
-        log.warning("the transfer test needs both a mortality run and a transfer dataset; skipped")
-    if cfg.mortality and transfer_ds is not None:
-        t = time.perf_counter()
-        record["transfer"] = transfer_eval(cfg.mortality, transfer_ds, program, device=device)
-        record["transfer_dataset_id"] = transfer_ds.dataset_id
-        timings["transfer"] = time.perf_counter() - t
+    _embedding_studies(record, model, ds, program, cfg, out, device)
+    _finetuned_studies(record, ds, transfer_ds, program, cfg, device)
     if cfg.cost_steps > 0:
         record["cost"] = _cost(model, ds, cfg, device)
         record["cost"]["training_seq_per_s"] = _training_throughput(Path(cfg.pretrained))
     record["created_at"] = now_iso()
     write_json(out / EVALUATION_FILE, record)
     return record
+
+
+def _config(options: dict[str, Any]) -> EvaluateConfig:
+    bad = sorted(set(options) - {f.name for f in fields(EvaluateConfig)})
+    if bad:
+        raise TypeError(f"unknown evaluate option(s) {bad}")
+    return EvaluateConfig(**options)
+
+
+@contextmanager
+def _timed(record: dict[str, Any], key: str) -> Iterator[None]:
+    """Record the seconds the block took under ``record["timings_s"][key]``."""
+    t = time.perf_counter()
+    yield
+    record["timings_s"][key] = time.perf_counter() - t
+
+
+def _embedding_studies(record: dict[str, Any], model, ds: TokenizedDataset, program, cfg: EvaluateConfig,
+                       out: Path, device) -> None:  # fmt: skip
+    """(a) the frequency-bin MLM test, (d) nearest neighbours and (e) the t-SNE plot, on the pretrained model."""
+    import torch
+
+    from .frequency import frequency_bin_test
+
+    with torch.no_grad():
+        with _timed(record, "frequency_bins"):
+            record["frequency_bins"] = frequency_bin_test(
+                model, ds, per_bin=cfg.per_bin, seed=cfg.seed, batch_size=cfg.batch_size, device=device
+            )
+        with _timed(record, "neighbours"):
+            record["neighbours"] = _neighbours(model, ds, cfg)
+        if cfg.tsne_points > 0:
+            from .tsne import tsne_plot
+
+            with _timed(record, "tsne"):
+                record["tsne"] = tsne_plot(
+                    model.token_matrix(),
+                    _log_frequency(ds, program.n_concepts),
+                    program.concept_codes,
+                    out / "tsne.png",
+                    title=f"{record['label']}: token embeddings (t-SNE)",
+                    points=cfg.tsne_points,
+                    seed=cfg.seed,
+                )
+                record["tsne"]["path"] = "tsne.png"
+
+
+def _finetuned_studies(record: dict[str, Any], ds: TokenizedDataset, transfer_ds: TokenizedDataset | None,
+                       program, cfg: EvaluateConfig, device) -> None:  # fmt: skip
+    """(b) ROOD on the chapters fine-tuning run and (c) transfer of the mortality run to another dataset."""
+    from .finetuned import rood_eval, transfer_eval
+
+    if cfg.chapters:
+        with _timed(record, "rood"):
+            record["rood"] = rood_eval(cfg.chapters, ds, program, device=device, batch_size=cfg.batch_size)
+    if bool(cfg.mortality) != (transfer_ds is not None):
+        log.warning("the transfer test needs both a mortality run and a transfer dataset; skipped")
+    if cfg.mortality and transfer_ds is not None:
+        with _timed(record, "transfer"):
+            record["transfer"] = transfer_eval(cfg.mortality, transfer_ds, program, device=device)
+            record["transfer_dataset_id"] = transfer_ds.dataset_id
 
 
 def _log_frequency(ds: TokenizedDataset, n: int) -> np.ndarray:
