@@ -1,5 +1,7 @@
 """eICU-CRD v2.0 (``patient``, ``diagnosis``) -> the common long table and labels, with DuckDB.
 
+The files read and their columns: ``docs/input-formats.md``, "eICU-CRD".
+
 A patient is a ``uniquepid`` (``subject_id`` is its dense rank, so ids are stable for a given file).
 A visit is a hospital stay (``patienthealthsystemstayid``), visits ordered by ``hospitaldischargeyear``
 then stay id; within a visit, unit stays by ``unitvisitnumber`` (then ``hospitaladmitoffset``, most

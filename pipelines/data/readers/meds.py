@@ -1,5 +1,7 @@
 """MEDS (0.4) -> the common long table and labels, with DuckDB over the DataSchema Parquet shards.
 
+The files read and their columns: ``docs/input-formats.md``, "MEDS".
+
 Diagnosis codes are recognised in both forms MIMIC ETLs write: ``DIAGNOSIS//ICD//10//E119`` (MIMIC-IV
 MEDS ETL) and ``ICD10CM/E11.9`` (OMOP style, Stanford ``meds_etl``), normalised to (vocabulary, dotless
 code); other codes are ignored (counted). A visit is an admission where the data carry ``hadm_id``

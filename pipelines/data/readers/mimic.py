@@ -1,5 +1,7 @@
 """MIMIC-IV (v2.x ``hosp`` module) diagnoses -> the common long table and labels, with DuckDB.
 
+The files read and their columns: ``docs/input-formats.md``, "MIMIC-IV".
+
 Visits are admissions ordered by ``admittime`` (then ``hadm_id``); codes within a visit by ``seq_num``.
 ``visit_time`` is ``admittime``. The label ``mortality_6m`` is death (``dod``, or ``deathtime`` of the
 last admission) within 182 days after the discharge of the last admission that has codes; ``chapters``
