@@ -77,19 +77,10 @@ def _readers() -> dict[str, tuple[Callable[..., ReadResult], Callable[[Path], li
 
 
 def prepare_source(
-    kind: str,
-    path: str | Path,
-    program: str | Path,
-    *,
-    out: str | Path = "artifacts/datasets",
-    name: str | None = None,
-    label: str | None = None,
-    max_len: int = 128,
-    max_visits: int = 100,
-    unknown: str = "drop",
-    splits: SplitOptions | None = None,
-    threads: int | None = None,
-) -> PrepareResult:
+    kind: str, path: str | Path, program: str | Path, *, out: str | Path = "artifacts/datasets",
+    name: str | None = None, label: str | None = None, max_len: int = 128, max_visits: int = 100,
+    unknown: str = "drop", splits: SplitOptions | None = None, threads: int | None = None,
+) -> PrepareResult:  # fmt: skip
     """Read one source (``mimic-iv``, ``eicu`` or ``meds``), tokenize it against ``program``, split, write."""
     from ontology_compiler import verify_program
 
