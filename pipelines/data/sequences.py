@@ -1,8 +1,9 @@
-"""Read a tokenized dataset (format 1) for training: padded split tensors, labels, MLM masking, data order.
+"""Read a tokenized dataset (format 1) for training: padded split tensors, labels, and the data order
+(a permutation per epoch, per-step seeds) that makes a resumed run repeat an uninterrupted one.
 
 The dataset is known through its files only (``docs/dataset-format.md``): ``manifest.json``
-(``program_id``, ``dataset_id``), ``patients.parquet`` and ``code_counts.parquet``. A dataset tokenized against another program than
-the model's is refused.
+(``program_id``, ``dataset_id``), ``patients.parquet`` and ``code_counts.parquet``. A dataset tokenized
+against another program than the model's is refused. MLM masking lives in :mod:`pipelines.train.mlm`.
 
 Dimension legend: P patients in a split, T codes per sequence (padded), B batch, N concepts,
 L task labels (1 mortality, 22 chapters).
@@ -264,39 +265,6 @@ class TokenizedDataset:
         out = np.full(self.n_concepts, lf.min() if lf.size else 0.0)
         out[ids] = lf
         return torch.from_numpy(out).float()
-
-
-def special_ids(concept_codes: list[str]) -> list[int]:
-    """Concept ids of the special tokens (``[PAD]``, ``[CLS]``, ``[SEP]``, ``[MASK]``, ``[UNK]``)."""
-    return [i for i, c in enumerate(concept_codes) if c.startswith("[") and c.endswith("]")]
-
-
-def mask_tokens(
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    *,
-    mask_id: int,
-    special: Tensor,
-    candidates: Tensor,
-    prob: float,
-    generator: torch.Generator,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """BERT masking: choose ``prob`` of the real, non-special codes; of those 80 % become ``[MASK]``,
-    10 % a random code, 10 % stay. Special tokens ([CLS], [PAD], ...) are never chosen.
-
-    Shapes:
-        - input_ids, attention_mask: ``(B, T)``; special ``(S,)`` ids never masked; candidates ``(C,)``
-          ids drawn for random replacement
-        - output: masked ids ``(B, T)``, chosen ``(B, T)`` bool, targets ``(M,)`` (original ids, row-major)
-    """
-    maskable = attention_mask.bool() & ~torch.isin(input_ids, special)  # (B, T)
-    u = torch.rand(input_ids.shape, generator=generator)  # (B, T)
-    chosen = (u < prob) & maskable  # (B, T)
-    action = torch.rand(input_ids.shape, generator=generator)  # (B, T)
-    rand_tok = candidates[torch.randint(len(candidates), input_ids.shape, generator=generator)]  # (B, T)
-    out = torch.where(chosen & (action < 0.8), torch.full_like(input_ids, mask_id), input_ids)
-    out = torch.where(chosen & (action >= 0.8) & (action < 0.9), rand_tok, out)  # (B, T)
-    return out, chosen, input_ids[chosen]
 
 
 # Seed mixing: (seed, epoch) and (seed, step, rank, salt) are folded into one integer by multiplying with

@@ -20,11 +20,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ontology_compiler.program import SPECIAL_TOKENS
+
 SPLITS = ("pretrain_train", "pretrain_val", "finetune_train", "finetune_val", "test", "rood")
 PRETRAIN_TRAIN, PRETRAIN_VAL, FINETUNE_TRAIN, FINETUNE_VAL, TEST, ROOD = range(6)
 PAPER = {"patients": 190_000, "finetune_train": 13_000, "finetune_val": 2_000, "test": 666,
          "disease_train": 4_500, "disease_val": 500}  # fmt: skip
-N_SPECIAL = 5
+N_SPECIAL = len(SPECIAL_TOKENS)  # the program's special tokens are concept ids 0..4 (program format)
 
 
 @dataclass

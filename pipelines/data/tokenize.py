@@ -18,7 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-CLS_ID = 1  # SPECIAL_TOKENS order: [PAD]=0, [CLS]=1, [SEP]=2, [MASK]=3, [UNK]=4
+from ontology_compiler.program import SPECIAL_TOKENS
+
+CLS_ID = SPECIAL_TOKENS.index("[CLS]")  # the specials are concepts 0..4 in this order (program format)
 
 
 @dataclass

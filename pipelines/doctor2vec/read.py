@@ -57,6 +57,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ontology_compiler.program import SPECIAL_TOKENS
 from pipelines.data.dataset import verify_dataset
 from pipelines.errors import InputFileError, MissingTableError, PipelineError
 
@@ -67,7 +68,7 @@ SPLITS = ("train", "val", "test", "test_rare")
 SEXES = ("F", "M")
 TRIAL_SEXES = ("any", "F", "M")
 OPEN_AGE = (0, 200)
-N_SPECIAL = 5  # the program's special tokens are concept ids 0..4
+N_SPECIAL = len(SPECIAL_TOKENS)  # the program's special tokens are concept ids 0..4 (program format)
 REQUIRED_MANIFEST = ("kind", "program_id", "n_codes", "n_words", "format_version")
 SHOW = 5  # offending ids named in a message
 I32, I64 = pa.list_(pa.int32()), pa.list_(pa.int64())

@@ -11,12 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hrr_kernel import SPECIAL_TOKENS, ProgramError
 from pipelines.data.sequences import (
     SALT_DROPOUT,
     SALT_VALIDATION,
     Sequences,
-    mask_tokens,
-    special_ids,
     step_generator,
     step_seed,
 )
@@ -36,12 +35,41 @@ class Tokens:
 
 
 def tokens_of(program) -> Tokens:
-    codes = program.concept_codes
-    if "[MASK]" not in codes:
-        raise PipelineError(f"program {program.program_id} has no [MASK] concept; recompile it")
-    spec = special_ids(codes)
-    cand = torch.tensor(sorted(set(range(len(codes))) - set(spec)), dtype=torch.int64)
-    return Tokens(codes.index("[MASK]"), torch.tensor(spec, dtype=torch.int64), cand)
+    """The special tokens of ``program`` (never masked) and the codes a random replacement draws from."""
+    try:
+        spec = sorted(program.special_id(t) for t in SPECIAL_TOKENS)
+    except ProgramError as e:
+        raise PipelineError(f"program {program.program_id} lacks a special token ({e}); recompile it") from e
+    cand = torch.tensor(sorted(set(range(program.n_concepts)) - set(spec)), dtype=torch.int64)
+    return Tokens(program.special_id("[MASK]"), torch.tensor(spec, dtype=torch.int64), cand)
+
+
+def mask_tokens(
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    *,
+    mask_id: int,
+    special: Tensor,
+    candidates: Tensor,
+    prob: float,
+    generator: torch.Generator,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """BERT masking: choose ``prob`` of the real, non-special codes; of those 80 % become ``[MASK]``,
+    10 % a random code, 10 % stay. Special tokens ([CLS], [PAD], ...) are never chosen.
+
+    Shapes:
+        - input_ids, attention_mask: ``(B, T)``; special ``(S,)`` ids never masked; candidates ``(C,)``
+          ids drawn for random replacement
+        - output: masked ids ``(B, T)``, chosen ``(B, T)`` bool, targets ``(M,)`` (original ids, row-major)
+    """
+    maskable = attention_mask.bool() & ~torch.isin(input_ids, special)  # (B, T)
+    u = torch.rand(input_ids.shape, generator=generator)  # (B, T)
+    chosen = (u < prob) & maskable  # (B, T)
+    action = torch.rand(input_ids.shape, generator=generator)  # (B, T)
+    rand_tok = candidates[torch.randint(len(candidates), input_ids.shape, generator=generator)]  # (B, T)
+    out = torch.where(chosen & (action < 0.8), torch.full_like(input_ids, mask_id), input_ids)
+    out = torch.where(chosen & (action >= 0.8) & (action < 0.9), rand_tok, out)  # (B, T)
+    return out, chosen, input_ids[chosen]
 
 
 @torch.no_grad()

@@ -10,8 +10,9 @@ from click.testing import CliRunner
 from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
 from pipelines.cli import main
-from pipelines.data.sequences import epoch_order, mask_tokens, step_generator
+from pipelines.data.sequences import epoch_order, step_generator
 from pipelines.train.checkpoint import list_checkpoints
+from pipelines.train.mlm import mask_tokens
 from pipelines.train.pretrain import pretrain
 from pipelines.train.runtime import warmup_cosine
 
