@@ -27,7 +27,8 @@ _API = {
     "pretrain": "pipelines.train.pretrain",
     "finetune": "pipelines.train.finetune",
     "run_loop": "pipelines.train.loop",
-    "evaluate": "pipelines.eval.pretrained",
+    "evaluate": "pipelines.eval.pretrained:evaluate_pretrained",  # the pretrained model's evaluations
+    "evaluate_pretrained": "pipelines.eval.pretrained",
     "report": "pipelines.eval.report",
     "run_experiment": "pipelines.eval.experiment",
     "generate_qa": "pipelines.qa.data",
@@ -44,5 +45,6 @@ __all__ = sorted(_API)
 
 def __getattr__(name: str):
     if name in _API:
-        return getattr(importlib.import_module(_API[name]), name)
+        module, _, attr = _API[name].partition(":")
+        return getattr(importlib.import_module(module), attr or name)
     raise AttributeError(f"module 'pipelines' has no attribute {name!r}")

@@ -19,9 +19,9 @@ INPUT_DIR = click.Path(exists=True, file_okay=False)
 @handle_errors
 def evaluate_cmd(**kw) -> None:
     """Evaluate a PRETRAINED run: frequency bins, neighbours, t-SNE, ROOD, transfer, cost."""
-    from pipelines.eval.pretrained import evaluate, summary_lines
+    from pipelines.eval.pretrained import evaluate_pretrained, summary_lines
 
-    click.echo("\n".join(summary_lines(evaluate(**kw))))
+    click.echo("\n".join(summary_lines(evaluate_pretrained(**kw))))
 
 
 @click.command("report")

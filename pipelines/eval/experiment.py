@@ -109,7 +109,7 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
     from pipelines.train.finetune import finetune
     from pipelines.train.pretrain import pretrain
 
-    from .pretrained import EVALUATION_FILE, evaluate
+    from .pretrained import EVALUATION_FILE, evaluate_pretrained
 
     tag = f"{conf}-seed{seed}"
     pre_dir = root / "pretrain" / tag
@@ -134,7 +134,7 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
     ev_dir = root / "eval" / tag
     if not (ev_dir / EVALUATION_FILE).is_file():
         t = time.perf_counter()
-        evaluate(pretrained=str(pre_dir), dataset=cfg.dataset, program=cfg.program, out=str(ev_dir),
+        evaluate_pretrained(pretrained=str(pre_dir), dataset=cfg.dataset, program=cfg.program, out=str(ev_dir),
                  mortality=str(root / ft["mortality"]) if "mortality" in ft else None,
                  chapters=str(root / ft["chapters"]) if "chapters" in ft else None,
                  transfer_dataset=cfg.transfer_dataset, device=cfg.device, label=conf, **cfg.evaluate)  # fmt: skip

@@ -1,4 +1,4 @@
-"""Evaluate one pretrained HRRBERT (and its fine-tuned runs): :func:`evaluate` (``hrrbert evaluate``).
+"""Evaluate one pretrained HRRBERT (and its fine-tuned runs): :func:`evaluate_pretrained` (``hrrbert evaluate``).
 
 What it runs (each part skipped when its input is not given):
 
@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,14 @@ import numpy as np
 
 from pipelines.data.sequences import TokenizedDataset
 from pipelines.errors import PipelineError
-from pipelines.train.runtime import now_iso, resolve_device, seed_everything, versions, write_json
+from pipelines.train.runtime import (
+    config_from,
+    now_iso,
+    resolve_device,
+    seed_everything,
+    versions,
+    write_json,
+)
 
 from .config import EvaluateConfig
 
@@ -38,9 +45,9 @@ log = logging.getLogger(__name__)
 EVALUATION_FILE = "evaluation.json"
 
 
-def evaluate(config: EvaluateConfig | None = None, **options: Any) -> dict[str, Any]:
+def evaluate_pretrained(config: EvaluateConfig | None = None, **options: Any) -> dict[str, Any]:
     """Run the evaluations of one pretrained model; returns (and writes) the ``evaluation.json`` record."""
-    cfg = config if config is not None else _config(options)
+    cfg = config_from(EvaluateConfig, config, options, "evaluate")
     from hrr_kernel import load_program
     from model import HRRBert
     from pipelines.train.finetune import model_dir
@@ -81,13 +88,6 @@ def evaluate(config: EvaluateConfig | None = None, **options: Any) -> dict[str, 
     record["created_at"] = now_iso()
     write_json(out / EVALUATION_FILE, record)
     return record
-
-
-def _config(options: dict[str, Any]) -> EvaluateConfig:
-    bad = sorted(set(options) - {f.name for f in fields(EvaluateConfig)})
-    if bad:
-        raise TypeError(f"unknown evaluate option(s) {bad}")
-    return EvaluateConfig(**options)
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from train_fixtures import dataset_dir, program_dir, write_dataset  # noqa: F401
 from pipelines.cli import main
 from pipelines.eval.frequency import BIN_EDGES, bins_of
 from pipelines.eval.neighbours import Ontology, nearest
-from pipelines.eval.pretrained import evaluate
+from pipelines.eval.pretrained import evaluate_pretrained
 from pipelines.train.finetune import finetune
 from pipelines.train.pretrain import pretrain
 
@@ -71,7 +71,7 @@ def test_ontology_relatedness(program_dir):  # noqa: F811
 
 def test_evaluate_all_parts(tmp_path, runs, dataset_dir, program_dir):  # noqa: F811
     pre, ft = runs
-    r = evaluate(pretrained=str(pre), dataset=str(dataset_dir), program=str(program_dir), out=str(tmp_path),
+    r = evaluate_pretrained(pretrained=str(pre), dataset=str(dataset_dir), program=str(program_dir), out=str(tmp_path),
                  mortality=str(ft["mortality"]), chapters=str(ft["chapters"]),
                  transfer_dataset=str(dataset_dir), **FAST)  # fmt: skip
     saved = json.loads((tmp_path / "evaluation.json").read_text())

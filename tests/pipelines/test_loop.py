@@ -74,7 +74,9 @@ def test_resume_is_exact(tmp_path, kill_at):
     res = run_loop(m3, o3, s3, task, opts(save_every=1), tmp_path / "b", resume_from=ck)
     assert res.completed and res.step == 40
     assert records(tmp_path / "b") == records(tmp_path / "a")
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), m3.state_dict().values(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), m3.state_dict().values(), strict=True)
+    )
     assert (res.best_step, res.best_epoch) == (full.best_step, full.best_epoch)
 
 
