@@ -175,7 +175,7 @@ def test_version_of_compile_ontology():
 
 def test_importing_the_cli_does_not_import_torch():
     code = "import sys, pipelines.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
-    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2]).returncode == 0
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[3]).returncode == 0
 
 
 def test_handle_errors_maps_api_errors_only():

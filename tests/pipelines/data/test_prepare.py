@@ -22,7 +22,7 @@ from pipelines.data.tokenize import tokenize
 from pipelines.demo.cohort import generate_cohort
 from pipelines.errors import DatasetExistsError
 
-FIXTURE = Path(__file__).resolve().parents[1] / "data" / "snomed_mini_20220531"
+FIXTURE = Path(__file__).resolve().parents[2] / "data" / "snomed_mini_20220531"
 
 
 @pytest.fixture(scope="module")
