@@ -8,6 +8,7 @@ from pipelines.data.splits import SplitOptions
 from pipelines.demo.defaults import DEMO_PATIENTS
 
 from .options import (
+    INPUT_DIR,
     config_options,
     force_option,
     handle_errors,
@@ -17,7 +18,6 @@ from .options import (
     verbosity_options,
 )
 
-INPUT_DIR = click.Path(exists=True, file_okay=False)
 SCALED = "(default: the paper's {} scaled to the cohort)"
 
 

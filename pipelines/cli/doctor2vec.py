@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import click
 
-from pipelines.doctor2vec.config import D2VTrainConfig
+from pipelines.doctor2vec.config import D2VOptions, D2VTrainConfig
 
 from .options import (
+    INPUT_DIR,
     config_options,
     handle_errors,
     out_option,
     program_option,
     resume_option,
     run_id_option,
-    seed_option,
     threads_option,
     verbosity_options,
 )
-
-INPUT_DIR = click.Path(exists=True, file_okay=False)
 
 
 @click.group("doctor2vec")
@@ -31,19 +29,12 @@ def doctor2vec_group() -> None:
 @program_option()
 @out_option("artifacts/doctor2vec")
 @click.option("--name", default=None, help="Data set name (default: d2v-<dataset name>).")
-@click.option("--doctors", type=int, default=300, show_default=True)
-@click.option("--train-trials", type=int, default=120, show_default=True)
-@click.option("--val-trials", type=int, default=30, show_default=True)
-@click.option("--test-trials", type=int, default=30, show_default=True)
-@click.option("--rare-trials", type=int, default=30, show_default=True)
-@click.option("--criteria", type=click.Choice(["category", "listed"]), default="category", show_default=True,
-              help="Eligible with any code of a listed condition's ICD category, or with a listed code only.")  # fmt: skip
-@seed_option()
+@config_options(D2VOptions)
 @verbosity_options
 @handle_errors
 def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
     """Generate doctors, patient panels, trials and enrollment outcomes from a tokenized DATASET."""
-    from pipelines.doctor2vec.data import D2VOptions, describe, generate_doctor2vec
+    from pipelines.doctor2vec.data import describe, generate_doctor2vec
 
     click.echo(describe(generate_doctor2vec(dataset, program, out=out, name=name, options=D2VOptions(**kw))))
 

@@ -7,9 +7,7 @@ import click
 from pipelines.eval.config import EvaluateConfig, ExperimentConfig
 from pipelines.train.config import FinetuneConfig, PretrainConfig
 
-from .options import config_options, handle_errors, verbosity_options
-
-INPUT_DIR = click.Path(exists=True, file_okay=False)
+from .options import INPUT_DIR, config_options, handle_errors, verbosity_options
 
 
 @click.command("evaluate")

@@ -30,17 +30,18 @@ import click
 
 from pipelines.data.splits import SplitOptions
 from pipelines.data.tasks import TASKS
+from pipelines.doctor2vec.config import CRITERIA as D2V_CRITERIA
 from pipelines.doctor2vec.config import EMBEDDINGS as D2V_EMBEDDINGS
-from pipelines.doctor2vec.config import D2VTrainConfig
+from pipelines.doctor2vec.config import D2VOptions, D2VTrainConfig
 from pipelines.eval.config import EvaluateConfig, ExperimentConfig
 from pipelines.qa.config import EMBEDDINGS as QA_EMBEDDINGS
 from pipelines.qa.config import MODELS as QA_MODELS
-from pipelines.qa.config import QATrainConfig
+from pipelines.qa.config import QAOptions, QATrainConfig
 from pipelines.train.config import MODELS as FINETUNE_MODELS
 from pipelines.train.config import SELECT_BY, FinetuneConfig, PretrainConfig
 
 __all__ = [
-    "CHOICES", "HRR_MODES", "MODEL_PRESETS", "api_errors", "config_fields", "config_options", "device_option", "force_option",
+    "CHOICES", "INPUT_DIR", "HRR_MODES", "MODEL_PRESETS", "api_errors", "config_fields", "config_options", "device_option", "force_option",
     "handle_errors", "out_option", "program_option", "resume_option", "run_id_option",
     "seed_option", "threads_option", "verbosity_options",
 ]  # fmt: skip
@@ -67,6 +68,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "encoding": ENCODINGS,
     "doctor": DOCTORS,
     "patient_encoder": PATIENT_ENCODERS,
+    "criteria": D2V_CRITERIA,
 }
 _PER_CONFIG: dict[tuple[type, str], tuple[str, ...]] = {
     (PretrainConfig, "model"): MODEL_PRESETS,
@@ -76,10 +78,11 @@ _PER_CONFIG: dict[tuple[type, str], tuple[str, ...]] = {
     (QATrainConfig, "embedding"): QA_EMBEDDINGS,
     (D2VTrainConfig, "embedding"): D2V_EMBEDDINGS,
 }
+INPUT_DIR = click.Path(exists=True, file_okay=False)  # an input folder argument: it must exist
 # fields naming an input folder that must exist
 _INPUT_DIRS = {"dataset", "program", "pretrained", "mortality", "chapters", "transfer_dataset", "qa", "data"}
 CONFIGS = (PretrainConfig, FinetuneConfig, EvaluateConfig, ExperimentConfig, QATrainConfig, D2VTrainConfig,
-           SplitOptions)  # fmt: skip
+           SplitOptions, QAOptions, D2VOptions)  # fmt: skip
 
 
 # --- shared options ---------------------------------------------------------------------------------

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import click
 
-from pipelines.qa.config import QATrainConfig
+from pipelines.qa.config import QAOptions, QATrainConfig
 
 from .options import (
+    INPUT_DIR,
     config_options,
     handle_errors,
     out_option,
     program_option,
     resume_option,
     run_id_option,
-    seed_option,
     threads_option,
     verbosity_options,
 )
-
-INPUT_DIR = click.Path(exists=True, file_okay=False)
 
 
 @click.group("qa")
@@ -31,17 +29,12 @@ def qa_group() -> None:
 @program_option()
 @out_option("artifacts/qa")
 @click.option("--name", default=None, help="QA set name (default: qa-<dataset name>).")
-@click.option("--max-memories", type=int, default=30, show_default=True)
-@click.option("--train-patients", type=int, default=2000, show_default=True)
-@click.option("--val-patients", type=int, default=300, show_default=True)
-@click.option("--test-patients", type=int, default=800, show_default=True)
-@click.option("--unseen-fraction", type=float, default=0.15, show_default=True)
-@seed_option()
+@config_options(QAOptions)
 @verbosity_options
 @handle_errors
 def qa_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw) -> None:
     """Generate a clinical QA set from a tokenized DATASET and its program."""
-    from pipelines.qa.data import QAOptions, describe, generate_qa
+    from pipelines.qa.data import describe, generate_qa
 
     click.echo(describe(generate_qa(dataset, program, out=out, name=name, options=QAOptions(**kw))))
 

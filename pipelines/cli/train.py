@@ -9,6 +9,7 @@ import click
 from pipelines.train.config import FinetuneConfig, PretrainConfig
 
 from .options import (
+    INPUT_DIR,
     config_options,
     handle_errors,
     out_option,
@@ -16,8 +17,6 @@ from .options import (
     run_id_option,
     verbosity_options,
 )
-
-INPUT_DIR = click.Path(exists=True, file_okay=False)
 
 
 @click.command("pretrain")

@@ -52,6 +52,7 @@ import pyarrow as pa
 
 from pipelines.data.dataset import Generated, dataset_for_program
 
+from .config import D2VOptions
 from .inputs import (
     CHAPTER_TITLES,
     N_CHAPTER_SLOTS,
@@ -71,7 +72,6 @@ AGE_BAND_P = 0.6  # share of trials with an age band
 SEX_P = {"F": 0.15, "M": 0.15}  # share of trials restricted to one sex; the rest 'any'
 EXCLUDE_P, EXCLUDE_N = 0.5, (1, 2)  # share of trials with exclusions; how many codes (common, other chapter)
 MAX_SIBLINGS = 3  # sibling codes added to a trial's seed code (criteria 'listed')
-CRITERIA = ("category", "listed")  # what makes a patient eligible (D2VOptions.criteria)
 MAX_ATTEMPTS = 20  # seed codes tried per trial wanted
 TEXT = "A study of {conditions} in {who}{age}{excluded}"
 WHO = {"any": "patients", "F": "women", "M": "men"}
@@ -79,65 +79,6 @@ AGE_TEXT, AGE_OVER_TEXT, AGE_OVER = " aged {lo}-{hi}", " aged {lo} and over", 12
 EXCLUDED_TEXT = "; excludes {excluded}"
 WORD_RE = re.compile(r"\w+|[^\w\s]")
 SPECIAL_WORDS = ("[PAD]", "[UNK]")
-
-
-@dataclass
-class D2VOptions:
-    """Options of the Doctor2Vec generator (hashed into the data's id)."""
-
-    doctors: int = 300  # doctors simulated
-    panel_median: int = 40  # median panel volume (lognormal)
-    panel_sigma: float = 0.5  # sigma of the log panel volume
-    panel_min: int = 8  # smallest panel volume; chapters with fewer patients get no specialist
-    panel_max: int = 150  # largest panel volume
-    purity_mean: float = 0.75  # mean share of a panel drawn from the specialty chapter (Beta)
-    train_trials: int = 120  # common trials for training
-    val_trials: int = 30  # common trials for validation
-    test_trials: int = 30  # common trials for testing
-    rare_trials: int = 30  # test_rare trials, conditions only among rare codes
-    rare_min_patients: int = 3  # a rare code has rare_min..rare_max patients in the cohort
-    rare_max_patients: int = 40  # (the manifest repeats it: the trainer's notion of rare)
-    common_min_patients: int = 60  # a common trial's seed code has at least this many patients
-    min_enrolled: int = 1  # label = enrolled >= min_enrolled
-    enroll_rate: float = 0.5  # mean per-eligible-patient enrollment probability (Beta over doctors)
-    concentration: float = 10.0  # a + b of the purity and propensity Beta distributions
-    criteria: str = (
-        "category"  # eligible: any code of the listed conditions' category ('category') or a listed code
-    )
-    listed_max: int = (
-        2  # codes a 'category' trial lists (its seed and siblings); the rest of the category is unlisted
-    )
-    max_family: int = 12  # codes of a category that make a patient eligible, at most (the most frequent)
-    equivalents: bool = True  # also eligible: codes mapped to the same SNOMED concept(s) as a family code
-    seed: int = 0  # every draw
-
-    def __post_init__(self) -> None:
-        o = self
-        rules = {  # field -> (holds, what it needs)
-            "doctors": (o.doctors >= 1, ">= 1"),
-            "panel_min": (o.panel_min >= 1, ">= 1"),
-            "panel_median": (o.panel_min <= o.panel_median <= o.panel_max, "in [panel_min, panel_max]"),
-            "panel_sigma": (o.panel_sigma >= 0, ">= 0"),
-            "purity_mean": (0.0 < o.purity_mean < 1.0, "in (0, 1)"),
-            "train_trials": (o.train_trials >= 1, ">= 1"),
-            "val_trials": (o.val_trials >= 0, ">= 0"),
-            "test_trials": (o.test_trials >= 0, ">= 0"),
-            "rare_trials": (o.rare_trials >= 0, ">= 0"),
-            "rare_min_patients": (
-                1 <= o.rare_min_patients <= o.rare_max_patients,
-                "in [1, rare_max_patients]",
-            ),
-            "common_min_patients": (o.common_min_patients > o.rare_max_patients, "> rare_max_patients"),
-            "min_enrolled": (o.min_enrolled >= 1, ">= 1"),
-            "enroll_rate": (0.0 < o.enroll_rate < 1.0, "in (0, 1)"),
-            "concentration": (o.concentration > 0, "> 0"),
-            "criteria": (o.criteria in CRITERIA, f"one of {CRITERIA}"),
-            "listed_max": (o.listed_max >= 1, ">= 1"),
-            "max_family": (o.max_family >= o.listed_max, ">= listed_max"),
-        }
-        for name, (ok, need) in rules.items():
-            if not ok:
-                raise ValueError(f"D2VOptions.{name} = {getattr(o, name)!r}: must be {need}")
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Options of a QA training run (light: no torch; the CLI takes its defaults from here)."""
+"""Options of the QA generator and of a QA training run (light: no torch; the CLI takes its defaults from
+here)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 
 from pipelines.train.config import EMBEDDINGS
 
-__all__ = ["EMBEDDINGS", "MODELS", "QATrainConfig"]
+__all__ = ["EMBEDDINGS", "MODELS", "QAOptions", "QATrainConfig"]
 
 
 MODELS = ("memn2n", "memnn")
@@ -47,3 +48,21 @@ class QATrainConfig:
             raise ValueError(f"embedding must be one of {EMBEDDINGS}, got {self.embedding!r}")
         if self.epochs < 1 or self.batch_size < 1:
             raise ValueError(f"epochs and batch_size must be >= 1, got {self.epochs}, {self.batch_size}")
+
+
+@dataclass
+class QAOptions:
+    """Options of the QA generator (hashed into the QA set's id)."""
+
+    max_memories: int = 30  # most recent diagnosis events kept per patient
+    train_patients: int = 2000  # patients sampled for train (0: all)
+    val_patients: int = 300  # patients sampled for validation (0: all)
+    test_patients: int = 800  # patients sampled for test (0: all)
+    unseen_fraction: float = 0.15  # share of the occurring codes held out of train/val
+    seed: int = 0  # sampling and question seed
+
+    def __post_init__(self) -> None:
+        if self.max_memories < 1:
+            raise ValueError(f"max_memories must be >= 1, got {self.max_memories}")
+        if not 0.0 <= self.unseen_fraction < 1.0:
+            raise ValueError(f"unseen_fraction must be in [0, 1), got {self.unseen_fraction}")

@@ -34,6 +34,8 @@ import pyarrow.parquet as pq
 from pipelines.data.dataset import Generated, dataset_for_program, verify_dataset
 from pipelines.errors import InputFileError, PipelineError
 
+from .config import QAOptions
+
 log = logging.getLogger(__name__)
 
 GENERATOR_VERSION = "pipelines.qa_data/1"
@@ -60,24 +62,6 @@ SPLIT_SOURCES = {
 
 class QADataError(PipelineError):
     """The QA data cannot be generated or read (missing table, wrong program, bad manifest)."""
-
-
-@dataclass
-class QAOptions:
-    """Options of the QA generator (hashed into the QA set's id)."""
-
-    max_memories: int = 30  # most recent diagnosis events kept per patient
-    train_patients: int = 2000  # patients sampled for train (0: all)
-    val_patients: int = 300  # patients sampled for validation (0: all)
-    test_patients: int = 800  # patients sampled for test (0: all)
-    unseen_fraction: float = 0.15  # share of the occurring codes held out of train/val
-    seed: int = 0  # sampling and question seed
-
-    def __post_init__(self) -> None:
-        if self.max_memories < 1:
-            raise ValueError(f"max_memories must be >= 1, got {self.max_memories}")
-        if not 0.0 <= self.unseen_fraction < 1.0:
-            raise ValueError(f"unseen_fraction must be in [0, 1), got {self.unseen_fraction}")
 
 
 @dataclass
