@@ -16,9 +16,7 @@ Dimension legend: B pairs, Np pairs of a split, Tr trials, Dn doctors.
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,9 +27,16 @@ import torch
 from torch import nn
 
 from pipelines.errors import PipelineError
-from pipelines.train.checkpoint import CHECKPOINT_DIR
 from pipelines.train.embeddings import code_embedding
-from pipelines.train.loop import LoopOptions, LossForward, StepOutput, open_run, run_loop
+from pipelines.train.loop import (
+    LoopOptions,
+    LossForward,
+    StepOutput,
+    finished_results,
+    open_run,
+    publish_results,
+    run_loop,
+)
 from pipelines.train.metrics import auroc, average_precision
 from pipelines.train.model_files import check_meta, read_meta, save_weights
 from pipelines.train.runtime import (
@@ -40,7 +45,6 @@ from pipelines.train.runtime import (
     now_iso,
     seed_everything,
     versions,
-    write_json,
 )
 
 from .config import D2VTrainConfig
@@ -48,7 +52,6 @@ from .tensors import D2VTensors, build_tensors, doctor_batches, make_batch
 
 log = logging.getLogger(__name__)
 
-RESULTS_FILE = "results.json"
 # config keys that may change when resuming (they do not change the numbers)
 RUNTIME_KEYS = ("data", "program", "device", "progress", "tensorboard", "keep_checkpoints")
 
@@ -289,10 +292,8 @@ def _train(cfg: D2VTrainConfig, ctx, device, out: Path, run_id: str | None, resu
     codes = f"hrr-{cfg.hrr_mode}" if cfg.embedding == "hrr" else cfg.embedding
     run_id = run_id or f"d2v-{codes}-{cfg.doctor}-{cfg.patient_encoder}-seed{cfg.seed}"
     run_dir = out / run_id
-    if (run_dir / RESULTS_FILE).exists():
-        if resume:
-            return D2VRunResult(run_dir, json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8")))
-        raise PipelineError(f"{run_dir}: Doctor2Vec run already exists; choose another --run-id")
+    if (done := finished_results(run_dir, resume, "Doctor2Vec run")) is not None:
+        return D2VRunResult(run_dir, done)
     record = {"kind": "doctor2vec", "run_id": run_id, "config": asdict(cfg), "program_id": prog.program_id}
     resume_from = open_run(run_dir, record, resume, ctx, runtime_keys=RUNTIME_KEYS, what="Doctor2Vec run")
     seed_everything(cfg.seed)
@@ -321,6 +322,5 @@ def _train(cfg: D2VTrainConfig, ctx, device, out: Path, run_id: str | None, resu
     }  # fmt: skip
     if ctx.is_main:
         save_model(model, run_dir / "model", meta)
-        write_json(run_dir / RESULTS_FILE, results)
-        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)  # done: model/ and results.json stay
+    publish_results(run_dir, results, ctx)
     return D2VRunResult(run_dir, results)

@@ -17,10 +17,8 @@ S supporting facts (2), B batch, A answers.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,9 +31,16 @@ from torch import Tensor, nn
 
 from pipelines.data.sequences import epoch_order
 from pipelines.errors import PipelineError
-from pipelines.train.checkpoint import CHECKPOINT_DIR
 from pipelines.train.embeddings import code_embedding
-from pipelines.train.loop import LoopOptions, LossForward, StepOutput, open_run, run_loop
+from pipelines.train.loop import (
+    LoopOptions,
+    LossForward,
+    StepOutput,
+    finished_results,
+    open_run,
+    publish_results,
+    run_loop,
+)
 from pipelines.train.metrics import binary_metrics
 from pipelines.train.model_files import check_meta, read_meta, save_weights
 from pipelines.train.runtime import (
@@ -44,7 +49,6 @@ from pipelines.train.runtime import (
     now_iso,
     seed_everything,
     versions,
-    write_json,
 )
 
 from .config import QATrainConfig
@@ -52,7 +56,6 @@ from .data import QADataError, read_qa
 
 log = logging.getLogger(__name__)
 
-RESULTS_FILE = "results.json"
 MEMN2N_INIT_STD = 0.1  # plain embedding tables of the memory networks: N(0, 0.1) (Sukhbaatar et al., 2015)
 # config keys that may change when resuming (they do not change the numbers)
 RUNTIME_KEYS = ("qa", "program", "device", "progress", "tensorboard", "keep_checkpoints")
@@ -327,10 +330,8 @@ def _train_qa(cfg: QATrainConfig, ctx, device, out: Path, run_id: str | None, re
     train, val, test = _qa_splits(cfg, manifest, questions)
     run_id = run_id or f"qa-{cfg.model}-{cfg.embedding}-h{cfg.hops}-{cfg.tying}-seed{cfg.seed}"
     run_dir = out / run_id
-    if (run_dir / RESULTS_FILE).exists():
-        if resume:
-            return QARunResult(run_dir, json.loads((run_dir / RESULTS_FILE).read_text(encoding="utf-8")))
-        raise PipelineError(f"{run_dir}: QA run already exists; choose another --run-id")
+    if (done := finished_results(run_dir, resume, "QA run")) is not None:
+        return QARunResult(run_dir, done)
     seed_everything(cfg.seed)
     model = build_model(cfg, manifest, prog).to(device)
     record = {"kind": "qa", "run_id": run_id, "config": asdict(cfg), "program_id": prog.program_id}
@@ -356,8 +357,7 @@ def _train_qa(cfg: QATrainConfig, ctx, device, out: Path, run_id: str | None, re
     }  # fmt: skip
     if ctx.is_main:
         save_model(model, run_dir / "model", meta)
-        write_json(run_dir / RESULTS_FILE, results)
-        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)  # done: model/ and results.json stay
+    publish_results(run_dir, results, ctx)
     return QARunResult(run_dir, results)
 
 

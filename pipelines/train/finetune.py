@@ -18,10 +18,8 @@ Dimension legend: B batch, T codes, L labels.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +31,9 @@ import torch.nn.functional as F
 from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_order
 from pipelines.errors import PipelineError
 
-from .checkpoint import CHECKPOINT_DIR, list_checkpoints
+from .checkpoint import list_checkpoints
 from .config import FinetuneConfig
-from .loop import LoopOptions, StepOutput, open_run, run_loop
+from .loop import LoopOptions, StepOutput, finished_results, open_run, publish_results, run_loop
 from .metrics import binary_metrics, multilabel_metrics
 from .runtime import (
     config_from,
@@ -49,7 +47,6 @@ from .runtime import (
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
-RESULTS_FILE = "results.json"
 # config keys that may change when resuming (they do not change the numbers)
 RUNTIME_KEYS = ("dataset", "program", "pretrained", "device", "progress", "tensorboard", "keep_checkpoints")
 
@@ -246,8 +243,8 @@ def _trial(
 ) -> dict[str, Any]:
     """Trial ``k``: fine-tune with seed ``cfg.seed + k`` (resumed from its newest checkpoint when asked),
     keep the best validation epoch, test it, write ``results.json``."""
-    if resume and (tdir / RESULTS_FILE).is_file():
-        return json.loads((tdir / RESULTS_FILE).read_text(encoding="utf-8"))
+    if resume and (done := finished_results(tdir, resume)) is not None:
+        return done
     train, val, test = data
     seed = cfg.seed + k
     seed_everything(seed)
@@ -274,7 +271,5 @@ def _trial(
         log.warning("split 'test' has no rows for task %r; no test metrics", cfg.task)
     result = {"trial": k, "seed": seed, "task": cfg.task, "best_epoch": res.best_epoch, "select_by": cfg.select_by,
               "stopped_early": res.stopped_early, "val": best, "test": t, "config": asdict(cfg), **meta}  # fmt: skip
-    if ctx.is_main:
-        write_json(tdir / RESULTS_FILE, result)
-        shutil.rmtree(tdir / CHECKPOINT_DIR, ignore_errors=True)  # the trial is done; its model/ is kept
+    publish_results(tdir, result, ctx)
     return result

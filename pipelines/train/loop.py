@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from torch import Tensor, nn
 from pipelines.errors import PipelineError
 
 from .checkpoint import (
+    CHECKPOINT_DIR,
     ConfigMismatchError,
     checkpoint_path,
     config_diff,
@@ -60,11 +62,14 @@ __all__ = [
     "LoopResult",
     "StepOutput",
     "Task",
+    "finished_results",
     "open_run",
+    "publish_results",
     "run_loop",
 ]
 
 METRICS_FILE = "metrics.jsonl"
+RESULTS_FILE = "results.json"  # a finished run's results (its presence marks the run finished)
 LOG_INTERVAL_S = 30.0  # off a terminal, at most one progress log line this often
 
 
@@ -452,3 +457,22 @@ def open_run(
     if diffs:
         raise ConfigMismatchError(cfg_path, diffs)
     return latest_checkpoint(run_dir) if list_checkpoints(run_dir) else None
+
+
+def finished_results(run_dir: str | Path, resume: bool, what: str = "run") -> dict[str, Any] | None:
+    """The ``results.json`` of a finished run: read back when resuming, refused otherwise (the folder is
+    taken); None while the run is unfinished."""
+    path = Path(run_dir) / RESULTS_FILE
+    if not path.exists():
+        return None
+    if resume:
+        return json.loads(path.read_text(encoding="utf-8"))
+    raise PipelineError(f"{run_dir}: {what} already exists; choose another --run-id")
+
+
+def publish_results(run_dir: str | Path, results: dict[str, Any], ctx: DistContext | None = None) -> None:
+    """Write a finished run's ``results.json`` (rank 0) and drop its resume checkpoints: the run folder
+    keeps its ``model/``, ``metrics.jsonl`` and results."""
+    if ctx is None or ctx.is_main:
+        write_json(Path(run_dir) / RESULTS_FILE, results)
+        shutil.rmtree(Path(run_dir) / CHECKPOINT_DIR, ignore_errors=True)
