@@ -33,6 +33,11 @@ class Tokens:
     special: Tensor  # (S,)
     candidates: Tensor  # (C,) ids a random replacement draws from
 
+    def mask(self, batch: dict[str, Tensor], prob: float, generator: torch.Generator):
+        """:func:`mask_tokens` of a batch (``input_ids``, ``attention_mask``) with these tokens."""
+        return mask_tokens(batch["input_ids"], batch["attention_mask"], mask_id=self.mask_id, special=self.special,
+                           candidates=self.candidates, prob=prob, generator=generator)  # fmt: skip
+
 
 def tokens_of(program) -> Tokens:
     """The special tokens of ``program`` (never masked) and the codes a random replacement draws from."""
@@ -97,14 +102,8 @@ def evaluate_mlm(
     sums = [0.0, 0.0] + [0.0] * len(ks) + [0.0]  # loss, top1, top-k..., count
     for chunk, idx in enumerate(idx_all.split(batch_size)):
         b = seqs.batch(idx)
-        ids, chosen, targets = mask_tokens(
-            b["input_ids"],
-            b["attention_mask"],
-            mask_id=tok.mask_id,
-            special=tok.special,
-            candidates=tok.candidates,
-            prob=mask_prob,
-            generator=step_generator(seed, chunk, ctx.rank, salt=SALT_VALIDATION),
+        ids, chosen, targets = tok.mask(
+            b, mask_prob, step_generator(seed, chunk, ctx.rank, salt=SALT_VALIDATION)
         )
         if not chosen.any():
             continue
@@ -135,15 +134,7 @@ def evaluate_mlm(
 def mlm_step(net, batch, tok: Tokens, cfg, step: int, ctx: DistContext, device) -> StepOutput:
     """The MLM loss of one training batch (mean over its masked codes), with masking and dropout seeded
     from (seed, step, rank) so that a resumed run repeats them."""
-    ids, chosen, targets = mask_tokens(
-        batch["input_ids"],
-        batch["attention_mask"],
-        mask_id=tok.mask_id,
-        special=tok.special,
-        candidates=tok.candidates,
-        prob=cfg.mask_prob,
-        generator=step_generator(cfg.seed, step, ctx.rank),
-    )
+    ids, chosen, targets = tok.mask(batch, cfg.mask_prob, step_generator(cfg.seed, step, ctx.rank))
     torch.manual_seed(step_seed(cfg.seed, step, ctx.rank, salt=SALT_DROPOUT))  # dropout RNG
     logits = net(
         ids.to(device),
