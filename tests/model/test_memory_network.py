@@ -9,14 +9,7 @@ from torch import nn
 from hrr_kernel import HRREmbedding
 from model import MemN2N, MemN2NConfig, MemNN, MemNNConfig
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread avoids oversubscription stalls on a shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 W, N, A, D = 10, 30, 5, 16

@@ -8,14 +8,7 @@ import torch
 from hrr_kernel import HRREmbedding
 from model import VisitTransformer, VisitTransformerConfig, group_visits
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread avoids oversubscription stalls on a shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 N = 40

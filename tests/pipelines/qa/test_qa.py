@@ -8,7 +8,6 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 from click.testing import CliRunner
 from train_fixtures import dataset_dir, program_dir, write_dataset  # noqa: F401
 
@@ -16,14 +15,7 @@ from pipelines.cli import main
 from pipelines.qa.data import QUESTION_TYPES, QADataError, QAOptions, generate_qa, read_ontology, read_qa
 from pipelines.qa.train import QAVocabularyMismatchError, evaluate_qa, load_split, train_qa
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread avoids oversubscription stalls on a shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 OPTS = QAOptions(max_memories=12, train_patients=0, val_patients=0, test_patients=0, unseen_fraction=0.3)
