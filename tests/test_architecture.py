@@ -79,3 +79,11 @@ def test_pipelines_rooms_import_one_way():
 def test_every_pipelines_module_is_in_a_room():
     loose = [p.name for p in (ROOT / "pipelines").glob("*.py") if p.stem not in ("__init__", "errors")]
     assert not loose, f"modules outside the rooms: {loose}"
+
+
+def test_light_copies_of_model_facts_agree():
+    """The data room's task table (light, no torch) states the labels the model's task heads have."""
+    from model import TASKS
+    from pipelines.data.tasks import TASK_LABELS
+
+    assert {task: n for task, (_, n) in TASK_LABELS.items()} == TASKS
