@@ -56,9 +56,11 @@ def d2v_metrics(split: str, m: dict[str, Any]) -> str:
 
 def d2v_train_summary(result: Any) -> str:
     """A :class:`pipelines.doctor2vec.train.D2VRunResult`: run folder, parameters, metrics per split."""
+    from pipelines.doctor2vec.train import EVAL_SPLITS
+
     r = result.results
     lines = [f"run       {result.run_dir}", f"params    {r['parameters']:,}"]
-    lines += [d2v_metrics(s, r[s]) for s in ("val", "test", "test_rare") if s in r]
+    lines += [d2v_metrics(s, r[s]) for s in EVAL_SPLITS if s in r]
     return "\n".join(lines)
 
 

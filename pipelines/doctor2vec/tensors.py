@@ -22,7 +22,6 @@ import torch
 from torch import Tensor
 
 SEX_INDEX = {"any": 0, "F": 1, "M": 2}  # model.doctor2vec.SEXES
-SPLITS = ("train", "val", "test", "test_rare")
 
 
 def pad_lists(column: pa.ChunkedArray | pa.Array, width: int | None = None, keep: str = "first") -> Tensor:

@@ -48,6 +48,7 @@ from pipelines.train.runtime import (
 )
 
 from .config import D2VTrainConfig
+from .read import SPLITS
 from .tensors import D2VTensors, build_tensors, doctor_batches, make_batch
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 RUNTIME_KEYS = ("data", "program", "device", "progress", "tensorboard", "keep_checkpoints")
 
 MODEL_KIND = "hrrbert-doctor2vec"
-EVAL_SPLITS = ("val", "test", "test_rare")
+EVAL_SPLITS = SPLITS[1:]  # every trial split but train: val, test, test_rare
 
 
 class Doctor2VecMismatchError(PipelineError):
