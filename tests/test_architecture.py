@@ -87,3 +87,10 @@ def test_light_copies_of_model_facts_agree():
     from pipelines.data.tasks import TASK_LABELS
 
     assert {task: n for task, (_, n) in TASK_LABELS.items()} == TASKS
+
+
+def test_light_copy_of_demo_sizes_agrees():
+    from pipelines.demo.defaults import DEMO_SIZES
+    from pipelines.demo.release import SIZES
+
+    assert set(DEMO_SIZES) == set(SIZES)

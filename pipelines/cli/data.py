@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from pipelines.data.splits import SplitOptions
-from pipelines.demo.defaults import DEMO_PATIENTS
+from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES
 
 from .options import (
     INPUT_DIR,
@@ -48,7 +48,7 @@ SCALED = "(default: the paper's {} scaled to the cohort)"
     "rood_max_patients": "a held-out code occurs in at most this many patients (default: max(3, patients // 1000))",
 })  # fmt: skip
 @seed_option()
-@click.option("--demo-size", type=click.Choice(["default", "small"]), default="default", show_default=True)
+@click.option("--demo-size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
 @click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
 @click.option("--artifacts", type=click.Path(file_okay=False), default="artifacts", show_default=True,
               help="Where --demo writes releases/, programs/ and ehr/.")  # fmt: skip

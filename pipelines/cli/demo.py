@@ -6,14 +6,14 @@ import sys
 
 import click
 
-from pipelines.demo.defaults import DEMO_PATIENTS
+from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES
 
-from .options import device_option, handle_errors, out_option, threads_option, verbosity_options
+from .options import device_option, handle_errors, out_option, seed_option, threads_option, verbosity_options
 
 
 @click.command("demo")
 @out_option("artifacts")
-@click.option("--size", type=click.Choice(["small", "default"]), default="default", show_default=True)
+@click.option("--size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
 @click.option("--patients", type=int, default=DEMO_PATIENTS, show_default=True, help="Synthetic cohort size.")
 @click.option("--train-steps", type=int, default=None,
               help="Pretraining steps per model (default: the demo's; 0: data steps only, no experiment).")  # fmt: skip
@@ -26,7 +26,20 @@ def demo_cmd(out: str, **kw) -> None:
     """Build the demo data, then pretrain, fine-tune, evaluate and report the smallest experiment."""
     from pipelines.demo.run import run_demo
 
-    sys.exit(run_demo(out, **kw))
+    sys.exit(run_demo(out, **kw, show=click.echo))
 
 
-COMMANDS = (demo_cmd,)
+@click.command("demo-release")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Release folder.")
+@click.option("--size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
+@seed_option()
+@verbosity_options
+@handle_errors
+def demo_release_cmd(out: str, size: str, seed: int) -> None:
+    """Build only the demo RF2-format release from public ICD-10-CM text (not SNOMED CT content)."""
+    from pipelines.demo.release import build_demo_release, describe_release
+
+    click.echo(describe_release(build_demo_release(out, size=size, seed=seed)))
+
+
+COMMANDS = (demo_cmd, demo_release_cmd)

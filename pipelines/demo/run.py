@@ -13,6 +13,7 @@ the data steps.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from .defaults import DEMO_EVALUATE, DEMO_EXPERIMENT, DEMO_FINETUNE, DEMO_PATIENTS, DEMO_PRETRAIN
@@ -53,15 +54,15 @@ def run_demo(
     trials: int | None = None,
     device: str = "cpu",
     threads: int | None = 1,
+    show: Callable[[str], None] = log.info,
 ) -> int:
-    """Run the demo into ``out`` (releases/, programs/, ehr/, datasets/, runs/) and print what it made.
+    """Run the demo into ``out`` (releases/, programs/, ehr/, datasets/, runs/); ``show`` receives what it
+    made, step by step (the command prints it; the default logs it).
 
     ``train_steps`` pretraining steps per model (None: the demo's 600; 0: stop after the data steps);
     ``trials`` fine-tuning trials per task (None: 3); ``threads`` torch CPU threads (None: torch's
     default; the tiny demo models gain little from more, and one thread never stalls on a busy CPU).
     """
-    import click
-
     from ontology_compiler import compile_ontology, run_sql
     from ontology_compiler.sql import format_result
     from ontology_compiler.summary import summary
@@ -71,14 +72,15 @@ def run_demo(
     datasets = prepare_demo(artifacts=out, size=size, n_patients=patients)
     release = out / "releases" / f"demo_icd10cm_{size}"
     program = compile_ontology(release, out=out / "programs")  # already compiled: a verified no-op
-    click.echo(summary(program))
+    show(summary(program))
     for d in datasets:
-        m = d.manifest
-        click.echo(f"\ndataset   {d.path}")
-        click.echo("  " + ", ".join(f"{k} {v}" for k, v in _dataset_counts(m).items()))
+        show(
+            f"\ndataset   {d.path}\n  "
+            + ", ".join(f"{k} {v}" for k, v in _dataset_counts(d.manifest).items())
+        )
     for title, query in QUERIES.items():
-        click.echo(f'\n-- {title}\n$ hrrbert sql {program.path.parent} "{query}"')
-        click.echo(format_result(run_sql(program.path, query), max_rows=20))
+        show(f'\n-- {title}\n$ hrrbert sql {program.path.parent} "{query}"')
+        show(format_result(run_sql(program.path, query), max_rows=20))
     if train_steps == 0:
         return 0
     if threads:
@@ -91,8 +93,8 @@ def run_demo(
         out, mimic.path, program.path, eicu.path if eicu else None,
         name=demo_name(size, patients, train_steps, trials), train_steps=train_steps, trials=trials, device=device,
     )  # fmt: skip
-    click.echo(f"\nexperiment {result.path} ({result.seconds:.0f} s)\nreport    {result.report}\n")
-    click.echo(result.headline)
+    show(f"\nexperiment {result.path} ({result.seconds:.0f} s)\nreport    {result.report}\n")
+    show(result.headline)
     return 0
 
 

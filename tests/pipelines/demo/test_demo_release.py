@@ -9,12 +9,14 @@ from pathlib import Path
 import networkx as nx
 import pyarrow.compute as pc
 import pytest
+from click.testing import CliRunner
 
 from ontology_compiler import compile_ontology
 from ontology_compiler import rf2_schema as S
 from ontology_compiler.rf2_read import read_rf2_file
 from ontology_compiler.rf2_schema import FILE_NAME_RE
-from pipelines.demo.release import PACKAGE, build_demo_release, main
+from pipelines.cli import main as hrrbert
+from pipelines.demo.release import PACKAGE, build_demo_release
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +35,9 @@ def _rf2_files(root: Path) -> list[tuple[Path, str, str]]:
 
 def test_deterministic_and_cli(release: Path, tmp_path: Path) -> None:
     again = tmp_path / release.name  # the folder name is recorded in release_info.json
-    main(["--out", str(again), "--size", "small", "--seed", "0"])
+    res = CliRunner().invoke(hrrbert, ["demo-release", "--out", str(again), "--size", "small", "--seed", "0"])
+    assert res.exit_code == 0, res.output
+    assert f"\n{again}\n" in f"\n{res.output}" and "concepts" in res.output
     files = sorted(p.relative_to(release) for p in release.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(again) for p in again.rglob("*") if p.is_file())
     for rel in files:
