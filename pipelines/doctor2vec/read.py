@@ -40,7 +40,8 @@ outside ``[0, n_codes)`` or special tokens, dropped from conditions/excluded), `
 ``text_ids_outside_vocab`` (mapped to [UNK]) and ``pairs_dropped``.
 
 Also here, the one input the generator reads from the raw source: patient demographics
-(:func:`read_demographics`, file names and SQL in :data:`DEMOGRAPHICS`).
+(:func:`read_demographics`, file names and SQL in :data:`DEMOGRAPHICS`; the file is located through the
+dataset's manifest by :func:`pipelines.doctor2vec.inputs.find_demographics`).
 """
 
 from __future__ import annotations
@@ -394,20 +395,13 @@ def _pairs(
     return t.filter(pa.array(keep))
 
 
-def read_demographics(source: dict[str, Any]) -> tuple[pa.Table | None, str]:
-    """(subject_id, sex, age) of a dataset's source patients, sorted, and the reader; None, 'none' without."""
-    reader, path = source.get("reader"), source.get("path")
-    if reader not in DEMOGRAPHICS or not path:
-        log.warning("source reader %r has no demographics: age and sex unknown, trials unrestricted", reader)
-        return None, "none"
-    rel, sql = DEMOGRAPHICS[reader]
-    f = next((p for p in (Path(path) / rel, Path(path) / rel.removesuffix(".gz")) if p.is_file()), None)
-    if f is None:
-        log.warning("%s: not found; age and sex unknown, trials unrestricted", Path(path) / rel)
-        return None, "none"
-    csv = "read_csv('{}', header=true, all_varchar=true, nullstr='')".format(f.as_posix().replace("'", "''"))
+def read_demographics(f: Path, reader: str) -> pa.Table:
+    """(subject_id, sex, age) of the patients in the demographics file ``f`` of a ``reader`` source
+    (:data:`DEMOGRAPHICS`), sorted by subject_id."""
+    sql = DEMOGRAPHICS[reader][1]
+    csv = "read_csv($1, header = true, all_varchar = true, nullstr = '')"  # the path is a bound parameter
     try:
-        table = duckdb.connect().sql(sql.format(csv=csv)).to_arrow_table()
+        table = duckdb.connect().sql(sql.format(csv=csv), params=[f.as_posix()]).to_arrow_table()
     except duckdb.Error as e:
         raise InputFileError(f, f"cannot read demographics: {e}", hint="check the file's header") from e
-    return table.filter(pc.is_valid(table.column("subject_id"))).sort_by("subject_id"), reader
+    return table.filter(pc.is_valid(table.column("subject_id"))).sort_by("subject_id")
