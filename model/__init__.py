@@ -7,7 +7,7 @@ visit-level :class:`VisitTransformer`, :class:`Doctor2Vec` (doctor-trial matchin
 
 from .bert import PRESETS, TASKS, BertConfig, HRRBert, bert_base, bert_small, bert_tiny, preset
 from .doctor2vec import Doctor2Vec, Doctor2VecConfig
-from .errors import ModelError, PretrainedFileError, ProgramMismatchError
+from .errors import ModelError, ModelWriteError, PretrainedFileError, ProgramMismatchError
 from .memory_network import MemN2N, MemN2NConfig, MemNN, MemNNConfig, TokenEmbedding
 from .visit_transformer import VisitTransformer, VisitTransformerConfig, group_visits
 
@@ -23,6 +23,7 @@ __all__ = [
     "ModelError",
     "ProgramMismatchError",
     "PretrainedFileError",
+    "ModelWriteError",
     "MemN2N",
     "MemN2NConfig",
     "MemNN",

@@ -3,17 +3,24 @@
 Every model's config is a dataclass saved as ``config.json``; :class:`ConfigDict` gives it
 ``from_dict`` / ``to_dict`` and :func:`check_positive` its size checks. A saved model folder holds
 ``config.json`` (kind, config, anything extra) and ``model.safetensors`` (the weights, no pickle);
-:func:`save_folder` writes both.
+:func:`save_folder` writes both, each through a temporary file renamed into place with the user's
+normal permissions (safetensors creates its files 0600); a failed write removes the temporary file and
+raises :class:`~model.errors.ModelWriteError` naming the file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
 from torch import nn
+
+from .errors import ModelWriteError
 
 __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "ConfigDict", "check_positive", "save_folder"]
 
@@ -53,10 +60,45 @@ def save_folder(
     from safetensors.torch import save_file
 
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in module.state_dict().items()}
-    tmp = d / (WEIGHTS_FILE + ".tmp")
-    save_file(state, str(tmp), metadata=metadata)
-    tmp.replace(d / WEIGHTS_FILE)
-    (d / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    _write_atomically(d / WEIGHTS_FILE, lambda tmp: save_file(state, str(tmp), metadata=metadata), "weights")
+    text = json.dumps(meta, indent=2) + "\n"
+    _write_atomically(d / CONFIG_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"), "config")
     return d
+
+
+def _write_atomically(path: Path, write: Callable[[Path], object], what: str) -> None:
+    """``write(tmp)``, fsync, the user's normal permissions (0666 less the umask), rename to ``path``; on a
+    failure the temporary file is removed (``model`` imports no other package, so this mirrors
+    ``ontology_compiler.artifact.write_file_atomically``)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        tmp.unlink(missing_ok=True)
+        full = getattr(e, "errno", None) == errno.ENOSPC or "write failed" in str(e)
+        cause = "the disk is full" if full else f"{type(e).__name__}: {getattr(e, 'strerror', None) or e}"
+        raise ModelWriteError(
+            f"{path}: could not write the model {what} ({cause}); nothing was left under this name"
+        ) from e
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask

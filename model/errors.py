@@ -24,3 +24,8 @@ class PretrainedFileError(ModelError):
     def __init__(self, path: object, message: str) -> None:
         self.path = path
         super().__init__(f"{path}: {message}")
+
+
+class ModelWriteError(ModelError, OSError):
+    """A model file could not be written (a full disk, no permission); its temporary file is removed and
+    nothing is left under its name."""

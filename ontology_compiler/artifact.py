@@ -3,24 +3,146 @@
 An artifact is a folder named by its content id with a ``manifest.json`` listing every file with its
 sha256. It is written into a hidden temporary folder beside the target and renamed into place, so a
 killed writer never leaves a partial artifact; temporary folders of dead writers are removed later.
+The published folder and its files get the user's normal permissions (``0777``/``0666`` less the umask),
+as any folder the user creates would, so that a lab's shared storage can read them.
+
+Also here, because every package writes outputs (and ``ontology_compiler`` imports nothing heavy):
+:func:`safe_component`, the one check of a name that becomes a folder under an output folder
+(``--name``, ``--run-id``), and :func:`write_file_atomically`, the one way to write a single file
+(a checkpoint, a model's weights) so that a failure leaves nothing under its name.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
-import tempfile
+import stat
+import threading
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from .errors import ProgramFormatError
+from .errors import OntologyCompilerError, ProgramFormatError
 
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
+TEMP_PREFIX = ".tmp-"  # hidden temporary folders beside an artifact being written
+_UMASK_LOCK = threading.Lock()
+
+
+class ArtifactWriteError(OntologyCompilerError, OSError):
+    """An output could not be written (disk full, no permission); nothing is left under its name."""
+
+
+def safe_component(value: str, what: str = "name") -> str:
+    """``value`` when it is one plain folder name to create under an output folder, else ``ValueError``.
+
+    Refused: empty, ``.``/``..``, a separator (``/`` or ``\\``), an absolute path or a drive, a NUL
+    character, and a leading ``.`` (hidden names are the temporary folders of writers, removed as stale
+    by :func:`clean_stale_temps`). ``what`` names the option in the message (``--run-id``).
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a folder name (a string), got {type(value).__name__} {value!r}")
+    bad = None
+    if not value.strip():
+        bad = "is empty"
+    elif value in (".", ".."):
+        bad = "names the output folder or its parent"
+    elif PurePosixPath(value).is_absolute() or PureWindowsPath(value).drive:
+        bad = "is an absolute path" if value[:1] in "/\\" else "names a drive"
+    elif "/" in value or "\\" in value:
+        bad = "contains a path separator"
+    elif "\0" in value:
+        bad = "contains a NUL character"
+    elif value.startswith("."):
+        bad = "starts with '.' (hidden names are reserved for temporary folders)"
+    if bad:
+        raise ValueError(
+            f"{what} {value!r} {bad}; it must be a single folder name (no '/', '..', absolute path), "
+            "created under the output folder (--out)"
+        )
+    return value
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the system tells it (Linux ``/proc``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:  # os.umask can only be read by setting it; 0o077 meanwhile errs on the safe side
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def normal_permissions(root: str | Path) -> None:
+    """Give ``root`` (and, for a folder, everything under it) the permissions a new file or folder of the
+    user has: ``0666``/``0777`` less the umask (temporary files and folders are made ``0600``/``0700``)."""
+    mask = current_umask()
+    root = Path(root)
+    paths = [root, *root.rglob("*")] if root.is_dir() else [root]
+    for p in paths:
+        st = p.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        os.chmod(p, (0o777 if stat.S_ISDIR(st.st_mode) else 0o666) & ~mask)
+
+
+def write_file_atomically(
+    path: str | Path,
+    write: Callable[[Path], object],
+    *,
+    what: str = "file",
+    hint: str = "",
+    error: Callable[[str], Exception] = ArtifactWriteError,
+) -> Path:
+    """Write ``path`` through ``write(tmp)`` on a temporary file beside it, flush it to disk, give it the
+    user's normal permissions and rename it into place.
+
+    A failed write (``OSError``; ``RuntimeError``, which torch's writer raises on a full disk) removes the
+    temporary file and raises ``error`` naming ``path``, ``what`` it is and the cause (then ``hint``); any
+    other exception or an interrupt removes the temporary file and propagates unchanged.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        normal_permissions(tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:
+        _unlink_quietly(tmp)
+        raise error(_write_failure(path, what, e, hint)) from e
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return path
+
+
+def _unlink_quietly(p: Path) -> None:
+    try:
+        p.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _write_failure(path: Path, what: str, e: BaseException, hint: str) -> str:
+    full = getattr(e, "errno", None) == errno.ENOSPC or "write failed" in str(e) or "No space" in str(e)
+    cause = "the disk is full" if full else f"{type(e).__name__}: {getattr(e, 'strerror', None) or e}"
+    return f"{path}: could not write the {what} ({cause}); nothing was left under this name" + (
+        f"; {hint}" if hint else ""
+    )
 
 
 def sha256_file(path: str | Path, bufsize: int = 1 << 22) -> str:
@@ -42,14 +164,21 @@ def publish(
     """Write an artifact atomically: ``write_files(tmp)`` returns the manifest's file list.
 
     Returns True when written, or ``same_or_raise()`` when ``final`` already exists (False for the same
-    artifact; it raises for anything else).
+    artifact; it raises for anything else). The temporary folder is created with the user's normal
+    permissions (not ``tempfile.mkdtemp``'s 0700), and every file in it gets them before the rename. A
+    failed write (disk full) removes the temporary folder and raises :class:`ArtifactWriteError`.
     """
+    final = Path(final)
     if final.exists():
         return same_or_raise()
-    final.parent.mkdir(parents=True, exist_ok=True)
-    clean_stale_temps(final.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{artifact_id}-{os.getpid()}-", dir=final.parent))
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ArtifactWriteError(_write_failure(final, "artifact's folder", e, "")) from e
+    clean_stale_temps(final.parent)
+    tmp = final.parent / f"{TEMP_PREFIX}{artifact_id}-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        os.mkdir(tmp)  # 0777 less the umask, as any folder the user makes
         manifest = dict(manifest)
         manifest["files"] = write_files(tmp)
         with open(tmp / "manifest.json", "w", encoding="utf-8") as f:
@@ -57,6 +186,7 @@ def publish(
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        normal_permissions(tmp)
         try:
             os.rename(tmp, final)
         except OSError:
@@ -64,6 +194,12 @@ def publish(
                 shutil.rmtree(tmp, ignore_errors=True)
                 return same_or_raise()
             raise
+    except ArtifactWriteError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ArtifactWriteError(_write_failure(final, "artifact", e, "")) from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -72,7 +208,7 @@ def publish(
 
 def clean_stale_temps(out_dir: Path) -> None:
     """Remove temporary folders left by killed compiles (their process is gone)."""
-    for p in out_dir.glob(".tmp-*"):
+    for p in out_dir.glob(f"{TEMP_PREFIX}*"):
         parts = p.name.split("-")
         try:
             pid = int(parts[2])

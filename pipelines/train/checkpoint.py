@@ -3,13 +3,14 @@
 A checkpoint is ``<run>/checkpoints/step-<step>.pt`` holding ``model`` (state dict), ``optimizer``,
 ``scheduler``, ``rng`` (Python, NumPy, torch CPU and CUDA generator states, all as tensors), ``step``,
 ``epoch``, ``position`` (batches of the epoch already consumed) and ``config`` (the run config). It is
-written to a temporary file and renamed, so a kill never leaves a half-written checkpoint under its name.
+written to a temporary file and renamed, so a kill never leaves a half-written checkpoint under its name;
+a failed write (a full disk) removes the temporary file and raises :class:`OutputWriteError` naming the
+checkpoint, and the previous checkpoints are kept.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ontology_compiler.artifact import write_file_atomically
 from pipelines.errors import InputFileError, PipelineError
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,11 @@ REQUIRED_KEYS = ("model", "optimizer", "scheduler", "rng", "step", "epoch", "pos
 
 class CheckpointError(InputFileError):
     """A checkpoint is missing, unreadable or incomplete."""
+
+
+class OutputWriteError(PipelineError, OSError):
+    """A run's file (a checkpoint, a model's weights) could not be written, e.g. on a full disk; its
+    temporary file is removed and nothing is left under its name."""
 
 
 class ConfigMismatchError(PipelineError):
@@ -110,14 +117,18 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 
 
 def save_checkpoint(path: Path, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write ``state`` atomically to ``path``; keep the newest ``keep`` checkpoints of the folder."""
+    """Write ``state`` atomically to ``path``; keep the newest ``keep`` checkpoints of the folder.
+
+    A failed write (torch raises ``RuntimeError: ... file write failed`` on a full disk) removes the
+    temporary file and raises :class:`OutputWriteError` naming ``path``; older checkpoints stay.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".pt.tmp")
-    torch.save(state, tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    write_file_atomically(
+        path, lambda tmp: torch.save(state, tmp), what="checkpoint", error=OutputWriteError,
+        hint="free some space (older checkpoints are kept) and continue with --resume",
+    )  # fmt: skip
+    for stale in path.parent.glob("step-*.pt.tmp"):  # left by a killed writer
+        stale.unlink(missing_ok=True)
     if keep > 0:
         for old in list_checkpoints(path.parent.parent)[:-keep]:
             old.unlink(missing_ok=True)

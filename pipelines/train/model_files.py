@@ -1,7 +1,8 @@
 """A trained small model's files: ``model.safetensors`` (tensors only) and ``config.json`` (its metadata).
 
 Shared by the QA memory networks (:mod:`pipelines.qa.train`) and Doctor2Vec (:mod:`pipelines.doctor2vec.train`): the
-weights are written to a temporary file and renamed; reading resolves a run folder to its ``model/``
+weights and ``config.json`` are each written to a temporary file and renamed (a failed write removes it
+and raises :class:`~pipelines.train.checkpoint.OutputWriteError`), with the user's normal permissions; reading resolves a run folder to its ``model/``
 sub-folder, checks the model kind, and checks the metadata keys that tie a model to the data it was
 trained on (program id, vocabulary fingerprint) with an error naming both values.
 """
@@ -14,7 +15,10 @@ from typing import Any
 
 from torch import nn
 
-from .runtime import write_json
+from ontology_compiler.artifact import write_file_atomically
+
+from .checkpoint import OutputWriteError
+from .runtime import plain
 
 WEIGHTS_FILE = "model.safetensors"
 META_FILE = "config.json"
@@ -24,12 +28,13 @@ def save_weights(model: nn.Module, directory: Path, meta: dict[str, Any], kind: 
     """Write ``model``'s state dict and ``meta`` into ``directory`` (created)."""
     from safetensors.torch import save_file
 
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = Path(directory)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    tmp = directory / (WEIGHTS_FILE + ".tmp")
-    save_file(state, str(tmp), metadata={"kind": kind})
-    tmp.replace(directory / WEIGHTS_FILE)
-    write_json(directory / META_FILE, meta)
+    write_file_atomically(directory / WEIGHTS_FILE, lambda tmp: save_file(state, str(tmp), metadata={"kind": kind}),
+                          what="model weights", error=OutputWriteError)  # fmt: skip
+    text = json.dumps(plain(meta), indent=2, default=str, allow_nan=False) + "\n"
+    write_file_atomically(directory / META_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"),
+                          what="model config", error=OutputWriteError)  # fmt: skip
     return directory
 
 
