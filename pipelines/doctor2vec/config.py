@@ -82,6 +82,7 @@ class D2VOptions:
     listed_max: int = 2  # codes a 'category' trial lists (seed, siblings); the category's rest is unlisted
     max_family: int = 12  # codes of a category that make a patient eligible, at most (the most frequent)
     equivalents: bool = True  # also eligible: codes mapped to the same SNOMED concept(s) as a family code
+    demographics: bool = True  # age and sex from the dataset's source (its patients file); off: unknown
     seed: int = 0  # every draw
 
     def __post_init__(self) -> None:

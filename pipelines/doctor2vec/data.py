@@ -28,7 +28,11 @@ rarely at hand, so this module simulates them from a tokenized cohort, keeping t
 
 Patient counts per code are distinct patients over the whole cohort (all splits) of ``patients.parquet``
 (``code_counts.parquet`` counts the pretraining splits' tokens only). Demographics come from the source's
-``hosp/patients.csv.gz`` (MIMIC-IV) or ``patient.csv.gz`` (eICU); without them age and sex are null.
+``hosp/patients.csv.gz`` (MIMIC-IV) or ``patient.csv.gz`` (eICU), found through the dataset's manifest
+(:func:`pipelines.doctor2vec.inputs.find_demographics`: its source folder and the file's sha256, never the
+working directory); the file read is listed under the manifest's ``inputs`` and hashed into the data's
+id. A source without demographics (MEDS), or ``demographics=False``, gives null age and sex; a source
+whose file is missing or changed is an error, never other data under the same id.
 
 Output format (also the reference for bringing your own data): :mod:`pipelines.doctor2vec.read`.
 
@@ -41,15 +45,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from ontology_compiler.artifact import safe_component
 from pipelines.data.dataset import Generated, dataset_for_program
 
 from .config import D2VOptions
@@ -59,6 +65,7 @@ from .inputs import (
     SEX_CODE,
     Codes,
     Cohort,
+    find_demographics,
     load_cohort,
     read_codes,
 )
@@ -66,7 +73,7 @@ from .read import COLUMNS, OPEN_AGE, SPLITS, D2VDataError, validate_tables
 
 log = logging.getLogger(__name__)
 
-GENERATOR_VERSION = "pipelines.doctor2vec_data/1"
+GENERATOR_VERSION = "pipelines.doctor2vec_data/2"  # 2: demographics found through the dataset, hashed
 AGE_BANDS = ((18, 65), (40, 80), (50, 120), (18, 50), (65, 120), (30, 75))  # inclusive
 AGE_BAND_P = 0.6  # share of trials with an age band
 SEX_P = {"F": 0.15, "M": 0.15}  # share of trials restricted to one sex; the rest 'any'
@@ -79,6 +86,22 @@ AGE_TEXT, AGE_OVER_TEXT, AGE_OVER = " aged {lo}-{hi}", " aged {lo} and over", 12
 EXCLUDED_TEXT = "; excludes {excluded}"
 WORD_RE = re.compile(r"\w+|[^\w\s]")
 SPECIAL_WORDS = ("[PAD]", "[UNK]")
+
+
+@dataclass
+class _GeneratedWithInputs(Generated):
+    """:class:`Generated` whose id also hashes the source files the generator reads beyond the dataset
+    (``inputs``: role, path relative to the source folder, sha256), listed in the manifest too."""
+
+    inputs: list[dict] = field(default_factory=list)
+
+    @property
+    def data_id(self) -> str:
+        payload = {"generated": super().data_id, "inputs": self.inputs}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+    def manifest(self, kind: str, id_key: str, **rest: Any) -> dict:
+        return {**super().manifest(kind, id_key, **rest), "inputs": self.inputs}
 
 
 @dataclass
@@ -356,17 +379,20 @@ def generate_doctor2vec(
 ) -> D2VResult:
     """Simulate Doctor2Vec data from a tokenized ``dataset`` and the ``program`` it was tokenized with."""
     opts = options or D2VOptions()
+    if name is not None:
+        safe_component(name, "name")  # one folder under ``out``, never a path
     dpath, ppath = Path(dataset), Path(program)
     dman, program_id = dataset_for_program(dpath, ppath, D2VDataError)
-    gen = Generated(
-        GENERATOR_VERSION, program_id, dman, asdict(opts), Path(out) / (name or f"d2v-{dpath.parent.name}")
-    )
+    demographics = find_demographics(dpath, dman, opts.demographics)  # through the manifest, never the cwd
+    name = name or f"d2v-{Path(os.path.abspath(dpath)).parent.name}"  # the dataset's name, from any folder
+    inputs = [demographics.record()] if demographics else []
+    gen = _GeneratedWithInputs(GENERATOR_VERSION, program_id, dman, asdict(opts), Path(out) / name, inputs)
     manifest = gen.existing()
     if manifest is not None:
         return D2VResult(gen.path, manifest, False)
     codes = read_codes(ppath)
     counts: Counter = Counter()
-    cohort = load_cohort(dpath, dman.get("source") or {}, codes, counts)
+    cohort = load_cohort(dpath, demographics, codes, counts)
     tables, info = build_tables(cohort, codes, opts)
     info["counts"]["skipped"] = dict(sorted((Counter(info["counts"]["skipped"]) + counts).items()))
     if tables["pairs"].num_rows == 0:

@@ -1,6 +1,10 @@
 """What the Doctor2Vec generator reads: the program's codes (titles, ICD-10 chapters, 3-character
 categories, specials) and the tokenized cohort with its demographics, as arrays.
 
+The demographics file is found through the dataset's manifest (:func:`find_demographics`): its source
+folder and the file's sha256 as the dataset recorded them, never the working directory, so the same
+command gives the same data from any folder, and the file's hash is part of the data's id.
+
 ICD-9-CM codes carry ICD-9 chapter numbers in the program; specialties and trial categories use the
 ICD-10 chapters, so ICD-9 chapters are mapped (:data:`ICD9_TO_ICD10_CHAPTER`, eye and ear split out of
 ICD-9's nervous-system chapter by category range).
@@ -10,6 +14,8 @@ Dimension legend: P patients, N concepts, U distinct (patient, concept) pairs.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +25,13 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ontology_compiler.artifact import sha256_file
 from ontology_compiler.icd import ICD9CM, ICD10CM, dotted_code
 from pipelines.errors import InputFileError
 
-from .read import D2VDataError, read_demographics
+from .read import DEMOGRAPHICS, D2VDataError, read_demographics
+
+log = logging.getLogger(__name__)
 
 CHAPTER_TITLES: dict[int, str] = {
     1: "Certain infectious and parasitic diseases",
@@ -142,8 +151,90 @@ def read_codes(program: Path) -> Codes:
     return Codes(title, chapter, category, special, concept)
 
 
-def load_cohort(dpath: Path, source: dict[str, Any], codes: Codes, counts: Counter) -> Cohort:
-    """Every patient of the tokenized dataset (all splits), special tokens removed, with demographics."""
+@dataclass
+class DemographicsInput:
+    """The source file age and sex are read from, as the dataset's manifest names it."""
+
+    reader: str  # the dataset's source reader: 'mimic-iv' | 'eicu'
+    path: str  # relative to the source folder, as in the dataset's source.inputs
+    sha256: str  # of the file read (the one the dataset lists, when it lists it)
+    file: Path  # where it was found (not part of the data's id: the same file anywhere is the same input)
+
+    def record(self) -> dict[str, str]:
+        """What the data's manifest lists under ``inputs`` and its id hashes."""
+        return {"role": "demographics", "reader": self.reader, "path": self.path, "sha256": self.sha256}
+
+
+def _source_roots(dataset: Path, path: str) -> list[Path]:
+    """Where the source folder ``path`` of the dataset's manifest may be: itself when absolute; when
+    relative (prepared from another working directory), under each folder holding the dataset."""
+    if Path(path).is_absolute():
+        return [Path(path)]
+    here = Path(os.path.abspath(dataset))
+    return [folder / path for folder in here.parents]
+
+
+def find_demographics(
+    dataset: Path, manifest: dict[str, Any], wanted: bool = True
+) -> DemographicsInput | None:
+    """The demographics file of the dataset's source, located through the dataset's ``manifest`` alone.
+
+    None when not ``wanted`` or when the source's reader has none (MEDS: age and sex unknown, the same
+    from anywhere). The file is ``source.path`` + the reader's file (:data:`DEMOGRAPHICS`); a relative
+    ``source.path`` is tried under each folder that holds the dataset, never the working directory. When
+    the manifest lists the file in ``source.inputs`` it must have that sha256 (the dataset's id hashed
+    it); a file that cannot be found, or that changed, is an error rather than data without age and sex
+    under the same name.
+    """
+    if not wanted:
+        log.info("%s: demographics not read (--no-demographics): age and sex unknown", dataset)
+        return None
+    source = manifest.get("source") or {}
+    reader, path = source.get("reader"), source.get("path")
+    if reader not in DEMOGRAPHICS:
+        log.warning("%s: source reader %r has no demographics: age and sex unknown, trials unrestricted",
+                    dataset, reader)  # fmt: skip
+        return None
+    rel = DEMOGRAPHICS[reader][0]
+    names = (rel, rel.removesuffix(".gz"))
+    listed = {i.get("path"): i.get("sha256") for i in source.get("inputs") or [] if i.get("path") in names}
+    where = dataset / "manifest.json"
+    hint = ("generate with --no-demographics for data without age and sex (a different data id), or prepare "
+            "the dataset again from the source where it is now")  # fmt: skip
+    if not path:
+        raise D2VDataError(f"{where}: the source ({reader}) has no 'path'; {hint}")
+    tried, changed = [], []
+    for root in _source_roots(dataset, str(path)):
+        for name in names:
+            f = root / name
+            if listed and name not in listed:  # the dataset read the other spelling
+                continue
+            tried.append(str(f))
+            if not f.is_file():
+                continue
+            got = sha256_file(f)
+            want = listed.get(name)
+            if want is not None and got != want:
+                changed.append(f"{f}: sha256 {got[:12]}..., the dataset lists {want[:12]}...")
+                continue
+            if not listed:
+                log.warning("%s: the dataset does not list %s among its inputs; using %s (sha256 %s...)",
+                            where, name, f, got[:12])  # fmt: skip
+            return DemographicsInput(reader, name, got, f)
+    if changed:
+        raise D2VDataError(
+            f"{where}: the source's {rel} changed since the dataset was prepared:\n  " + "\n  ".join(changed)
+            + f"\n  {hint}"
+        )  # fmt: skip
+    raise D2VDataError(
+        f"{where}: the source's demographics ({reader}: {rel} under {path!r}) were not found; looked for:\n  "
+        + "\n  ".join(tried[:4]) + (f"\n  ... and {len(tried) - 4} more" if len(tried) > 4 else "") + f"\n  {hint}"
+    )  # fmt: skip
+
+
+def load_cohort(dpath: Path, demographics: DemographicsInput | None, codes: Codes, counts: Counter) -> Cohort:
+    """Every patient of the tokenized dataset (all splits), special tokens removed, with the demographics
+    of :func:`find_demographics` (None: age and sex unknown)."""
     f = dpath / "patients.parquet"
     if not f.is_file():
         raise InputFileError(f, "missing; not a tokenized dataset folder")
@@ -162,7 +253,8 @@ def load_cohort(dpath: Path, source: dict[str, Any], codes: Codes, counts: Count
     ids, seg, row = ids[keep], seg[keep], row[keep]
     key = np.unique(ids.astype(np.int64) * len(subject) + row)  # (U,) sorted by concept, then patient
     sex, age = np.zeros(len(subject), np.int8), np.full(len(subject), -1, np.int32)
-    demo, kind = read_demographics(source)
+    demo = None if demographics is None else read_demographics(demographics.file, demographics.reader)
+    kind = "none" if demographics is None else demographics.reader
     if demo is not None:
         known = demo.column("subject_id").to_numpy()
         pos = np.clip(np.searchsorted(known, subject), 0, max(len(known) - 1, 0))

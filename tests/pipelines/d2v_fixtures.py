@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ontology_compiler.artifact import sha256_file
 from pipelines.doctor2vec.data import D2VOptions
 
 # fixture program codes (tests/data/snomed_mini_20220531): J45* (16-19) and M81* (24-26) are made rare
@@ -19,9 +20,11 @@ OPTS = D2VOptions(
 )  # fmt: skip
 
 
-def make_dataset(root, program, *, demographics: bool = True, n: int = 360, seed: int = 0):
+def make_dataset(root, program, *, demographics: bool = True, n: int = 360, seed: int = 0, source_path=None):
     """A tokenized dataset (format 1) of ``n`` patients: [CLS] then 2-3 visits of common codes; a few
-    patients also carry one rare code. With ``demographics``, a MIMIC-IV ``hosp/patients.csv.gz``."""
+    patients also carry one rare code. With ``demographics``, a MIMIC-IV ``hosp/patients.csv.gz`` under
+    ``<root>/ehr``, listed with its sha256 in the manifest's ``source.inputs`` as the reader lists it;
+    ``source_path`` is the source folder the manifest records (default: ``<root>/ehr``, absolute)."""
     concepts = pq.read_table(program / "concepts.parquet").to_pydict()
     normal = [i for i, c in enumerate(concepts["code"]) if not c.startswith("[") and i not in RARE_CODES]
     rng = np.random.default_rng(seed)
@@ -57,7 +60,14 @@ def make_dataset(root, program, *, demographics: bool = True, n: int = 360, seed
             lines.append(f"{p + 5000},{'F' if rng.random() < 0.5 else 'M'},{age},2150,2014 - 2016,")
         with gzip.open(root / "ehr" / "hosp" / "patients.csv.gz", "wt") as f:
             f.write("\n".join(lines) + "\n")
-        source = {"kind": "test", "reader": "mimic-iv", "path": str(root / "ehr")}
+        f = root / "ehr" / "hosp" / "patients.csv.gz"
+        inputs = [{"path": "hosp/patients.csv.gz", "sha256": sha256_file(f), "bytes": f.stat().st_size}]
+        source = {
+            "kind": "test",
+            "reader": "mimic-iv",
+            "path": str(source_path or root / "ehr"),
+            "inputs": inputs,
+        }
     manifest = {"format_version": 1, "dataset_id": f"d2vtest{int(demographics)}{seed}", "program_id": pid,
                 "source": source}  # fmt: skip
     (root / "manifest.json").write_text(json.dumps(manifest))

@@ -34,7 +34,7 @@ def test_tables_and_manifest(generated):
     m = d.manifest
     assert generated.written and d.skipped == {}
     assert m["kind"] == "doctor2vec" and m["d2v_id"] == m["dataset_id"] == generated.path.name
-    assert m["generator"] == "pipelines.doctor2vec_data/1" and m["demographics"] == "mimic-iv"
+    assert m["generator"] == "pipelines.doctor2vec_data/2" and m["demographics"] == "mimic-iv"
     assert m["n_codes"] == 31 and m["n_words"] == d.vocab.num_rows and m["rare_max_patients"] == 15
     for name in ("patients", "doctors", "trials", "pairs", "vocab"):
         raw = pq.read_table(generated.path / f"{name}.parquet")
