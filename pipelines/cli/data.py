@@ -12,6 +12,7 @@ from .options import (
     config_options,
     force_option,
     handle_errors,
+    name_option,
     out_option,
     program_option,
     seed_option,
@@ -30,7 +31,7 @@ SCALED = "(default: the paper's {} scaled to the cohort)"
 )
 @program_option(required=False)
 @out_option("artifacts/datasets")
-@click.option("--name", default=None, help="Dataset name (default: <source kind>-<input folder name>).")
+@name_option("Dataset name: one folder under --out (default: <source kind>-<input folder name>).")
 @click.option(
     "--max-len", type=int, default=128, show_default=True, help="Tokens per sequence, [CLS] included."
 )

@@ -10,6 +10,7 @@ from .options import (
     INPUT_DIR,
     config_options,
     handle_errors,
+    name_option,
     out_option,
     program_option,
     resume_option,
@@ -28,7 +29,7 @@ def doctor2vec_group() -> None:
 @click.argument("dataset", type=INPUT_DIR)
 @program_option()
 @out_option("artifacts/doctor2vec")
-@click.option("--name", default=None, help="Data set name (default: d2v-<dataset name>).")
+@name_option("Data set name: one folder under --out (default: d2v-<dataset name>).")
 @config_options(D2VOptions)
 @verbosity_options
 @handle_errors

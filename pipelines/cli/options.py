@@ -42,7 +42,7 @@ from pipelines.train.config import SELECT_BY, FinetuneConfig, PretrainConfig
 
 __all__ = [
     "CHOICES", "INPUT_DIR", "HRR_MODES", "MODEL_PRESETS", "api_errors", "config_fields", "config_options", "device_option", "force_option",
-    "handle_errors", "out_option", "program_option", "resume_option", "run_id_option",
+    "handle_errors", "name_option", "out_option", "program_option", "resume_option", "run_id_option",
     "seed_option", "threads_option", "verbosity_options",
 ]  # fmt: skip
 
@@ -81,6 +81,8 @@ _PER_CONFIG: dict[tuple[type, str], tuple[str, ...]] = {
 INPUT_DIR = click.Path(exists=True, file_okay=False)  # an input folder argument: it must exist
 # fields naming an input folder that must exist
 _INPUT_DIRS = {"dataset", "program", "pretrained", "mortality", "chapters", "transfer_dataset", "qa", "data"}
+# fields naming one folder created under --out: a single path component (ontology_compiler.artifact.safe_component)
+_COMPONENTS = {"name", "run_id"}
 CONFIGS = (PretrainConfig, FinetuneConfig, EvaluateConfig, ExperimentConfig, QATrainConfig, D2VTrainConfig,
            SplitOptions, QAOptions, D2VOptions)  # fmt: skip
 
@@ -118,8 +120,25 @@ def force_option(help: str = "Overwrite the output when it exists.") -> Callable
     return click.option("--force", is_flag=True, help=help)
 
 
+def _component(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A ``--name`` / ``--run-id`` value: one folder name under ``--out`` (no ``/``, ``..``, absolute path)."""
+    if value is None:
+        return value
+    from ontology_compiler.artifact import safe_component
+
+    try:
+        return safe_component(value, f"--{param.name.replace('_', '-')}" if param.name else "name")
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+
+
 def run_id_option(help: str = "Run folder name under --out.") -> Callable[[F], F]:
-    return click.option("--run-id", default=None, help=help)
+    return click.option("--run-id", default=None, callback=_component, help=help)
+
+
+def name_option(help: str) -> Callable[[F], F]:
+    """``--name``: the output's folder name under ``--out`` (one folder name, checked)."""
+    return click.option("--name", default=None, callback=_component, help=help)
 
 
 def resume_option(f: F) -> F:
@@ -336,6 +355,8 @@ def _option(
     option = "--" + param.replace("_", "-")
     decl = names.get(f.name, option)
     kw: dict[str, Any] = {"help": text, "required": required}
+    if f.name in _COMPONENTS and tp is str:
+        kw["callback"] = _component
     if not required:
         kw["default"] = default
         kw["show_default"] = default is not None and (tp is not bool or default)

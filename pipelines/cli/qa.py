@@ -10,6 +10,7 @@ from .options import (
     INPUT_DIR,
     config_options,
     handle_errors,
+    name_option,
     out_option,
     program_option,
     resume_option,
@@ -28,7 +29,7 @@ def qa_group() -> None:
 @click.argument("dataset", type=INPUT_DIR)
 @program_option()
 @out_option("artifacts/qa")
-@click.option("--name", default=None, help="QA set name (default: qa-<dataset name>).")
+@name_option("QA set name: one folder under --out (default: qa-<dataset name>).")
 @config_options(QAOptions)
 @verbosity_options
 @handle_errors

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ontology_compiler.artifact import safe_component
 from pipelines.errors import PipelineError
 from pipelines.train.embeddings import code_embedding
 from pipelines.train.loop import (
@@ -266,6 +267,8 @@ def train_doctor2vec(
 
     ``resume=True`` continues ``<out>/<run_id>`` from its newest checkpoint (a finished run is read back).
     """
+    if run_id is not None:
+        safe_component(run_id, "run_id")  # one folder under ``out``, never a path
     cfg = config_from(D2VTrainConfig, config, options, "doctor2vec", data=data, program=program)
     with distributed(cfg.device) as (ctx, device):
         return _train(cfg, ctx, device, Path(out), run_id, resume)
@@ -291,7 +294,9 @@ def _train(cfg: D2VTrainConfig, ctx, device, out: Path, run_id: str | None, resu
     if len(train_rows) == 0 or len(t.pairs_of("val")) == 0:
         raise PipelineError(f"{cfg.data}: no train or validation pairs (skipped: {ds.skipped})")
     codes = f"hrr-{cfg.hrr_mode}" if cfg.embedding == "hrr" else cfg.embedding
-    run_id = run_id or f"d2v-{codes}-{cfg.doctor}-{cfg.patient_encoder}-seed{cfg.seed}"
+    run_id = safe_component(
+        run_id or f"d2v-{codes}-{cfg.doctor}-{cfg.patient_encoder}-seed{cfg.seed}", "run_id"
+    )
     run_dir = out / run_id
     if (done := finished_results(run_dir, resume, "Doctor2Vec run")) is not None:
         return D2VRunResult(run_dir, done)

@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ontology_compiler.artifact import safe_component
 from pipelines.errors import PipelineError
 from pipelines.train.runtime import now_iso, versions, write_json
 
@@ -51,6 +52,7 @@ class ExperimentResult:
 def run_experiment(config: ExperimentConfig | None = None, **options: Any) -> ExperimentResult:
     """Run (or continue) an experiment and write its report."""
     cfg = config or ExperimentConfig(**options)
+    safe_component(cfg.name, "name")  # one folder under ``out``, never a path
     t0 = time.perf_counter()
     root = Path(cfg.out) / cfg.name
     root.mkdir(parents=True, exist_ok=True)
@@ -135,6 +137,7 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
     if not (ev_dir / EVALUATION_FILE).is_file():
         t = time.perf_counter()
         evaluate_pretrained(pretrained=str(pre_dir), dataset=cfg.dataset, program=cfg.program, out=str(ev_dir),
+                 force=True,  # the experiment's own folder: a killed evaluation left it unfinished
                  mortality=str(root / ft["mortality"]) if "mortality" in ft else None,
                  chapters=str(root / ft["chapters"]) if "chapters" in ft else None,
                  transfer_dataset=cfg.transfer_dataset, device=cfg.device, label=conf, **cfg.evaluate)  # fmt: skip

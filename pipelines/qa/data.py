@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ontology_compiler.artifact import safe_component
 from pipelines.data.dataset import Generated, dataset_for_program, verify_dataset
 from pipelines.errors import InputFileError, PipelineError
 
@@ -382,6 +384,11 @@ class QAResult:
     written: bool  # False when the identical QA set was already there
 
 
+def _dataset_name(dataset: Path) -> str:
+    """The dataset's name (the folder above its id folder), the same from any working directory."""
+    return Path(os.path.abspath(dataset)).parent.name
+
+
 def generate_qa(
     dataset: str | Path,
     program: str | Path,
@@ -392,6 +399,8 @@ def generate_qa(
 ) -> QAResult:
     """Generate a clinical QA set from a tokenized ``dataset`` and the ``program`` it was tokenized with."""
     opts = options or QAOptions()
+    if name is not None:
+        safe_component(name, "name")  # one folder under ``out``, never a path
     dpath, ppath = Path(dataset), Path(program)
     dman, program_id = dataset_for_program(dpath, ppath, QADataError)
     pfile = dpath / "patients.parquet"
@@ -400,7 +409,7 @@ def generate_qa(
     patients = pq.read_table(pfile, columns=["subject_id", "split", "input_ids", "segment_ids"])
     onto = read_ontology(ppath)
     gen = Generated(
-        GENERATOR_VERSION, program_id, dman, asdict(opts), Path(out) / (name or f"qa-{dpath.parent.name}")
+        GENERATOR_VERSION, program_id, dman, asdict(opts), Path(out) / (name or f"qa-{_dataset_name(dpath)}")
     )
     manifest = gen.existing()
     if manifest is not None:

@@ -29,6 +29,7 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
+from ontology_compiler.artifact import safe_component
 from pipelines.data.sequences import epoch_order
 from pipelines.errors import PipelineError
 from pipelines.train.embeddings import code_embedding
@@ -311,6 +312,8 @@ def train_qa(
 
     ``resume=True`` continues ``<out>/<run_id>`` from its newest checkpoint (a finished run is read back).
     """
+    if run_id is not None:
+        safe_component(run_id, "run_id")  # one folder under ``out``, never a path
     cfg = config_from(QATrainConfig, config, options, "qa", qa=qa, program=program)
     with distributed(cfg.device) as (ctx, device):
         return _train_qa(cfg, ctx, device, Path(out), run_id, resume)
@@ -328,7 +331,8 @@ def _train_qa(cfg: QATrainConfig, ctx, device, out: Path, run_id: str | None, re
             f"but program {prog.program_id!r} was given"
         )
     train, val, test = _qa_splits(cfg, manifest, questions)
-    run_id = run_id or f"qa-{cfg.model}-{cfg.embedding}-h{cfg.hops}-{cfg.tying}-seed{cfg.seed}"
+    run_id = safe_component(run_id or f"qa-{cfg.model}-{cfg.embedding}-h{cfg.hops}-{cfg.tying}-seed{cfg.seed}",
+                            "run_id")  # fmt: skip
     run_dir = out / run_id
     if (done := finished_results(run_dir, resume, "QA run")) is not None:
         return QARunResult(run_dir, done)

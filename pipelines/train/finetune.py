@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ontology_compiler.artifact import safe_component
 from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_order
 from pipelines.errors import PipelineError
 
@@ -117,6 +118,8 @@ def finetune(
     interrupted one continues from its newest checkpoint (the config must match). Under ``torchrun`` the
     trials run with DistributedDataParallel (the batch is global and split over ranks).
     """
+    if run_id is not None:
+        safe_component(run_id, "run_id")  # one folder under ``out``, never a path
     cfg = config_from(FinetuneConfig, config, options, "finetune", pretrained=pretrained, dataset=dataset,
                       program=program)  # fmt: skip
     with distributed(cfg.device) as (ctx, device):
@@ -148,7 +151,9 @@ def _finetune(
     del probe
     train, val, test = _task_splits(cfg, ds, mc)
     suffix = "" if cfg.model == "bert" else f"-{cfg.model}"
-    run_id = run_id or f"finetune-{cfg.task}-{Path(cfg.pretrained).name}{suffix}-seed{cfg.seed}"
+    run_id = safe_component(
+        run_id or f"finetune-{cfg.task}-{Path(cfg.pretrained).name}{suffix}-seed{cfg.seed}", "run_id"
+    )
     run_dir = out / run_id
     if (run_dir / SUMMARY_FILE).exists() and not resume:
         raise PipelineError(f"{run_dir}: fine-tuning run already exists; choose another --run-id")

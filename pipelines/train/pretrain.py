@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from ontology_compiler.artifact import safe_component
 from pipelines.data.sequences import SEED_STRIDE, TokenizedDataset, epoch_order
 from pipelines.errors import PipelineError
 
@@ -90,11 +91,12 @@ def pretrain(
     """
     from hrr_kernel import load_program
 
+    if run_id is not None:
+        safe_component(run_id, "run_id")  # one folder under ``out``, never a path
     cfg = config_from(PretrainConfig, config, options, "pretrain", dataset=dataset, program=program)
+    run_id = safe_component(run_id or default_run_id(cfg), "run_id")
     with distributed(cfg.device) as (ctx, device):
-        return _pretrain(
-            cfg, ctx, device, Path(out), run_id or default_run_id(cfg), resume, stop_after, load_program
-        )
+        return _pretrain(cfg, ctx, device, Path(out), run_id, resume, stop_after, load_program)
 
 
 class MLMTask:
