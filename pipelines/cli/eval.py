@@ -7,12 +7,13 @@ import click
 from pipelines.eval.config import EvaluateConfig, ExperimentConfig
 from pipelines.train.config import FinetuneConfig, PretrainConfig
 
-from .options import INPUT_DIR, config_options, handle_errors, verbosity_options
+from .options import INPUT_DIR, config_options, force_option, handle_errors, verbosity_options
 
 
 @click.command("evaluate")
 @click.argument("pretrained", type=INPUT_DIR)
 @config_options(EvaluateConfig, exclude=["pretrained"])
+@force_option("Replace the evaluation in --out when the folder exists and is not empty (else refused).")
 @verbosity_options
 @handle_errors
 def evaluate_cmd(**kw) -> None:

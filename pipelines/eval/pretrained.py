@@ -12,7 +12,9 @@ What it runs (each part skipped when its input is not given):
 The statistics across trials and configurations (f) live in :mod:`pipelines.eval.stats` and are applied by
 :mod:`pipelines.eval.report`. Everything lands in ``<out>/evaluation.json`` (+ ``tsne.png``). Every input is
 checked against the program first: a dataset tokenized against another program, a missing or corrupt
-model folder, or a task without labels raises an error naming the file and what differs.
+model folder, or a task without labels raises an error naming the file and what differs. An ``out`` folder
+that exists and holds anything is refused before any work, unless ``force`` (then the previous
+evaluation's files are replaced).
 """
 
 from __future__ import annotations
@@ -43,11 +45,37 @@ from .config import EvaluateConfig
 log = logging.getLogger(__name__)
 
 EVALUATION_FILE = "evaluation.json"
+TSNE_FILE = "tsne.png"
+OUTPUTS = (EVALUATION_FILE, TSNE_FILE)  # what an evaluation writes into its folder
 
 
-def evaluate_pretrained(config: EvaluateConfig | None = None, **options: Any) -> dict[str, Any]:
-    """Run the evaluations of one pretrained model; returns (and writes) the ``evaluation.json`` record."""
+def check_out(out: Path, force: bool) -> None:
+    """Refuse an ``out`` that exists and is not an empty folder, unless ``force``; with ``force`` remove the
+    files a previous evaluation wrote there (and nothing else), so no stale plot outlives its record."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise PipelineError(f"{out}: exists and is not a folder; choose another --out")
+    if not any(out.iterdir()):
+        return
+    if not force:
+        raise PipelineError(
+            f"{out}: exists and is not empty; an evaluation is never written over another: choose another "
+            "--out, or pass --force to replace the evaluation there"
+        )
+    for name in OUTPUTS:
+        (out / name).unlink(missing_ok=True)
+
+
+def evaluate_pretrained(
+    config: EvaluateConfig | None = None, *, force: bool = False, **options: Any
+) -> dict[str, Any]:
+    """Run the evaluations of one pretrained model; returns (and writes) the ``evaluation.json`` record.
+
+    ``cfg.out`` must not exist or be an empty folder; ``force`` replaces the evaluation in it.
+    """
     cfg = config_from(EvaluateConfig, config, options, "evaluate")
+    check_out(Path(cfg.out), force)  # before any work
     from hrr_kernel import load_program
     from model import HRRBert
     from pipelines.train.finetune import model_dir
@@ -120,7 +148,7 @@ def _embedding_studies(record: dict[str, Any], model, ds: TokenizedDataset, prog
                     model.token_matrix(),
                     _log_frequency(ds, program.n_concepts),
                     program.concept_codes,
-                    out / "tsne.png",
+                    out / TSNE_FILE,
                     title=f"{record['label']}: token embeddings (t-SNE)",
                     points=cfg.tsne_points,
                     seed=cfg.seed,

@@ -164,3 +164,28 @@ def test_task_labels_absent(tmp_path, runs, program_dir):  # noqa: F811
     res = _cli([pre, "--dataset", ds, "--program", program_dir, "--out", tmp_path / "ev",
                 "--mortality", ft["mortality"], "--transfer-dataset", ds2])  # fmt: skip
     assert res.exit_code == 1 and "mortality_6m" in res.output and "no labels" in res.output
+
+
+def test_an_existing_out_is_refused_unless_force(tmp_path, runs, dataset_dir, program_dir):  # noqa: F811
+    pre, _ = runs
+    out = tmp_path / "ev"
+    base = ["evaluate", str(pre), "--dataset", str(dataset_dir), "--program", str(program_dir), "--out", str(out),
+            "--cost-steps", "0", "--per-bin", "20", "--device", "cpu"]  # fmt: skip
+    assert CliRunner().invoke(main, [*base, "--tsne-points", "20"]).exit_code == 0
+    (out / "notes.txt").write_text("mine")
+    first = (out / "evaluation.json").read_bytes()
+    res = CliRunner().invoke(main, [*base, "--tsne-points", "0", "--seed", "1"])
+    assert res.exit_code == 1 and "exists and is not empty" in res.output and "--force" in res.output
+    assert (out / "evaluation.json").read_bytes() == first and (out / "tsne.png").is_file()
+    res = CliRunner().invoke(main, [*base, "--tsne-points", "0", "--seed", "1", "--force"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "evaluation.json").read_text())["config"]["seed"] == 1
+    assert not (out / "tsne.png").exists()  # the replaced evaluation's plot does not outlive it
+    assert (out / "notes.txt").read_text() == "mine"  # nothing else is touched
+    with pytest.raises(Exception, match="not empty"):  # the API refuses too, before any work
+        evaluate_pretrained(pretrained="missing", dataset="missing", program="missing", out=str(out))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(Exception, match="not a folder"):
+        evaluate_pretrained(
+            pretrained="missing", dataset="missing", program="missing", out=str(tmp_path / "file")
+        )
