@@ -34,13 +34,16 @@ import importlib
 
 from .errors import (
     AsOfError,
+    DuplicateRowError,
     HierarchyCycleError,
     InputFileError,
     MissingInputError,
     OntologyCompilerError,
     OptionError,
     OutputExistsError,
+    PackageError,
     ProgramFormatError,
+    ProgramWriteError,
 )
 
 _LAZY = {
@@ -62,13 +65,16 @@ __all__ = [
     "SPECIAL_TOKENS",
     "AsOfError",
     "CompileResult",
+    "DuplicateRowError",
     "HierarchyCycleError",
     "InputFileError",
     "MissingInputError",
     "OntologyCompilerError",
     "OptionError",
     "OutputExistsError",
+    "PackageError",
     "ProgramFormatError",
+    "ProgramWriteError",
     "compile_ontology",
     "compile_owl",
     "compile_source",

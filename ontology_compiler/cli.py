@@ -65,6 +65,9 @@ def _click_errors() -> Iterator[None]:
               help="CSV icd_version,icd_code,count: report the share of code occurrences lost.")  # fmt: skip
 @click.option("--fallback", type=click.Choice(FALLBACKS), default="none", show_default=True,
               help="icd: unmapped codes get their title words and nearest mapped ICD ancestor's concepts.")  # fmt: skip
+@click.option("--package", "packages", multiple=True, metavar="NAMESPACE_YYYYMMDD",
+              help="The package to read where SRC holds several of one namespace with different dates, "
+              "e.g. INT_20220531 (repeatable).")  # fmt: skip
 @click.option("--stated", is_flag=True, help="Use stated instead of inferred relationships.")
 @click.option("--strict", is_flag=True, help="Bad SCTIDs (non-numeric, bad check digit) are fatal.")
 @click.option("-v", "--verbose", is_flag=True, help="Log DEBUG (default: INFO).")

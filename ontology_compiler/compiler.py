@@ -44,7 +44,7 @@ from .map_codes import MappingResult, map_codes
 from .map_policy import MapPolicy, load_policy
 from .map_sources import find_sources
 from .program import build_tables, table_counts
-from .release import Release, load_release
+from .release import Release, load_release, parse_as_of
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
 from .words import semantic_tag
 
@@ -70,6 +70,7 @@ def compile_ontology(
     codes: str | Path | None = None,
     code_counts: str | Path | None = None,
     fallback: str = "none",
+    packages: tuple[str, ...] = (),
 ) -> CompileResult:
     """Compile the RF2 release folder ``src`` into ``out/<name>/<program_id>/``.
 
@@ -81,7 +82,8 @@ def compile_ontology(
     tls file) are found by name under ``src`` unless given; ``map_policy`` replaces the shipped policy;
     ``codes`` (MIMIC-IV d_icd_diagnoses or a version,code list) decides which codes become tokens;
     ``code_counts`` adds the share of occurrences lost to the coverage; ``fallback="icd"`` gives unmapped
-    codes their title words and nearest mapped ancestor's concepts.
+    codes their title words and nearest mapped ancestor's concepts. ``packages`` (``NAMESPACE_YYYYMMDD``)
+    chooses the package to read where ``src`` holds several of one namespace with different dates.
     Identical inputs and options give the same ``program_id``; recompiling is then a no-op.
     """
     t_start = time.perf_counter()
@@ -89,10 +91,12 @@ def compile_ontology(
     name = name or src.resolve().name
     out_dir = Path(out) / name
     languages = tuple(int(x) for x in languages)
+    packages = tuple(packages)
+    parse_as_of(as_of)  # a bad date is an error before anything is hashed
     # ---- inputs and options -> program_id (before any parsing, so a recompile is a cheap no-op)
     all_files = scan_release(src)
     rtype = choose_release_type(all_files, release, None if as_of is None else str(as_of))
-    selected = select_files(all_files, rtype, stated=stated, src=src)
+    selected = select_files(all_files, rtype, stated=stated, src=src, packages=packages)
     stop_words, stop_input = stopwords_input(stopwords)
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback must be one of {', '.join(FALLBACKS)}, got {fallback!r}")
@@ -106,9 +110,8 @@ def compile_ontology(
         return done
     t_hash = time.perf_counter() - t_start
     # ---- read and resolve
-    rel = load_release(
-        src, as_of=as_of, release=rtype.lower(), languages=languages, stated=stated, strict=strict
-    )
+    rel = load_release(src, as_of=as_of, release=rtype.lower(), languages=languages, stated=stated,
+                       strict=strict, packages=packages)  # fmt: skip
     with timed(rel.timings, "is_a_check"):
         check_is_a_acyclic(rel.relationships)
     # ---- mapping

@@ -6,6 +6,7 @@ file, the line and what was expected; data-quality findings are counted and writ
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -46,6 +47,24 @@ class MissingInputError(OntologyCompilerError):
     """A required RF2 file (or mapping source) was not found under the release folder."""
 
 
+class DuplicateRowError(InputFileError):
+    """Two rows of one component (same id and effectiveTime) that differ: the release is inconsistent.
+
+    ``path``/``line`` locate the first row, ``other_path``/``other_line`` the second.
+    """
+
+    def __init__(self, path: str | Path, line: int, other_path: str | Path, other_line: int, message: str,
+                 *, expected: str | None = None, found: str | None = None) -> None:  # fmt: skip
+        self.other_path = Path(other_path)
+        self.other_line = other_line
+        super().__init__(path, message, line=line, expected=expected, found=found)
+
+
+class PackageError(OntologyCompilerError):
+    """A release folder holds several packages of one namespace with different dates (e.g. two
+    International releases) and ``--package`` does not choose one; or ``--package`` names none found."""
+
+
 class HierarchyCycleError(OntologyCompilerError):
     """The is-a hierarchy contains a cycle; ``members`` lists the concepts of one cycle."""
 
@@ -69,3 +88,26 @@ class OutputExistsError(OntologyCompilerError):
 
 class ProgramFormatError(OntologyCompilerError):
     """A compiled program on disk does not match format 1 (version, hashes, files)."""
+
+
+class ProgramWriteError(OntologyCompilerError, OSError):
+    """Writing a program failed (disk full, no permission, a Parquet writer error); nothing was published
+    and the temporary folder was removed. ``path`` is the program folder that was to be written, ``file``
+    the file being written when it failed, ``cause`` the underlying error. An ``OSError`` too, so code
+    that handles failed writes as such keeps working."""
+
+    def __init__(self, path: str | Path, file: str | None, cause: BaseException) -> None:
+        self.path = Path(path)
+        self.file = file
+        self.cause = cause
+        root = cause
+        while isinstance(root, OntologyCompilerError) and root.__cause__ is not None:
+            root = root.__cause__  # the OS or writer error under a wrapping one
+        full = getattr(root, "errno", None) == errno.ENOSPC
+        why = f"the disk is full ({root})" if full else f"{type(root).__name__}: {root}"
+        where = f" (writing {file})" if file else ""
+        super().__init__(
+            f"{self.path}: could not write the program{where}: {why}\n"
+            "  nothing was published and the temporary folder was removed; free space or fix the output "
+            "folder, then compile again"
+        )

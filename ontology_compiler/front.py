@@ -38,10 +38,14 @@ DEFAULT_OUT = "artifacts/programs"
 COMMON_OPTIONS = ("out", "name", "stopwords", "codes")
 RF2_OPTIONS = (
     "as_of", "release", "languages", "stated", "strict", "map_policy", "omop", "nlm_icd9", "gem", "icd10cm_map",
-    "code_counts", "fallback",
+    "code_counts", "fallback", "packages",
 )  # fmt: skip
 OWL_OPTIONS = ("code_property", "code_prefixes", "label_properties", "synonym_properties", "language")
-FLAGS = {"languages": "--language", "code_prefixes": "--code-prefix"}  # where the flag is not the name
+FLAGS = {
+    "languages": "--language",
+    "code_prefixes": "--code-prefix",
+    "packages": "--package",
+}  # where the flag is not the name
 
 
 def detect_format(src: str | Path, format: str = "auto") -> str:

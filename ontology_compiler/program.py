@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from . import rf2_schema as S
 from .artifact import FORMAT_VERSION, publish, read_json_manifest, sha256_file, verify_manifest_files
-from .errors import OutputExistsError, ProgramFormatError
+from .errors import OntologyCompilerError, OutputExistsError, ProgramFormatError, ProgramWriteError
 from .graph import DESCRIPTION_KEY, IDENTITY_KEY, TOKEN_WORDS_SCHEMA
 from .words import strip_semantic_tag
 
@@ -304,22 +304,48 @@ def write_program(
     """Write into a temporary folder beside the target, then rename into place.
 
     Returns ``(path, written)``; ``written`` is False when an identical program was already there.
-    Raises :class:`OutputExistsError` when the target holds anything else.
+    Raises :class:`OutputExistsError` when the target holds anything else, and
+    :class:`ProgramWriteError` (naming the target and the file) when writing fails — disk full, no
+    permission, a Parquet writer error; the temporary folder is then gone and nothing is published.
     """
     final = out_dir / program_id
+    current: list[str] = []  # the file being written, for the error
 
     def write_files(tmp: Path) -> list[dict]:
         files = []
         for folder, group in (("", tables), ("graph/", graph_tables)):
             for name, t in group.items():
                 p = tmp / f"{folder}{name}.parquet"
+                current[:] = [f"{folder}{p.name}"]
                 info = write_parquet(t, p, program_id)
                 files.append({"path": f"{folder}{p.name}", "sha256": sha256_file(p), "rows": info["rows"],
                               "bytes": p.stat().st_size})  # fmt: skip
+        current[:] = ["manifest.json"]
         return files
 
-    written = publish(final, program_id, write_files, manifest, lambda: _same_or_raise(final, program_id))
+    created = [d for d in (out_dir.parent, out_dir) if not d.exists()]
+    try:
+        written = publish(final, program_id, write_files, manifest, lambda: _same_or_raise(final, program_id))
+    except Exception as e:
+        if not _is_write_failure(e):
+            raise
+        for d in reversed(created):  # folders this call created, if they stayed empty
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        raise ProgramWriteError(final, current[0] if current else None, e) from e
     return final, written
+
+
+def _is_write_failure(e: BaseException) -> bool:
+    """An OS, pyarrow or DuckDB error, a writer's RuntimeError, or the artifact writer's own wrapping of
+    an OS error (an ``OSError`` too) — not the package's other errors (an existing different program)."""
+    if isinstance(e, OntologyCompilerError):
+        return isinstance(e, OSError)
+    return isinstance(e, OSError | pa.ArrowException | RuntimeError) or type(e).__module__.startswith(
+        "duckdb"
+    )
 
 
 def _same_or_raise(final: Path, program_id: str) -> bool:
@@ -342,5 +368,33 @@ def read_manifest(path: str | Path) -> dict:
 
 
 def verify_program(path: str | Path, *, hashes: bool = True) -> dict:
-    """Check a program folder against its manifest (format version, every file's presence and sha256)."""
-    return verify_manifest_files(path, read_manifest(path), hashes=hashes)
+    """Check a program folder against its manifest: format version, every file's presence, size and
+    sha256 (``hashes``), and that every Parquet file opens with the manifest's row count. A truncated or
+    damaged file is a :class:`ProgramFormatError` naming it, never a pyarrow error."""
+    manifest = read_manifest(path)
+    for f in manifest.get("files", []):
+        _check_file(Path(path) / f["path"], f)
+    return verify_manifest_files(path, manifest, hashes=hashes)
+
+
+def _check_file(p: Path, entry: dict) -> None:
+    """Size as listed, and for Parquet a readable footer with the listed rows (presence is checked by
+    ``verify_manifest_files``)."""
+    if not p.is_file():
+        return
+    size, listed = p.stat().st_size, entry.get("bytes")
+    if isinstance(listed, int) and size != listed:
+        raise ProgramFormatError(
+            f"{p}: {size:,} bytes, the manifest lists {listed:,} (truncated or modified after compiling); "
+            "compile the program again"
+        )
+    if p.suffix != ".parquet":
+        return
+    try:
+        rows = pq.read_metadata(p).num_rows
+    except (pa.ArrowException, OSError) as e:
+        raise ProgramFormatError(
+            f"{p}: not a readable Parquet file ({e}); truncated or damaged; compile the program again"
+        ) from e
+    if isinstance(entry.get("rows"), int) and rows != entry["rows"]:
+        raise ProgramFormatError(f"{p}: {rows:,} rows, the manifest lists {entry['rows']:,}")

@@ -1,8 +1,12 @@
 """Load an RF2 release folder into its resolved, active state (one Arrow table per component kind).
 
 Steps: find files by name; pick Snapshot, or Full resolved at ``as_of``; read every file of a kind
-(International plus extensions) and merge; keep the latest row per id; keep active rows; drop, and
-count, descriptions, relationships, language and map rows whose concept (or description) is inactive.
+(International plus extensions) and merge; drop identical repeats of a row (same id and effectiveTime;
+repeats that differ are an error); keep the latest row per id; keep active rows; drop, and count,
+descriptions, relationships, language and map rows whose concept (or description) is inactive, and
+separately those whose concept is not in the release at all. The relationship view keeps only its
+characteristic type (inferred, or stated with ``stated``); other rows in the file are counted and dropped.
+A ``languages`` refset that no Language file holds is an error.
 """
 
 from __future__ import annotations
@@ -13,14 +17,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import rf2_schema as S
-from .errors import AsOfError
+from .errors import AsOfError, OptionError
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
 from .rf2_read import ReadReport, read_rf2_file
-from .snapshot import active, concat, latest_per_id
+from .rf2_schema import is_calendar_date
+from .snapshot import SOURCE_COLUMNS, active, concat, drop_duplicates, latest_per_id
 
 log = logging.getLogger(__name__)
 
@@ -64,29 +70,34 @@ def load_release(
     languages: tuple[int, ...] = (S.US_ENGLISH,),
     stated: bool = False,
     strict: bool = False,
+    packages: tuple[str, ...] = (),
 ) -> Release:
-    """Read and resolve a release folder. See the module docstring."""
+    """Read and resolve a release folder. See the module docstring; ``packages`` as in
+    :func:`rf2_files.select_files`."""
     t0 = time.perf_counter()
     src = Path(src)
-    as_of_int = _parse_as_of(as_of)
+    as_of_int = parse_as_of(as_of)
     all_files = scan_release(src)
     rtype = choose_release_type(all_files, release, None if as_of_int is None else str(as_of_int))
-    files = select_files(all_files, rtype, stated=stated, src=src)
+    files = select_files(all_files, rtype, stated=stated, src=src, packages=packages)
     r = _Reader(files, as_of_int if rtype == "Full" else None, strict)
     concept_all = _all_concepts(r, as_of_int)
     concepts = active(concept_all)
     inactive_ids = pc.filter(concept_all["id"], pc.equal(concept_all["active"], pa.scalar(0, pa.int8())))
     live = concepts["id"].combine_chunks()
+    known = concept_all["id"].combine_chunks()
     r.counts["concepts_active"] = concepts.num_rows
     r.counts["concepts_inactive"] = len(inactive_ids)
-    desc = _of_live_concepts(active(r.load("Description")), "conceptId", live, r.counts, "descriptions")
+    desc = _of_live_concepts(
+        active(r.load("Description")), "conceptId", live, known, r.counts, "descriptions"
+    )
     tdef = r.load("TextDefinition")
     if tdef is not None:
-        tdef = _of_live_concepts(active(tdef), "conceptId", live, r.counts, "text_definitions")
-    rel = _relationships(r, "StatedRelationship" if stated else "Relationship", live, concept_all)
+        tdef = _of_live_concepts(active(tdef), "conceptId", live, known, r.counts, "text_definitions")
+    rel = _relationships(r, "StatedRelationship" if stated else "Relationship", live, known)
     cv = r.load("RelationshipConcreteValues")
     if cv is not None:
-        cv = _of_live_concepts(active(cv), "sourceId", live, r.counts, "concrete_values")
+        cv = _of_live_concepts(active(cv), "sourceId", live, known, r.counts, "concrete_values")
     lang = _language(r, languages, [desc] + ([tdef] if tdef is not None else []))
     maps = active(r.load("ExtendedMap"))  # rows on inactive concepts are resolved by the mapping step
     r.counts["map_rows_active"] = maps.num_rows
@@ -109,7 +120,7 @@ def load_release(
         maps=maps,
         associations=active(assoc) if assoc is not None else pa.table({}),
         inactive_concepts=pa.table({"id": inactive_ids}),
-        known_concepts=concept_all["id"].combine_chunks(),
+        known_concepts=known,
         counts=r.counts,
         reports=r.reports,
         timings=r.timings,
@@ -132,21 +143,26 @@ class _Reader:
             return None
         t = time.perf_counter()
         tables = []
-        for f in fs:
+        for i, f in enumerate(fs):
             table, report = read_rf2_file(f.path, kind, strict=self.strict)
             self.reports.append(report)
             self.counts[f"rows_read_{kind}"] += report.rows
             self.counts["ids_dropped_non_numeric"] += report.dropped_non_numeric_id
             self.counts["ids_bad_check_digit"] += report.bad_check_digit
-            if kind == "ExtendedMap":  # map rows keep where they came from, for findings
-                tables.append(
-                    table.append_column("_file", pa.array([str(f.path)] * table.num_rows, pa.string()))
-                )
-            else:
-                tables.append(table.drop_columns(["_line"]))
-        merged = concat(tables)
+            tables.append(table.append_column("_src", pa.array(np.full(table.num_rows, i, dtype=np.int32))))
+        merged, dropped = drop_duplicates(concat(tables), [f.path for f in fs])
+        if dropped:
+            self.counts[f"rows_duplicate_dropped_{kind}"] = dropped
+            log.warning("%s: %d row(s) repeated with the same id, effectiveTime and content; repeats dropped",
+                        kind, dropped)  # fmt: skip
         if resolve:
             merged = latest_per_id(merged, self.as_of)
+        if kind == "ExtendedMap":  # map rows keep where they came from, for findings
+            paths = pa.array([str(f.path) for f in fs], pa.string())
+            file_of_row = pc.take(paths, merged["_src"])
+            merged = merged.drop_columns(["_src"]).append_column("_file", file_of_row)
+        else:
+            merged = merged.drop_columns(list(SOURCE_COLUMNS))
         self.timings[f"read_{kind}"] = round(time.perf_counter() - t, 3)
         return merged
 
@@ -169,45 +185,116 @@ def _n(mask: pa.Array | pa.ChunkedArray) -> int:
     return int(pc.sum(mask).as_py() or 0)
 
 
-def _of_live_concepts(t: pa.Table, column: str, live: pa.Array, counts: Counter, what: str) -> pa.Table:
-    """The rows whose ``column`` is an active concept; counts ``<what>_dropped_inactive_concept`` and
-    ``<what>_active``."""
+def _of_live_concepts(
+    t: pa.Table, column: str, live: pa.Array, known: pa.Array, counts: Counter, what: str
+) -> pa.Table:
+    """The rows whose ``column`` is an active concept. Counts ``<what>_dropped_inactive_concept`` (the
+    concept is inactive), ``<what>_dropped_unknown_concept`` (no such concept in the release, warned with
+    an example) and ``<what>_active``."""
     ok = pc.is_in(t[column], value_set=live)
-    counts[f"{what}_dropped_inactive_concept"] = _n(pc.invert(ok))
+    unknown = pc.invert(pc.is_in(t[column], value_set=known))
+    n_unknown = _n(unknown)
+    counts[f"{what}_dropped_inactive_concept"] = _n(pc.invert(ok)) - n_unknown
+    counts[f"{what}_dropped_unknown_concept"] = n_unknown
+    if n_unknown:
+        ex = t.filter(unknown).slice(0, 1)
+        log.warning(
+            "%d %s refer to a concept that is not in the release (e.g. %s %s: %s %s); dropped",
+            n_unknown, what.replace("_", " "), what.rstrip("s").replace("_", " "), ex["id"][0].as_py(),
+            column, ex[column][0].as_py(),
+        )  # fmt: skip
     t = t.filter(ok)
     counts[f"{what}_active"] = t.num_rows
     return t
 
 
-def _relationships(r: _Reader, kind: str, live: pa.Array, concept_all: pa.Table) -> pa.Table:
-    """Active relationships (additional ones left out) whose source, destination and type are active."""
+# Which characteristic types a relationship view keeps (additional rows are then dropped, uncounted).
+VIEW_TYPES = {"Relationship": (S.INFERRED, S.ADDITIONAL), "StatedRelationship": (S.STATED,)}
+
+
+def _relationships(r: _Reader, kind: str, live: pa.Array, known: pa.Array) -> pa.Table:
+    """Active relationships of the view's characteristic type (additional ones left out) whose source,
+    destination and type are active concepts. Dropped and counted: other characteristic types
+    (``relationships_dropped_characteristic_type``), an unknown source or destination
+    (``relationships_dropped_unknown_concept``), an unknown type (``relationships_dropped_unknown_type``),
+    and the rest with an inactive end or type (``relationships_dropped_inactive_concept``)."""
     rel = active(r.load(kind))
+    rel = _of_view_type(rel, kind, r.counts)
     rel = rel.filter(pc.not_equal(rel["characteristicTypeId"], pa.scalar(S.ADDITIONAL, pa.int64())))
     ok = pc.and_(
         pc.and_(pc.is_in(rel["sourceId"], value_set=live), pc.is_in(rel["destinationId"], value_set=live)),
         pc.is_in(rel["typeId"], value_set=live),
     )
-    r.counts["relationships_dropped_inactive_concept"] = _n(pc.invert(ok))
-    unknown_type = pc.invert(pc.is_in(rel["typeId"], value_set=concept_all["id"].combine_chunks()))
-    n_unknown = _n(unknown_type)
-    if n_unknown:
+    unknown_end = pc.invert(
+        pc.and_(pc.is_in(rel["sourceId"], value_set=known), pc.is_in(rel["destinationId"], value_set=known))
+    )
+    unknown_type = pc.invert(pc.is_in(rel["typeId"], value_set=known))
+    n_unknown_end, n_unknown_type = _n(unknown_end), _n(unknown_type)
+    r.counts["relationships_dropped_inactive_concept"] = _n(pc.invert(ok)) - _n(
+        pc.or_(unknown_end, unknown_type)
+    )
+    r.counts["relationships_dropped_unknown_concept"] = n_unknown_end
+    if n_unknown_end:
+        ex = rel.filter(unknown_end).slice(0, 1)
+        log.warning(
+            "%d relationship(s) have a source or destination that is not a concept of the release "
+            "(e.g. relationship %s: %s -> %s); dropped",
+            n_unknown_end, ex["id"][0].as_py(), ex["sourceId"][0].as_py(), ex["destinationId"][0].as_py(),
+        )  # fmt: skip
+    if n_unknown_type:
         types = pc.unique(rel["typeId"].filter(unknown_type)).to_pylist()
         log.warning(
             "%d relationship(s) have a type that is not a concept of the release (%s%s); dropped",
-            n_unknown,
+            n_unknown_type,
             ", ".join(map(str, types[:5])),
             " ..." if len(types) > 5 else "",
         )
-        r.counts["relationships_dropped_unknown_type"] = n_unknown
+        r.counts["relationships_dropped_unknown_type"] = n_unknown_type
     rel = rel.filter(ok)
     r.counts["relationships_active"] = rel.num_rows
     r.counts["relationships_is_a"] = _n(pc.equal(rel["typeId"], pa.scalar(S.IS_A, pa.int64())))
     return rel
 
 
+def _of_view_type(rel: pa.Table, kind: str, counts: Counter) -> pa.Table:
+    """The rows whose characteristic type belongs in the ``kind`` file (e.g. no stated rows among the
+    inferred); the others are counted as ``relationships_dropped_characteristic_type`` and warned."""
+    keep = pc.is_in(rel["characteristicTypeId"], value_set=pa.array(VIEW_TYPES[kind], pa.int64()))
+    n_other = _n(pc.invert(keep))
+    counts["relationships_dropped_characteristic_type"] = n_other
+    if n_other:
+        other = rel.filter(pc.invert(keep))
+        types = pc.unique(other["characteristicTypeId"]).to_pylist()
+        log.warning(
+            "%d active row(s) of the %s file have characteristic type %s, not %s (e.g. relationship %s); "
+            "not used as edges",
+            n_other, kind, ", ".join(map(str, types[:5])), " or ".join(map(str, VIEW_TYPES[kind])),
+            other["id"][0].as_py(),
+        )  # fmt: skip
+    return rel.filter(keep)
+
+
+LANGUAGE_NAMES = {S.US_ENGLISH: "US English", S.GB_ENGLISH: "GB English"}
+
+
 def _language(r: _Reader, languages: tuple[int, ...], described: list[pa.Table]) -> pa.Table:
-    """Active rows of the chosen language refsets on the active descriptions (and text definitions)."""
-    lang = active(r.load("Language"))
+    """Active rows of the chosen language refsets on the active descriptions (and text definitions).
+
+    A chosen refset that no Language file holds is an :class:`OptionError` listing the refsets found."""
+    lang = r.load("Language")
+    found = sorted(pc.unique(lang["refsetId"]).to_pylist())
+    absent = [x for x in languages if x not in found]
+    if absent:
+        listing = ", ".join(
+            f"{x}" + (f" ({LANGUAGE_NAMES[x]})" if x in LANGUAGE_NAMES else "") for x in found
+        )
+        raise OptionError(
+            f"--language {', '.join(map(str, absent))}: no language refset file holds this refset; "
+            f"refsets found: {listing or 'none'} (in "
+            + ", ".join(str(f.path) for f in r.files["Language"])
+            + ")"
+        )
+    lang = active(lang)
     lang = lang.filter(pc.is_in(lang["refsetId"], value_set=pa.array(list(languages), pa.int64())))
     ids = pa.concat_arrays([t["id"].combine_chunks() for t in described])
     ok = pc.is_in(lang["referencedComponentId"], value_set=ids)
@@ -217,10 +304,15 @@ def _language(r: _Reader, languages: tuple[int, ...], described: list[pa.Table])
     return lang
 
 
-def _parse_as_of(as_of: str | int | None) -> int | None:
+def parse_as_of(as_of: str | int | None) -> int | None:
+    """``--as-of`` as an int YYYYMMDD (None stays None); anything but a calendar date is an AsOfError."""
     if as_of is None:
         return None
     s = str(as_of)
     if len(s) != 8 or not s.isdigit():
         raise AsOfError(f"--as-of must be a date YYYYMMDD, got {as_of!r}")
+    if not is_calendar_date(s):
+        raise AsOfError(
+            f"--as-of {s} is not a calendar date (YYYYMMDD with month 01-12 and a day that month has)"
+        )
     return int(s)

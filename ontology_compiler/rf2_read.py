@@ -3,7 +3,7 @@
 Validation, with file and line in every message:
 - the header must equal the published column list of the file's kind;
 - every line must have that many TAB-separated fields and be valid UTF-8;
-- ``effectiveTime`` is 8 digits, ``active`` is 0/1, group/priority columns are integers (always fatal);
+- ``effectiveTime`` is a calendar date YYYYMMDD, ``active`` is 0/1, group/priority columns are integers (always fatal);
 - SCTID columns are numeric with a valid Verhoeff check digit: with ``strict`` the first bad one is fatal,
   otherwise rows with a non-numeric id are dropped and bad check digits are kept, both counted and logged.
 
@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from .errors import InputFileError
-from .rf2_schema import COLUMNS, INT_COLUMNS, SCTID_COLUMNS
+from .rf2_schema import COLUMNS, INT_COLUMNS, SCTID_COLUMNS, is_calendar_date
 from .sctid import verhoeff_valid
 
 log = logging.getLogger(__name__)
@@ -222,7 +222,25 @@ def _int_column(path: Path, name: str, col: pa.ChunkedArray, line_no: np.ndarray
             path, f"bad value in column {name}", line=line, expected=expected, found=repr(value)
         )
     dtype = pa.int8() if name == "active" else pa.int32()
-    return pc.cast(col, dtype).combine_chunks()
+    values = pc.cast(col, dtype).combine_chunks()
+    if name == "effectiveTime" and len(values):
+        _check_calendar_dates(path, values, col, line_no)
+    return values
+
+
+def _check_calendar_dates(path: Path, values: pa.Array, col: pa.ChunkedArray, line_no: np.ndarray) -> None:
+    """Every effectiveTime is a calendar date (checked on the few distinct values)."""
+    bad = [v for v in pc.unique(values).to_pylist() if not is_calendar_date(f"{v:08d}")]
+    if bad:
+        mask = pc.is_in(values, value_set=pa.array(bad, values.type)).to_numpy(zero_copy_only=False)
+        line, value = _first_bad(mask, line_no, col)
+        raise InputFileError(
+            path,
+            "bad value in column effectiveTime: not a calendar date",
+            line=line,
+            expected="a date YYYYMMDD (month 01-12, a day that month has)",
+            found=repr(value),
+        )
 
 
 def _sctid_column(

@@ -5,6 +5,7 @@ See ``docs/input-formats.md``, "RF2 release". Nothing here reads files; readers 
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 
 # <type>_<pattern?Refset_><content><_?><Full|Snapshot|Delta><-lang?>_<namespace>_<YYYYMMDD>.txt
@@ -126,3 +127,15 @@ MAP_CATEGORY_CANNOT_CLASSIFY = 447638001
 MAP_CATEGORY_CONTEXT_DEPENDENT = 447639009
 REPLACED_BY = 900000000000526001
 SAME_AS = 900000000000527005
+
+
+def is_calendar_date(yyyymmdd: str | int) -> bool:
+    """True when ``yyyymmdd`` (eight digits) is a real calendar date (20201341 and 20210229 are not)."""
+    s = str(yyyymmdd)
+    if len(s) != 8 or not s.isdigit():
+        return False
+    try:
+        _dt.date(int(s[:4]), int(s[4:6]), int(s[6:]))
+    except ValueError:
+        return False
+    return True

@@ -1,19 +1,26 @@
 """Resolve RF2 tables to the state at a date, merge modules, and keep the active view.
 
-Full at date D: per ``id`` the row with the greatest ``effectiveTime`` not after D (rows with the same
-id and time are identical by construction). A Snapshot is already resolved, but several packages
-(International plus an extension) may repeat an id; the same rule picks one row. All vectorised.
+Full at date D: per ``id`` the row with the greatest ``effectiveTime`` not after D. A Snapshot is already
+resolved, but several packages (International plus an extension) may repeat an id; the same rule picks
+one row. Two rows with the same id and effectiveTime must be identical (:func:`drop_duplicates` drops
+the repeats and refuses rows that differ), so the pick never depends on file order. All vectorised.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .errors import DuplicateRowError
+
 log = logging.getLogger(__name__)
+
+# Bookkeeping columns: where a row came from (index into the list of files read, physical line).
+SOURCE_COLUMNS = ("_src", "_line")
 
 
 def concat(tables: list[pa.Table]) -> pa.Table:
@@ -21,6 +28,75 @@ def concat(tables: list[pa.Table]) -> pa.Table:
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(tables, promote_options="none")
+
+
+def drop_duplicates(table: pa.Table, files: list[Path]) -> tuple[pa.Table, int]:
+    """Drop repeated rows (same ``id`` and ``effectiveTime``, identical content); ``(table, dropped)``.
+
+    ``table`` carries ``_src`` (index into ``files``) and ``_line``. Two rows with the same id and
+    effectiveTime that differ in any other column raise :class:`DuplicateRowError` naming both lines:
+    which one holds would otherwise depend on the order the files were read in. The first row in file
+    order is kept.
+    """
+    n = table.num_rows
+    if n < 2 or pc.count_distinct(table["id"]).as_py() == n:  # the common Snapshot case
+        return table, 0
+    # a stable sort: rows of one id and time stay in file order (the table is files in order, lines in order)
+    order = pc.sort_indices(table, sort_keys=[("id", "ascending"), ("effectiveTime", "ascending")])
+    same = _equal_neighbours(pc.take(table["id"], order)) & _equal_neighbours(
+        pc.take(table["effectiveTime"], order)
+    )
+    if not same.any():
+        return table, 0
+    o = order.to_numpy()
+    first, second = pa.array(o[:-1][same]), pa.array(o[1:][same])
+    content = [c for c in table.column_names if c not in SOURCE_COLUMNS]
+    differs = np.zeros(len(first), dtype=bool)
+    columns_differing: list[list[str]] = [[] for _ in range(len(first))]
+    for c in content:
+        d = pc.not_equal(pc.take(table[c], first), pc.take(table[c], second))
+        d = pc.fill_null(d, True).to_numpy(zero_copy_only=False)
+        if d.any():
+            differs |= d
+            for i in np.flatnonzero(d):
+                if len(columns_differing[i]) < 5:
+                    columns_differing[i].append(c)
+    if differs.any():
+        i = int(np.flatnonzero(differs)[0])
+        a, b = int(first[i].as_py()), int(second[i].as_py())
+        cols = columns_differing[i]
+        row_a = {c: table[c][a].as_py() for c in cols}
+        row_b = {c: table[c][b].as_py() for c in cols}
+        src, line = table["_src"], table["_line"]
+        fa, la = files[src[a].as_py()], line[a].as_py()
+        fb, lb = files[src[b].as_py()], line[b].as_py()
+        raise DuplicateRowError(
+            fa,
+            la,
+            fb,
+            lb,
+            f"two rows of id {table['id'][a].as_py()} with effectiveTime {table['effectiveTime'][a].as_py()} "
+            f"differ (this line and {fb}, line {lb}); {int(differs.sum())} such pair(s)",
+            expected="one state per component and effectiveTime (identical repeats are dropped)",
+            found=f"line {la}: "
+            + ", ".join(f"{c}={v!r}" for c, v in row_a.items())
+            + f"; line {lb}: "
+            + ", ".join(f"{c}={v!r}" for c, v in row_b.items()),
+        )
+    keep = np.ones(n, dtype=bool)
+    keep[second.to_numpy()] = False
+    dropped = int(n - keep.sum())
+    return table.filter(pa.array(keep)), dropped
+
+
+def _equal_neighbours(sorted_values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """``out[i]``: value ``i + 1`` equals value ``i`` (length n - 1)."""
+    s = sorted_values.combine_chunks() if isinstance(sorted_values, pa.ChunkedArray) else sorted_values
+    if pa.types.is_integer(s.type):
+        v = s.to_numpy()
+        return v[1:] == v[:-1]
+    n = len(s)
+    return pc.equal(s.slice(1), s.slice(0, n - 1)).to_numpy(zero_copy_only=False)
 
 
 def latest_per_id(table: pa.Table, as_of: int | None) -> pa.Table:
@@ -34,14 +110,8 @@ def latest_per_id(table: pa.Table, as_of: int | None) -> pa.Table:
     if pc.count_distinct(ids).as_py() == n:  # the common Snapshot case: nothing to resolve
         return table
     order = pc.sort_indices(table, sort_keys=[("id", "ascending"), ("effectiveTime", "descending")])
-    sorted_ids = pc.take(ids, order)
     first = np.ones(n, dtype=bool)
-    if pa.types.is_integer(sorted_ids.type):
-        s = sorted_ids.to_numpy()
-        first[1:] = s[1:] != s[:-1]
-    else:
-        s = sorted_ids.combine_chunks() if isinstance(sorted_ids, pa.ChunkedArray) else sorted_ids
-        first[1:] = pc.not_equal(s.slice(1), s.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    first[1:] = ~_equal_neighbours(pc.take(ids, order))
     picked = order.to_numpy()[first]
     picked.sort()  # keep file order for determinism
     return table.take(pa.array(picked))

@@ -48,7 +48,35 @@ def rf2_summary(result: CompileResult) -> str:
             f"warnings  {c.get('ids_bad_check_digit', 0):,} SCTIDs with a bad check digit (kept), "
             f"{c.get('ids_dropped_non_numeric', 0):,} rows with a non-numeric id (dropped)"
         )
+    lines += release_warnings(c)
     return "\n".join([*lines, *_tail(result)])
+
+
+# Counts of the release step that are printed when not zero: (manifest key, what they count).
+RELEASE_WARNINGS = (
+    ("descriptions_dropped_unknown_concept", "descriptions of a concept not in the release"),
+    ("text_definitions_dropped_unknown_concept", "text definitions of a concept not in the release"),
+    ("concrete_values_dropped_unknown_concept", "concrete values of a concept not in the release"),
+    ("relationships_dropped_unknown_concept", "relationships from or to a concept not in the release"),
+    ("relationships_dropped_unknown_type", "relationships whose type is not a concept of the release"),
+    ("relationships_dropped_characteristic_type", "relationship rows of another characteristic type"),
+)
+
+
+def release_warnings(c: dict) -> list[str]:
+    """The ``warnings`` lines for what the release step dropped beyond inactive content: every count of
+    :data:`RELEASE_WARNINGS` that is not zero, and the identical repeated rows per file kind
+    (``rows_duplicate_dropped_<kind>``)."""
+    parts = [f"{c[k]:,} {what}" for k, what in RELEASE_WARNINGS if c.get(k)]
+    dup = {k.removeprefix("rows_duplicate_dropped_"): v for k, v in c.items()
+           if k.startswith("rows_duplicate_dropped_") and v}  # fmt: skip
+    if dup:
+        parts.append(
+            f"{sum(dup.values()):,} identical repeated rows ("
+            + ", ".join(f"{k} {v:,}" for k, v in sorted(dup.items()))
+            + ")"
+        )
+    return [f"warnings  {p} (dropped)" for p in parts]
 
 
 def coverage_table(cov: dict) -> list[str]:
