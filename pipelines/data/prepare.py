@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.data.readers.common import ReadResult, find_table, input_record
+from pipelines.data.readers.common import ReadResult, find_table, input_record, visit_labels
 from pipelines.errors import PipelineError
 
 from .dataset import (
@@ -34,11 +35,15 @@ from .dataset import (
     write_dataset,
 )
 from .splits import SPLITS, SplitOptions, assign_splits, choose_rood, code_counts
-from .tokenize import Tokenized, tokenize
+from .tokenize import Tokenized, resolve_snomed, tokenize
 
 log = logging.getLogger(__name__)
 
 INT16_MAX = int(np.iinfo(np.int16).max)  # segment_ids are int16 (dataset format 1)
+
+
+class EmptyDatasetError(PipelineError):
+    """No patient would be left in the dataset; nothing is written."""
 
 
 @dataclass
@@ -104,11 +109,19 @@ def prepare_source(
     # read, tokenize, split
     data = reader(path, threads=threads)
     t_read = time.perf_counter()
+    _refuse_empty(data, path)
     concepts = pq.read_table(program / "concepts.parquet")
-    tok = tokenize(data.events, concepts, max_len=max_len, max_visits=max_visits, unknown=unknown)
+    events, snomed_counts = resolve_snomed(data.events, concepts)
+    tok = tokenize(events, concepts, max_len=max_len, max_visits=max_visits, unknown=unknown)
+    tok.counts.update(snomed_counts)
+    _refuse_unknown(tok, path, program)
+    # the labels of the sequence's last visit (the one last_visit_start points at)
+    labels = visit_labels(
+        events, data.visits, pa.table({"subject_id": tok.subject_id, "visit_index": tok.last_visit_index})
+    )
     t_tok = time.perf_counter()
-    split = _split(tok, data.labels, concepts.num_rows, splits)
-    tables = _tables(tok, data.labels, concepts, split)
+    split = _split(tok, labels, concepts.num_rows, splits)
+    tables = _tables(tok, labels, concepts, split)
     manifest = {
         "format_version": FORMAT_VERSION,
         "dataset_id": dataset_id,
@@ -133,6 +146,25 @@ def prepare_source(
     log.info("%s: %d patients, %d tokens in %.1f s", final, len(tok.subject_id), len(tok.input_ids),
              time.perf_counter() - t0)  # fmt: skip
     return PrepareResult(final, dataset_id, written, manifest)
+
+
+def _refuse_empty(data: ReadResult, path: Path) -> None:
+    if data.events.num_rows == 0:
+        found = ", ".join(f"{k} {v}" for k, v in _nonzero(data.counts).items()) or "nothing"
+        raise EmptyDatasetError(
+            f"{path}: no patient has a usable diagnosis code, so there is no dataset to write (nothing was "
+            f"written); the reader found: {found}"
+        )
+
+
+def _refuse_unknown(tok: Tokenized, path: Path, program: Path) -> None:
+    if len(tok.subject_id) == 0:
+        top = ", ".join(f"{u['vocabulary']} {u['code']}" for u in tok.unknown.slice(0, 5).to_pylist())
+        raise EmptyDatasetError(
+            f"{path}: none of the {tok.counts['code_rows']} code rows is a code of program {program} "
+            f"(most frequent: {top}), so there is no dataset to write (nothing was written); was the program "
+            "compiled for this cohort's ICD versions and codes?"
+        )
 
 
 def _reader(kind: str) -> tuple[Callable[..., ReadResult], Callable[[Path], list[Path]]]:
@@ -200,7 +232,7 @@ def _counts(
     return {
         "patients": {
             "in_source": data.counts.get("patients_in_source"),
-            "with_codes": data.labels.num_rows,
+            "with_codes": int(pc.count_distinct(data.visits["subject_id"]).as_py()),
             "kept": len(tok.subject_id),
             "dropped": {
                 "no_diagnoses": data.counts.get("dropped_no_diagnoses", 0),
@@ -280,20 +312,50 @@ def prepare(
     return [prepare_source(k, p, program, out=out, name=name, **common) for k, p in sources]
 
 
+def _nonzero(counts: dict) -> dict:
+    """The non-zero numbers of ``counts`` (nested dicts flattened as ``outer.inner``; lists and text left out)."""
+    out = {}
+    for k, v in counts.items():
+        if isinstance(v, dict):
+            out.update({f"{k}.{k2}": v2 for k2, v2 in _nonzero(v).items()})
+        elif isinstance(v, int | float) and not isinstance(v, bool) and v:
+            out[k] = v
+    return out
+
+
+# counts the first lines of the summary show; every other non-zero count follows them
+_SHOWN_CODES = ("code_rows", "tokens", "concepts_seen_in_pretraining", "program_concepts", "log_frequency_min",
+                "log_frequency_max", "unknown_code_rows", "unknown_code_share", "unknown_codes_distinct")  # fmt: skip
+
+
 def describe(results: list[PrepareResult]) -> str:
-    """What ``hrrbert prepare`` prints: per dataset its folder, patients, splits, codes and unknown codes."""
+    """What ``hrrbert prepare`` prints: per dataset its folder, patients, splits, codes and unknown codes,
+    then every other count that is not zero and each finding of the reader with its examples."""
     blocks = []
     for r in results:
         c = r.manifest["counts"]
         p, codes = c["patients"], c["codes"]
-        blocks.append(
-            f"dataset   {r.path}{'' if r.written else ' (already prepared)'}\n"
-            f"patients  {p['kept']} kept of {p['in_source']}; dropped {p['dropped']}\n"
-            f"splits    {', '.join(f'{k} {v}' for k, v in p['by_split'].items())}\n"
-            f"codes     {codes['tokens']} tokens, {codes['concepts_seen_in_pretraining']} of "
-            f"{codes['program_concepts']} concepts seen in pretraining, log frequency "
-            f"{codes['log_frequency_min']:.2f} to {codes['log_frequency_max']:.2f}\n"
+        reader = dict(c.get("reader") or {})
+        examples = reader.pop("examples", {}) or {}
+        lf = (codes["log_frequency_min"], codes["log_frequency_max"])
+        lines = [
+            f"dataset   {r.path}{'' if r.written else ' (already prepared)'}",
+            f"patients  {p['kept']} kept of {p['in_source']}; dropped {p['dropped']}",
+            f"splits    {', '.join(f'{k} {v}' for k, v in p['by_split'].items())}",
+            f"codes     {codes['tokens']} tokens from {codes.get('code_rows', 0)} code rows, "
+            f"{codes['concepts_seen_in_pretraining']} of {codes['program_concepts']} concepts seen in pretraining"
+            + (f", log frequency {lf[0]:.2f} to {lf[1]:.2f}" if None not in lf else ""),
             f"unknown   {codes['unknown_code_rows']} code rows ({100 * codes['unknown_code_share']:.2f} %), "
-            f"{codes['unknown_codes_distinct']} distinct codes not in the program"
-        )
+            f"{codes['unknown_codes_distinct']} distinct codes not in the program",
+        ]
+        other = _nonzero({k: v for k, v in codes.items() if k not in _SHOWN_CODES})
+        other |= _nonzero({k: p.get(k) for k in ("rood_unseen", "mortality_6m")})
+        if other:
+            lines.append(f"counts    {', '.join(f'{k} {v}' for k, v in other.items())}")
+        read = {k: v for k, v in _nonzero(reader).items() if k not in examples}
+        if read:
+            lines.append(f"read      {', '.join(f'{k} {v}' for k, v in read.items())}")
+        for key, ex in examples.items():
+            lines.append(f"warning   {key} {reader.get(key)}: e.g. {'; '.join(ex)}")
+        blocks.append("\n".join(lines))
     return "\n".join(blocks)

@@ -8,6 +8,10 @@ codes disappears; a patient left without codes is dropped (reason ``no_known_cod
 ``[CLS]`` + codes; the most recent visits are kept so that it fits ``max_len`` (a last visit longer than
 ``max_len - 1`` keeps its first codes, by ``seq``) and at most ``max_visits`` visits. Segment ids number
 the kept visits 0.. in time order (``[CLS]`` shares segment 0), so they stay below ``max_visits``.
+The sequence's last visit (``last_visit_index``) is the visit the labels describe.
+
+``SNOMED`` rows (MEDS ``SNOMED/<sctid>``) are first resolved to one token each
+(:func:`resolve_snomed`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ class Tokenized:
     segment_ids: np.ndarray  # (T,) int16
     n_visits: np.ndarray  # (P,) int32 visits in the sequence
     last_visit_start: np.ndarray  # (P,) int32 offset of the last visit within the sequence
+    last_visit_index: np.ndarray  # (P,) int32 the source's visit_index of that last visit
     truncated: np.ndarray  # (P,) bool: visits or codes were cut to fit
     pair_patient: np.ndarray  # (U,) int64 patient index of each distinct (patient, concept) before truncation
     pair_concept: np.ndarray  # (U,) int32
@@ -102,36 +107,128 @@ def tokenize(
         keep = ~is_unknown
     subj = events["subject_id"].to_numpy()[keep]  # (R',)
     cid = cid[keep]
-    v = _truncate(subj, events["visit_index"].to_numpy()[keep], max_len, max_visits)
+    visit = events["visit_index"].to_numpy()[keep]
+    v = _truncate(subj, visit, max_len, max_visits)
     seq_len, offsets, input_ids, segment_ids = _sequences(cid, v)
     last_len = np.minimum(v.v_len[v.p_vstart + v.p_nvis - 1], max_len - 1)
     total = v.p_end - np.concatenate([[0], v.p_end[:-1]])  # (P,) codes of each patient before truncation
     # distinct (patient, concept) pairs before truncation, for the ROOD hold-out
     n_c = int(cid.max(initial=0)) + 1
     pair = np.unique(v.v_owner[v.row_v].astype(np.int64) * n_c + cid)
+    subject_id = subj[v.v_start[v.p_vstart]] if len(v.p_vstart) else np.zeros(0, np.int64)
+    last_visit_index = visit[v.v_start[v.p_vstart + v.p_nvis - 1]].astype(np.int32)
     counts = {
         "code_rows": int(len(is_unknown)),
         "unknown_code_rows": int(is_unknown.sum()),
         "unknown_codes_distinct": int(unk_table.num_rows),
         "unknown_code_share": float(is_unknown.mean()) if len(is_unknown) else 0.0,
         "patients_no_known_codes": int(pc.count_distinct(events["subject_id"]).as_py()) - len(v.p_vstart),
+        "patients_last_visit_unknown": int(
+            (last_visit_index != _source_last_visit(events, subject_id)).sum()
+        ),
         "patients_truncated": int((seq_len - 1 < total).sum()),
         "visits_dropped_by_truncation": int((~v.keep_v).sum()),
         "code_rows_dropped_by_truncation": int((~v.keep_r).sum()),
     }
     return Tokenized(
-        subject_id=subj[v.v_start[v.p_vstart]] if len(v.p_vstart) else np.zeros(0, np.int64),
+        subject_id=subject_id,
         offsets=offsets.astype(np.int64),
         input_ids=input_ids,
         segment_ids=segment_ids,
         n_visits=v.kept_visits,
         last_visit_start=(seq_len - last_len).astype(np.int32),
+        last_visit_index=last_visit_index,
         truncated=seq_len - 1 < total,
         pair_patient=pair // n_c,
         pair_concept=(pair % n_c).astype(np.int32),
         unknown=unk_table,
         counts=counts,
     )
+
+
+def _source_last_visit(events: pa.Table, subject_id: np.ndarray) -> np.ndarray:
+    """(P,) the last ``visit_index`` in ``events`` (known codes or not) of each patient of ``subject_id``."""
+    subj = events["subject_id"].to_numpy()
+    if not len(subject_id):
+        return np.zeros(0, np.int32)
+    # events are sorted by patient and visit: each patient's last row holds its last visit
+    last_row = np.append(np.flatnonzero(_runs(subj))[1:], len(subj)) - 1
+    pos = np.searchsorted(subj[last_row], subject_id)
+    return events["visit_index"].to_numpy()[last_row[pos]]
+
+
+# Programs whose snomed_ids are SNOMED CT concept ids: not the OWL token modes (their ids are class keys).
+OWL_MAPPING_SOURCES = ("codes_file", "code_property", "all_classes")
+SNOMED_VOCABULARY = "SNOMED"  # the events' vocabulary of a SNOMED CT concept id (MEDS ``SNOMED/<sctid>``)
+SNOMED_TOKEN_VOCABULARY = "SNOMEDCT"  # a program token that is a SNOMED CT concept (OWL --code-property)
+VOCABULARY_RANK = {"ICD10CM": 0, "ICD9CM": 1}
+
+
+def snomed_tokens(concepts: pa.Table) -> tuple[np.ndarray, pa.Table]:
+    """The one token each SNOMED CT concept id maps to: ``(sorted sctids, rows of concepts)``.
+
+    A program token of vocabulary ``SNOMEDCT`` whose code is the id is the token itself. Otherwise the
+    ICD tokens whose ``snomed_ids`` contain the id are candidates, and the first by (fewest
+    ``snomed_ids``, ``ICD10CM`` before ``ICD9CM``, smallest ``concept_id``) is chosen.
+    """
+    vocab = concepts["vocabulary"].to_numpy(zero_copy_only=False).astype(object)
+    ids_col = concepts["snomed_ids"].combine_chunks() if "snomed_ids" in concepts.column_names else None
+    rank = np.array([VOCABULARY_RANK.get(v, 9) for v in vocab])
+    src = (
+        concepts["mapping_source"].to_numpy(zero_copy_only=False).astype(object)
+        if "mapping_source" in concepts.column_names
+        else np.full(len(vocab), "", dtype=object)
+    )
+    icd = (rank < 9) & ~np.isin(src, OWL_MAPPING_SOURCES)
+    sct, row, key1, key2 = [], [], [], []
+    if ids_col is not None and len(ids_col):
+        parent = pc.list_parent_indices(ids_col).to_numpy()
+        values = ids_col.flatten().to_numpy(zero_copy_only=False).astype(np.int64)
+        keep = icd[parent]
+        n_ids = np.diff(ids_col.offsets.to_numpy())
+        sct.append(values[keep])
+        row.append(parent[keep])
+        key1.append(n_ids[parent[keep]])
+        key2.append(rank[parent[keep]])
+    direct = np.flatnonzero(vocab == SNOMED_TOKEN_VOCABULARY)
+    codes = concepts["code"].to_numpy(zero_copy_only=False).astype(object)
+    numeric = np.array([str(c).isdigit() and len(str(c)) <= 18 for c in codes[direct]], dtype=bool)
+    direct = direct[numeric]
+    sct.append(np.array([int(c) for c in codes[direct]], dtype=np.int64))
+    row.append(direct)
+    key1.append(np.full(len(direct), -1))  # the concept's own token comes first
+    key2.append(np.zeros(len(direct), np.int64))
+    sct_all, row_all = np.concatenate(sct).astype(np.int64), np.concatenate(row).astype(np.int64)
+    k1, k2 = np.concatenate(key1), np.concatenate(key2)
+    cid = concepts["concept_id"].to_numpy().astype(np.int64)[row_all]
+    order = np.lexsort((cid, k2, k1, sct_all))
+    sct_all, row_all = sct_all[order], row_all[order]
+    first = _runs(sct_all)
+    return sct_all[first], concepts.take(pa.array(row_all[first]))
+
+
+def resolve_snomed(events: pa.Table, concepts: pa.Table) -> tuple[pa.Table, dict]:
+    """``events`` with each ``SNOMED`` row's (vocabulary, code) replaced by its token's (:func:`snomed_tokens`);
+    rows of concepts without a token stay ``SNOMED`` (unknown codes). Counts: ``snomed_code_rows`` and
+    ``snomed_code_rows_mapped``."""
+    is_sct = np.asarray(pc.fill_null(pc.equal(events["vocabulary"], SNOMED_VOCABULARY), False))
+    counts = {"snomed_code_rows": int(is_sct.sum()), "snomed_code_rows_mapped": 0}
+    if not is_sct.any():
+        return events, counts
+    keys, tokens = snomed_tokens(concepts)
+    rows = np.flatnonzero(is_sct)
+    code = events["code"].to_numpy(zero_copy_only=False).astype(object)
+    sct = np.array([int(c) if str(c).isdigit() and len(str(c)) <= 18 else -1 for c in code[rows]], np.int64)
+    pos = np.clip(np.searchsorted(keys, sct), 0, max(len(keys) - 1, 0))
+    hit = (pos < len(keys)) & (keys[pos] == sct) if len(keys) else np.zeros(len(rows), bool)
+    vocab = events["vocabulary"].to_numpy(zero_copy_only=False).astype(object)
+    vocab[rows[hit]] = np.asarray(tokens["vocabulary"].to_numpy(zero_copy_only=False), dtype=object)[pos[hit]]
+    code[rows[hit]] = np.asarray(tokens["code"].to_numpy(zero_copy_only=False), dtype=object)[pos[hit]]
+    counts["snomed_code_rows_mapped"] = int(hit.sum())
+    events = events.set_column(
+        events.schema.get_field_index("vocabulary"), "vocabulary", pa.array(vocab, pa.string())
+    ).set_column(events.schema.get_field_index("code"), "code", pa.array(code, pa.string()))
+    return events, counts
 
 
 @dataclass

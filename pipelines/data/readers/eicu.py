@@ -1,4 +1,4 @@
-"""eICU-CRD v2.0 (``patient``, ``diagnosis``) -> the common long table and labels, with DuckDB.
+"""eICU-CRD v2.0 (``patient``, ``diagnosis``) -> the common long table and visit labels, with DuckDB.
 
 The files read and their columns: ``docs/input-formats.md``, "eICU-CRD".
 
@@ -10,7 +10,12 @@ negative = admitted to hospital longest before), diagnoses by priority (Primary,
 (digits, V or E codes, dot optional) or ICD-10 (letter, digit, alphanumeric); empty parts are skipped,
 unparseable ones counted. A code repeated within a visit is kept once. eICU has no absolute times
 (``visit_time`` is null) and no follow-up after discharge: ``mortality_6m`` is true when any stay of the
-patient ends with ``hospitaldischargestatus`` = ``Expired``.
+patient ends with ``hospitaldischargestatus`` = ``Expired`` (the same for each of its visits).
+
+Checks: ``patientunitstayid`` present in ``patient``; exact duplicate rows dropped (a finding); one row
+per ``patientunitstayid`` in ``patient`` and per ``diagnosisid`` in ``diagnosis``, else an error naming
+the ids and lines. Findings: diagnosis rows whose unit stay is not in ``patient``, unit stays without
+``uniquepid``, unparseable code parts.
 """
 
 from __future__ import annotations
@@ -23,14 +28,18 @@ from duckdb import DuckDBPyConnection
 from pipelines.errors import InputFileError
 
 from .common import (
+    EXAMPLES,
     ICD9_RE,
     ICD10_RE,
+    Findings,
     ReadResult,
-    events_and_labels,
+    drop_duplicates,
     input_record,
     load_tables,
     one,
     read_result,
+    require,
+    to_tables,
 )
 
 TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
@@ -70,14 +79,21 @@ def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:
     """Read eICU ``patient.csv.gz`` and ``diagnosis.csv.gz`` into a :class:`ReadResult`."""
     root = eicu_root(path)
     con, files = load_tables(root, TABLES, threads)
+    f = Findings("eicu")
+    require(con, "patient", files["patient"], ("patientunitstayid",))
+    drop_duplicates(con, "patient", files["patient"], ("patientunitstayid",), f, "duplicate_patient_rows")
+    drop_duplicates(con, "diagnosis", files["diagnosis"], ("diagnosisid",), f, "duplicate_diagnosis_rows")
     _split_codes(con)
-    bad = one(con, "SELECT count(*), list(DISTINCT part)[1:10] FROM dx WHERE vocabulary IS NULL")
     _visits_and_mortality(con)
-    events, labels = events_and_labels(
-        con, "SELECT subject_id, visit_index, visit_time, seq, vocabulary, code FROM ev ORDER BY ALL"
+    events, visits = to_tables(
+        con,
+        "SELECT subject_id, visit_index, visit_time, seq, vocabulary, code FROM ev ORDER BY ALL",
+        "SELECT subject_id, visit_index, mortality_6m, NULL AS given_split FROM vm ORDER BY subject_id, visit_index",
     )
-    counts = _counts(con, bad, events, labels)
-    return read_result("eicu", root, [input_record(root, f) for f in files.values()], events, labels, counts)
+    _counts(con, files, f, events)
+    return read_result(
+        "eicu", root, [input_record(root, p) for p in files.values()], events, visits, f.as_dict()
+    )
 
 
 def _split_codes(con: DuckDBPyConnection) -> None:
@@ -90,7 +106,7 @@ def _split_codes(con: DuckDBPyConnection) -> None:
     )
     con.execute(
         "CREATE TEMP TABLE parts AS SELECT s.subject_id, s.hss, s.year, s.unitvisitnumber, s.hospitaladmitoffset, "
-        f"{PRIORITY} AS prio, d.diagnosisoffset, d.diagnosisid, "
+        f"{PRIORITY} AS prio, d.diagnosisoffset, d.diagnosisid, d.rowid + 2 AS line, "
         "upper(trim(unnest(string_split(d.icd9code, ',')))) AS part, "
         "generate_subscripts(string_split(d.icd9code, ','), 1) AS k "
         "FROM diagnosis d JOIN stays s USING (patientunitstayid) WHERE d.icd9code IS NOT NULL"
@@ -105,7 +121,8 @@ def _split_codes(con: DuckDBPyConnection) -> None:
 
 
 def _visits_and_mortality(con: DuckDBPyConnection) -> None:
-    """``ev`` (codes once per hospital stay, in order), ``lastv`` (each patient's last stay) and ``mort``."""
+    """``ev`` (codes once per hospital stay, in order), ``lastv`` (each patient's last stay) and ``vm`` (the
+    mortality of each visit: any stay of the patient ended ``Expired``)."""
     con.execute(
         "CREATE TEMP TABLE ev0 AS SELECT * FROM (SELECT subject_id, hss, year, vocabulary, code, row_number() "
         "OVER (PARTITION BY subject_id, hss ORDER BY unitvisitnumber, hospitaladmitoffset DESC, prio, "
@@ -121,23 +138,55 @@ def _visits_and_mortality(con: DuckDBPyConnection) -> None:
         "CREATE TEMP TABLE lastv AS SELECT subject_id, max(visit_index) AS visit_index FROM ev GROUP BY ALL"
     )
     con.execute(
-        "CREATE TEMP TABLE mort AS SELECT subject_id, coalesce(bool_or(status = 'Expired'), false) AS mortality_6m, "
-        "NULL AS given_split FROM stays SEMI JOIN lastv USING (subject_id) GROUP BY ALL"
+        "CREATE TEMP TABLE vm AS SELECT v.subject_id, v.visit_index, m.mortality_6m FROM "
+        "(SELECT DISTINCT subject_id, visit_index FROM ev) v JOIN (SELECT subject_id, "
+        "coalesce(bool_or(status = 'Expired'), false) AS mortality_6m FROM stays GROUP BY ALL) m USING (subject_id)"
     )
 
 
-def _counts(con: DuckDBPyConnection, bad: tuple, events: pa.Table, labels: pa.Table) -> dict:
-    counts = {
-        "patients_in_source": one(con, "SELECT count(DISTINCT subject_id) FROM stays")[0],
-        "unit_stays_in_source": one(con, "SELECT count(*) FROM stays")[0],
-        "diagnosis_rows": one(con, "SELECT count(*) FROM diagnosis")[0],
-        "diagnosis_rows_without_stay": one(con, "SELECT count(*) FROM diagnosis ANTI JOIN stays USING (patientunitstayid)")[0],
-        "diagnosis_rows_without_code": one(con, "SELECT count(*) FROM diagnosis WHERE icd9code IS NULL OR trim(icd9code) = ''")[0],
-        "empty_code_parts": one(con, "SELECT count(*) FROM parts WHERE part = ''")[0],
-        "unparseable_code_parts": bad[0],
-        "unparseable_examples": bad[1] or [],
-        "duplicate_codes_in_visit": one(con, "SELECT count(*) FROM dx WHERE vocabulary IS NOT NULL")[0] - events.num_rows,
-        "patients_with_codes": labels.num_rows,
-    }  # fmt: skip
-    counts["dropped_no_diagnoses"] = counts["patients_in_source"] - labels.num_rows
-    return counts
+def _counts(con: DuckDBPyConnection, files: dict[str, Path], f: Findings, events: pa.Table) -> None:
+    dname, pname = files["diagnosis"].name, files["patient"].name
+    f.count("patients_in_source", one(con, "SELECT count(DISTINCT subject_id) FROM stays")[0])
+    f.count("unit_stays_in_source", one(con, "SELECT count(*) FROM stays")[0])
+    f.count("diagnosis_rows", one(con, "SELECT count(*) FROM diagnosis")[0])
+    cond = "FROM diagnosis d ANTI JOIN patient p USING (patientunitstayid)"
+    f.finding(
+        "diagnosis_rows_without_stay", one(con, f"SELECT count(*) {cond}")[0],
+        [r[0] for r in con.execute(
+            f"SELECT printf('%s line %d: patientunitstayid %s', $n, d.rowid + 2, "
+            f"coalesce(d.patientunitstayid::VARCHAR, '(empty)')) {cond} ORDER BY d.rowid LIMIT {EXAMPLES}", {"n": dname}
+        ).fetchall()],
+        f"diagnosis rows whose patientunitstayid is not in {pname} dropped",
+    )  # fmt: skip
+    cond = "FROM patient WHERE uniquepid IS NULL"
+    f.finding(
+        "unit_stays_without_uniquepid", one(con, f"SELECT count(*) {cond}")[0],
+        [r[0] for r in con.execute(
+            f"SELECT printf('%s line %d: patientunitstayid %d', $n, rowid + 2, patientunitstayid) {cond} "
+            f"ORDER BY rowid LIMIT {EXAMPLES}", {"n": pname}
+        ).fetchall()],
+        "unit stays without uniquepid dropped (with their diagnoses)",
+    )  # fmt: skip
+    f.count(
+        "diagnosis_rows_without_code",
+        one(con, "SELECT count(*) FROM diagnosis WHERE icd9code IS NULL OR trim(icd9code) = ''")[0],
+    )
+    f.count("empty_code_parts", one(con, "SELECT count(*) FROM parts WHERE part = ''")[0])
+    bad = one(
+        con, "SELECT count(*), list(DISTINCT part ORDER BY part)[1:10] FROM dx WHERE vocabulary IS NULL"
+    )
+    f.finding(
+        "unparseable_code_parts", bad[0],
+        [r[0] for r in con.execute(
+            f"SELECT printf('%s line %d: %s', $n, line, part) FROM dx WHERE vocabulary IS NULL "
+            f"ORDER BY line, k LIMIT {EXAMPLES}", {"n": dname}
+        ).fetchall()],
+        "icd9code parts that are neither ICD-9 nor ICD-10 codes dropped",
+    )  # fmt: skip
+    f.counts["unparseable_examples"] = bad[1] or []  # the distinct parts (first 10)
+    f.count(
+        "duplicate_codes_in_visit",
+        one(con, "SELECT count(*) FROM dx WHERE vocabulary IS NOT NULL")[0] - events.num_rows,
+    )
+    f.count("patients_with_codes", one(con, "SELECT count(*) FROM lastv")[0])
+    f.count("dropped_no_diagnoses", f.counts["patients_in_source"] - f.counts["patients_with_codes"])

@@ -1,30 +1,51 @@
-"""MEDS (0.4) -> the common long table and labels, with DuckDB over the DataSchema Parquet shards.
+"""MEDS (0.4) -> the common long table and visit labels, with DuckDB over the DataSchema Parquet shards.
 
 The files read and their columns: ``docs/input-formats.md``, "MEDS".
 
-Diagnosis codes are recognised in both forms MIMIC ETLs write: ``DIAGNOSIS//ICD//10//E119`` (MIMIC-IV
-MEDS ETL) and ``ICD10CM/E11.9`` (OMOP style, Stanford ``meds_etl``), normalised to (vocabulary, dotless
-code); other codes are ignored (counted). A visit is an admission where the data carry ``hadm_id``
-(an extra column the MIMIC ETL keeps), else a distinct timestamp; visits are ordered by time, codes
-within a visit by their row order in the shard. ``mortality_6m``: a ``MEDS_DEATH`` event within 182
-days after the last visit's time (diagnoses are dated at discharge by the ETL). ``subject_splits.parquet``
+Diagnosis codes are recognised in the forms MIMIC and OMOP ETLs write: ``DIAGNOSIS//ICD//10//E119``
+(MIMIC-IV MEDS ETL), ``ICD10CM/E11.9`` (OMOP style, Stanford ``meds_etl``) and ``SNOMED/<sctid>``
+(OMOP standard concepts), normalised to (vocabulary, dotless code); ``SNOMED`` codes are resolved to
+the program's tokens by ``prepare``. Other codes are not read: counted by prefix, and codes that look
+like diagnoses in another form (``ICD10/…``, ``DIAGNOSIS//ICD//11//…``) are a finding with examples. A
+visit is an admission where the data carry ``hadm_id`` (an extra column the MIMIC ETL keeps), else a
+distinct timestamp; visits are ordered by time (then admission or timestamp), codes within a visit by
+their row order in the shards. A visit's ``mortality_6m``: a ``MEDS_DEATH`` event 0-182 days after the
+visit's time (diagnoses are dated at discharge by the ETL). ``subject_splits.parquet``
 (``train``/``tuning``/``held_out``) becomes ``given_split``, which the split step honours.
+
+Checks: column types (``subject_id`` integer, ``time`` timestamp or date, ``code`` string, ``hadm_id``
+integer) before reading; exact duplicate diagnosis rows dropped (a finding); diagnosis rows without a
+time counted (a finding); a subject with two different splits is an error.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 from duckdb import DuckDBPyConnection
 
 from pipelines.errors import InputFileError, MissingTableError
 
-from .common import MORTALITY_DAYS, ReadResult, connect, events_and_labels, input_record, one, read_result
+from .common import (
+    EXAMPLES,
+    MORTALITY_DAYS,
+    Findings,
+    ReadResult,
+    connect,
+    duckdb_path,
+    input_record,
+    one,
+    read_result,
+    to_tables,
+)
 
-DATA_COLUMNS = {"subject_id": "int64", "time": "timestamp[us]", "code": "string"}
-SPLIT_COLUMNS = {"subject_id": "int64", "split": "string"}
-# (regex, vocabulary expression, code group) for the two diagnosis code forms
+DATA_COLUMNS = {"subject_id": "integer", "time": "timestamp or date", "code": "string"}
+SPLIT_COLUMNS = {"subject_id": "integer", "split": "string"}
+OPTIONAL_COLUMNS = {"hadm_id": "integer"}
+# (regex, vocabulary expression, code group) for the diagnosis code forms
 CODE_FORMS = (
     (
         r"^DIAGNOSIS//ICD//(9|10)//([^/]+)$",
@@ -32,23 +53,48 @@ CODE_FORMS = (
         2,
     ),
     (r"^(ICD9CM|ICD10CM)/([^/]+)$", "regexp_extract(code, '{re}', 1)", 2),
+    (r"^(SNOMED)/([0-9]{6,18})$", "regexp_extract(code, '{re}', 1)", 2),
 )
+# codes that look like diagnoses but match no form above (a finding, with examples)
+DIAGNOSIS_LIKE = r"^(DIAGNOSIS|ICD|SNOMED)"
 DEATH_CODE = "MEDS_DEATH"
+TOP_PREFIXES = 10  # code prefixes listed among the rows not read
 
 
-def _check_schema(path: Path, expected: dict[str, str]) -> list[str]:
+def _type_ok(t: pa.DataType, want: str) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_null(t):
+        return True
+    return {
+        "integer": pa.types.is_integer,
+        "string": lambda x: (
+            pa.types.is_string(x) or pa.types.is_large_string(x) or pa.types.is_string_view(x)
+        ),
+        "timestamp or date": lambda x: pa.types.is_timestamp(x) or pa.types.is_date(x),
+    }[want](t)
+
+
+def _check_schema(path: Path, expected: dict[str, str], optional: dict[str, str] | None = None) -> list[str]:
+    """The shard's column names; raises naming the shard, the expected and the found schema when a column
+    of ``expected`` is missing or a column of ``expected``/``optional`` has another type."""
     try:
         schema = pq.read_schema(path)
     except Exception as e:  # pyarrow raises several types for a non-Parquet file
         raise InputFileError(path, f"not a readable Parquet file: {e}") from e
+    want = ", ".join(f"{k}: {v}" for k, v in expected.items())
+    found = ", ".join(f"{f.name}: {f.type}" for f in schema)
     missing = [c for c in expected if c not in schema.names]
     if missing:
-        raise InputFileError(
-            path,
-            f"missing column(s) {', '.join(missing)}",
-            expected=", ".join(f"{k}: {v}" for k, v in expected.items()),
-            found=", ".join(f"{f.name}: {f.type}" for f in schema),
-        )
+        raise InputFileError(path, f"missing column(s) {', '.join(missing)}", expected=want, found=found)
+    for col, kind in {**expected, **(optional or {})}.items():
+        if col in schema.names and not _type_ok(schema.field(col).type, kind):
+            raise InputFileError(
+                path,
+                f"column {col} has type {schema.field(col).type}",
+                expected=f"{col}: {kind}",
+                found=found,
+            )
     return schema.names
 
 
@@ -61,43 +107,57 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
             root / "data", "no DataSchema shards", hint="expected data/**/*.parquet under the MEDS root"
         )
     con = connect(threads)
-    _load_shards(con, shards)
+    f = Findings("meds")
+    _load_shards(con, root, shards, f)
     _visits(con)
-    inputs = [input_record(root, s) for s in shards] + _given_splits(con, root)
+    inputs = [input_record(root, s) for s in shards] + _given_splits(con, root, f)
     con.execute(
-        "CREATE TEMP TABLE mort AS SELECT l.subject_id, coalesce(bool_or(date_diff('day', l.t, r.time) "
-        f"BETWEEN 0 AND {MORTALITY_DAYS}), false) AS mortality_6m, any_value(sp.split) AS given_split FROM lastv l "
-        f"LEFT JOIN raw r ON r.subject_id = l.subject_id AND r.code = '{DEATH_CODE}' LEFT JOIN sp "
-        "ON sp.subject_id = l.subject_id GROUP BY l.subject_id"
+        "CREATE TEMP TABLE vm AS SELECT v.subject_id, v.visit_index, coalesce(bool_or(date_diff('day', v.vtime, "
+        f"r.time) BETWEEN 0 AND {MORTALITY_DAYS}), false) AS mortality_6m, any_value(sp.split) AS given_split "
+        f"FROM vis v LEFT JOIN raw r ON r.subject_id = v.subject_id AND r.code = '{DEATH_CODE}' "
+        "LEFT JOIN sp ON sp.subject_id = v.subject_id GROUP BY v.subject_id, v.visit_index"
     )
-    events, labels = events_and_labels(
+    events, visits = to_tables(
         con,
         "SELECT subject_id, visit_index, visit_time, (row_number() OVER (PARTITION BY subject_id, visit_index "
         "ORDER BY filename, file_row_number) - 1)::INT AS seq, vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
+        "SELECT subject_id, visit_index, mortality_6m, given_split FROM vm ORDER BY subject_id, visit_index",
     )
-    counts = {
-        "patients_in_source": one(con, "SELECT count(DISTINCT subject_id) FROM raw")[0],
-        "rows_in_source": one(con, "SELECT count(*) FROM raw")[0],
-        "non_diagnosis_rows": one(con, "SELECT count(*) FROM dx WHERE vocabulary IS NULL")[0],
-        "diagnosis_rows_without_time": one(con, "SELECT count(*) FROM dx WHERE vocabulary IS NOT NULL AND time IS NULL")[0],
-        "patients_with_codes": labels.num_rows,
-        "subjects_with_given_split": one(con, "SELECT count(*) FROM sp")[0],
-    }  # fmt: skip
-    counts["dropped_no_diagnoses"] = counts["patients_in_source"] - labels.num_rows
-    return read_result("meds", root, inputs, events, labels, counts)
+    f.count("patients_in_source", one(con, "SELECT count(DISTINCT subject_id) FROM raw")[0])
+    f.count("rows_in_source", one(con, "SELECT count(*) FROM raw")[0])
+    f.count("patients_with_codes", one(con, "SELECT count(DISTINCT subject_id) FROM vis")[0])
+    f.count("subjects_with_given_split", one(con, "SELECT count(*) FROM sp")[0])
+    f.count("dropped_no_diagnoses", f.counts["patients_in_source"] - f.counts["patients_with_codes"])
+    return read_result("meds", root, inputs, events, visits, f.as_dict())
 
 
-def _load_shards(con: DuckDBPyConnection, shards: list[Path]) -> None:
-    """``raw`` (every row of the shards, with ``hadm_id`` where all shards carry it) and ``dx`` (each row's
-    diagnosis vocabulary and dotless code, null vocabulary for other codes)."""
-    names = [_check_schema(s, DATA_COLUMNS) for s in shards]
+def _rel(root: Path, p: str) -> str:
+    try:
+        return str(Path(p).relative_to(root.absolute()))
+    except ValueError:
+        return p
+
+
+def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Findings) -> None:
+    """``raw`` (every row of the shards, with ``hadm_id`` where all shards carry it), ``dx0`` (each row's
+    diagnosis vocabulary and dotless code, null vocabulary for other codes) and ``dx`` (the diagnosis rows,
+    exact duplicates dropped)."""
+    names = [_check_schema(s, DATA_COLUMNS, OPTIONAL_COLUMNS) for s in shards]
     hadm = "hadm_id::BIGINT" if all("hadm_id" in n for n in names) else "NULL::BIGINT"
-    files = ", ".join(f"'{s}'" for s in shards)
-    con.execute(
-        f"CREATE TEMP TABLE raw AS SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, code, "
-        f"{hadm} AS hadm_id, filename, file_row_number FROM read_parquet([{files}], union_by_name=true, "
-        "filename=true, file_row_number=true)"
+    select = (
+        f"SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, code::VARCHAR AS code, "
+        f"{hadm} AS hadm_id, filename, file_row_number FROM read_parquet($1, union_by_name = true, "
+        "filename = true, file_row_number = true)"
     )
+    try:
+        con.execute(f"CREATE TEMP TABLE raw AS {select}", [[duckdb_path(s) for s in shards]])
+    except duckdb.Error as e:
+        for s in shards:  # name the shard that fails on its own
+            try:
+                con.execute(f"CREATE OR REPLACE TEMP TABLE probe AS {select}", [[duckdb_path(s)]])
+            except duckdb.Error as e1:
+                raise InputFileError(s, f"cannot be read: {str(e1).strip().splitlines()[0]}") from e1
+        raise InputFileError(root / "data", f"the shards cannot be read together: {e}") from e
     vocab = (
         "CASE "
         + " ".join(f"WHEN regexp_matches(code, '{rx}') THEN {v.format(re=rx)}" for rx, v, _ in CODE_FORMS)
@@ -112,38 +172,113 @@ def _load_shards(con: DuckDBPyConnection, shards: list[Path]) -> None:
         + " END"
     )
     con.execute(
-        f"CREATE TEMP TABLE dx AS SELECT subject_id, time, hadm_id, filename, file_row_number, {vocab} AS vocabulary, "
-        f"upper(replace(trim({dcode}), '.', '')) AS code FROM raw"
+        f"CREATE TEMP TABLE dx0 AS SELECT subject_id, time, hadm_id, filename, file_row_number, code AS source_code, "
+        f"{vocab} AS vocabulary, upper(replace(trim({dcode}), '.', '')) AS code FROM raw"
     )
+    dup = con.execute(
+        "SELECT filename, file_row_number, first_f, first_r FROM (SELECT filename, file_row_number, "
+        "first_value(filename) OVER w AS first_f, first_value(file_row_number) OVER w AS first_r FROM dx0 "
+        "WHERE vocabulary IS NOT NULL WINDOW w AS (PARTITION BY subject_id, time, hadm_id, source_code "
+        "ORDER BY filename, file_row_number)) WHERE NOT (filename = first_f AND file_row_number = first_r) "
+        "ORDER BY filename, file_row_number"
+    ).fetchall()
+    f.finding(
+        "duplicate_diagnosis_rows", len(dup),
+        [f"{_rel(root, a)} file_row_number {b} repeats {_rel(root, c)} file_row_number {d}" for a, b, c, d in dup],
+        "exact duplicate diagnosis rows (subject_id, time, code, hadm_id) dropped",
+    )  # fmt: skip
+    con.execute(
+        "CREATE TEMP TABLE dx AS SELECT * FROM dx0 WHERE vocabulary IS NOT NULL QUALIFY row_number() OVER "
+        "(PARTITION BY subject_id, time, hadm_id, source_code ORDER BY filename, file_row_number) = 1"
+    )
+    _not_read(con, root, f)
+
+
+def _not_read(con: DuckDBPyConnection, root: Path, f: Findings) -> None:
+    """Count the rows whose code is not a diagnosis (by prefix), and find diagnosis-like codes of no known form."""
+    f.count("non_diagnosis_rows", one(con, "SELECT count(*) FROM dx0 WHERE vocabulary IS NULL")[0])
+    top = con.execute(
+        "SELECT coalesce(regexp_extract(source_code, '^([^/]*)', 1), '(null)') AS prefix, count(*) AS n FROM dx0 "
+        f"WHERE vocabulary IS NULL GROUP BY ALL ORDER BY n DESC, prefix LIMIT {TOP_PREFIXES}"
+    ).fetchall()
+    f.counts["non_diagnosis_prefixes"] = {p: int(n) for p, n in top}
+    cond = (
+        f"FROM dx0 WHERE vocabulary IS NULL AND source_code <> '{DEATH_CODE}' "
+        f"AND regexp_matches(upper(source_code), '{DIAGNOSIS_LIKE}')"
+    )
+    n = one(con, f"SELECT count(*) {cond}")[0]
+    ex = con.execute(
+        f"SELECT source_code, count(*) AS n {cond} GROUP BY ALL ORDER BY n DESC, source_code LIMIT {EXAMPLES}"
+    ).fetchall()
+    f.finding(
+        "unrecognised_diagnosis_codes", n, [f"{c!r} ({k} rows)" for c, k in ex],
+        "rows with a diagnosis-like code in no form the reader reads (not read; see docs/input-formats.md, MEDS)",
+    )  # fmt: skip
+    cond = "FROM dx WHERE vocabulary IS NOT NULL AND time IS NULL"
+    n = one(con, f"SELECT count(*) {cond}")[0]
+    ex = con.execute(
+        f"SELECT filename, file_row_number, subject_id, source_code {cond} ORDER BY filename, file_row_number "
+        f"LIMIT {EXAMPLES}"
+    ).fetchall()
+    f.finding(
+        "diagnosis_rows_without_time", n,
+        [f"{_rel(root, a)} file_row_number {b}: subject_id {c}, {d!r}" for a, b, c, d in ex],
+        "diagnosis rows without a time (kept only where an hadm_id joins them to a timed visit)",
+    )  # fmt: skip
 
 
 def _visits(con: DuckDBPyConnection) -> None:
-    """``vis`` (a visit: an admission, else a timestamp), ``ev`` (the codes with their visit's rank) and
-    ``lastv`` (each patient's last visit and its time)."""
+    """``vis`` (a visit: an admission, else a timestamp, with its time and rank) and ``ev`` (the codes with
+    their visit's rank)."""
     con.execute(
-        "CREATE TEMP TABLE vis AS SELECT subject_id, coalesce(hadm_id::VARCHAR, time::VARCHAR) AS vkey, "
-        "min(time) AS vtime FROM dx WHERE vocabulary IS NOT NULL AND time IS NOT NULL AND code <> '' GROUP BY ALL"
+        "CREATE TEMP TABLE vis AS SELECT subject_id, vkey, vtime, (dense_rank() OVER (PARTITION BY subject_id "
+        "ORDER BY vtime, vkey) - 1)::INT AS visit_index FROM (SELECT subject_id, "
+        "coalesce(hadm_id::VARCHAR, time::VARCHAR) AS vkey, min(time) AS vtime FROM dx "
+        "WHERE time IS NOT NULL AND code <> '' GROUP BY ALL)"
     )
     con.execute(
-        "CREATE TEMP TABLE ev AS SELECT d.subject_id, v.vtime AS visit_time, d.vocabulary, d.code, "
-        "(dense_rank() OVER (PARTITION BY d.subject_id ORDER BY v.vtime, v.vkey) - 1)::INT AS visit_index, "
+        "CREATE TEMP TABLE ev AS SELECT d.subject_id, v.vtime AS visit_time, d.vocabulary, d.code, v.visit_index, "
         "d.filename, d.file_row_number FROM dx d JOIN vis v ON v.subject_id = d.subject_id "
-        "AND v.vkey = coalesce(d.hadm_id::VARCHAR, d.time::VARCHAR) WHERE d.vocabulary IS NOT NULL AND d.code <> ''"
-    )
-    con.execute(
-        "CREATE TEMP TABLE lastv AS SELECT subject_id, max(visit_index) AS visit_index, max(visit_time) AS t FROM ev GROUP BY ALL"
+        "AND v.vkey = coalesce(d.hadm_id::VARCHAR, d.time::VARCHAR) WHERE d.code <> ''"
     )
 
 
-def _given_splits(con: DuckDBPyConnection, root: Path) -> list[dict]:
+def _given_splits(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dict]:
     """``sp`` (subject_id -> the split ``metadata/subject_splits.parquet`` names, empty without it); the
-    splits file's input record when there is one."""
+    splits file's input record when there is one. A subject with two different splits is an error."""
     splits = root / "metadata" / "subject_splits.parquet"
     if not splits.is_file():
         con.execute("CREATE TEMP TABLE sp (subject_id BIGINT, split VARCHAR)")
         return []
     _check_schema(splits, SPLIT_COLUMNS)
+    try:
+        con.execute(
+            "CREATE TEMP TABLE sp0 AS SELECT subject_id::BIGINT AS subject_id, split::VARCHAR AS split "
+            "FROM read_parquet($1)",
+            [duckdb_path(splits)],
+        )
+    except duckdb.Error as e:
+        raise InputFileError(splits, f"cannot be read: {str(e).strip().splitlines()[0]}") from e
+    dup = con.execute(
+        "SELECT subject_id, count(*) FROM sp0 GROUP BY subject_id, split HAVING count(*) > 1 ORDER BY subject_id"
+    ).fetchall()
+    f.finding(
+        "duplicate_split_rows", sum(n - 1 for _, n in dup), [f"subject_id {s} listed {n} times" for s, n in dup],
+        "exact duplicate rows in subject_splits.parquet dropped",
+    )  # fmt: skip
+    bad = con.execute(
+        "SELECT subject_id, list(DISTINCT split ORDER BY split) FROM sp0 GROUP BY subject_id "
+        f"HAVING count(DISTINCT split) > 1 ORDER BY subject_id LIMIT {EXAMPLES + 1}"
+    ).fetchall()
+    if bad:
+        raise InputFileError(
+            splits,
+            f"subject_id(s) {', '.join(str(s) for s, _ in bad[:EXAMPLES])}{' …' if len(bad) > EXAMPLES else ''} "
+            "with more than one split",
+            expected="one split per subject_id",
+            found=f"subject_id {bad[0][0]}: {', '.join(map(str, bad[0][1]))}",
+        )
     con.execute(
-        f"CREATE TEMP TABLE sp AS SELECT subject_id::BIGINT AS subject_id, any_value(split) AS split FROM read_parquet('{splits}') GROUP BY ALL"
+        "CREATE TEMP TABLE sp AS SELECT DISTINCT subject_id, split FROM sp0 WHERE subject_id IS NOT NULL"
     )
     return [input_record(root, splits)]

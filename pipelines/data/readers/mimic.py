@@ -1,12 +1,17 @@
-"""MIMIC-IV (v2.x ``hosp`` module) diagnoses -> the common long table and labels, with DuckDB.
+"""MIMIC-IV (v2.x ``hosp`` module) diagnoses -> the common long table and visit labels, with DuckDB.
 
 The files read and their columns: ``docs/input-formats.md``, "MIMIC-IV".
 
 Visits are admissions ordered by ``admittime`` (then ``hadm_id``); codes within a visit by ``seq_num``.
-``visit_time`` is ``admittime``. The label ``mortality_6m`` is death (``dod``, or ``deathtime`` of the
-last admission) within 182 days after the discharge of the last admission that has codes; ``chapters``
-are the ICD-10-CM chapters of that admission's codes. Patients of ``patients.csv.gz`` without any
-diagnosis are dropped and counted.
+``visit_time`` is ``admittime``. A visit's ``mortality_6m`` is death (``deathtime`` of that admission,
+or ``dod`` at most 182 days after its ``dischtime``); ``prepare`` labels each patient with the last
+visit of its sequence. Patients of ``patients.csv.gz`` without any diagnosis are dropped and counted.
+
+Checks before anything is used: required ids and ``admittime`` present; exact duplicate rows dropped
+(a finding); one row per ``subject_id`` in ``patients`` and per ``hadm_id`` in ``admissions``, else an
+error naming the ids and lines. Findings (counted, warned with examples): diagnosis rows without their
+admission, unknown ``icd_version``, empty codes, admissions of patients missing from ``patients``, and
+a ``dod`` before the patient's last discharge (such a death still counts for ``mortality_6m``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,19 @@ from duckdb import DuckDBPyConnection
 
 from pipelines.errors import InputFileError
 
-from .common import MORTALITY_DAYS, ReadResult, events_and_labels, input_record, load_tables, one, read_result
+from .common import (
+    EXAMPLES,
+    MORTALITY_DAYS,
+    Findings,
+    ReadResult,
+    drop_duplicates,
+    input_record,
+    load_tables,
+    one,
+    read_result,
+    require,
+    to_tables,
+)
 
 # table -> (file, full header of the release, columns read with their SQL types)
 TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
@@ -55,49 +72,108 @@ def read_mimic(path: str | Path, *, threads: int | None = None) -> ReadResult:
     """Read MIMIC-IV ``hosp/{patients,admissions,diagnoses_icd}.csv.gz`` into a :class:`ReadResult`."""
     root = mimic_root(path)
     con, files = load_tables(root, TABLES, threads)
-    counts = {
-        "patients_in_source": one(con, "SELECT count(DISTINCT subject_id) FROM patients")[0],
-        "admissions_in_source": one(con, "SELECT count(*) FROM admissions")[0],
-        "diagnosis_rows": one(con, "SELECT count(*) FROM diagnoses_icd")[0],
-    }
-    counts.update(_diagnoses(con))
-    _visits_and_mortality(con)
-    events, labels = events_and_labels(
+    f = Findings("mimic-iv")
+    f.count("patients_in_source", one(con, "SELECT count(DISTINCT subject_id) FROM patients")[0])
+    f.count("admissions_in_source", one(con, "SELECT count(*) FROM admissions")[0])
+    f.count("diagnosis_rows", one(con, "SELECT count(*) FROM diagnoses_icd")[0])
+    _check_tables(con, files, f)
+    _diagnoses(con, files, f)
+    _findings(con, files, f)
+    _visits(con)
+    events, visits = to_tables(
         con,
         "SELECT subject_id, visit_index, visit_time, "
         "(row_number() OVER (PARTITION BY subject_id, visit_index ORDER BY seq_num, code) - 1)::INT AS seq, "
         "vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
+        "SELECT subject_id, visit_index, mortality_6m, NULL AS given_split FROM vm ORDER BY subject_id, visit_index",
     )
-    counts["patients_with_codes"] = labels.num_rows
-    counts["dropped_no_diagnoses"] = one(
-        con, "SELECT count(DISTINCT subject_id) FROM patients ANTI JOIN lastv USING (subject_id)"
-    )[0]
-    counts["patients_not_in_patients_table"] = one(
-        con, "SELECT count(*) FROM lastv ANTI JOIN patients USING (subject_id)"
-    )[0]
+    f.count("patients_with_codes", one(con, "SELECT count(*) FROM lastv")[0])
+    f.count(
+        "dropped_no_diagnoses",
+        one(con, "SELECT count(DISTINCT subject_id) FROM patients ANTI JOIN lastv USING (subject_id)")[0],
+    )
+    f.count(
+        "patients_not_in_patients_table",
+        one(con, "SELECT count(*) FROM lastv ANTI JOIN patients USING (subject_id)")[0],
+    )
     return read_result(
-        "mimic-iv", root, [input_record(root, f) for f in files.values()], events, labels, counts
+        "mimic-iv", root, [input_record(root, p) for p in files.values()], events, visits, f.as_dict()
     )
 
 
-def _diagnoses(con: DuckDBPyConnection) -> dict[str, int]:
+def _check_tables(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) -> None:
+    """Required values present; exact duplicates dropped (findings); conflicting rows of one key raise."""
+    require(con, "patients", files["patients"], ("subject_id",))
+    require(con, "admissions", files["admissions"], ("subject_id", "hadm_id", "admittime"))
+    require(con, "diagnoses_icd", files["diagnoses_icd"], ("subject_id", "hadm_id"))
+    drop_duplicates(con, "patients", files["patients"], ("subject_id",), f, "duplicate_patient_rows")
+    drop_duplicates(con, "admissions", files["admissions"], ("hadm_id",), f, "duplicate_admission_rows")
+    drop_duplicates(con, "diagnoses_icd", files["diagnoses_icd"], None, f, "duplicate_diagnosis_rows")
+
+
+def _diagnoses(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) -> None:
     """``dx``: each diagnosis row with its admission, vocabulary and dotless code; the rows left out, counted."""
     con.execute(
-        "CREATE TEMP TABLE dx AS SELECT d.subject_id, d.hadm_id, d.seq_num, a.admittime, a.dischtime, "
-        "a.deathtime, CASE d.icd_version WHEN 9 THEN 'ICD9CM' WHEN 10 THEN 'ICD10CM' END AS vocabulary, "
+        "CREATE TEMP TABLE dx AS SELECT d.rowid + 2 AS line, d.subject_id, d.hadm_id, d.seq_num, d.icd_version, "
+        "d.icd_code, a.admittime, a.dischtime, a.deathtime, "
+        "CASE d.icd_version WHEN 9 THEN 'ICD9CM' WHEN 10 THEN 'ICD10CM' END AS vocabulary, "
         "upper(replace(trim(d.icd_code), '.', '')) AS code, a.hadm_id IS NULL AS orphan "
         "FROM diagnoses_icd d LEFT JOIN admissions a ON a.hadm_id = d.hadm_id AND a.subject_id = d.subject_id"
     )
-    bad = one(
-        con,
-        "SELECT count(*) FILTER (WHERE orphan), count(*) FILTER (WHERE NOT orphan AND vocabulary IS NULL), "
-        "count(*) FILTER (WHERE NOT orphan AND vocabulary IS NOT NULL AND (code IS NULL OR code = '')) FROM dx",
+    name = files["diagnoses_icd"].name
+    where = {
+        "rows_without_admission": "orphan",
+        "rows_unknown_icd_version": "NOT orphan AND vocabulary IS NULL",
+        "rows_empty_code": "NOT orphan AND vocabulary IS NOT NULL AND (code IS NULL OR code = '')",
+    }
+    example = {
+        "rows_without_admission": "printf('%s line %d: subject_id %d, hadm_id %d', $n, line, subject_id, hadm_id)",
+        "rows_unknown_icd_version": "printf('%s line %d: icd_version %s, icd_code %s', $n, line, "
+        "coalesce(icd_version::VARCHAR, '(empty)'), coalesce(icd_code, '(empty)'))",
+        "rows_empty_code": "printf('%s line %d: subject_id %d, hadm_id %d', $n, line, subject_id, hadm_id)",
+    }
+    what = {
+        "rows_without_admission": "diagnosis rows whose (subject_id, hadm_id) is not in admissions dropped",
+        "rows_unknown_icd_version": "diagnosis rows with an icd_version other than 9 or 10 dropped",
+        "rows_empty_code": "diagnosis rows with an empty icd_code dropped",
+    }
+    for key, cond in where.items():
+        n = one(con, f"SELECT count(*) FROM dx WHERE {cond}")[0]
+        ex = [r[0] for r in con.execute(
+            f"SELECT {example[key]} FROM dx WHERE {cond} ORDER BY line LIMIT {EXAMPLES}", {"n": name}
+        ).fetchall()] if n else []  # fmt: skip
+        f.finding(key, n, ex, what[key])
+
+
+def _findings(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) -> None:
+    """Admissions of patients missing from ``patients``; a ``dod`` before the patient's last discharge."""
+    adm, pat = files["admissions"].name, files["patients"].name
+    cond = "FROM admissions a ANTI JOIN patients p USING (subject_id)"
+    n = one(con, f"SELECT count(*) {cond}")[0]
+    ex = [r[0] for r in con.execute(
+        f"SELECT printf('%s line %d: hadm_id %d, subject_id %d', $n, a.rowid + 2, a.hadm_id, a.subject_id) {cond} "
+        f"ORDER BY a.rowid LIMIT {EXAMPLES}", {"n": adm},
+    ).fetchall()]  # fmt: skip
+    f.finding("admissions_of_unknown_patients", n, ex, f"admissions of patients not in {pat} (kept; no dod)")
+    cond = (
+        "FROM patients p JOIN (SELECT subject_id, arg_max(hadm_id, dischtime) AS hadm_id, max(dischtime) AS disch "
+        "FROM admissions GROUP BY subject_id) a USING (subject_id) WHERE p.dod < a.disch::DATE"
     )
-    return {"rows_without_admission": bad[0], "rows_unknown_icd_version": bad[1], "rows_empty_code": bad[2]}
+    n = one(con, f"SELECT count(*) {cond}")[0]
+    ex = [r[0] for r in con.execute(
+        f"SELECT printf('%s line %d: subject_id %d, dod %s before the discharge %s of hadm_id %d', $n, "
+        f"p.rowid + 2, p.subject_id, p.dod, a.disch, a.hadm_id) {cond} ORDER BY p.rowid LIMIT {EXAMPLES}", {"n": pat},
+    ).fetchall()]  # fmt: skip
+    f.finding(
+        "dod_before_last_discharge",
+        n,
+        ex,
+        "patients whose dod is before their last discharge (still counted as deaths)",
+    )
 
 
-def _visits_and_mortality(con: DuckDBPyConnection) -> None:
-    """``ev`` (the kept codes with their admission's rank), ``lastv`` (each patient's last admission), ``mort``."""
+def _visits(con: DuckDBPyConnection) -> None:
+    """``ev`` (the kept codes with their admission's rank), ``vm`` (each visit's mortality) and ``lastv``."""
     con.execute(
         "CREATE TEMP TABLE ev AS SELECT subject_id, "
         "(dense_rank() OVER (PARTITION BY subject_id ORDER BY admittime, hadm_id) - 1)::INT AS visit_index, "
@@ -105,11 +181,11 @@ def _visits_and_mortality(con: DuckDBPyConnection) -> None:
         "WHERE NOT orphan AND vocabulary IS NOT NULL AND code IS NOT NULL AND code <> ''"
     )
     con.execute(
-        "CREATE TEMP TABLE lastv AS SELECT subject_id, max(visit_index) AS visit_index FROM ev GROUP BY ALL"
+        "CREATE TEMP TABLE vm AS SELECT e.subject_id, e.visit_index, "
+        f"coalesce(any_value(e.deathtime) IS NOT NULL OR date_diff('day', any_value(e.dischtime)::DATE, "
+        f"any_value(p.dod)) <= {MORTALITY_DAYS}, false) AS mortality_6m FROM ev e "
+        "LEFT JOIN patients p USING (subject_id) GROUP BY e.subject_id, e.visit_index"
     )
     con.execute(
-        "CREATE TEMP TABLE mort AS SELECT l.subject_id, "
-        f"coalesce(any_value(e.deathtime) IS NOT NULL OR date_diff('day', any_value(e.dischtime)::DATE, "
-        f"any_value(p.dod)) <= {MORTALITY_DAYS}, false) AS mortality_6m, NULL AS given_split FROM lastv l "
-        "JOIN ev e USING (subject_id, visit_index) LEFT JOIN patients p USING (subject_id) GROUP BY l.subject_id"
+        "CREATE TEMP TABLE lastv AS SELECT subject_id, max(visit_index) AS visit_index FROM ev GROUP BY ALL"
     )

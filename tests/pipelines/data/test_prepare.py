@@ -141,7 +141,7 @@ def test_cli_prepare_mimic_fixture(program, tmp_path):
         ("ICD9CM", "4019"),
     }
     t = pq.read_table(path / "patients.parquet").to_pydict()
-    assert t["subject_id"] == [1, 2, 3] and t["mortality_6m"] == [True, True, False]
+    assert t["subject_id"] == [1, 2, 3, 5, 6] and t["mortality_6m"] == [True, True, False, False, False]
 
 
 def test_cli_reports_bad_input(program, tmp_path):
