@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ontology_compiler.icd import ICD9CM, ICD10CM, dotted_code
+from ontology_compiler.sqlsafe import quote_literal
 
 from .cohort_space import CodeSpace
 
@@ -93,7 +94,10 @@ def _pick(rng: np.random.Generator, n: int, k: int, skew: float = 1.3) -> np.nda
 
 def _copy(con: duckdb.DuckDBPyConnection, sql: str, path: Path, columns: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    con.execute(f"COPY (SELECT {columns} FROM ({sql})) TO '{path}' (HEADER, COMPRESSION gzip)")
+    # COPY takes no bound parameter for its target: the path goes through the one quoting helper
+    con.execute(
+        f"COPY (SELECT {columns} FROM ({sql})) TO {quote_literal(str(path))} (HEADER, COMPRESSION gzip)"
+    )
 
 
 def _ts(col: str) -> str:

@@ -1,5 +1,5 @@
-"""Doctor2Vec's demographics reader takes the file path as a bound parameter: quotes, braces and
-semicolons in folder names are data, never SQL."""
+"""Paths in the demo and Doctor2Vec data code reach DuckDB as bound parameters or through the one quoting
+helper: quotes, braces and semicolons in folder names are data, never SQL."""
 
 from __future__ import annotations
 
@@ -25,3 +25,17 @@ def test_hostile_folder_names_read_as_data(tmp_path, monkeypatch, folder):
     rows = read_demographics(f, "mimic-iv").to_pylist()
     assert rows == [{"subject_id": 1, "sex": "F", "age": 40}, {"subject_id": 2, "sex": "M", "age": 70}]
     assert not any("pwned" in name for _, _, files in os.walk(tmp_path) for name in files)
+
+
+def test_cohort_writer_takes_hostile_folder_names(tmp_path, monkeypatch):
+    """The synthetic cohort is written with COPY ... TO a quoted literal: a folder named like SQL is data."""
+    import duckdb
+
+    from pipelines.demo.cohort_write import _copy
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "x'); COPY (SELECT 1) TO 'pwned.txt'; --" / "t.csv.gz"
+    con = duckdb.connect()
+    _copy(con, "SELECT 1 AS a, 'O''Brien' AS b", out, "a, b")
+    assert duckdb.connect().execute("SELECT * FROM read_csv($1)", [str(out)]).fetchall() == [(1, "O'Brien")]
+    assert not any("pwned" in name for _, _, files in __import__("os").walk(tmp_path) for name in files)
