@@ -240,10 +240,14 @@ def _build_and_save(
             }
             props = _properties(src, keep, new, owl)
             counts["object_properties"] = len(props)
+            log.info("export-owl: %d classes to build (%d object properties)", len(keep), len(props))
             cls = _classes(src, keep, new, syn_props, counts)
             counts["ontology_classes"] = len(cls)
+            log.info("export-owl: %d classes built; attribute restrictions next", len(cls))
             _restrictions(src, cls, props, counts)
+            log.info("export-owl: %d restrictions; %d tokens next", counts["restrictions"], concepts.num_rows)
             _tokens(concepts, cls, ann, base, new, counts, owl)
+        log.info("export-owl: saving RDF/XML to %s", out)
         _save(onto, out)
     finally:
         world.close()
