@@ -1,20 +1,34 @@
 """hrr_kernel: build HRR concept embeddings from a compiled program, fast, with exact gradients.
 
-Public API: :func:`load_program` (a :class:`Program`; ``Program.special_id("[PAD]")`` gives a special
-token's concept id, :data:`SPECIAL_TOKENS` lists them), :func:`compose`, :class:`HRREmbedding`, and the
-pure HRR operations :func:`bind`, :func:`unbind`, :func:`inverse`, :func:`project_unitary`,
-:func:`bundle`, :func:`similarity`, :func:`cleanup`.
+Public API: :func:`load_program` (a :class:`Program`, from a program folder or the newest program of a
+release folder, :func:`resolve_program`; ``Program.special_id("[PAD]")`` gives a special token's concept
+id, :data:`SPECIAL_TOKENS` lists them; ``Program.row("ICD10CM", "E11.9")`` / ``Program.rows(...)`` look
+codes up by vocabulary, ``Program.code(row)`` gives a row's :class:`ConceptCode`, an unknown code raises
+:class:`UnknownCodeError`), :func:`compose`, :class:`HRREmbedding`, and the pure HRR operations
+:func:`bind`, :func:`unbind`, :func:`inverse`, :func:`project_unitary`, :func:`bundle`,
+:func:`similarity`, :func:`cleanup`.
 """
 
 from .composer import compose
 from .embedding import MODES, HRREmbedding
 from .errors import FormatVersionError, HashMismatchError, HRRKernelError, ProgramError, ShapeError
 from .ops import bind, bundle, cleanup, inverse, project_unitary, similarity, unbind
-from .program import SPECIAL_TOKENS, Program, load_program
+from .program import (
+    SPECIAL_TOKENS,
+    ConceptCode,
+    Program,
+    UnknownCodeError,
+    load_program,
+    normalize_code,
+    resolve_program,
+)
 
 __all__ = [
     "load_program",
+    "resolve_program",
     "Program",
+    "ConceptCode",
+    "normalize_code",
     "SPECIAL_TOKENS",
     "compose",
     "HRREmbedding",
@@ -30,5 +44,6 @@ __all__ = [
     "ProgramError",
     "FormatVersionError",
     "HashMismatchError",
+    "UnknownCodeError",
     "ShapeError",
 ]

@@ -4,6 +4,9 @@ The program is known only through its files (``docs/program-format.md``: files, 
 invariants): ``manifest.json`` plus ``atoms``, ``relations``, ``concepts``, ``edges`` and ``slices``
 Parquet files. The reader verifies the format version, every read file's sha256 against the manifest,
 the Parquet key-value metadata, row counts, dense ids, the edge ordering and the slice table.
+:func:`load_program` also takes a release folder (the program with the newest ``created_at`` is used,
+as ``hrrbert sql`` does). A loaded :class:`Program` looks codes up by (vocabulary, code):
+:meth:`Program.row`, :meth:`Program.rows`, and back with :meth:`Program.code`.
 
 Dimension legend: N concepts, A atoms, R relations, E edges, S slices.
 """
@@ -13,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass, field
+import operator
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,6 +31,8 @@ from .errors import FormatVersionError, HashMismatchError, ProgramError
 from .plan import BasePlan, ComposePlan, Workspace, build_base_plan, plan_rows
 
 log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
 
 SUPPORTED_MAJOR_VERSIONS: tuple[int, ...] = (1,)
 
@@ -64,6 +71,51 @@ EDGE_TENSOR_FIELDS: tuple[str, ...] = (
 )
 
 
+def normalize_code(vocabulary: str, code: str) -> str:
+    """The stored form of a code: trimmed; ICD codes (vocabularies starting with ``ICD``) also without dots
+    and upper case (``e11.9`` -> ``E119``), as ``concepts.code`` stores them. Other codes (OWL CURIEs,
+    special tokens) are only trimmed."""
+    code = str(code).strip()
+    if str(vocabulary).strip().upper().startswith("ICD"):
+        return code.replace(".", "").upper()
+    return code
+
+
+class UnknownCodeError(ProgramError, LookupError):
+    """A (vocabulary, code) the program does not have; names both and the vocabularies that do have the code.
+
+    Attributes: ``missing`` (the ``(vocabulary, code)`` pairs as given), ``elsewhere`` (pair -> the other
+    vocabularies of the program holding that code).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: object,
+        missing: list[tuple[str, str]],
+        elsewhere: dict[tuple[str, str], list[str]],
+    ) -> None:
+        self.missing = missing
+        self.elsewhere = elsewhere
+        super().__init__(message, path=path)
+
+
+@dataclass(frozen=True)
+class ConceptCode:
+    """One row of ``concepts.parquet``: what :meth:`Program.code` returns (``str()``: ``ICD10CM:E11.9``)."""
+
+    row: int  # the concept id (embedding row)
+    vocabulary: str  # SPECIAL, ICD9CM, ICD10CM (OWL programs: OWL, ICD10, SNOMEDCT)
+    code: str  # dotless, upper case (the join key)
+    code_dotted: str  # with its dot, for people
+    title: str
+    chapter: int | None  # chapter in its own classification; None for specials (or no chapter column)
+
+    def __str__(self) -> str:
+        return f"{self.vocabulary}:{self.code_dotted}"
+
+
 @dataclass(eq=False)
 class Program:
     """A loaded program: edge tensors in the orders the composer needs, plus identifiers.
@@ -72,6 +124,11 @@ class Program:
     ``order_by_concept`` and ``order_by_atom`` are permutations of them (stable) for per-concept and
     per-atom traversals. ``plan`` is the compiled composition plan for the full matrix.
     :meth:`special_id` gives the concept id of a special token such as ``"[PAD]"``.
+
+    Codes: ``concept_codes[i]`` is row ``i``'s dotless code, which alone is ambiguous (ICD-9-CM and
+    ICD-10-CM share some, e.g. ``E030``). Look rows up by (vocabulary, code) with :meth:`row` /
+    :meth:`rows` (dotted or dotless), and go back with :meth:`code`; ``concept_vocabularies``,
+    ``concept_codes_dotted``, ``concept_titles`` and ``concept_chapters`` are the other columns, by row.
     """
 
     SPECIAL_TOKENS: ClassVar[tuple[str, ...]] = SPECIAL_TOKENS
@@ -92,15 +149,20 @@ class Program:
     slice_relation: Tensor  # (S,) int64
     slice_start: Tensor  # (S,) int64
     slice_length: Tensor  # (S,) int64
-    concept_codes: list[str]
+    concept_codes: list[str]  # dotless code per row; ambiguous across vocabularies (use row() / code())
     relation_kinds: list[str]
     relation_labels: list[str]
     atom_keys: list[str]
     base: BasePlan
     device: torch.device
+    concept_vocabularies: list[str] = field(default_factory=list)  # vocabulary per row
+    concept_codes_dotted: list[str] = field(default_factory=list)  # code with its dot per row
+    concept_titles: list[str] = field(default_factory=list)  # title per row ("" when null)
+    concept_chapters: list[int | None] = field(default_factory=list)  # chapter per row (None: none)
     workspace: Workspace = field(default_factory=Workspace)
     _plan: ComposePlan | None = None
     _special_ids: dict[str, int] | None = None  # special-token code -> concept id, built on first use
+    _row_index: dict[tuple[str, str], int] | None = None  # (VOCABULARY, stored code) -> row, on first use
 
     @property
     def n_edges(self) -> int:
@@ -153,25 +215,124 @@ class Program:
             )
         return self._special_ids[token]
 
+    # --- codes ------------------------------------------------------------------------------------
+
+    @property
+    def vocabularies(self) -> list[str]:
+        """The program's vocabularies, sorted (e.g. ``['ICD10CM', 'ICD9CM', 'SPECIAL']``)."""
+        return sorted(set(self.concept_vocabularies))
+
+    def _index(self) -> dict[tuple[str, str], int]:
+        """(upper-case vocabulary, stored code) -> row; the first row wins should a pair repeat."""
+        if self._row_index is None:
+            if len(self.concept_vocabularies) != self.n_concepts:
+                raise ProgramError(
+                    "this Program was built without its concepts' vocabularies; load it with load_program",
+                    path=self.path,
+                )
+            index: dict[tuple[str, str], int] = {}
+            for i, (voc, code) in enumerate(zip(self.concept_vocabularies, self.concept_codes, strict=True)):
+                index.setdefault((voc.upper(), normalize_code(voc, code)), i)
+            self._row_index = index
+        return self._row_index
+
+    def _lookup(self, vocabulary: str, code: str) -> int | None:
+        voc = str(vocabulary).strip().upper()
+        return self._index().get((voc, normalize_code(voc, code)))
+
+    def _elsewhere(self, vocabulary: str, code: str) -> list[str]:
+        """The program's other vocabularies that hold ``code``."""
+        here = str(vocabulary).strip().upper()
+        return [v for v in self.vocabularies if v.upper() != here and self._lookup(v, code) is not None]
+
+    def _unknown(self, missing: list[tuple[str, str]], total: int) -> UnknownCodeError:
+        known = {v.upper() for v in self.concept_vocabularies}
+        elsewhere = {(v, c): self._elsewhere(v, c) for v, c in missing}
+        parts = []
+        for v, c in missing[:10]:
+            what = f"{v} code {c!r}"
+            if str(v).strip().upper() not in known:
+                what += f" (no vocabulary {v!r}; the program has {self.vocabularies})"
+            elif elsewhere[(v, c)]:
+                other = elsewhere[(v, c)][0]
+                what += f" (it is a{'n' if other[:1] in 'AEIOU' else ''} {other} code: row({other!r}, {c!r}))"
+            elif normalize_code(v, c) != c:
+                what += f" (looked up as {normalize_code(v, c)!r})"
+            parts.append(what)
+        more = f", and {len(missing) - 10} more" if len(missing) > 10 else ""
+        head = "has no " if total == 1 else f"lacks {len(missing)} of {total} codes: "
+        return UnknownCodeError(
+            f"program {self.program_id} {head}{'; '.join(parts)}{more}",
+            path=self.path,
+            missing=missing,
+            elsewhere=elsewhere,
+        )
+
+    def row(self, vocabulary: str, code: str) -> int:
+        """The row (concept id) of a code: ``program.row("ICD10CM", "E11.9")`` (dotted or dotless).
+
+        ICD codes are looked up without dots, trimmed and upper-cased (see :func:`normalize_code`); the
+        vocabulary is matched case-insensitively. Special tokens: ``row("SPECIAL", "[PAD]")``.
+
+        Raises:
+            UnknownCodeError: the program has no such (vocabulary, code); the message names both and,
+                when the code exists in another vocabulary of the program, says which.
+        """
+        found = self._lookup(vocabulary, code)
+        if found is None:
+            raise self._unknown([(vocabulary, code)], 1)
+        return found
+
+    def rows(self, codes: Iterable[tuple[str, str] | str], vocabulary: str | None = None) -> list[int]:
+        """The rows of many codes, in order: ``rows([("ICD10CM", "E11.9"), ("ICD9CM", "250.00")])``, or
+        ``rows(["E11.9", "I10"], vocabulary="ICD10CM")``.
+
+        Raises:
+            UnknownCodeError: some codes are unknown (all of them are listed, up to ten in the message).
+            ValueError: a bare code without ``vocabulary``.
+        """
+        pairs: list[tuple[str, str]] = []
+        for item in codes:
+            if isinstance(item, str):
+                if vocabulary is None:
+                    raise ValueError(
+                        f"code {item!r} has no vocabulary: pass (vocabulary, code) pairs or vocabulary="
+                    )
+                pairs.append((vocabulary, item))
+            else:
+                voc, code = item
+                pairs.append((voc, code))
+        out = [self._lookup(v, c) for v, c in pairs]
+        missing = [p for p, r in zip(pairs, out, strict=True) if r is None]
+        if missing:
+            raise self._unknown(missing, len(pairs))
+        return out  # type: ignore[return-value]
+
+    def code(self, row: int) -> ConceptCode:
+        """Row ``row`` of ``concepts.parquet``: vocabulary, dotless and dotted code, title, chapter.
+
+        Raises:
+            IndexError: ``row`` is not in ``0 .. n_concepts - 1``.
+        """
+        i = operator.index(row)
+        if not 0 <= i < self.n_concepts:
+            raise IndexError(f"row {i} is outside program {self.program_id}'s rows 0..{self.n_concepts - 1}")
+        self._index()  # checks the columns are there
+        return ConceptCode(
+            row=i,
+            vocabulary=self.concept_vocabularies[i],
+            code=self.concept_codes[i],
+            code_dotted=self.concept_codes_dotted[i],
+            title=self.concept_titles[i],
+            chapter=self.concept_chapters[i],
+        )
+
     def to(self, device: str | torch.device) -> Program:
         """A copy of this program with every tensor on ``device``."""
         device = torch.device(device)
         moved = {name: getattr(self, name).to(device) for name in EDGE_TENSOR_FIELDS}
-        return Program(
-            program_id=self.program_id,
-            format_version=self.format_version,
-            path=self.path,
-            manifest=self.manifest,
-            n_concepts=self.n_concepts,
-            n_atoms=self.n_atoms,
-            n_relations=self.n_relations,
-            concept_codes=self.concept_codes,
-            relation_kinds=self.relation_kinds,
-            relation_labels=self.relation_labels,
-            atom_keys=self.atom_keys,
-            base=self.base.to(device),
-            device=device,
-            **moved,
+        return replace(
+            self, base=self.base.to(device), device=device, workspace=Workspace(), _plan=None, **moved
         )
 
 
@@ -268,6 +429,51 @@ def _int_column(table, column: str, name: str, root: Path) -> np.ndarray:
     if col.null_count:
         raise ProgramError(f"{name} column {column} has {col.null_count} null(s)", path=root)
     return np.array(col.to_numpy(), dtype=np.int64)
+
+
+def resolve_program(path: str | Path) -> Path:
+    """The program folder ``path`` names: itself when it holds ``manifest.json``, else, for a release
+    folder (``artifacts/programs/<release>``), its program with the newest manifest ``created_at`` (ties:
+    the last folder name), as ``hrrbert sql`` picks. Hidden folders (a compile's temporary ones) and
+    folders whose manifest is not a JSON object with a ``program_id`` are skipped. Logs which program
+    it took (a warning when there were several).
+
+    Raises:
+        ProgramError: ``path`` does not exist, or holds neither a manifest nor any program.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ProgramError("program folder does not exist", path=root)
+    if (root / MANIFEST).exists():
+        return root
+    found: list[tuple[str, str, Path]] = []
+    for m in root.glob(f"*/{MANIFEST}"):
+        if m.parent.name.startswith(".") or not m.is_file():
+            continue
+        try:
+            manifest = json.loads(m.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            log.debug("%s: not a readable manifest; skipped", m)
+            continue
+        if isinstance(manifest, dict) and "program_id" in manifest:
+            found.append((str(manifest.get("created_at", "")), m.parent.name, m.parent))
+    if not found:
+        raise ProgramError(
+            f"{MANIFEST} not found; is this a compiled program folder? (nor is it a release folder "
+            "holding programs)",
+            path=root,
+        )
+    found.sort(key=lambda x: (x[0], x[1]))
+    created, _, chosen = found[-1]
+    if len(found) > 1:
+        log.warning(
+            "%s is a release folder holding %d programs; using the newest, %s (created %s); pass a "
+            "program folder to choose another",
+            root, len(found), chosen.name, created or "unknown",
+        )  # fmt: skip
+    else:
+        log.info("%s is a release folder; using its program %s (created %s)", root, chosen.name, created)
+    return chosen
 
 
 def _read_verified_tables(root: Path, verify_all_files: bool) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -370,6 +576,24 @@ def _strings_in_id_order(table, column: str, order: np.ndarray) -> list[str]:
     return [str(x) for x in np.asarray(table.column(column).to_pylist(), dtype=object)[order]]
 
 
+def _concept_columns(concepts, order: np.ndarray) -> dict[str, list]:
+    """The :class:`Program` code columns, in id order (titles: ``""`` for null; chapters: None when the
+    optional ``chapter`` column is absent or null)."""
+    titles = [x or "" for x in np.asarray(concepts.column("title").to_pylist(), dtype=object)[order]]
+    if "chapter" in concepts.column_names:
+        raw = np.asarray(concepts.column("chapter").to_pylist(), dtype=object)[order]
+        chapters = [None if x is None else int(x) for x in raw]
+    else:
+        chapters = [None] * order.size
+    return {
+        "concept_codes": _strings_in_id_order(concepts, "code", order),
+        "concept_vocabularies": _strings_in_id_order(concepts, "vocabulary", order),
+        "concept_codes_dotted": _strings_in_id_order(concepts, "code_dotted", order),
+        "concept_titles": [str(t) for t in titles],
+        "concept_chapters": chapters,
+    }
+
+
 def load_program(
     path: str | Path,
     device: str | torch.device = "cpu",
@@ -377,7 +601,8 @@ def load_program(
     verify_all_files: bool = False,
     dedup_rows: bool = True,
 ) -> Program:
-    """Load a compiled program (format 1) from its folder.
+    """Load a compiled program (format 1) from its folder, or the newest program of a release folder
+    (:func:`resolve_program`; the log says which one; ``Program.path`` is the program folder used).
 
     Checks the major ``format_version``, the sha256 of every file read (``verify_all_files=True`` also
     hashes the other files the manifest lists, e.g. ``graph/*``), the Parquet key-value metadata, row
@@ -389,7 +614,7 @@ def load_program(
         HashMismatchError: a file's sha256 differs from the manifest (names file, expected, found).
         ProgramError: any other structural problem.
     """
-    root = Path(path)
+    root = resolve_program(path)
     manifest, tables = _read_verified_tables(root, verify_all_files)
 
     # --- identifier tables: dense ids, relation kinds
@@ -427,7 +652,7 @@ def load_program(
         n_atoms=n_atoms,
         n_relations=n_relations,
         **_edge_tensors((ec, er, ea, es), (sr, ss, sst, sln), dev),
-        concept_codes=_strings_in_id_order(concepts, "code", con_order),
+        **_concept_columns(concepts, con_order),
         relation_kinds=relation_kinds,
         relation_labels=_strings_in_id_order(relations, "label", rel_order),
         atom_keys=_strings_in_id_order(atoms, "key", atom_order),
