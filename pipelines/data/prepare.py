@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ontology_compiler.artifact import safe_component
 from pipelines.data.readers.common import ReadResult, find_table, input_record, visit_labels
 from pipelines.errors import PipelineError
 
@@ -100,7 +101,7 @@ def prepare_source(
     inputs = [input_record(root, f) for f in list_files(path)]
     options = {"max_len": max_len, "max_visits": max_visits, "unknown": unknown, "splits": splits.to_dict()}
     dataset_id = make_dataset_id(pmanifest["program_id"], inputs, options)
-    name = name or f"{label or kind}-{path.resolve().name}"
+    name = safe_component(name or f"{label or kind}-{path.resolve().name}", "name")
     final = Path(out) / name / dataset_id
     if final.exists():
         same_or_raise(final, dataset_id)

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ontology_compiler.artifact import write_file_atomically
+
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
@@ -146,9 +148,9 @@ def plain(obj: Any) -> Any:
 
 
 def write_json(path: Path, obj: Any) -> None:
-    tmp = Path(path).with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(plain(obj), indent=2, default=str, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    """Strict JSON of ``obj`` written atomically (a failed write leaves no temporary file behind)."""
+    text = json.dumps(plain(obj), indent=2, default=str, allow_nan=False) + "\n"
+    write_file_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8"), what="JSON file")
 
 
 class MetricsLog:

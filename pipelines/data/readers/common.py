@@ -448,7 +448,7 @@ def read_result(kind: str, root: Path, inputs: list[dict], events: pa.Table, vis
     """The reader's :class:`ReadResult` (``source`` names ``kind``, ``root`` and the input files), logged."""
     patients = pc.count_distinct(visits["subject_id"]).as_py()
     log.info("%s: %d patients with codes, %d code rows", kind, patients, events.num_rows)
-    return ReadResult(events=events, visits=visits, source={"kind": kind, "path": str(root), "inputs": inputs},
+    return ReadResult(events=events, visits=visits, source={"kind": kind, "path": str(Path(root).resolve()), "inputs": inputs},
                       counts=counts)  # fmt: skip
 
 
