@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from . import data, demo, doctor2vec, eval, qa, train
+from . import data, demo, doctor2vec, eval, export, qa, train
 
 __all__ = ["main"]
 
@@ -22,7 +22,7 @@ def main() -> None:
     """hrrbert: ontology-structured (HRR) embeddings for transformers over ICD codes."""
 
 
-for _command in (*data.COMMANDS, *demo.COMMANDS, *train.COMMANDS, *eval.COMMANDS):
+for _command in (*data.COMMANDS, *demo.COMMANDS, *train.COMMANDS, *eval.COMMANDS, *export.COMMANDS):
     main.add_command(_command)
 main.add_command(qa.qa_group)
 main.add_command(doctor2vec.doctor2vec_group)

@@ -203,7 +203,18 @@ def handle_errors(f: F) -> F:
 
 @functools.cache
 def _field_comments(cls: type) -> dict[str, str]:
-    """Field name -> its trailing ``# comment`` in the source of ``cls`` (the option's help)."""
+    """Field name -> its trailing ``# comment`` in the source of ``cls`` or of the dataclass it inherits
+    the field from (the option's help)."""
+    out: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base):
+            out.update(_own_field_comments(base))
+    return out
+
+
+@functools.cache
+def _own_field_comments(cls: type) -> dict[str, str]:
+    """Field name -> trailing ``# comment`` of the fields ``cls`` itself declares."""
     path = Path(sys.modules[cls.__module__].__file__ or "")
     source = path.read_text(encoding="utf-8")
     comments: dict[int, str] = {}
@@ -268,7 +279,7 @@ def config_fields(
     """The fields of ``cls`` that :func:`config_options` makes options of, in option order.
 
     ``include``: these, in this order (each must be representable); else every representable field
-    (not ``dict``) but those in ``exclude``.
+    (not ``dict``) but those in ``exclude``, the class's own fields first, then inherited ones.
     """
     by_name = {f.name: f for f in dataclasses.fields(cls)}
     hints = typing.get_type_hints(cls)
@@ -281,7 +292,9 @@ def config_fields(
     unknown = skip - set(by_name)
     if unknown:
         raise ValueError(f"{cls.__name__} has no field(s) {sorted(unknown)}")
-    return [f for f in by_name.values() if f.name not in skip and _representable(hints, f.name)]
+    own = set(getattr(cls, "__annotations__", {}))
+    fields = [f for f in by_name.values() if f.name not in skip and _representable(hints, f.name)]
+    return sorted(fields, key=lambda f: f.name not in own)  # stable: declaration order within each group
 
 
 def config_options(

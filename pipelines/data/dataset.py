@@ -63,8 +63,20 @@ def patients_table(
             "truncated": pa.array(tok.truncated),
             "disease_task": pa.array(disease),
             "rood_unseen": pa.array(rood_unseen),
+            "visit_times": _visit_times(tok),
         }
     )
+
+
+def _visit_times(tok: Tokenized) -> pa.ListArray:
+    """``list<timestamp[us]>``: each kept visit's time in segment order (null elements where the source has
+    none; all null for a ``Tokenized`` built without times)."""
+    n = int(tok.n_visits.sum())
+    times = (
+        tok.visit_times if tok.visit_times is not None else np.full(n, np.datetime64("NaT"), "datetime64[us]")
+    )
+    offsets = np.concatenate([[0], np.cumsum(tok.n_visits, dtype=np.int64)])
+    return list_column(offsets, times.astype("datetime64[us]"))
 
 
 def _write_parquet(table: pa.Table, path: Path, meta: dict[str, str]) -> dict:

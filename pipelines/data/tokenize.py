@@ -8,7 +8,8 @@ codes disappears; a patient left without codes is dropped (reason ``no_known_cod
 ``[CLS]`` + codes; the most recent visits are kept so that it fits ``max_len`` (a last visit longer than
 ``max_len - 1`` keeps its first codes, by ``seq``) and at most ``max_visits`` visits. Segment ids number
 the kept visits 0.. in time order (``[CLS]`` shares segment 0), so they stay below ``max_visits``.
-The sequence's last visit (``last_visit_index``) is the visit the labels describe.
+The sequence's last visit (``last_visit_index``) is the visit the labels describe; ``visit_times`` holds
+the source's time of each kept visit, in segment order (what a MEDS label's ``prediction_time`` cuts at).
 
 ``SNOMED`` rows (MEDS ``SNOMED/<sctid>``) are first resolved to one token each
 (:func:`resolve_snomed`).
@@ -43,6 +44,9 @@ class Tokenized:
     pair_concept: np.ndarray  # (U,) int32
     unknown: pa.Table  # vocabulary, code, occurrences, patients
     counts: dict = field(default_factory=dict)
+    # (sum n_visits,) datetime64[us]: the time of each kept visit, patient after patient in segment order (CSR
+    # by n_visits); NaT where the source has no visit times (eICU)
+    visit_times: np.ndarray | None = None
 
 
 def lookup(events: pa.Table, concepts: pa.Table, unk_id: int | None = None) -> np.ndarray:
@@ -108,6 +112,7 @@ def tokenize(
     subj = events["subject_id"].to_numpy()[keep]  # (R',)
     cid = cid[keep]
     visit = events["visit_index"].to_numpy()[keep]
+    times = events["visit_time"].to_numpy()[keep] if "visit_time" in events.column_names else None
     v = _truncate(subj, visit, max_len, max_visits)
     seq_len, offsets, input_ids, segment_ids = _sequences(cid, v)
     last_len = np.minimum(v.v_len[v.p_vstart + v.p_nvis - 1], max_len - 1)
@@ -143,6 +148,7 @@ def tokenize(
         pair_concept=(pair % n_c).astype(np.int32),
         unknown=unk_table,
         counts=counts,
+        visit_times=times[v.v_start[v.keep_v]].astype("datetime64[us]") if times is not None else None,
     )
 
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.train.config import EMBEDDINGS
+from pipelines.train.config import EMBEDDINGS, LoopFields
 
 __all__ = ["CRITERIA", "D2VOptions", "D2VTrainConfig", "EMBEDDINGS"]
 
 
 @dataclass
-class D2VTrainConfig:
+class D2VTrainConfig(LoopFields):
     """Options of a Doctor2Vec training run (saved in ``results.json``)."""
 
     data: str  # Doctor2Vec data folder (pipelines.doctor2vec.data)
@@ -41,9 +41,6 @@ class D2VTrainConfig:
     seed: int = 0  # seed
     device: str = "cpu"  # auto, cpu, cuda
     progress: bool = True  # tqdm bar (only on a terminal)
-    patience: int = 0  # stop after this many validations without improvement (0: never)
-    keep_checkpoints: int = 1  # newest resume checkpoints kept (one is written at every validation)
-    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
 
     def __post_init__(self) -> None:
         if self.embedding not in EMBEDDINGS:

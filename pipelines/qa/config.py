@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipelines.train.config import EMBEDDINGS
+from pipelines.train.config import EMBEDDINGS, LoopFields
 
 __all__ = ["EMBEDDINGS", "MODELS", "QAOptions", "QATrainConfig"]
 
@@ -14,7 +14,7 @@ MODELS = ("memn2n", "memnn")
 
 
 @dataclass
-class QATrainConfig:
+class QATrainConfig(LoopFields):
     """Options of a QA training run (saved in ``results.json``)."""
 
     qa: str  # QA set folder (pipelines.qa.data)
@@ -37,9 +37,6 @@ class QATrainConfig:
     max_train: int = 0  # use at most this many train questions (0: all)
     device: str = "cpu"  # auto, cpu, cuda
     progress: bool = True  # tqdm bar (only on a terminal)
-    patience: int = 0  # stop after this many validations without improvement (0: never)
-    keep_checkpoints: int = 1  # newest resume checkpoints kept (one is written at every validation)
-    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:

@@ -6,7 +6,15 @@ from dataclasses import dataclass
 
 from pipelines.data.tasks import TASKS
 
-__all__ = ["EMBEDDINGS", "FinetuneConfig", "MODELS", "PretrainConfig", "RUNTIME_KEYS", "SELECT_BY"]
+__all__ = [
+    "EMBEDDINGS",
+    "LoopFields",
+    "FinetuneConfig",
+    "MODELS",
+    "PretrainConfig",
+    "RUNTIME_KEYS",
+    "SELECT_BY",
+]
 
 
 EMBEDDINGS = ("plain", "hrr")  # code embeddings of the small models (QA, Doctor2Vec): a table or HRR
@@ -16,6 +24,15 @@ RUNTIME_KEYS = (
     "dataset", "program", "device", "tensorboard", "progress", "log_every", "save_every", "keep_checkpoints",
     "patience",
 )  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class LoopFields:
+    """The options of the one training loop that fine-tuning, QA and Doctor2Vec runs share."""
+
+    patience: int = 0  # stop after this many validations without improvement (0: never)
+    keep_checkpoints: int = 1  # newest resume checkpoints kept (one is written at every validation)
+    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
 
 
 @dataclass
@@ -69,7 +86,7 @@ SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(LoopFields):
     """Options of a fine-tuning run (saved in each trial's ``results.json``)."""
 
     pretrained: str  # pretraining run folder (holding model/) or a saved model folder
@@ -90,9 +107,6 @@ class FinetuneConfig:
     bf16: bool = False  # bf16 autocast (CUDA only)
     progress: bool = True  # tqdm bar (only on a terminal)
     model: str = "bert"  # bert, or visit-transformer (code embedding initialised from the pretrained BERT)
-    patience: int = 0  # stop after this many validations without improvement (0: never)
-    keep_checkpoints: int = 1  # newest resume checkpoints kept (one is written at every validation)
-    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:

@@ -13,13 +13,22 @@ their row order in the shards. A visit's ``mortality_6m``: a ``MEDS_DEATH`` even
 visit's time (diagnoses are dated at discharge by the ETL). ``subject_splits.parquet``
 (``train``/``tuning``/``held_out``) becomes ``given_split``, which the split step honours.
 
+``metadata/codes.parquet`` (the CodeMetadataSchema: ``code``, ``description``, ``parent_codes``) is read
+when present: a code of no recognised form is read as the first of its ``parent_codes`` in a recognised
+ICD form (``SNOMED/…`` parents only for codes that look like diagnoses), and descriptions name the codes
+in the findings' examples. ``metadata/dataset.json`` (the DatasetMetadataSchema) is read for the
+dataset's name, versions and ETL, which go into ``source.metadata``. Both are inputs of the dataset
+(:func:`meds_files` lists every file that makes its id).
+
 Checks: column types (``subject_id`` integer, ``time`` timestamp or date, ``code`` string, ``hadm_id``
-integer) before reading; exact duplicate diagnosis rows dropped (a finding); diagnosis rows without a
+integer; ``codes.parquet``: ``code`` string, ``description`` string, ``parent_codes`` list of strings)
+before reading; ``dataset.json`` must be a JSON object; exact duplicate diagnosis rows dropped (a finding); diagnosis rows without a
 time counted (a finding); a subject with two different splits is an error.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -45,6 +54,16 @@ from .common import (
 DATA_COLUMNS = {"subject_id": "integer", "time": "timestamp or date", "code": "string"}
 SPLIT_COLUMNS = {"subject_id": "integer", "split": "string"}
 OPTIONAL_COLUMNS = {"hadm_id": "integer"}
+CODES_COLUMNS = {"code": "string"}
+CODES_OPTIONAL_COLUMNS = {"description": "string", "parent_codes": "list of strings"}
+SPLITS_FILE = Path("metadata") / "subject_splits.parquet"
+CODES_FILE = Path("metadata") / "codes.parquet"
+DATASET_FILE = Path("metadata") / "dataset.json"
+# dataset.json fields recorded in the manifest's source.metadata (the DatasetMetadataSchema's text fields)
+DATASET_TEXT_FIELDS = ("dataset_name", "dataset_version", "etl_name", "etl_version", "meds_version", "created_at",
+                       "license", "location_uri", "description_uri")  # fmt: skip
+DATASET_LIST_FIELDS = ("raw_source_id_columns", "code_modifier_columns", "additional_value_modality_columns",
+                       "site_id_columns", "other_extension_columns")  # fmt: skip
 # (regex, vocabulary expression, code group) for the diagnosis code forms
 CODE_FORMS = (
     (
@@ -57,6 +76,9 @@ CODE_FORMS = (
 )
 # codes that look like diagnoses but match no form above (a finding, with examples)
 DIAGNOSIS_LIKE = r"^(DIAGNOSIS|ICD|SNOMED)"
+# the forms of CODE_FORMS a parent code may take for any code of no form; a SNOMED parent counts only for a
+# code that looks like a diagnosis (procedures and drugs also map to SNOMED CT concepts)
+ICD_PARENT = r"^(DIAGNOSIS//ICD//(9|10)//[^/]+|(ICD9CM|ICD10CM)/[^/]+)$"
 DEATH_CODE = "MEDS_DEATH"
 TOP_PREFIXES = 10  # code prefixes listed among the rows not read
 
@@ -72,10 +94,15 @@ def _type_ok(t: pa.DataType, want: str) -> bool:
             pa.types.is_string(x) or pa.types.is_large_string(x) or pa.types.is_string_view(x)
         ),
         "timestamp or date": lambda x: pa.types.is_timestamp(x) or pa.types.is_date(x),
+        "boolean": pa.types.is_boolean,
+        "list of strings": lambda x: (
+            (pa.types.is_list(x) or pa.types.is_large_list(x))
+            and (pa.types.is_string(x.value_type) or pa.types.is_large_string(x.value_type))
+        ),
     }[want](t)
 
 
-def _check_schema(path: Path, expected: dict[str, str], optional: dict[str, str] | None = None) -> list[str]:
+def check_schema(path: Path, expected: dict[str, str], optional: dict[str, str] | None = None) -> list[str]:
     """The shard's column names; raises naming the shard, the expected and the found schema when a column
     of ``expected`` is missing or a column of ``expected``/``optional`` has another type."""
     try:
@@ -98,8 +125,18 @@ def _check_schema(path: Path, expected: dict[str, str], optional: dict[str, str]
     return schema.names
 
 
+def meds_files(path: str | Path) -> list[Path]:
+    """Every file of the MEDS root ``path`` that a dataset prepared from it depends on (its inputs): the
+    shards ``data/**/*.parquet``, then those of ``metadata/subject_splits.parquet``, ``metadata/codes.parquet``
+    and ``metadata/dataset.json`` that exist."""
+    root = Path(path)
+    shards = sorted((root / "data").rglob("*.parquet")) if (root / "data").is_dir() else []
+    return shards + [root / m for m in (SPLITS_FILE, CODES_FILE, DATASET_FILE) if (root / m).is_file()]
+
+
 def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
-    """Read a MEDS dataset root (``data/**/*.parquet``, optional ``metadata/subject_splits.parquet``)."""
+    """Read a MEDS dataset root (``data/**/*.parquet``; optional ``metadata/subject_splits.parquet``,
+    ``metadata/codes.parquet`` and ``metadata/dataset.json``)."""
     root = Path(path)
     shards = sorted((root / "data").rglob("*.parquet")) if (root / "data").is_dir() else []
     if not shards:
@@ -108,9 +145,11 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
         )
     con = connect(threads)
     f = Findings("meds")
+    metadata, dataset_input = _dataset_metadata(root, f)
+    codes_input = _code_metadata(con, root, f)
     _load_shards(con, root, shards, f)
     _visits(con)
-    inputs = [input_record(root, s) for s in shards] + _given_splits(con, root, f)
+    inputs = [input_record(root, s) for s in shards] + _given_splits(con, root, f) + codes_input + dataset_input
     con.execute(
         "CREATE TEMP TABLE vm AS SELECT v.subject_id, v.visit_index, coalesce(bool_or(date_diff('day', v.vtime, "
         f"r.time) BETWEEN 0 AND {MORTALITY_DAYS}), false) AS mortality_6m, any_value(sp.split) AS given_split "
@@ -128,7 +167,10 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
     f.count("patients_with_codes", one(con, "SELECT count(DISTINCT subject_id) FROM vis")[0])
     f.count("subjects_with_given_split", one(con, "SELECT count(*) FROM sp")[0])
     f.count("dropped_no_diagnoses", f.counts["patients_in_source"] - f.counts["patients_with_codes"])
-    return read_result("meds", root, inputs, events, visits, f.as_dict())
+    result = read_result("meds", root, inputs, events, visits, f.as_dict())
+    if metadata is not None:
+        result.source["metadata"] = metadata
+    return result
 
 
 def _rel(root: Path, p: str) -> str:
@@ -142,7 +184,7 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
     """``raw`` (every row of the shards, with ``hadm_id`` where all shards carry it), ``dx0`` (each row's
     diagnosis vocabulary and dotless code, null vocabulary for other codes) and ``dx`` (the diagnosis rows,
     exact duplicates dropped)."""
-    names = [_check_schema(s, DATA_COLUMNS, OPTIONAL_COLUMNS) for s in shards]
+    names = [check_schema(s, DATA_COLUMNS, OPTIONAL_COLUMNS) for s in shards]
     hadm = "hadm_id::BIGINT" if all("hadm_id" in n for n in names) else "NULL::BIGINT"
     select = (
         f"SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, code::VARCHAR AS code, "
@@ -171,10 +213,29 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
         )
         + " END"
     )
+    # a code of no form is read as its parent code (metadata/codes.parquet), where it has a usable one
+    forms = " OR ".join(f"regexp_matches(code, '{rx}')" for rx, _, _ in CODE_FORMS)
+    con.execute(
+        "CREATE TEMP TABLE via AS SELECT code AS child, list_filter(parent_codes, p -> regexp_matches(p, "
+        f"'{ICD_PARENT}') OR (regexp_matches(p, '{CODE_FORMS[2][0]}') AND regexp_matches(upper(code), "
+        f"'{DIAGNOSIS_LIKE}')))[1] AS parent FROM codes WHERE NOT ({forms})"
+    )
+    con.execute(
+        "CREATE TEMP TABLE raw1 AS SELECT r.*, coalesce(v.parent, r.code) AS read_code, v.parent IS NOT NULL AS "
+        "via_parent FROM raw r LEFT JOIN (SELECT * FROM via WHERE parent IS NOT NULL) v ON v.child = r.code"
+    )
+    rvocab, rdcode = (x.replace("code", "read_code") for x in (vocab, dcode))
     con.execute(
         f"CREATE TEMP TABLE dx0 AS SELECT subject_id, time, hadm_id, filename, file_row_number, code AS source_code, "
-        f"{vocab} AS vocabulary, upper(replace(trim({dcode}), '.', '')) AS code FROM raw"
+        f"{rvocab} AS vocabulary, upper(replace(trim({rdcode}), '.', '')) AS code, via_parent, read_code "
+        "FROM raw1 ORDER BY filename, file_row_number"
     )
+    via = con.execute(
+        "SELECT source_code, read_code, count(*) AS n FROM dx0 WHERE via_parent AND vocabulary IS NOT NULL "
+        f"GROUP BY ALL ORDER BY n DESC, source_code LIMIT {EXAMPLES}"
+    ).fetchall()
+    f.count("rows_read_through_parent_codes", one(con, "SELECT count(*) FROM dx0 WHERE via_parent")[0])
+    f.counts["parent_code_examples"] = [f"{c!r} as {p!r} ({n} rows)" for c, p, n in via]
     dup = con.execute(
         "SELECT filename, file_row_number, first_f, first_r FROM (SELECT filename, file_row_number, "
         "first_value(filename) OVER w AS first_f, first_value(file_row_number) OVER w AS first_r FROM dx0 "
@@ -250,7 +311,7 @@ def _given_splits(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dict
     if not splits.is_file():
         con.execute("CREATE TEMP TABLE sp (subject_id BIGINT, split VARCHAR)")
         return []
-    _check_schema(splits, SPLIT_COLUMNS)
+    check_schema(splits, SPLIT_COLUMNS)
     try:
         con.execute(
             "CREATE TEMP TABLE sp0 AS SELECT subject_id::BIGINT AS subject_id, split::VARCHAR AS split "
