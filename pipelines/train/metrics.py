@@ -1,9 +1,9 @@
-"""Classification metrics in NumPy (no scikit-learn): accuracy, precision, recall, F1, AUROC, AUPRC.
+"""Classification metrics: accuracy, precision, recall, F1, AUROC, AUPRC, computed by ``sklearn.metrics``.
 
-Conventions follow scikit-learn's so numbers are comparable: a ratio with an empty denominator is 0
-(``zero_division=0``); AUROC is the Mann-Whitney statistic with ties counted one half (equal to the
-trapezoidal ROC area); AUPRC is average precision, ``sum_n (R_n - R_{n-1}) P_n`` over distinct score
-thresholds. AUROC is undefined (NaN) when only one class is present, AUPRC when there are no positives.
+A ratio with an empty denominator is 0 (``zero_division=0``); AUROC is ``roc_auc_score`` (the
+Mann-Whitney statistic, ties counted one half); AUPRC is ``average_precision_score``
+(``sum_n (R_n - R_{n-1}) P_n`` over distinct score thresholds). AUROC is undefined (NaN) when only one
+class is present, AUPRC when there are no positives (scikit-learn would warn and return a number).
 For multi-label tasks, precision, recall, F1, AUROC and AUPRC are macro averages over labels (AUROC and
 AUPRC over the labels where they are defined); ``accuracy`` is label-wise, ``subset_accuracy`` exact-match.
 
@@ -34,50 +34,37 @@ def _ratio(a: float, b: float) -> float:
 
 
 def precision_recall_f1(y_true, y_pred) -> tuple[float, float, float]:
-    """Precision, recall and F1 of binary predictions. Shapes: ``(P,)`` each."""
+    """Precision, recall and F1 of binary predictions (``sklearn.metrics``). Shapes: ``(P,)`` each."""
+    from sklearn.metrics import precision_recall_fscore_support
+
     y, p = _as_arrays(y_true, y_pred)
-    tp = float(((y == 1) & (p == 1)).sum())
-    fp = float(((y == 0) & (p == 1)).sum())
-    fn = float(((y == 1) & (p == 0)).sum())
-    prec, rec = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
-    return prec, rec, _ratio(2 * tp, 2 * tp + fp + fn)
-
-
-def _average_ranks(s: np.ndarray) -> np.ndarray:
-    """1-based ranks of ``s``, ties sharing their average rank."""
-    order = np.argsort(s, kind="mergesort")
-    sorted_s = s[order]
-    starts = np.flatnonzero(np.r_[True, sorted_s[1:] != sorted_s[:-1]])
-    ends = np.r_[starts[1:], len(s)]
-    avg = (starts + ends + 1) / 2.0  # mean of 1-based ranks starts+1 .. ends
-    ranks = np.empty(len(s))
-    ranks[order] = np.repeat(avg, ends - starts)
-    return ranks
+    if not len(y):
+        return 0.0, 0.0, 0.0
+    prec, rec, f1, _ = precision_recall_fscore_support(
+        y, p, average="binary", pos_label=1.0, labels=[0.0, 1.0], zero_division=0
+    )
+    return float(prec), float(rec), float(f1)
 
 
 def auroc(y_true, scores) -> float:
-    """Area under the ROC curve (NaN with a single class). Shapes: ``(P,)`` each."""
+    """Area under the ROC curve (``sklearn.metrics.roc_auc_score``; NaN with a single class)."""
+    from sklearn.metrics import roc_auc_score
+
     y, s = _as_arrays(y_true, scores)
-    n_pos, n_neg = float(y.sum()), float(len(y) - y.sum())
-    if n_pos == 0 or n_neg == 0:
+    if y.sum() == 0 or y.sum() == len(y):
         return math.nan
-    r = _average_ranks(s)
-    return float((r[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    return float(roc_auc_score(y, s))
 
 
 def average_precision(y_true, scores) -> float:
-    """Area under the precision-recall curve as average precision (NaN without positives)."""
+    """Area under the precision-recall curve as average precision (``sklearn.metrics``; NaN without
+    positives)."""
+    from sklearn.metrics import average_precision_score
+
     y, s = _as_arrays(y_true, scores)
-    n_pos = float(y.sum())
-    if n_pos == 0:
+    if y.sum() == 0:
         return math.nan
-    order = np.argsort(-s, kind="mergesort")
-    ys, ss = y[order], s[order]
-    last = np.r_[np.flatnonzero(ss[1:] != ss[:-1]), len(ss) - 1]  # last index of each distinct score
-    tp = np.cumsum(ys)[last]
-    precision = tp / (last + 1)
-    recall = tp / n_pos
-    return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
+    return float(average_precision_score(y, s))
 
 
 def binary_metrics(y_true, scores, threshold: float = 0.5) -> dict[str, float]:
