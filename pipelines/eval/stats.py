@@ -1,6 +1,6 @@
-"""Statistics across trials (pure functions on arrays; SciPy for the tests, NumPy for the bootstrap).
+"""Statistics across trials (pure functions on arrays; SciPy for the tests and the bootstrap).
 
-- :func:`mean_ci`: mean with a seeded percentile-bootstrap 95 % interval (what every table shows).
+- :func:`mean_ci`: mean with a seeded percentile-bootstrap 95 % interval (``scipy.stats.bootstrap``).
 - :func:`dunnett_vs_control`: two-sided Dunnett test of each configuration against the unstructured
   control (many-to-one comparisons with the family-wise error controlled; ``scipy.stats.dunnett``).
 - :func:`welch`: two-sided Welch t-test (unequal variances) for the ROOD comparison.
@@ -43,10 +43,17 @@ def _clean(values: Sequence[float]) -> np.ndarray:
     return x[np.isfinite(x)]
 
 
+def _bootstrap(x: np.ndarray, level: float, n_boot: int, seed: int):
+    """``scipy.stats.bootstrap`` of the mean of the 1-D array ``x``: percentile method, seeded."""
+    from scipy import stats
+
+    return stats.bootstrap((x,), np.mean, n_resamples=n_boot, confidence_level=level, method="percentile",
+                           vectorized=True, rng=np.random.default_rng(seed))  # fmt: skip
+
+
 def bootstrap_means(x: np.ndarray, *, n_boot: int = N_BOOT, seed: int = SEED) -> np.ndarray:
     """Means of ``n_boot`` resamples (with replacement, seeded) of the 1-D array ``x``: ``(n_boot,)``."""
-    rng = np.random.default_rng(seed)
-    return x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    return _bootstrap(np.asarray(x, dtype=np.float64), 0.95, n_boot, seed).bootstrap_distribution
 
 
 def bootstrap_ci(
@@ -61,10 +68,12 @@ def bootstrap_ci(
         return math.nan, math.nan
     if x.size == 1:
         return float(x[0]), float(x[0])
-    means = bootstrap_means(x, n_boot=n_boot, seed=seed)  # (n_boot,)
-    a = (1.0 - level) / 2.0
-    lo, hi = np.quantile(means, [a, 1.0 - a])
-    return float(lo), float(hi)
+    if np.all(
+        x == x[0]
+    ):  # constant data: SciPy declines (degenerate distribution); the interval is the value
+        return float(x[0]), float(x[0])
+    ci = _bootstrap(x, level, n_boot, seed).confidence_interval
+    return float(ci.low), float(ci.high)
 
 
 def mean_ci(values: Sequence[float], **kw) -> Interval:
