@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 
 from . import rf2_schema as S
 from .errors import OutputExistsError, ProgramFormatError
+from .extras import require
 from .program import verify_program
 
 log = logging.getLogger(__name__)
@@ -217,7 +218,7 @@ def _safe(code: str) -> str:
 def _build_and_save(
     src: Source, keep: set[int], concepts, manifest: dict, base: str, out: Path, owl_src: bool
 ) -> dict:
-    import owlready2 as owl
+    owl = require("owlready2")
 
     counts: Counter = Counter()
     world = owl.World()
@@ -313,7 +314,7 @@ def _restrictions(src: Source, cls: dict, props: dict, counts: Counter) -> None:
         else:
             cls[s].is_a.append(r)
             counts["restrictions"] += 1
-    import owlready2 as owl
+    owl = require("owlready2")
 
     for (s, _grp, gp), rs in sorted(groups.items(), key=lambda kv: kv[0][:2]):
         filler = rs[0] if len(rs) == 1 else owl.And(rs)

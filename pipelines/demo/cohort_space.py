@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ontology_compiler.extras import require
 from ontology_compiler.icd import ICD10_CHAPTERS
 
 # Categories that MIMIC-IV codes most often, in rough order (the head of the prevalence Zipf).
@@ -67,7 +68,7 @@ def _data_dir() -> Path:
 
 @functools.cache
 def _icd10_leaves() -> tuple[dict[str, str], list[str]]:
-    import simple_icd_10_cm as cm
+    cm = require("simple_icd_10_cm")
 
     all_codes = [c for c in cm.get_all_codes(with_dots=False) if len(c) >= 3 and "-" not in c]
     leaves = {c: cm.get_description(c) for c in all_codes if cm.is_leaf(c)}
@@ -119,7 +120,7 @@ def build_code_space(
     """Conditions and candidates; ``codes`` (set of (vocabulary, dotless code)) restricts the codes emitted
     to that universe, keeping up to two out-of-universe leaves per condition with ``unknown_share`` of its
     mass so that unknown codes still occur."""
-    import simple_icd_10_cm as cm
+    cm = require("simple_icd_10_cm")
 
     rng = np.random.default_rng([seed, 1729])
     leaves, all_codes = _icd10_leaves()

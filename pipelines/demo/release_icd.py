@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from importlib import metadata, resources
 from pathlib import Path
 
+from ontology_compiler.extras import require
 from ontology_compiler.icd import ICD10CM, dotted_code
 
 GEM_FLAG_COLUMNS = ("approximate", "no_map", "combination", "scenario", "choice_list")
@@ -55,8 +56,7 @@ class Icd10Tree:
 
 def load_icd10cm() -> Icd10Tree:
     """Walk ``simple_icd_10_cm``'s code list (pre-order) into an :class:`Icd10Tree`."""
-    import simple_icd_10_cm as cm
-
+    cm = require("simple_icd_10_cm")
     t = Icd10Tree()
     codes = cm.get_all_codes(with_dots=True)
     seen_block: set[str] = set()

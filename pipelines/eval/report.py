@@ -196,12 +196,13 @@ def _freq_section(confs: dict[str, Any], root: Path) -> list[str]:
 
 
 def _freq_plot(confs: dict[str, Any], bins: list[dict], root: Path) -> str | None:
-    try:
-        import matplotlib
+    from ontology_compiler.extras import MissingExtraError, require
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover
+    try:
+        require("matplotlib").use("Agg")
+        plt = require("matplotlib.pyplot")
+    except MissingExtraError as e:  # the report is written without its figure
+        log.warning("%s", e)
         return None
     x = [(b["low"] + b["high"]) / 2 for b in bins]
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)

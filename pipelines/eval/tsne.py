@@ -23,11 +23,12 @@ def tsne_plot(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Write a PNG of a 2-D t-SNE of up to ``points`` non-special codes (seeded sample)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from sklearn.manifold import TSNE
+
+    from ontology_compiler.extras import require
+
+    require("matplotlib").use("Agg")
+    plt = require("matplotlib.pyplot")
 
     normal = np.array([i for i, c in enumerate(codes) if not (c.startswith("[") and c.endswith("]"))])
     rng = np.random.default_rng([seed, 5])

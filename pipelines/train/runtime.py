@@ -178,7 +178,8 @@ class MetricsLog:
                 self.tb = SummaryWriter(str(tensorboard_dir))
             except ImportError:
                 log.warning(
-                    "TensorBoard requested but not installed (pip install tensorboard); logging to metrics.jsonl only"
+                    "TensorBoard requested but not installed (pip install 'hrrbert[tensorboard]'); logging to "
+                    "metrics.jsonl only"
                 )
 
     def write(self, record: dict[str, Any]) -> None:
