@@ -302,16 +302,47 @@ class HRRBert(nn.Module):
 
     # --- persistence -------------------------------------------------------------------------------
 
-    def save_pretrained(self, directory: str | Path, extra: dict[str, Any] | None = None) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` (no pickle), both recording the program id."""
+    def save_pretrained(
+        self,
+        directory: str | Path,
+        extra: dict[str, Any] | None = None,
+        *,
+        carry_program: bool = True,
+        graph: bool = True,
+        card: bool = True,
+    ) -> Path:
+        """Write a self-contained model folder: ``config.json`` and ``model.safetensors`` (no pickle), both
+        recording the program id, plus (``carry_program``) a copy of the program in ``program/`` and
+        ``vocab.txt``, and (``card``) a model card ``README.md`` (see :mod:`model.card`).
+
+        ``config.json`` is also a Hugging Face config (``model_type`` ``hrrbert``, ``architectures``), read
+        by ``model.hf``; ``extra`` adds keys to it (run id, task, ...). ``graph=False`` copies only the
+        program tables the model needs (not ``graph/*``). A program folder that no longer exists is
+        skipped with a warning (the folder then loads only with the program given).
+        """
+        from .card import PROGRAM_DIR, VOCAB_FILE, copy_program, vocab_tokens, write_model_card, write_vocab
+
+        extra = dict(extra or {})
+        arch = "HRRBertForSequenceClassification" if extra.get("task") else "HRRBertForMaskedLM"
         meta = {
             "kind": MODEL_KIND,
+            "model_type": MODEL_KIND,
+            "architectures": [arch],
             "config": asdict(self.config),
             "program_id": self.program_id,
             "n_concepts": self.n_concepts,
-            **(extra or {}),
+            **extra,
         }
-        return save_folder(directory, self, meta, {"program_id": self.program_id, "kind": MODEL_KIND})
+        d = Path(directory)
+        if carry_program:
+            d.mkdir(parents=True, exist_ok=True)
+            carried = copy_program(self.program.path, d / PROGRAM_DIR, graph=graph)
+            tokens = vocab_tokens(d / PROGRAM_DIR if carried else None, list(self.program.concept_codes))
+            write_vocab(d / VOCAB_FILE, tokens)
+        save_folder(d, self, meta, {"program_id": self.program_id, "kind": MODEL_KIND, "format": "pt"})
+        if card:
+            write_model_card(d)
+        return d
 
     @classmethod
     def read_config(cls, directory: str | Path) -> dict[str, Any]:
@@ -332,13 +363,18 @@ class HRRBert(nn.Module):
         return meta
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, program: Program) -> HRRBert:
-        """Load a model saved by :meth:`save_pretrained` against ``program`` (whose id must match)."""
+    def from_pretrained(
+        cls, directory: str | Path, program: Program | None = None, *, device: str | torch.device = "cpu"
+    ) -> HRRBert:
+        """Load a model saved by :meth:`save_pretrained` against ``program`` (whose id must match); without
+        ``program``, the copy the folder carries (``program/``, loaded on ``device``)."""
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         d = Path(directory)
         meta = cls.read_config(d)
+        if program is None:
+            program = cls.folder_program(d, device=device)
         if meta.get("program_id") != program.program_id:
             raise ProgramMismatchError(
                 path=d / CONFIG_FILE, expected=meta.get("program_id"), found=program.program_id
@@ -361,6 +397,21 @@ class HRRBert(nn.Module):
         except RuntimeError as e:
             raise PretrainedFileError(w, f"weights do not fit the config: {e}") from e
         return model
+
+    @staticmethod
+    def folder_program(directory: str | Path, device: str | torch.device = "cpu") -> Program:
+        """The program a saved model folder carries (``program/``), loaded and verified on ``device``."""
+        from hrr_kernel import load_program
+
+        from .card import PROGRAM_DIR
+
+        p = Path(directory) / PROGRAM_DIR
+        if not (p / "manifest.json").is_file():
+            raise PretrainedFileError(
+                p,
+                "missing; this model folder does not carry its program: pass the program it was trained with",
+            )
+        return load_program(p, device=device)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

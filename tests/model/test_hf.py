@@ -1,0 +1,273 @@
+"""The self-contained model folder (program copy, vocabulary, model card) and the Hugging Face classes
+(model.hf), loaded through transformers' own Auto classes and compared with HRRBert on the same input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hrr_kernel import HashMismatchError, load_program
+from model import HRRBert, PretrainedFileError, ProgramMismatchError, preset, read_vocab, write_model_card
+
+
+def make(program, mode="base", seed=0):
+    torch.manual_seed(seed)
+    logf = torch.linspace(-8, -1, program.n_concepts) if mode == "freq" else None
+    m = HRRBert(preset("tiny", mode=mode), program, log_frequency=logf)
+    with torch.no_grad():  # weights unlike any fresh initialisation, so a load that drops them shows
+        for p in m.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return m.eval()
+
+
+def batch(program, b=3, t=9, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, program.n_concepts, (b, t), generator=g)
+    ids[:, 0] = 1  # [CLS]
+    seg = torch.arange(t).div(3, rounding_mode="floor").expand(b, t).clone()
+    att = torch.ones(b, t, dtype=torch.long)
+    att[0, 6:] = 0
+    ids[0, 6:] = 0
+    return ids, seg, att
+
+
+@pytest.fixture
+def hf():
+    pytest.importorskip("transformers")
+    import model.hf
+
+    return model.hf
+
+
+@pytest.fixture
+def saved(program, tmp_path):
+    """A tiny pretrained model saved to a folder, then moved elsewhere (only the folder itself remains)."""
+    m = make(program)
+    m.save_pretrained(tmp_path / "first", extra={"run_id": "demo-run", "dataset_id": "ds1", "step": 7})
+    folder = tmp_path / "shared" / "model"
+    shutil.copytree(tmp_path / "first", folder)
+    shutil.rmtree(tmp_path / "first")
+    return m, folder
+
+
+# --- the self-contained folder (no transformers needed) --------------------------------------------
+
+
+def test_saved_folder_carries_program_vocabulary_and_card(program, saved):
+    m, folder = saved
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["README.md", "config.json", "model.safetensors", "program", "vocab.txt"]
+    manifest = json.loads((program.path / "manifest.json").read_text())
+    for entry in manifest["files"]:  # every program file, byte for byte
+        assert (folder / "program" / entry["path"]).read_bytes() == (
+            program.path / entry["path"]
+        ).read_bytes()
+    meta = HRRBert.read_config(folder)  # what the pipelines read
+    assert meta["kind"] == "hrrbert" and meta["model_type"] == "hrrbert" and meta["run_id"] == "demo-run"
+    assert meta["architectures"] == ["HRRBertForMaskedLM"]
+    vocab = read_vocab(folder)
+    assert len(vocab) == program.n_concepts
+    assert vocab[: len(program.SPECIAL_TOKENS)] == list(program.SPECIAL_TOKENS)
+    for i, tok in enumerate(vocab):  # line i is token id i: its code, with the vocabulary
+        assert tok == program.concept_codes[i] or tok.replace(".", "").endswith(
+            ":" + program.concept_codes[i]
+        )
+    # loads with no other path; the program comes from the folder and is verified there
+    again = HRRBert.from_pretrained(folder).eval()
+    assert again.program.path == folder / "program" and again.program_id == program.program_id
+    ids, seg, att = batch(program)
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids, seg, att, task="chapters"), m(ids, seg, att, task="chapters"))
+
+
+def test_resave_into_the_folder_it_was_loaded_from(saved):
+    m, folder = saved
+    again = HRRBert.from_pretrained(folder)
+    again.save_pretrained(folder, extra={"run_id": "again"})
+    assert HRRBert.read_config(folder)["run_id"] == "again"
+    assert HRRBert.from_pretrained(folder).program_id == m.program_id
+
+
+def test_graph_false_copies_only_the_model_tables(program, tmp_path):
+    make(program).save_pretrained(tmp_path / "m", graph=False)
+    assert not (tmp_path / "m" / "program" / "graph").exists()
+    assert HRRBert.from_pretrained(tmp_path / "m").program_id == program.program_id
+
+
+def test_folder_without_program_needs_one(program, tmp_path):
+    make(program).save_pretrained(tmp_path / "m", carry_program=False, card=False)
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["config.json", "model.safetensors"]
+    with pytest.raises(PretrainedFileError, match="does not carry its program"):
+        HRRBert.from_pretrained(tmp_path / "m")
+    assert HRRBert.from_pretrained(tmp_path / "m", program).program_id == program.program_id
+
+
+def test_edited_program_copy_is_refused(saved):
+    _, folder = saved
+    edges = folder / "program" / "edges.parquet"
+    data = edges.read_bytes()
+    edges.unlink()  # the copy may be a hard link of the original: replace, never edit in place
+    edges.write_bytes(data[:-9] + bytes(9))
+    with pytest.raises(HashMismatchError, match="edges.parquet"):
+        HRRBert.from_pretrained(folder)
+
+
+def test_model_card(program, saved):
+    _, folder = saved
+    text = (folder / "README.md").read_text()
+    front, body = text.split("---\n")[1], text.split("---\n", 2)[2]
+    yaml = pytest.importorskip("yaml")
+    meta = yaml.safe_load(front)
+    assert meta["library_name"] == "hrrbert" and meta["license"] == "other" and "hrrbert" in meta["tags"]
+    for section in (
+        "## Data",
+        "## Program",
+        "## Configuration",
+        "## Metrics",
+        "## Intended use",
+        "## Limitations",
+    ):
+        assert section in body
+    assert program.program_id in body and "snomed_mini_20220531" in body and "demo-run" in body
+    assert "No metrics were recorded" in body
+    write_model_card(
+        folder, {"val": {"loss": 2.345678, "top5": 0.4}, "steps": 7}, license="apache-2.0", tags=["x"]
+    )
+    text = (folder / "README.md").read_text()
+    assert "| val.loss | 2.346 |" in text and "| val.top5 | 0.4 |" in text and "| steps | 7 |" in text
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert meta["license"] == "apache-2.0" and "x" in meta["tags"]
+
+
+def test_importing_model_does_not_import_transformers():
+    code = "import sys, model; assert 'transformers' not in sys.modules, 'model imported transformers'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- transformers ----------------------------------------------------------------------------------
+
+
+def test_auto_classes_load_the_folder(hf, program, saved):
+    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    m, folder = saved
+    cfg = AutoConfig.from_pretrained(folder)
+    assert isinstance(cfg, hf.HRRBertConfig) and cfg.model_type == "hrrbert"
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.vocab_size) == (64, 2, program.n_concepts)
+    assert cfg.program_id == program.program_id and cfg.run_id == "demo-run"
+
+    ids, seg, att = batch(program)
+    base = AutoModel.from_pretrained(folder)
+    assert type(base) is hf.HRRBertModel and not base.training
+    assert base.program.path == folder / "program"  # the folder's own program, verified on load
+    with torch.no_grad():
+        out = base(input_ids=ids, attention_mask=att, token_type_ids=seg)
+        torch.testing.assert_close(out.last_hidden_state, m.encode(ids, seg, att), rtol=0, atol=0)
+        torch.testing.assert_close(out.pooler_output, torch.tanh(m.heads.pool(m.encode(ids, seg, att)[:, 0])))
+    assert set(base.state_dict()) == {f"hrrbert.{k}" for k in m.state_dict()}
+
+    mlm = AutoModelForMaskedLM.from_pretrained(folder)
+    assert type(mlm) is hf.HRRBertForMaskedLM
+    labels = torch.full_like(ids, -100)
+    labels[:, 2], labels[1, 4] = ids[:, 2], ids[1, 4]
+    with torch.no_grad():
+        out = mlm(input_ids=ids, attention_mask=att, segment_ids=seg, labels=labels)
+        ref = m(ids, seg, att, mlm_mask=torch.ones_like(ids, dtype=torch.bool))  # (B*T, N)
+    assert out.logits.shape == (3, 9, program.n_concepts)
+    torch.testing.assert_close(out.logits.reshape(-1, program.n_concepts), ref)
+    scored = labels.reshape(-1) != -100
+    torch.testing.assert_close(out.loss, F.cross_entropy(ref[scored], labels.reshape(-1)[scored]))
+
+    for task, n in (("mortality", 1), ("chapters", 22)):
+        clf = AutoModelForSequenceClassification.from_pretrained(folder, task=task)
+        assert type(clf) is hf.HRRBertForSequenceClassification and clf.config.num_labels == n
+        y = torch.ones(3, n)
+        with torch.no_grad():
+            out = clf(input_ids=ids, attention_mask=att, token_type_ids=seg, labels=y)
+            ref = m(ids, seg, att, task=task)
+        torch.testing.assert_close(out.logits, ref, rtol=0, atol=0)
+        torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(ref, y))
+
+
+@pytest.mark.parametrize("mode", ["freq", "cat", "unstructured"])
+def test_every_embedding_mode_loads_identically(hf, program, tmp_path, mode):
+    from transformers import AutoModelForMaskedLM
+
+    m = make(program, mode, seed=3)
+    m.save_pretrained(tmp_path / "m")
+    got = AutoModelForMaskedLM.from_pretrained(tmp_path / "m")
+    ids, seg, att = batch(program, seed=1)
+    with torch.no_grad():
+        ref = m(ids, seg, att, mlm_mask=torch.ones_like(ids, dtype=torch.bool))
+        out = got(input_ids=ids, attention_mask=att, token_type_ids=seg).logits
+    torch.testing.assert_close(out.reshape(ref.shape), ref)
+
+
+def test_hf_save_writes_the_same_folder(hf, program, saved, tmp_path):
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    m, folder = saved
+    clf = AutoModelForSequenceClassification.from_pretrained(folder, task="chapters")
+    with torch.no_grad():
+        clf.hrrbert.heads.tasks["chapters"].bias.add_(1.0)  # "fine-tuned"
+    clf.save_pretrained(tmp_path / "ft", metrics={"test": {"f1": 0.5}})
+    meta = HRRBert.read_config(tmp_path / "ft")
+    assert meta["task"] == "chapters" and meta["architectures"] == ["HRRBertForSequenceClassification"]
+    assert meta["run_id"] == "demo-run" and "| test.f1 | 0.5 |" in (tmp_path / "ft" / "README.md").read_text()
+    plain = HRRBert.from_pretrained(tmp_path / "ft").eval()  # no prefix in the saved keys, program carried
+    ids, seg, att = batch(program)
+    again = AutoModelForSequenceClassification.from_pretrained(tmp_path / "ft")
+    assert again.config.task == "chapters"
+    with torch.no_grad():
+        ref = plain(ids, seg, att, task="chapters")
+        torch.testing.assert_close(again(input_ids=ids, attention_mask=att, token_type_ids=seg).logits, ref)
+        torch.testing.assert_close(ref, m(ids, seg, att, task="chapters") + 1.0)
+    assert type(AutoModel.from_pretrained(tmp_path / "ft")) is hf.HRRBertModel
+
+
+def test_new_model_from_a_config(hf, program, tmp_path):
+    cfg = hf.HRRBertConfig.from_bert_config(preset("tiny"), program)
+    torch.manual_seed(0)
+    new = hf.HRRBertForMaskedLM(cfg, program=program)
+    ids, seg, att = batch(program)
+    assert new(input_ids=ids).logits.shape == (3, 9, program.n_concepts)
+    new.save_pretrained(tmp_path / "new")
+    loaded = HRRBert.from_pretrained(tmp_path / "new")
+    torch.testing.assert_close(loaded.state_dict(), new.hrrbert.state_dict())
+    direct = hf.HRRBertForMaskedLM.from_pretrained(tmp_path / "new")  # the class itself, not an Auto class
+    torch.testing.assert_close(direct.hrrbert.state_dict(), new.hrrbert.state_dict())
+    with pytest.raises(ValueError, match="unknown task"):
+        hf.HRRBertConfig(task="sepsis")
+    with pytest.raises(ValueError, match="unknown BertConfig key"):
+        hf.HRRBertConfig(config={"dim": 64, "width": 3})
+
+
+def test_program_mismatch_and_missing_program(hf, program, other_program, tmp_path):
+    from transformers import AutoModel
+
+    make(program).save_pretrained(tmp_path / "m", carry_program=False)
+    with pytest.raises(PretrainedFileError, match="does not carry its program"):
+        AutoModel.from_pretrained(tmp_path / "m")
+    with pytest.raises(ProgramMismatchError):
+        AutoModel.from_pretrained(tmp_path / "m", program=other_program)
+    got = AutoModel.from_pretrained(tmp_path / "m", program=program.path)  # a program folder works too
+    assert got.program.program_id == program.program_id
+    assert (
+        AutoModel.from_pretrained(tmp_path / "m", program=load_program(program.path)).program.path
+        == program.path
+    )
+
+
+def test_config_json_written_by_transformers_stays_readable(hf, saved, tmp_path):
+    from transformers import AutoConfig
+
+    _, folder = saved
+    AutoConfig.from_pretrained(folder).save_pretrained(tmp_path / "c")
+    meta = HRRBert.read_config(tmp_path / "c")
+    assert meta["model_type"] == "hrrbert" and meta["config"]["dim"] == 64 and meta["run_id"] == "demo-run"
