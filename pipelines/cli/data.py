@@ -1,4 +1,5 @@
-"""Data commands: ``prepare`` (EHR -> tokenized dataset), ``sql`` (query a program), ``export-owl``."""
+"""Data commands: ``prepare`` (EHR -> tokenized dataset), ``sql`` (query a program), ``export-owl``,
+``export-meds`` (a source as a MEDS dataset)."""
 
 from __future__ import annotations
 
@@ -115,4 +116,50 @@ def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: st
     click.echo(owl_summary(r))
 
 
-COMMANDS = (prepare_cmd, sql_cmd, export_owl_cmd)
+@click.command("export-meds")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--mimic", type=INPUT_DIR, help="MIMIC-IV root (holding hosp/) to export.")
+@click.option("--meds", type=INPUT_DIR, help="MEDS root to export again (normalised diagnosis codes).")
+@click.option(
+    "--demo", is_flag=True, help="Export the demo's synthetic MIMIC-IV-layout cohort (built if missing)."
+)
+@click.option(
+    "--dataset-name", default=None, help="dataset_name in metadata/dataset.json (default: <kind>-<folder>)."
+)
+@click.option("--labels/--no-labels", default=True, show_default=True,
+              help="Also write the task labels/mortality_6m/ (MEDS label schema) for finetune --labels.")  # fmt: skip
+@force_option("Replace OUT when it holds an earlier export (anything else is never replaced).")
+@seed_option(help="Seed of the demo release and cohort (--demo).")
+@click.option("--demo-size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
+@click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
+@click.option("--artifacts", type=click.Path(file_okay=False), default="artifacts", show_default=True,
+              help="Where --demo finds or writes releases/, programs/ and ehr/.")  # fmt: skip
+@verbosity_options
+@handle_errors
+def export_meds_cmd(out: str, mimic: str | None, meds: str | None, demo: bool, dataset_name: str | None,
+                    labels: bool, force: bool, seed: int, demo_size: str, demo_patients: int,
+                    artifacts: str) -> None:  # fmt: skip
+    """Write a source as a MEDS 0.4 dataset in OUT (data/, metadata/, labels/), e.g. for MEDS tools or
+    `prepare --meds`. eICU has no absolute times and cannot be exported."""
+    from pathlib import Path
+
+    from pipelines.data.export_meds import describe, export_meds
+
+    given = [(k, p) for k, p in (("mimic-iv", mimic), ("meds", meds)) if p is not None]
+    if len(given) + demo != 1:
+        raise click.ClickException("give exactly one of --mimic, --meds or --demo")
+    if demo:
+        from ontology_compiler import compile_ontology
+        from pipelines.demo.prepare import ensure_cohort, ensure_demo_release
+
+        art = Path(artifacts)  # the release, program and cohort prepare --demo uses
+        release = ensure_demo_release(
+            art / "releases" / f"demo_icd10cm_{demo_size}", size=demo_size, seed=seed
+        )
+        program = compile_ontology(release, out=art / "programs").path
+        given = [("mimic-iv", ensure_cohort(art / "ehr", program, n_patients=demo_patients, seed=seed))]
+    ((kind, source),) = given
+    click.echo(describe(export_meds(kind, source, out, name=dataset_name, labels=labels, force=force)))
+
+
+COMMANDS = (prepare_cmd, sql_cmd, export_owl_cmd, export_meds_cmd)

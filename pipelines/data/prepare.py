@@ -70,15 +70,10 @@ def _readers() -> dict[str, tuple[Callable[..., ReadResult], Callable[[Path], li
         root = readers_eicu.eicu_root(p)
         return [find_table(root, rel) for rel, _, _ in readers_eicu.TABLES.values()]
 
-    def meds_files(p: Path) -> list[Path]:
-        files = sorted((p / "data").rglob("*.parquet")) if (p / "data").is_dir() else []
-        splits = p / "metadata" / "subject_splits.parquet"
-        return files + ([splits] if splits.is_file() else [])
-
     return {
         "mimic-iv": (readers_mimic.read_mimic, mimic_files),
         "eicu": (readers_eicu.read_eicu, eicu_files),
-        "meds": (readers_meds.read_meds, meds_files),
+        "meds": (readers_meds.read_meds, readers_meds.meds_files),
     }
 
 

@@ -4,6 +4,8 @@
 The dataset is known through its files only (``docs/dataset-format.md``): ``manifest.json``
 (``program_id``, ``dataset_id``), ``patients.parquet`` and ``code_counts.parquet``. A dataset tokenized
 against another program than the model's is refused. MLM masking lives in :mod:`pipelines.train.mlm`.
+A MEDS label task (:mod:`pipelines.data.labels`) is placed with :meth:`TokenizedDataset.place_labels` and
+read per split with :meth:`TokenizedDataset.label_sequences` (sequences cut at each row's prediction time).
 
 Dimension legend: P patients in a split, T codes per sequence (padded), B batch, N concepts,
 L task labels (1 mortality, 22 chapters).
@@ -26,6 +28,7 @@ from torch import Tensor
 
 from pipelines.errors import InputFileError, PipelineError
 
+from .labels import LabelTask, PlacedLabels, place_labels
 from .splits import SPLITS
 from .tasks import TASK_LABELS
 
@@ -174,15 +177,43 @@ class TokenizedDataset:
         labels = None
         if task is not None:
             rows, labels = self._labels(task, split, rows)
-        t = self.table.take(pa.array(rows, pa.int64()))
-        ids_col = t.column("input_ids")
-        lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        cut = None
         if before_last_visit:
-            if "last_visit_start" not in t.column_names:
+            if "last_visit_start" not in self.table.column_names:
                 raise InputFileError(
                     self.patients_path, "missing column 'last_visit_start' needed by the fine-tuning tasks"
                 )
-            cut = t.column("last_visit_start").fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            col = self.table.column("last_visit_start").take(pa.array(rows, pa.int64()))
+            cut = col.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        return self._padded(rows, split, max_len=max_len, max_segments=max_segments, cut=cut, labels=labels)
+
+    def place_labels(self, task: LabelTask) -> PlacedLabels:
+        """The rows of a MEDS label task placed in this dataset: patient, split and input length of each
+        (:func:`pipelines.data.labels.place_labels`)."""
+        return place_labels(task, self.table, self.patients_path)
+
+    def label_sequences(
+        self, placed: PlacedLabels, split: str, *, max_len: int, max_segments: int
+    ) -> Sequences:
+        """The label rows of ``split`` as padded tensors: each its patient's sequence cut after the last visit
+        at or before its ``prediction_time``, labels ``(P, 1)`` the rows' ``boolean_value``. A patient with
+        several label rows appears once per row."""
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
+        sel = placed.split == split
+        labels = torch.from_numpy(placed.label[sel].astype(np.float32))[:, None]  # (P, 1)
+        return self._padded(placed.row[sel], split, max_len=max_len, max_segments=max_segments,
+                            cut=placed.length[sel], labels=labels)  # fmt: skip
+
+    def _padded(
+        self, rows: np.ndarray, split: str, *, max_len: int, max_segments: int, cut: np.ndarray | None,
+        labels: Tensor | None,
+    ) -> Sequences:  # fmt: skip
+        """Rows ``rows`` of ``patients.parquet`` padded into tensors, each cut at ``cut`` tokens when given."""
+        t = self.table.take(pa.array(rows, pa.int64()))
+        ids_col = t.column("input_ids")
+        lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        if cut is not None:
             lengths = np.clip(np.minimum(lengths, cut), 1 if len(lengths) else 0, None)
         if len(lengths) and lengths.max() > max_len:
             raise InputFileError(

@@ -8,6 +8,7 @@ from pipelines.data.tasks import TASKS
 
 __all__ = [
     "EMBEDDINGS",
+    "LABELS_HEAD",
     "LoopFields",
     "FinetuneConfig",
     "MODELS",
@@ -83,6 +84,7 @@ MODELS = ("bert", "visit-transformer")
 
 
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
+LABELS_HEAD = "mortality"  # the model's binary head, which a task from MEDS label files trains
 
 
 @dataclass
@@ -107,12 +109,17 @@ class FinetuneConfig(LoopFields):
     bf16: bool = False  # bf16 autocast (CUDA only)
     progress: bool = True  # tqdm bar (only on a terminal)
     model: str = "bert"  # bert, or visit-transformer (code embedding initialised from the pretrained BERT)
+    labels: str | None = None  # MEDS label folder: one binary task (boolean_value), on the binary head
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        if self.labels is not None and self.task != LABELS_HEAD:
+            raise ValueError(
+                f"labels give a binary task, which trains the binary head (task {LABELS_HEAD!r}), got task {self.task!r}"
+            )
         if self.select_by not in SELECT_BY:
             raise ValueError(f"select_by must be one of {SELECT_BY}, got {self.select_by!r}")
         if self.trials < 1 or self.epochs < 1 or self.batch_size < 1:

@@ -2,7 +2,11 @@
 
 Paper defaults: constant learning rate, AdamW weight decay 4e-6, 10 epochs, batch 80, the best epoch by
 validation kept. The input is each patient's visits before the last one (``last_visit_start``); the
-chapters task uses the rows flagged ``disease_task`` where the dataset has that column. ``trials``
+chapters task uses the rows flagged ``disease_task`` where the dataset has that column. With ``labels``
+(a MEDS label folder, :mod:`pipelines.data.labels`) the task is the folder's binary ``boolean_value``
+instead: each label row's input is its patient's sequence up to its ``prediction_time``, the row follows
+the patient's split, and it trains the model's binary head (``task`` stays ``mortality``); the run's
+``config.json``, ``results.json`` and ``summary.json`` record the label files and their counts. ``trials``
 repeats the whole fine-tuning with seeds ``seed, seed + 1, ...``; each trial writes
 ``<out>/<run_id>/trial-<k>/`` with ``metrics.jsonl`` (one record per epoch), ``results.json``
 (validation and test metrics of the best epoch) and ``model/`` (its weights); ``summary.json`` lists all.
@@ -18,8 +22,10 @@ Dimension legend: B batch, T codes, L labels.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from ontology_compiler.artifact import safe_component
+from pipelines.data.labels import read_label_task
 from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_order
 from pipelines.errors import PipelineError
 
@@ -126,14 +133,29 @@ def finetune(
         return _finetune(cfg, ctx, device, Path(out), run_id, resume)
 
 
-def _task_splits(cfg: FinetuneConfig, ds: TokenizedDataset, mc) -> tuple[Sequences, Sequences, Sequences]:
-    """finetune_train, finetune_val and test for the task, each ending before the last visit."""
-    kw = dict(max_len=mc.max_len, max_segments=mc.max_segments, task=cfg.task, before_last_visit=True)
-    train, val = ds.sequences("finetune_train", **kw), ds.sequences("finetune_val", **kw)
+def _task_splits(
+    cfg: FinetuneConfig, ds: TokenizedDataset, mc
+) -> tuple[Sequences, Sequences, Sequences, dict | None]:
+    """finetune_train, finetune_val and test for the task, each ending before the last visit; with
+    ``cfg.labels``, the MEDS label task's rows of those splits, each cut at its prediction time, and what
+    the run records about the labels (else None)."""
+    if cfg.labels is not None:
+        task = read_label_task(cfg.labels)
+        placed = ds.place_labels(task)
+        kw = dict(max_len=mc.max_len, max_segments=mc.max_segments)
+        train, val, test = (
+            ds.label_sequences(placed, s, **kw) for s in ("finetune_train", "finetune_val", "test")
+        )
+        what = f"label task {task.name!r} ({cfg.labels})"
+        record = {**task.record(), "placed": placed.counts}
+    else:
+        kw = dict(max_len=mc.max_len, max_segments=mc.max_segments, task=cfg.task, before_last_visit=True)
+        train, val, test = (ds.sequences(s, **kw) for s in ("finetune_train", "finetune_val", "test"))
+        what, record = f"task {cfg.task!r}", None
     for name, s in (("finetune_train", train), ("finetune_val", val)):
         if len(s) == 0:
-            raise PipelineError(f"{ds.patients_path}: split {name!r} has no rows for task {cfg.task!r}")
-    return train, val, ds.sequences("test", **kw)
+            raise PipelineError(f"{ds.patients_path}: split {name!r} has no rows for {what}")
+    return train, val, test, record
 
 
 def _finetune(
@@ -149,10 +171,11 @@ def _finetune(
     mc = probe.config
     ds = TokenizedDataset(cfg.dataset, program_.program_id, program_.n_concepts, probe.pad_id)
     del probe
-    train, val, test = _task_splits(cfg, ds, mc)
+    train, val, test, labels = _task_splits(cfg, ds, mc)
     suffix = "" if cfg.model == "bert" else f"-{cfg.model}"
+    task_name = cfg.task if labels is None else "labels-" + re.sub(r"[^A-Za-z0-9_.-]", "_", labels["name"])
     run_id = safe_component(
-        run_id or f"finetune-{cfg.task}-{Path(cfg.pretrained).name}{suffix}-seed{cfg.seed}", "run_id"
+        run_id or f"finetune-{task_name}-{Path(cfg.pretrained).name}{suffix}-seed{cfg.seed}", "run_id"
     )
     run_dir = out / run_id
     if (run_dir / SUMMARY_FILE).exists() and not resume:
@@ -165,6 +188,10 @@ def _finetune(
         "world_size": ctx.world_size,
         "versions": versions(),
     }
+    if labels is not None:
+        meta["labels"] = labels
+        if resume:
+            _same_labels(run_dir, labels)
     if cfg.model != "bert":
         meta["model"] = cfg.model
         meta["visit_transformer_config"] = asdict(visit_transformer_config(mc, program_))
@@ -177,6 +204,19 @@ def _finetune(
         summary = {"kind": "finetune", "run_id": run_id, "config": asdict(cfg), **meta, "trials": results}
         write_json(run_dir / SUMMARY_FILE, {**summary, "created_at": now_iso()})
     return FinetuneResult(run_dir, results)
+
+
+def _same_labels(run_dir: Path, labels: dict) -> None:
+    """On resume: the label files must be the ones the run started with (same paths and hashes)."""
+    cfg_path = run_dir / "config.json"
+    if not cfg_path.is_file():
+        return
+    saved = (json.loads(cfg_path.read_text(encoding="utf-8")).get("labels") or {}).get("inputs")
+    if saved != labels["inputs"]:
+        raise PipelineError(
+            f"{cfg_path}: the run was started with other label files than {labels['path']} holds now "
+            "(paths or sha256 differ); start a new run, or restore the label files"
+        )
 
 
 def visit_transformer_config(mc, program):

@@ -64,21 +64,24 @@ DATASET_TEXT_FIELDS = ("dataset_name", "dataset_version", "etl_name", "etl_versi
                        "license", "location_uri", "description_uri")  # fmt: skip
 DATASET_LIST_FIELDS = ("raw_source_id_columns", "code_modifier_columns", "additional_value_modality_columns",
                        "site_id_columns", "other_extension_columns")  # fmt: skip
-# (regex, vocabulary expression, code group) for the diagnosis code forms
+# (regex, vocabulary expression of the text column {col}, code group) for the diagnosis code forms
 CODE_FORMS = (
     (
         r"^DIAGNOSIS//ICD//(9|10)//([^/]+)$",
-        "CASE regexp_extract(code, '{re}', 1) WHEN '9' THEN 'ICD9CM' ELSE 'ICD10CM' END",
+        "CASE regexp_extract({col}, '{re}', 1) WHEN '9' THEN 'ICD9CM' ELSE 'ICD10CM' END",
         2,
     ),
-    (r"^(ICD9CM|ICD10CM)/([^/]+)$", "regexp_extract(code, '{re}', 1)", 2),
-    (r"^(SNOMED)/([0-9]{6,18})$", "regexp_extract(code, '{re}', 1)", 2),
+    (r"^(ICD9CM|ICD10CM)/([^/]+)$", "regexp_extract({col}, '{re}', 1)", 2),
+    (r"^(SNOMED)/([0-9]{6,18})$", "regexp_extract({col}, '{re}', 1)", 2),
 )
 # codes that look like diagnoses but match no form above (a finding, with examples)
 DIAGNOSIS_LIKE = r"^(DIAGNOSIS|ICD|SNOMED)"
 # the forms of CODE_FORMS a parent code may take for any code of no form; a SNOMED parent counts only for a
 # code that looks like a diagnosis (procedures and drugs also map to SNOMED CT concepts)
 ICD_PARENT = r"^(DIAGNOSIS//ICD//(9|10)//[^/]+|(ICD9CM|ICD10CM)/[^/]+)$"
+PROCEDURE_LIKE = (
+    r"^ICD[0-9]*(PCS|PROC)"  # ICD procedure vocabularies (OMOP ICD10PCS, ICD9Proc): never via SNOMED
+)
 DEATH_CODE = "MEDS_DEATH"
 TOP_PREFIXES = 10  # code prefixes listed among the rows not read
 
@@ -103,7 +106,7 @@ def _type_ok(t: pa.DataType, want: str) -> bool:
 
 
 def check_schema(path: Path, expected: dict[str, str], optional: dict[str, str] | None = None) -> list[str]:
-    """The shard's column names; raises naming the shard, the expected and the found schema when a column
+    """The file's column names; raises naming the file, the expected and the found schema when a column
     of ``expected`` is missing or a column of ``expected``/``optional`` has another type."""
     try:
         schema = pq.read_schema(path)
@@ -149,7 +152,9 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
     codes_input = _code_metadata(con, root, f)
     _load_shards(con, root, shards, f)
     _visits(con)
-    inputs = [input_record(root, s) for s in shards] + _given_splits(con, root, f) + codes_input + dataset_input
+    inputs = (
+        [input_record(root, s) for s in shards] + _given_splits(con, root, f) + codes_input + dataset_input
+    )
     con.execute(
         "CREATE TEMP TABLE vm AS SELECT v.subject_id, v.visit_index, coalesce(bool_or(date_diff('day', v.vtime, "
         f"r.time) BETWEEN 0 AND {MORTALITY_DAYS}), false) AS mortality_6m, any_value(sp.split) AS given_split "
@@ -200,42 +205,25 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
             except duckdb.Error as e1:
                 raise InputFileError(s, f"cannot be read: {str(e1).strip().splitlines()[0]}") from e1
         raise InputFileError(root / "data", f"the shards cannot be read together: {e}") from e
-    vocab = (
-        "CASE "
-        + " ".join(f"WHEN regexp_matches(code, '{rx}') THEN {v.format(re=rx)}" for rx, v, _ in CODE_FORMS)
-        + " END"
-    )
-    dcode = (
-        "CASE "
-        + " ".join(
-            f"WHEN regexp_matches(code, '{rx}') THEN regexp_extract(code, '{rx}', {g})"
-            for rx, _, g in CODE_FORMS
-        )
-        + " END"
-    )
     # a code of no form is read as its parent code (metadata/codes.parquet), where it has a usable one
-    forms = " OR ".join(f"regexp_matches(code, '{rx}')" for rx, _, _ in CODE_FORMS)
     con.execute(
-        "CREATE TEMP TABLE via AS SELECT code AS child, list_filter(parent_codes, p -> regexp_matches(p, "
-        f"'{ICD_PARENT}') OR (regexp_matches(p, '{CODE_FORMS[2][0]}') AND regexp_matches(upper(code), "
-        f"'{DIAGNOSIS_LIKE}')))[1] AS parent FROM codes WHERE NOT ({forms})"
+        "CREATE TEMP TABLE via AS SELECT child, parent FROM (SELECT code AS child, list_filter(parent_codes, "
+        f"lambda p: regexp_matches(p, '{ICD_PARENT}') OR (regexp_matches(p, '{CODE_FORMS[2][0]}') AND "
+        f"regexp_matches(upper(code), '{DIAGNOSIS_LIKE}') AND NOT regexp_matches(upper(code), "
+        f"'{PROCEDURE_LIKE}')))[1] AS parent FROM codes WHERE NOT ({_any_form('code')})) "
+        "WHERE parent IS NOT NULL"
     )
     con.execute(
-        "CREATE TEMP TABLE raw1 AS SELECT r.*, coalesce(v.parent, r.code) AS read_code, v.parent IS NOT NULL AS "
-        "via_parent FROM raw r LEFT JOIN (SELECT * FROM via WHERE parent IS NOT NULL) v ON v.child = r.code"
+        "CREATE TEMP TABLE raw1 AS SELECT r.*, coalesce(v.parent, r.code) AS read_code FROM raw r "
+        "LEFT JOIN via v ON v.child = r.code ORDER BY r.filename, r.file_row_number"
     )
-    rvocab, rdcode = (x.replace("code", "read_code") for x in (vocab, dcode))
+    vocab, dcode = _form_sql("read_code")
     con.execute(
         f"CREATE TEMP TABLE dx0 AS SELECT subject_id, time, hadm_id, filename, file_row_number, code AS source_code, "
-        f"{rvocab} AS vocabulary, upper(replace(trim({rdcode}), '.', '')) AS code, via_parent, read_code "
-        "FROM raw1 ORDER BY filename, file_row_number"
+        f"{vocab} AS vocabulary, upper(replace(trim({dcode}), '.', '')) AS code, read_code <> source_code AS "
+        "via_parent FROM raw1 ORDER BY filename, file_row_number"
     )
-    via = con.execute(
-        "SELECT source_code, read_code, count(*) AS n FROM dx0 WHERE via_parent AND vocabulary IS NOT NULL "
-        f"GROUP BY ALL ORDER BY n DESC, source_code LIMIT {EXAMPLES}"
-    ).fetchall()
     f.count("rows_read_through_parent_codes", one(con, "SELECT count(*) FROM dx0 WHERE via_parent")[0])
-    f.counts["parent_code_examples"] = [f"{c!r} as {p!r} ({n} rows)" for c, p, n in via]
     dup = con.execute(
         "SELECT filename, file_row_number, first_f, first_r FROM (SELECT filename, file_row_number, "
         "first_value(filename) OVER w AS first_f, first_value(file_row_number) OVER w AS first_r FROM dx0 "
@@ -255,6 +243,23 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
     _not_read(con, root, f)
 
 
+def _form_sql(col: str) -> tuple[str, str]:
+    """SQL of the diagnosis vocabulary and the (dotted) code of the text column ``col`` (null when ``col``
+    has no form of :data:`CODE_FORMS`)."""
+    vocab = " ".join(
+        f"WHEN regexp_matches({col}, '{rx}') THEN {v.format(re=rx, col=col)}" for rx, v, _ in CODE_FORMS
+    )
+    dcode = " ".join(
+        f"WHEN regexp_matches({col}, '{rx}') THEN regexp_extract({col}, '{rx}', {g})"
+        for rx, _, g in CODE_FORMS
+    )
+    return f"CASE {vocab} END", f"CASE {dcode} END"
+
+
+def _any_form(col: str) -> str:
+    return " OR ".join(f"regexp_matches({col}, '{rx}')" for rx, _, _ in CODE_FORMS)
+
+
 def _not_read(con: DuckDBPyConnection, root: Path, f: Findings) -> None:
     """Count the rows whose code is not a diagnosis (by prefix), and find diagnosis-like codes of no known form."""
     f.count("non_diagnosis_rows", one(con, "SELECT count(*) FROM dx0 WHERE vocabulary IS NULL")[0])
@@ -264,15 +269,16 @@ def _not_read(con: DuckDBPyConnection, root: Path, f: Findings) -> None:
     ).fetchall()
     f.counts["non_diagnosis_prefixes"] = {p: int(n) for p, n in top}
     cond = (
-        f"FROM dx0 WHERE vocabulary IS NULL AND source_code <> '{DEATH_CODE}' "
-        f"AND regexp_matches(upper(source_code), '{DIAGNOSIS_LIKE}')"
+        f"FROM dx0 LEFT JOIN codes c ON c.code = dx0.source_code WHERE vocabulary IS NULL AND source_code <> "
+        f"'{DEATH_CODE}' AND regexp_matches(upper(source_code), '{DIAGNOSIS_LIKE}')"
     )
     n = one(con, f"SELECT count(*) {cond}")[0]
     ex = con.execute(
-        f"SELECT source_code, count(*) AS n {cond} GROUP BY ALL ORDER BY n DESC, source_code LIMIT {EXAMPLES}"
+        f"SELECT source_code, count(*) AS n, any_value(c.description) {cond} GROUP BY source_code "
+        f"ORDER BY n DESC, source_code LIMIT {EXAMPLES}"
     ).fetchall()
     f.finding(
-        "unrecognised_diagnosis_codes", n, [f"{c!r} ({k} rows)" for c, k in ex],
+        "unrecognised_diagnosis_codes", n, [f"{c!r} ({f'{d}, ' if d else ''}{k} rows)" for c, k, d in ex],
         "rows with a diagnosis-like code in no form the reader reads (not read; see docs/input-formats.md, MEDS)",
     )  # fmt: skip
     cond = "FROM dx WHERE vocabulary IS NOT NULL AND time IS NULL"
@@ -307,7 +313,7 @@ def _visits(con: DuckDBPyConnection) -> None:
 def _given_splits(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dict]:
     """``sp`` (subject_id -> the split ``metadata/subject_splits.parquet`` names, empty without it); the
     splits file's input record when there is one. A subject with two different splits is an error."""
-    splits = root / "metadata" / "subject_splits.parquet"
+    splits = root / SPLITS_FILE
     if not splits.is_file():
         con.execute("CREATE TEMP TABLE sp (subject_id BIGINT, split VARCHAR)")
         return []
@@ -343,3 +349,81 @@ def _given_splits(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dict
         "CREATE TEMP TABLE sp AS SELECT DISTINCT subject_id, split FROM sp0 WHERE subject_id IS NOT NULL"
     )
     return [input_record(root, splits)]
+
+
+def _code_metadata(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dict]:
+    """``codes`` (``code``, ``description``, ``parent_codes``; one row per code) from
+    ``metadata/codes.parquet``, empty without it; the file's input record when there is one. A code listed
+    twice keeps its first row (a finding); rows without a code are dropped (a finding)."""
+    path = root / CODES_FILE
+    con.execute("CREATE TEMP TABLE codes (code VARCHAR, description VARCHAR, parent_codes VARCHAR[])")
+    if not path.is_file():
+        return []
+    names = check_schema(path, CODES_COLUMNS, CODES_OPTIONAL_COLUMNS)
+    desc = "description::VARCHAR" if "description" in names else "NULL::VARCHAR"
+    parents = "parent_codes::VARCHAR[]" if "parent_codes" in names else "NULL::VARCHAR[]"
+    try:
+        con.execute(
+            f"CREATE TEMP TABLE codes0 AS SELECT code::VARCHAR AS code, {desc} AS description, {parents} AS "
+            "parent_codes, file_row_number FROM read_parquet($1, file_row_number = true)",
+            [duckdb_path(path)],
+        )
+    except duckdb.Error as e:
+        raise InputFileError(path, f"cannot be read: {str(e).strip().splitlines()[0]}") from e
+    rows = con.execute("SELECT file_row_number FROM codes0 WHERE code IS NULL ORDER BY ALL").fetchall()
+    f.finding(
+        "code_metadata_rows_without_code", len(rows), [f"file_row_number {r}" for (r,) in rows],
+        "rows of metadata/codes.parquet without a code dropped",
+    )  # fmt: skip
+    dup = con.execute(
+        "SELECT code, list(file_row_number ORDER BY file_row_number) FROM codes0 WHERE code IS NOT NULL "
+        "GROUP BY code HAVING count(*) > 1 ORDER BY min(file_row_number)"
+    ).fetchall()
+    f.finding(
+        "code_metadata_duplicate_codes", sum(len(r) - 1 for _, r in dup),
+        [f"{c!r} at file_row_number {', '.join(map(str, r))}" for c, r in dup],
+        "codes listed more than once in metadata/codes.parquet (the first row is used)",
+    )  # fmt: skip
+    con.execute(
+        "INSERT INTO codes SELECT code, description, parent_codes FROM codes0 WHERE code IS NOT NULL "
+        "QUALIFY row_number() OVER (PARTITION BY code ORDER BY file_row_number) = 1"
+    )
+    n, described, with_parents = one(
+        con, "SELECT count(*), count(description), count(*) FILTER (WHERE len(parent_codes) > 0) FROM codes"
+    )
+    f.count("codes_in_metadata", n)
+    f.count("codes_with_description", described)
+    f.count("codes_with_parent_codes", with_parents)
+    return [input_record(root, path)]
+
+
+def _dataset_metadata(root: Path, f: Findings) -> tuple[dict | None, list[dict]]:
+    """The text and list fields of ``metadata/dataset.json`` (None without the file) and its input record.
+    Not a JSON object: an error; a field of another type than the DatasetMetadataSchema's: a finding."""
+    path = root / DATASET_FILE
+    if not path.is_file():
+        return None, []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputFileError(
+            path, f"not valid JSON ({e})", expected="a JSON object (MEDS DatasetMetadataSchema)"
+        ) from e
+    if not isinstance(data, dict):
+        raise InputFileError(path, "not a JSON object", expected="a JSON object (MEDS DatasetMetadataSchema)",
+                             found=type(data).__name__)  # fmt: skip
+    out, bad = {}, []
+    for key in (*DATASET_TEXT_FIELDS, *DATASET_LIST_FIELDS):
+        v = data.get(key)
+        if v is None:
+            continue
+        text = key in DATASET_TEXT_FIELDS
+        if (text and isinstance(v, str)) or (
+            not text and isinstance(v, list) and all(isinstance(x, str) for x in v)
+        ):
+            out[key] = v
+        else:
+            bad.append(f"{key}: {v!r}")
+    f.finding("dataset_metadata_fields_of_another_type", len(bad), bad,
+              "fields of metadata/dataset.json of another type than MEDS specifies (not recorded)")  # fmt: skip
+    return out, [input_record(root, path)]

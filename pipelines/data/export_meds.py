@@ -1,0 +1,335 @@
+"""``export-meds``: a source ``prepare`` reads, written as a MEDS 0.4 dataset (``hrrbert export-meds``).
+
+    export_meds("mimic-iv", "artifacts/ehr/demo-…", "artifacts/meds/demo")
+
+The source goes through its reader (so the checks and findings of ``prepare`` apply) and the diagnoses it
+keeps are written in the MIMIC-IV MEDS ETL's form; the layout is ``docs/input-formats.md``, "MEDS export":
+
+- ``data/<i>.parquet``: DataSchema shards (``subject_id`` int64, ``time`` timestamp[us], ``code`` string),
+  whole subjects per shard, each subject's rows contiguous and sorted by time. A diagnosis is
+  ``DIAGNOSIS//ICD//{9,10}//<dotless code>`` (a MEDS source's unmapped ``SNOMED/<id>`` stays as it is) at
+  its visit's time (MIMIC-IV: ``admittime``), once per (subject, time, code); a death is ``MEDS_DEATH``
+  (MIMIC-IV: ``deathtime``, else ``dod``; MEDS: the earliest ``MEDS_DEATH``).
+- ``metadata/dataset.json``: the DatasetMetadataSchema (name, version = the source's content hash, ETL).
+- ``metadata/codes.parquet``: the CodeMetadataSchema, one row per code written: the ICD title where the
+  source has one (MIMIC-IV ``hosp/d_icd_diagnoses``), ``parent_codes`` the OMOP-style dotted code
+  (``ICD10CM/E11.9``).
+- ``metadata/subject_splits.parquet``: where the source names splits (a MEDS source's).
+- ``labels/mortality_6m/labels.parquet`` (``labels=True``): a LabelSchema task, one row per subject,
+  ``prediction_time`` the time of its last visit and ``boolean_value`` a ``MEDS_DEATH`` 0-182 days after
+  it, the reader's ``mortality_6m`` of that visit, for ``finetune --labels``.
+
+eICU has no absolute times (only offsets), which MEDS events need, so it is refused. The folder is
+written into a temporary sibling and renamed into place; an existing folder is replaced only with
+``force`` and only when it is an earlier export (its ``dataset.json`` names this ETL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ontology_compiler.icd import ICD9CM, ICD10CM, dotted
+from pipelines.errors import PipelineError
+
+from .readers.common import MORTALITY_DAYS, ReadResult, connect, duckdb_path, find_table, load_tables
+
+log = logging.getLogger(__name__)
+
+ETL_NAME = "hrrbert export-meds"
+ETL_VERSION = "1"
+MEDS_VERSION = "0.4"
+DEATH_CODE = "MEDS_DEATH"
+SHARD_SUBJECTS = 10_000  # subjects per data shard
+LABEL_TASK = "mortality_6m"
+DATA_SCHEMA = pa.schema([("subject_id", pa.int64()), ("time", pa.timestamp("us")), ("code", pa.string())])
+CODES_SCHEMA = pa.schema(
+    [("code", pa.string()), ("description", pa.string()), ("parent_codes", pa.list_(pa.string()))]
+)
+SPLITS_SCHEMA = pa.schema([("subject_id", pa.int64()), ("split", pa.string())])
+LABEL_SCHEMA = pa.schema(
+    [("subject_id", pa.int64()), ("prediction_time", pa.timestamp("us")), ("boolean_value", pa.bool_())]
+)
+KINDS = ("mimic-iv", "meds")
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    counts: dict = field(default_factory=dict)
+    files: list[str] = field(default_factory=list)  # paths relative to ``path``
+
+
+def export_meds(
+    kind: str, source: str | Path, out: str | Path, *, name: str | None = None, labels: bool = True,
+    force: bool = False, shard_subjects: int = SHARD_SUBJECTS, threads: int | None = None,
+) -> ExportResult:  # fmt: skip
+    """Write the source ``source`` of ``kind`` (``mimic-iv`` or ``meds``) as a MEDS dataset in ``out``."""
+    if kind == "eicu":
+        raise PipelineError(
+            "eICU has no absolute times (only offsets from unit admission), which MEDS events need; "
+            "export a MIMIC-IV-layout or MEDS source"
+        )
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if shard_subjects < 1:
+        raise ValueError(f"shard_subjects must be >= 1, got {shard_subjects}")
+    out, source = Path(out), Path(source)
+    _check_out(out, force)
+    data, root, inputs = _read(kind, source, threads)
+    if data.events.num_rows == 0:
+        raise PipelineError(f"{source}: no patient has a usable diagnosis code; nothing to export")
+    con = connect(threads)
+    con.register("ev", data.events)
+    con.register("vis", data.visits)
+    deaths = _deaths(kind, source, threads)
+    con.register("deaths", deaths)
+    tables = _tables(con, data, deaths, source if kind == "mimic-iv" else None)
+    version = _content_hash(root, inputs)
+    metadata = {
+        "dataset_name": name or f"{data.source['kind']}-{source.resolve().name}",
+        "dataset_version": version,
+        "etl_name": ETL_NAME,
+        "etl_version": ETL_VERSION,
+        "meds_version": MEDS_VERSION,
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        files = _write(tmp, tables, metadata, labels, shard_subjects)
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    counts = _counts(con, tables, labels, len([f for f in files if f.startswith("data/")]))
+    log.info("%s: MEDS dataset of %d subjects, %d events", out, counts["subjects"], counts["events"])
+    return ExportResult(out, counts, files)
+
+
+def _read(kind: str, source: Path, threads: int | None) -> tuple[ReadResult, Path, list[Path]]:
+    """The reader's result, the source root and the source's input files (as ``prepare`` lists them)."""
+    if kind == "mimic-iv":
+        from .readers.mimic import TABLES, mimic_root, read_mimic
+
+        root = mimic_root(source)
+        return (
+            read_mimic(root, threads=threads),
+            root,
+            [find_table(root, rel) for rel, _, _ in TABLES.values()],
+        )
+    from .readers.meds import meds_files, read_meds
+
+    return read_meds(source, threads=threads), source, meds_files(source)
+
+
+def _check_out(out: Path, force: bool) -> None:
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    meta = out / "metadata" / "dataset.json"
+    ours = False
+    if meta.is_file():
+        try:
+            ours = json.loads(meta.read_text(encoding="utf-8")).get("etl_name") == ETL_NAME
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+            ours = False
+    if not force:
+        raise PipelineError(f"{out} exists and is not empty; pass --force to replace an earlier export")
+    if not ours:
+        raise PipelineError(
+            f"{out} exists and is not an earlier `hrrbert export-meds` folder; it is never replaced"
+        )
+
+
+def _deaths(kind: str, source: Path, threads: int | None) -> pa.Table:
+    """``subject_id``, ``time``: each subject's time of death in the source (one row per dead subject)."""
+    if kind == "mimic-iv":
+        from .readers.mimic import TABLES, mimic_root
+
+        con, _ = load_tables(mimic_root(source), {k: TABLES[k] for k in ("patients", "admissions")}, threads)
+        sql = (
+            "SELECT subject_id, coalesce(min(a.deathtime), any_value(p.dod)::TIMESTAMP) AS time FROM "
+            "(SELECT DISTINCT subject_id, dod FROM patients) p FULL JOIN (SELECT subject_id, deathtime FROM "
+            "admissions WHERE deathtime IS NOT NULL) a USING (subject_id) GROUP BY subject_id"
+        )
+    else:
+        con = connect(threads)
+        shards = sorted((source / "data").rglob("*.parquet"))
+        con.execute(
+            "CREATE TEMP TABLE raw AS SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, "
+            "code::VARCHAR AS code FROM read_parquet($1, union_by_name = true)",
+            [[duckdb_path(s) for s in shards]],
+        )
+        sql = f"SELECT subject_id, min(time) AS time FROM raw WHERE code = '{DEATH_CODE}' GROUP BY subject_id"
+    return con.sql(f"SELECT * FROM ({sql}) WHERE time IS NOT NULL ORDER BY subject_id").to_arrow_table()
+
+
+def _tables(con: duckdb.DuckDBPyConnection, data: ReadResult, deaths: pa.Table, mimic: Path | None) -> dict:
+    """The exported tables: ``events`` (sorted, whole subjects), ``codes``, ``splits``, ``labels``."""
+    code = (
+        "CASE vocabulary WHEN 'ICD9CM' THEN 'DIAGNOSIS//ICD//9//' || code WHEN 'ICD10CM' THEN "
+        "'DIAGNOSIS//ICD//10//' || code ELSE vocabulary || '/' || code END"
+    )
+    # one row per (subject, time, code), in visit and code order; then each subject's death
+    con.execute(
+        f"CREATE TEMP TABLE dx AS SELECT subject_id, visit_time AS time, {code} AS code, vocabulary, "
+        "code AS dotless, visit_index, seq FROM ev QUALIFY row_number() OVER (PARTITION BY subject_id, visit_time, "
+        f"{code} ORDER BY visit_index, seq) = 1"
+    )
+    con.execute(
+        "CREATE TEMP TABLE events AS SELECT subject_id, time, code FROM (SELECT subject_id, time, code, 0 AS k, "
+        f"visit_index, seq FROM dx UNION ALL SELECT d.subject_id, d.time, '{DEATH_CODE}', 1, NULL, NULL FROM deaths d "
+        "SEMI JOIN dx USING (subject_id)) ORDER BY subject_id, time, k, visit_index, seq"
+    )
+    codes = con.sql(
+        "SELECT code, any_value(vocabulary) AS vocabulary, any_value(dotless) AS dotless FROM dx GROUP BY code "
+        "ORDER BY code"
+    ).to_arrow_table()
+    titles = _titles(mimic) if mimic is not None else {}
+    vocab, dotless = codes["vocabulary"].to_pylist(), codes["dotless"].to_pylist()
+    parents: list[list[str]] = [[] for _ in vocab]
+    for v in (ICD9CM, ICD10CM):
+        idx = [i for i, x in enumerate(vocab) if x == v]
+        for i, dc in zip(
+            idx, dotted(pa.array([dotless[i] for i in idx], pa.string()), v).to_pylist(), strict=True
+        ):
+            parents[i] = [f"{v}/{dc}"]
+    dead = deaths.num_rows > 0
+    code_rows = {
+        "code": codes["code"].to_pylist() + [DEATH_CODE] * dead,
+        "description": [titles.get(k) for k in zip(vocab, dotless, strict=True)]
+        + ["Death of the subject"] * dead,
+        "parent_codes": parents + [[]] * dead,
+    }
+    splits = con.sql(
+        "SELECT subject_id, any_value(given_split) AS split FROM vis WHERE given_split IS NOT NULL "
+        "GROUP BY subject_id ORDER BY subject_id"
+    ).to_arrow_table()
+    labels = con.sql(
+        "WITH last AS (SELECT subject_id, max(visit_time) AS prediction_time FROM ev GROUP BY subject_id) "
+        "SELECT l.subject_id, l.prediction_time, coalesce(date_diff('day', l.prediction_time, d.time) "
+        f"BETWEEN 0 AND {MORTALITY_DAYS}, false) AS boolean_value FROM last l LEFT JOIN deaths d USING (subject_id) "
+        "ORDER BY l.subject_id"
+    ).to_arrow_table()
+    return {
+        "events": con.sql("SELECT * FROM events").to_arrow_table().cast(DATA_SCHEMA),
+        "codes": pa.table(code_rows, schema=CODES_SCHEMA),
+        "splits": splits.cast(SPLITS_SCHEMA),
+        "labels": labels.cast(LABEL_SCHEMA),
+    }
+
+
+def _titles(mimic: Path) -> dict[tuple[str, str], str]:
+    """(vocabulary, dotless code) -> long title from MIMIC-IV ``hosp/d_icd_diagnoses`` (empty without it)."""
+    from .readers.mimic import mimic_root
+
+    try:
+        path = find_table(mimic_root(mimic), "hosp/d_icd_diagnoses.csv.gz")
+    except PipelineError:
+        return {}
+    con = duckdb.connect()
+    rows = con.execute(
+        "SELECT icd_version::VARCHAR, upper(replace(trim(icd_code), '.', '')), long_title FROM read_csv($1, "
+        "header = true, all_varchar = true)",
+        [duckdb_path(path)],
+    ).fetchall()
+    return {("ICD9CM" if v == "9" else "ICD10CM", c): t for v, c, t in rows if v in ("9", "10")}
+
+
+def _write(tmp: Path, t: dict, metadata: dict, labels: bool, shard_subjects: int) -> list[str]:
+    """Write the folder into ``tmp``; the files written, relative to it."""
+    (tmp / "data").mkdir(parents=True)
+    (tmp / "metadata").mkdir()
+    files = []
+    ev = t["events"]
+    subj = ev["subject_id"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, subj[1:] != subj[:-1]]) if len(subj) else np.zeros(0, np.int64)
+    bounds = np.r_[starts[::shard_subjects], len(subj)]
+    width = len(str(max(len(bounds) - 2, 0)))
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+        rel = f"data/{i:0{width}d}.parquet"
+        pq.write_table(ev.slice(int(a), int(b - a)), tmp / rel)
+        files.append(rel)
+    (tmp / "metadata" / "dataset.json").write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+    files.append("metadata/dataset.json")
+    pq.write_table(t["codes"], tmp / "metadata" / "codes.parquet")
+    files.append("metadata/codes.parquet")
+    if t["splits"].num_rows:
+        pq.write_table(t["splits"], tmp / "metadata" / "subject_splits.parquet")
+        files.append("metadata/subject_splits.parquet")
+    if labels:
+        (tmp / "labels" / LABEL_TASK).mkdir(parents=True)
+        pq.write_table(t["labels"], tmp / "labels" / LABEL_TASK / "labels.parquet")
+        files.append(f"labels/{LABEL_TASK}/labels.parquet")
+    return files
+
+
+def _counts(con: duckdb.DuckDBPyConnection, t: dict, labels: bool, shards: int) -> dict:
+    ev = t["events"]
+    deaths = int(pc.sum(pc.equal(ev["code"], DEATH_CODE)).as_py() or 0)
+    dup = con.execute("SELECT (SELECT count(*) FROM ev) - (SELECT count(*) FROM dx)").fetchall()[0][0]
+    shared = con.execute(
+        "SELECT count(*) FROM (SELECT subject_id, visit_time FROM ev GROUP BY ALL HAVING count(DISTINCT visit_index) > 1)"
+    ).fetchall()[0][0]
+    out = {
+        "subjects": len(np.unique(ev["subject_id"].to_numpy())),
+        "events": ev.num_rows,
+        "diagnosis_events": ev.num_rows - deaths,
+        "deaths": deaths,
+        "codes": t["codes"].num_rows,
+        "shards": shards,
+        "subjects_with_split": t["splits"].num_rows,
+        "diagnosis_rows_repeated_in_a_visit": int(dup),
+        "visits_sharing_a_time": int(shared),
+    }
+    if labels:
+        out[f"label_rows_{LABEL_TASK}"] = t["labels"].num_rows
+        out[f"label_positives_{LABEL_TASK}"] = int(np.asarray(t["labels"]["boolean_value"]).sum())
+    return out
+
+
+def _content_hash(root: Path, files: list[Path]) -> str:
+    """The first 16 hex digits of a SHA-256 over the source files' paths and SHA-256s (the export's version)."""
+    from ontology_compiler.program import sha256_file
+
+    h = hashlib.sha256()
+    for f in sorted(files):
+        h.update(f"{f.relative_to(root).as_posix()}\0{sha256_file(f)}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def describe(r: ExportResult) -> str:
+    """What ``hrrbert export-meds`` prints."""
+    c = r.counts
+    lines = [
+        f"meds      {r.path}",
+        f"subjects  {c['subjects']} in {c['shards']} shard(s); {c['events']} events ({c['diagnosis_events']} "
+        f"diagnoses, {c['deaths']} deaths), {c['codes']} codes in metadata/codes.parquet",
+    ]
+    if f"label_rows_{LABEL_TASK}" in c:
+        lines.append(
+            f"labels    {r.path / 'labels' / LABEL_TASK}: {c[f'label_rows_{LABEL_TASK}']} rows, "
+            f"{c[f'label_positives_{LABEL_TASK}']} positive (finetune --labels)"
+        )
+    other = {
+        k: c[k]
+        for k in ("subjects_with_split", "diagnosis_rows_repeated_in_a_visit", "visits_sharing_a_time")
+        if c[k]
+    }
+    if other:
+        lines.append(f"counts    {', '.join(f'{k} {v}' for k, v in other.items())}")
+    return "\n".join(lines)
