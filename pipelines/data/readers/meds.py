@@ -100,7 +100,11 @@ def _type_ok(t: pa.DataType, want: str) -> bool:
         "boolean": pa.types.is_boolean,
         "list of strings": lambda x: (
             (pa.types.is_list(x) or pa.types.is_large_list(x))
-            and (pa.types.is_string(x.value_type) or pa.types.is_large_string(x.value_type))
+            and (
+                pa.types.is_string(x.value_type)
+                or pa.types.is_large_string(x.value_type)
+                or pa.types.is_null(x.value_type)
+            )  # list<null>: a column of empty lists
         ),
     }[want](t)
 

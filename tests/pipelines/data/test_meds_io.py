@@ -487,3 +487,14 @@ def test_export_meds_refusals(tmp_path, demo_cohort):
     assert res.exit_code != 0 and "exactly one of" in res.output
     assert not list(tmp_path.glob(".tmp-*"))
     assert pc.sum(pc.equal(pq.read_table(out / "data" / "0.parquet")["code"], meds.death_code)).as_py() == 1
+
+
+def test_a_codes_file_of_empty_parent_lists_is_read(tmp_path):
+    """pyarrow types a column of empty lists ``list<null>``; MEDS writers produce such files."""
+    root = write_meds_shards(tmp_path / "m", {"0.parquet": meds_shard([(1, T0, "ICD10CM/E11.9")])})
+    (root / "metadata").mkdir()
+    pq.write_table(
+        pa.table({"code": ["ICD10CM/E11.9"], "parent_codes": [[]]}), root / meds.code_metadata_filepath
+    )
+    r = read_meds(root)
+    assert r.counts["codes_in_metadata"] == 1 and r.counts["codes_with_parent_codes"] == 0
