@@ -10,13 +10,12 @@ were reported as "of inactive concepts"; ``--language 999000001000000101`` compi
 from __future__ import annotations
 
 import logging
-import shutil
-from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from rf2_edit import FIXTURE, INT, one, read_lines, write_lines
 
 from ontology_compiler import AsOfError, InputFileError, OptionError, compile_ontology
 from ontology_compiler import rf2_schema as S
@@ -24,45 +23,8 @@ from ontology_compiler.cli import main
 from ontology_compiler.sctid import make_sctid
 from ontology_compiler.summary import summary
 
-FIXTURE = Path(__file__).resolve().parents[1] / "data" / "snomed_mini_20220531"
-INT = "SnomedCT_MiniInternationalRF2_PRODUCTION_20220531T120000Z"
 T2DM = 9990104001  # Type 2 diabetes mellitus: mapped to E11.9, is-a Diabetes mellitus 9990103007
 UNKNOWN = make_sctid(9999901)  # a valid SCTID that no Concept file holds
-
-
-@pytest.fixture(autouse=True)
-def _restore_root_logger():
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-@pytest.fixture
-def release(tmp_path) -> Path:
-    dst = tmp_path / "release"
-    shutil.copytree(FIXTURE, dst)
-    return dst
-
-
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    return compile_ontology(FIXTURE, out=tmp_path_factory.mktemp("base"))
-
-
-def _one(root: Path, pattern: str) -> Path:
-    hits = sorted(root.rglob(pattern))
-    assert len(hits) == 1, hits
-    return hits[0]
-
-
-def _lines(p: Path) -> list[bytes]:
-    return p.read_bytes().split(b"\r\n")
-
-
-def _write(p: Path, lines: list[bytes]) -> None:
-    p.write_bytes(b"\r\n".join(lines))
 
 
 def _row(*values) -> bytes:
@@ -80,14 +42,14 @@ def _is_a_row(lines: list[bytes], source: int) -> int:
 
 
 def test_stated_rows_in_the_inferred_file_are_not_edges(release, tmp_path, baseline, caplog):
-    p = _one(release / INT / "Snapshot", "sct2_Relationship_Snapshot_*")
-    lines = _lines(p)
+    p = one(release / INT / "Snapshot", "sct2_Relationship_Snapshot_*")
+    lines = read_lines(p)
     i = _is_a_row(lines, T2DM)
     parts = lines[i].split(b"\t")
     rel_id = int(parts[0])
     parts[8] = str(S.STATED).encode()
     lines[i] = b"\t".join(parts)
-    _write(p, lines)
+    write_lines(p, lines)
     with caplog.at_level(logging.WARNING):
         r = compile_ontology(release, out=tmp_path / "out")
     c = r.manifest["counts"]
@@ -102,10 +64,10 @@ def test_stated_rows_in_the_inferred_file_are_not_edges(release, tmp_path, basel
 
 
 def test_inferred_rows_in_the_stated_file_are_not_stated_edges(release, tmp_path):
-    p = _one(release / INT / "Snapshot", "sct2_StatedRelationship_Snapshot_*")
-    lines = _lines(p)
+    p = one(release / INT / "Snapshot", "sct2_StatedRelationship_Snapshot_*")
+    lines = read_lines(p)
     lines[1] = b"\t".join([*lines[1].split(b"\t")[:8], str(S.INFERRED).encode(), lines[1].split(b"\t")[9]])
-    _write(p, lines)
+    write_lines(p, lines)
     r = compile_ontology(release, out=tmp_path / "out", stated=True)
     assert r.manifest["counts"]["relationships_dropped_characteristic_type"] == 1
     assert (
@@ -115,11 +77,11 @@ def test_inferred_rows_in_the_stated_file_are_not_stated_edges(release, tmp_path
 
 
 def test_additional_rows_stay_dropped_without_a_warning(release, tmp_path, baseline):
-    p = _one(release / INT / "Snapshot", "sct2_Relationship_Snapshot_*")
-    lines = _lines(p)
+    p = one(release / INT / "Snapshot", "sct2_Relationship_Snapshot_*")
+    lines = read_lines(p)
     i = _is_a_row(lines, T2DM)
     lines[i] = b"\t".join([*lines[i].split(b"\t")[:8], str(S.ADDITIONAL).encode(), lines[i].split(b"\t")[9]])
-    _write(p, lines)
+    write_lines(p, lines)
     r = compile_ontology(release, out=tmp_path / "out")
     assert r.manifest["counts"]["relationships_dropped_characteristic_type"] == 0
     assert (
@@ -132,20 +94,20 @@ def test_additional_rows_stay_dropped_without_a_warning(release, tmp_path, basel
 
 
 def test_rows_of_unknown_concepts_are_counted_apart(release, tmp_path, baseline, caplog):
-    rel = _one(release / INT / "Snapshot", "sct2_Relationship_Snapshot_*")
-    lines = _lines(rel)
+    rel = one(release / INT / "Snapshot", "sct2_Relationship_Snapshot_*")
+    lines = read_lines(rel)
     rel_id = make_sctid(9999902, "02")
     lines[-1:-1] = [
         _row(rel_id, 20220131, 1, S.CORE_MODULE, T2DM, UNKNOWN, 0, S.IS_A, S.INFERRED, S.EXISTENTIAL)
     ]
-    _write(rel, lines)
-    desc = _one(release / INT / "Snapshot", "sct2_Description_Snapshot-en_*")
-    lines = _lines(desc)
+    write_lines(rel, lines)
+    desc = one(release / INT / "Snapshot", "sct2_Description_Snapshot-en_*")
+    lines = read_lines(desc)
     desc_id = make_sctid(9999903, "01")
     lines[-1:-1] = [
         _row(desc_id, 20220131, 1, S.CORE_MODULE, UNKNOWN, "en", S.SYNONYM, "Orphan term", S.CASE_INSENSITIVE)
     ]
-    _write(desc, lines)
+    write_lines(desc, lines)
     with caplog.at_level(logging.WARNING):
         r = compile_ontology(release, out=tmp_path / "out")
     c, b = r.manifest["counts"], baseline.manifest["counts"]
@@ -202,12 +164,12 @@ def test_known_languages_still_give_synonyms(tmp_path, baseline):
 
 @pytest.mark.parametrize("date", [b"20201341", b"20210229", b"20200000"])
 def test_effective_time_must_be_a_calendar_date(release, tmp_path, date):
-    p = _one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
-    lines = _lines(p)
+    p = one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
+    lines = read_lines(p)
     parts = lines[5].split(b"\t")
     parts[1] = date
     lines[5] = b"\t".join(parts)
-    _write(p, lines)
+    write_lines(p, lines)
     with pytest.raises(InputFileError) as e:
         compile_ontology(release, out=tmp_path / "out")
     assert e.value.path == p and e.value.line == 6
@@ -215,12 +177,12 @@ def test_effective_time_must_be_a_calendar_date(release, tmp_path, date):
 
 
 def test_effective_time_in_a_refset_must_be_a_calendar_date(release, tmp_path):
-    p = _one(release / INT / "Snapshot", "der2_iisssccRefset_ExtendedMapSnapshot_*")
-    lines = _lines(p)
+    p = one(release / INT / "Snapshot", "der2_iisssccRefset_ExtendedMapSnapshot_*")
+    lines = read_lines(p)
     parts = lines[3].split(b"\t")
     parts[1] = b"20221131"
     lines[3] = b"\t".join(parts)
-    _write(p, lines)
+    write_lines(p, lines)
     with pytest.raises(InputFileError) as e:
         compile_ontology(release, out=tmp_path / "out")
     assert e.value.path == p and e.value.line == 4 and "20221131" in str(e.value)

@@ -7,56 +7,18 @@ before its active row made the concept and its relationships vanish (30 tokens i
 
 from __future__ import annotations
 
-import logging
 import shutil
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from rf2_edit import INT, one, read_lines, write_lines
 
 from ontology_compiler import DuplicateRowError, InputFileError, compile_ontology
 from ontology_compiler.cli import main
 
-FIXTURE = Path(__file__).resolve().parents[1] / "data" / "snomed_mini_20220531"
-INT = "SnomedCT_MiniInternationalRF2_PRODUCTION_20220531T120000Z"
 US = "SnomedCT_MiniUSExtensionRF2_PRODUCTION_20220301T120000Z"
 CONCEPT = b"9990104001\t"  # Type 2 diabetes mellitus, mapped (E11.9) and with relationships
-
-
-@pytest.fixture(autouse=True)
-def _restore_root_logger():
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-@pytest.fixture
-def release(tmp_path) -> Path:
-    dst = tmp_path / "release"
-    shutil.copytree(FIXTURE, dst)
-    return dst
-
-
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    return compile_ontology(FIXTURE, out=tmp_path_factory.mktemp("base"))
-
-
-def _one(root: Path, pattern: str) -> Path:
-    hits = sorted(root.rglob(pattern))
-    assert len(hits) == 1, hits
-    return hits[0]
-
-
-def _lines(p: Path) -> list[bytes]:
-    return p.read_bytes().split(b"\r\n")
-
-
-def _write(p: Path, lines: list[bytes]) -> None:
-    p.write_bytes(b"\r\n".join(lines))
 
 
 def _line_of(lines: list[bytes], prefix: bytes) -> int:
@@ -71,11 +33,11 @@ def _set(line: bytes, column: int, value: bytes) -> bytes:
 
 
 def test_inactive_copy_before_the_active_row_is_an_error(release, tmp_path):
-    p = _one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
-    lines = _lines(p)
+    p = one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
+    lines = read_lines(p)
     i = _line_of(lines, CONCEPT)
     lines.insert(i, _set(lines[i], 2, b"0"))  # same id, same effectiveTime, active 0, read first
-    _write(p, lines)
+    write_lines(p, lines)
     with pytest.raises(DuplicateRowError) as e:
         compile_ontology(release, out=tmp_path / "out")
     err = e.value
@@ -89,12 +51,12 @@ def test_inactive_copy_before_the_active_row_is_an_error(release, tmp_path):
 def test_conflict_across_packages_names_both_files(release, tmp_path):
     """The US package repeats an International concept row with the same effectiveTime but another
     definition status."""
-    intl = _one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
-    row = _lines(intl)[_line_of(_lines(intl), CONCEPT)]
-    us = _one(release / US / "Snapshot", "sct2_Concept_Snapshot_*")
-    lines = _lines(us)
+    intl = one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
+    row = read_lines(intl)[_line_of(read_lines(intl), CONCEPT)]
+    us = one(release / US / "Snapshot", "sct2_Concept_Snapshot_*")
+    lines = read_lines(us)
     lines.insert(1, _set(row, 4, b"900000000000073002"))
-    _write(us, lines)
+    write_lines(us, lines)
     with pytest.raises(DuplicateRowError) as e:
         compile_ontology(release, out=tmp_path / "out")
     assert {e.value.path, e.value.other_path} == {intl, us}
@@ -102,10 +64,10 @@ def test_conflict_across_packages_names_both_files(release, tmp_path):
 
 
 def test_conflict_in_a_full_file(release, tmp_path):
-    p = _one(release / INT / "Full", "sct2_Relationship_Full_*")
-    lines = _lines(p)
+    p = one(release / INT / "Full", "sct2_Relationship_Full_*")
+    lines = read_lines(p)
     lines[-1:-1] = [_set(lines[1], 8, b"900000000000010007")]  # same id and time, another type
-    _write(p, lines)
+    write_lines(p, lines)
     with pytest.raises(DuplicateRowError) as e:
         compile_ontology(release, out=tmp_path / "out", as_of="20220131")
     assert e.value.path == p and {e.value.line, e.value.other_line} == {2, len(lines) - 1}
@@ -113,15 +75,15 @@ def test_conflict_in_a_full_file(release, tmp_path):
 
 
 def test_identical_repeats_are_dropped_and_counted(release, tmp_path, baseline):
-    concept = _one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
-    lines = _lines(concept)
+    concept = one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
+    lines = read_lines(concept)
     i = _line_of(lines, CONCEPT)
     lines.insert(i, lines[i])
-    _write(concept, lines)
-    rel = _one(release / INT / "Snapshot", "sct2_Relationship_Snapshot_*")
-    lines = _lines(rel)
+    write_lines(concept, lines)
+    rel = one(release / INT / "Snapshot", "sct2_Relationship_Snapshot_*")
+    lines = read_lines(rel)
     lines[-1:-1] = [lines[1], lines[2]]  # two identical repeats at the end
-    _write(rel, lines)
+    write_lines(rel, lines)
     r = compile_ontology(release, out=tmp_path / "out")
     c = r.manifest["counts"]
     assert c["rows_duplicate_dropped_Concept"] == 1 and c["rows_duplicate_dropped_Relationship"] == 2

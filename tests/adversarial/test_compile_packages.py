@@ -8,46 +8,17 @@ International package of another date was merged silently.
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from rf2_edit import INT, one
 
 from ontology_compiler import InputFileError, MissingInputError, OptionError, PackageError, compile_ontology
 from ontology_compiler.cli import main
 
-FIXTURE = Path(__file__).resolve().parents[1] / "data" / "snomed_mini_20220531"
-INT = "SnomedCT_MiniInternationalRF2_PRODUCTION_20220531T120000Z"
 US = "SnomedCT_MiniUSExtensionRF2_PRODUCTION_20220301T120000Z"
-
-
-@pytest.fixture(autouse=True)
-def _restore_root_logger():
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
-
-
-@pytest.fixture
-def release(tmp_path) -> Path:
-    dst = tmp_path / "release"
-    shutil.copytree(FIXTURE, dst)
-    return dst
-
-
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    return compile_ontology(FIXTURE, out=tmp_path_factory.mktemp("base"))
-
-
-def _one(root: Path, pattern: str) -> Path:
-    hits = sorted(root.rglob(pattern))
-    assert len(hits) == 1, hits
-    return hits[0]
 
 
 def _header_only(p: Path) -> None:
@@ -62,7 +33,7 @@ def _nothing_written(out: Path) -> bool:
     "kind", ["sct2_Concept_Snapshot_*", "sct2_Description_Snapshot*", "sct2_Relationship_Snapshot_*"]
 )
 def test_international_core_file_missing_names_the_package(release, tmp_path, kind):
-    p = _one(release / INT / "Snapshot", kind)
+    p = one(release / INT / "Snapshot", kind)
     p.unlink()
     with pytest.raises(MissingInputError) as e:
         compile_ontology(release, out=tmp_path / "out")
@@ -73,7 +44,7 @@ def test_international_core_file_missing_names_the_package(release, tmp_path, ki
 
 
 def test_international_concept_header_only_is_fatal(release, tmp_path):
-    p = _one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
+    p = one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*")
     _header_only(p)
     with pytest.raises(InputFileError) as e:
         compile_ontology(release, out=tmp_path / "out")
@@ -83,7 +54,7 @@ def test_international_concept_header_only_is_fatal(release, tmp_path):
 
 
 def test_extension_relationship_empty_file_is_fatal(release, tmp_path):
-    p = _one(release / US / "Snapshot", "sct2_Relationship_Snapshot_*")
+    p = one(release / US / "Snapshot", "sct2_Relationship_Snapshot_*")
     p.write_bytes(b"")
     with pytest.raises(InputFileError) as e:
         compile_ontology(release, out=tmp_path / "out")
@@ -92,13 +63,13 @@ def test_extension_relationship_empty_file_is_fatal(release, tmp_path):
 
 
 def test_full_release_checks_packages_too(release, tmp_path):
-    _header_only(_one(release / INT / "Full", "sct2_Concept_Full_*"))
+    _header_only(one(release / INT / "Full", "sct2_Concept_Full_*"))
     with pytest.raises(InputFileError, match="INT_20220531"):
         compile_ontology(release, out=tmp_path / "out", as_of="20220131")
 
 
 def test_cli_missing_concept_file_exits_1(release, tmp_path):
-    _one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*").unlink()
+    one(release / INT / "Snapshot", "sct2_Concept_Snapshot_*").unlink()
     r = CliRunner().invoke(main, [str(release), "--out", str(tmp_path / "out"), "-q"])
     assert r.exit_code == 1, r.output
     assert "package INT_20220531" in r.output and "Traceback" not in r.output
@@ -107,7 +78,7 @@ def test_cli_missing_concept_file_exits_1(release, tmp_path):
 def test_refset_only_package_is_allowed(release, tmp_path, baseline):
     """A package of refsets only (here: a copy of the US language refset under another namespace and
     date) needs no terminology files of its own."""
-    src = _one(release / US / "Snapshot", "der2_cRefset_LanguageSnapshot-en_*")
+    src = one(release / US / "Snapshot", "der2_cRefset_LanguageSnapshot-en_*")
     pkg = release / "SnomedCT_LanguageOnly_PRODUCTION_20220401T120000Z" / "Snapshot" / "Refset" / "Language"
     pkg.mkdir(parents=True)
     header = src.read_bytes().split(b"\r\n")[0]
@@ -171,7 +142,7 @@ def test_package_option_must_name_a_package(release, tmp_path, value, error, tex
 
 
 def test_file_name_date_must_be_a_calendar_date(release, tmp_path):
-    p = _one(release / US / "Snapshot", "sct2_Concept_Snapshot_*")
+    p = one(release / US / "Snapshot", "sct2_Concept_Snapshot_*")
     bad = p.with_name(p.name.replace("20220301", "20221341"))
     p.rename(bad)
     with pytest.raises(InputFileError) as e:

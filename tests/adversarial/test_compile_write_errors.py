@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
-import logging
 import shutil
 from pathlib import Path
 
@@ -31,15 +30,6 @@ from ontology_compiler.cli import main
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIXTURE = DATA / "snomed_mini_20220531"
-
-
-@pytest.fixture(autouse=True)
-def _restore_root_logger():
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def _full_disk_after(monkeypatch, n_ok: int, exc: BaseException | None = None) -> None:
