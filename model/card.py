@@ -295,24 +295,44 @@ def write_model_card(
     except (OSError, ValueError) as e:
         raise PretrainedFileError(cfg_path, f"cannot read the model config for the card ({e})") from e
     config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
-    task = meta.get("task")
-    arch = (meta.get("architectures") or ["HRRBertForMaskedLM"])[0]
     program_lines, rel = _program_section(d, meta)
     demo = "demo" in str(rel.get("name", "")).lower() or "demo" in str(rel.get("note", "")).lower()
+    out = [
+        *_front_matter(meta, config, license, tags, demo),
+        *_data_section(meta, config, data),
+        "## Program", "", *program_lines, "",
+        *_configuration_section(meta, config),
+        *_metrics_section(metrics),
+        *_usage_section(),
+        *_use_and_limits(intended_use, limitations, demo, rel),
+    ]  # fmt: skip
+    p = d / CARD_FILE
+    try:
+        p.write_text("\n".join(out), encoding="utf-8")
+    except OSError as e:
+        raise ModelWriteError(f"{p}: could not write the model card ({e})") from e
+    return p
 
+
+def _front_matter(meta: dict, config: dict, license: str, tags: list[str] | None, demo: bool) -> list[str]:
+    """The YAML front matter the Hub reads (library, license, tags)."""
+    task = meta.get("task")
     all_tags = ["hrrbert", "hrr", "holographic-reduced-representations", "icd", "ehr", "medical"]
     all_tags += ["fill-mask"] if task is None else ["text-classification", str(task)]
     all_tags += [str(config["mode"])] if config.get("mode") else []
     all_tags += ["demo"] if demo else []
     all_tags += [t for t in tags or [] if t not in all_tags]
-    front = ["---", "library_name: hrrbert", f"license: {license}", "tags:"]
-    front += [f"- {_yaml_str(t)}" for t in all_tags]
-    front += ["---", ""]
+    return ["---", "library_name: hrrbert", f"license: {license}", "tags:",
+            *[f"- {_yaml_str(t)}" for t in all_tags], "---", ""]  # fmt: skip
 
+
+def _data_section(meta: dict, config: dict, data: str | None) -> list[str]:
+    """The title, what the model is, and the run it came from."""
+    task = meta.get("task")
     kind = "fine-tuned on " + f"`{task}`" if task else "pretrained with masked-code modelling"
-    title = f"# HRRBERT ({config.get('mode', '?')}, {kind})"
-    out = [*front, title, ""]
-    out += [
+    out = [
+        f"# HRRBERT ({config.get('mode', '?')}, {kind})",
+        "",
         "A BERT over ICD-code sequences whose token embeddings are generated from an ontology by circular "
         "convolution (holographic reduced representations): each code's vector is composed from learned "
         "vectors of the SNOMED CT concepts, description words and relations that the HRR program links it "
@@ -325,18 +345,33 @@ def write_model_card(
         out += [data, ""]
     run = [(k, meta[k]) for k in _RUN_KEYS if k in meta]
     out += [f"- {k.replace('_', ' ')}: `{_fmt(v)}`" for k, v in run] or ["- no run information was recorded"]
-    out += ["", "## Program", "", *program_lines, "", "## Configuration", "", "| field | value | meaning |"]
-    out += ["|---|---|---|"]
+    return [*out, ""]
+
+
+def _configuration_section(meta: dict, config: dict) -> list[str]:
+    arch = (meta.get("architectures") or ["HRRBertForMaskedLM"])[0]
+    out = ["## Configuration", "", "| field | value | meaning |", "|---|---|---|"]
     out += [f"| `{k}` | {_fmt(v)} | {_CONFIG_DOC.get(k, '')} |" for k, v in config.items()]
     out += [f"| vocabulary | {meta.get('n_concepts', '?')} | tokens (rows of `{VOCAB_FILE}`) |"]
-    out += [f"| architecture | {arch} | the `transformers` class this folder loads as by default |", ""]
-    out += ["## Metrics", ""]
+    return [*out, f"| architecture | {arch} | the `transformers` class this folder loads as by default |", ""]
+
+
+def _metrics_section(metrics: Mapping[str, Any] | None) -> list[str]:
     flat = _flatten(metrics or {})
-    if flat:
-        out += ["| metric | value |", "|---|---|", *[f"| {k} | {_fmt(v)} |" for k, v in flat], ""]
-    else:
-        out += ["No metrics were recorded with this folder.", ""]
-    out += [
+    if not flat:
+        return ["## Metrics", "", "No metrics were recorded with this folder.", ""]
+    return [
+        "## Metrics",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        *[f"| {k} | {_fmt(v)} |" for k, v in flat],
+        "",
+    ]
+
+
+def _usage_section() -> list[str]:
+    return [
         "## How to use",
         "",
         "```python",
@@ -355,6 +390,13 @@ def write_model_card(
         "Without `transformers`: `model.HRRBert.from_pretrained(folder)` (the program is read from "
         f"`{PROGRAM_DIR}/`).",
         "",
+    ]
+
+
+def _use_and_limits(
+    intended_use: str | None, limitations: list[str] | None, demo: bool, rel: dict
+) -> list[str]:
+    out = [
         "## Intended use",
         "",
         intended_use
@@ -382,11 +424,4 @@ def write_model_card(
         out.append(
             f"- The program carries ontology content under its own terms: {str(rel['note']).rstrip('.')}."
         )
-    out += [f"- {x}" for x in limitations or []]
-    out.append("")
-    p = d / CARD_FILE
-    try:
-        p.write_text("\n".join(out), encoding="utf-8")
-    except OSError as e:
-        raise ModelWriteError(f"{p}: could not write the model card ({e})") from e
-    return p
+    return [*out, *[f"- {x}" for x in limitations or []], ""]
