@@ -80,6 +80,11 @@ def _base_keys() -> frozenset[str]:
     return frozenset(PretrainedConfig().to_dict())
 
 
+def _bert_field(key: str) -> property:
+    """A read-only property giving the BERT config's integer field ``key`` under a transformers name."""
+    return property(lambda self: int(self.config[key]), doc=f"the BERT config's ``{key}``")
+
+
 class HRRBertConfig(PretrainedConfig):
     """The HRRBERT ``config.json`` as a ``transformers`` config.
 
@@ -133,25 +138,12 @@ class HRRBertConfig(PretrainedConfig):
     def bert_config(self) -> BertConfig:
         return BertConfig.from_dict(self.config)
 
-    @property
-    def hidden_size(self) -> int:
-        return int(self.config["dim"])
-
-    @property
-    def num_hidden_layers(self) -> int:
-        return int(self.config["n_layers"])
-
-    @property
-    def num_attention_heads(self) -> int:
-        return int(self.config["n_heads"])
-
-    @property
-    def intermediate_size(self) -> int:
-        return int(self.config["ffn_dim"])
-
-    @property
-    def max_position_embeddings(self) -> int:
-        return int(self.config["max_len"])
+    # transformers' names, read-only views of the BERT config
+    hidden_size = _bert_field("dim")
+    num_hidden_layers = _bert_field("n_layers")
+    num_attention_heads = _bert_field("n_heads")
+    intermediate_size = _bert_field("ffn_dim")
+    max_position_embeddings = _bert_field("max_len")
 
     @property
     def vocab_size(self) -> int | None:
