@@ -5,8 +5,12 @@
 writes ``hosp/{patients,admissions,diagnoses_icd,d_icd_diagnoses}.csv.gz`` (MIMIC-IV v2 hosp module),
 ``eicu/{patient,diagnosis}.csv.gz`` (eICU-CRD v2.0, a second hospital with an intensive-care case mix)
 and ``ground_truth/*.parquet`` (latent conditions, mortality probabilities, the condition behind every
-code). Patients carry latent conditions (ICD-10-CM categories, see ``cohort_space``); each visit emits
-codes below its active conditions; visits before 2115-10-01 (shifted time; 2015-10-01 real) are coded in
+code); then, for other MIMIC-IV tools (PyHealth's loader reads ``icu/icustays`` always), the tables
+hrrbert itself does not read: ``icu/icustays``, ``hosp/{procedures_icd,d_icd_procedures,prescriptions}``
+(MIMIC-IV v2.2 layouts), drawn inside the admissions from their own random stream
+(:data:`EXTRA_TABLES_STREAM`) after everything else, so that the files above do not depend on them.
+Patients carry latent conditions (ICD-10-CM categories, see ``cohort_space``); each visit emits codes
+below its active conditions; visits before 2115-10-01 (shifted time; 2015-10-01 real) are coded in
 ICD-9-CM through the GEM. Death within 182 days of the last discharge is drawn from condition severities
 and age, and written to ``dod`` (and ``deathtime`` for in-hospital deaths); ``dod`` is censored one year
 after the last discharge. Every per-row step is vectorised numpy; strings are formatted by DuckDB.
@@ -23,7 +27,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .cohort_space import CodeSpace, build_code_space
-from .cohort_write import Hospital, write_eicu, write_ground_truth, write_mimic
+from .cohort_write import Hospital, write_eicu, write_ground_truth, write_mimic, write_mimic_extra
 from .defaults import DEMO_PATIENTS
 
 log = logging.getLogger(__name__)
@@ -32,6 +36,8 @@ DAY = 86400
 SWITCH = int(np.datetime64("2115-10-01T00:00:00", "s").astype(np.int64))  # ICD-9 -> ICD-10, shifted
 START = int(np.datetime64("2108-01-01T00:00:00", "s").astype(np.int64))  # first admissions (2008 real)
 SPAN_YEARS = 14.5  # first admissions spread over 2108-2122
+# the extra MIMIC-IV tables draw from default_rng([seed, EXTRA_TABLES_STREAM]), never from the main stream
+EXTRA_TABLES_STREAM = 220
 
 
 def _groups(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -226,8 +232,13 @@ def generate_cohort(
     write_mimic(con, out / "hosp", space, mimic, rng)
     write_eicu(con, out / "eicu", space, eicu, rng)
     write_ground_truth(out / "ground_truth", space, {"mimic-iv": mimic, "eicu": eicu}, seed=seed)
+    # last, from a stream of its own: nothing above may change when these tables change
+    extra = write_mimic_extra(
+        con, out, space, mimic, SWITCH, np.random.default_rng([seed, EXTRA_TABLES_STREAM])
+    )
     log.info(
-        "cohort: %d MIMIC patients (%d diagnosis rows), %d eICU patients in %.1f s -> %s",
-        n_patients, len(mimic.row_visit), n_eicu, time.perf_counter() - t0, out,
+        "cohort: %d MIMIC patients (%d diagnosis rows; %d ICU stays, %d procedure and %d prescription rows), "
+        "%d eICU patients in %.1f s -> %s", n_patients, len(mimic.row_visit), extra["icu/icustays"],
+        extra["hosp/procedures_icd"], extra["hosp/prescriptions"], n_eicu, time.perf_counter() - t0, out,
     )  # fmt: skip
     return out

@@ -1,5 +1,6 @@
 """Writers for the synthetic cohort: MIMIC-IV ``hosp/`` and eICU tables (gzip CSV, exact column order of
-the real releases, quotes only around fields that need them, as DuckDB writes them) and ``ground_truth/``.
+the real releases, quotes only around fields that need them, as DuckDB writes them), ``ground_truth/``,
+and the MIMIC-IV tables only other tools read (``icu/icustays``, procedures, prescriptions).
 
 Numeric arrays come from ``cohort.simulate_hospital``; every string (timestamps, dotted codes,
 categorical columns) is formatted by DuckDB over Arrow tables, so nothing loops per row in Python.
@@ -290,3 +291,296 @@ def write_ground_truth(root: Path, space: CodeSpace, hospitals: dict[str, Hospit
         "generator": "pipelines.demo.cohort", "seed": seed, "note": "synthetic patients; not real EHR data",
         "files": ["patients.parquet", "conditions.parquet", "codes.parquet", "condition_catalog.parquet"],
     }, indent=2) + "\n")  # fmt: skip
+
+
+# ---------------------------------------------------------------- the tables other MIMIC-IV tools read
+# Written after everything else from their own random stream (``cohort.EXTRA_TABLES_STREAM``), so the
+# files above and ``ground_truth/`` are byte-identical with or without them. Layouts: MIMIC-IV v2.2.
+MIMIC_EXTRA_COLUMNS = {
+    "icu/icustays": "subject_id,hadm_id,stay_id,first_careunit,last_careunit,intime,outtime,los",
+    "hosp/procedures_icd": "subject_id,hadm_id,seq_num,chartdate,icd_code,icd_version",
+    "hosp/d_icd_procedures": "icd_code,icd_version,long_title",
+    "hosp/prescriptions": (
+        "subject_id,hadm_id,pharmacy_id,poe_id,poe_seq,order_provider_id,starttime,stoptime,drug_type,drug,"
+        "formulary_drug_cd,gsn,ndc,prod_strength,form_rx,dose_val_rx,dose_unit_rx,form_val_disp,form_unit_disp,"
+        "doses_per_24_hrs,route"
+    ),
+}
+DAY_S = 86400
+ICU = -1  # group of the catalogue entries drawn for ICU admissions; 0: any admission; 1-22: ICD-10 chapter
+# ICD procedures: (ICD-9-CM vol. 3 code, its title, ICD-10-PCS code, its title, group)
+PROCEDURES = [
+    ("3893", "Venous catheterization, not elsewhere classified", "02HV33Z",
+     "Insertion of Infusion Device into Superior Vena Cava, Percutaneous Approach", ICU),
+    ("9671", "Continuous invasive mechanical ventilation for less than 96 consecutive hours", "5A1945Z",
+     "Respiratory Ventilation, 24-96 Consecutive Hours", ICU),
+    ("9672", "Continuous invasive mechanical ventilation for 96 consecutive hours or more", "5A1955Z",
+     "Respiratory Ventilation, Greater than 96 Consecutive Hours", ICU),
+    ("9604", "Insertion of endotracheal tube", "0BH17EZ",
+     "Insertion of Endotracheal Airway into Trachea, Via Natural or Artificial Opening", ICU),
+    ("9904", "Transfusion of packed cells", "30233N1",
+     "Transfusion of Nonautologous Red Blood Cells into Peripheral Vein, Percutaneous Approach", 0),
+    ("5794", "Insertion of indwelling urinary catheter", "0T9B70Z",
+     "Drainage of Bladder with Drainage Device, Via Natural or Artificial Opening", 0),
+    ("9921", "Injection of antibiotic", "3E03329",
+     "Introduction of Other Anti-infective into Peripheral Vein, Percutaneous Approach", 1),
+    ("9915", "Parenteral infusion of concentrated nutritional substances", "3E0436Z",
+     "Introduction of Nutritional Substance into Central Vein, Percutaneous Approach", 2),
+    ("0331", "Spinal tap", "009U3ZX", "Drainage of Spinal Canal, Percutaneous Approach, Diagnostic", 6),
+    ("8703", "Computerized axial tomography of head", "B020ZZZ", "Computerized Tomography (CT Scan) of Brain", 6),
+    ("4311", "Percutaneous [endoscopic] gastrostomy [PEG]", "0DH63UZ",
+     "Insertion of Feeding Device into Stomach, Percutaneous Approach", 6),
+    ("8872", "Diagnostic ultrasound of heart", "B246ZZZ", "Ultrasonography of Right and Left Heart", 9),
+    ("8856", "Coronary arteriography using two catheters", "B2111ZZ",
+     "Fluoroscopy of Multiple Coronary Arteries using Low Osmolar Contrast", 9),
+    ("3722", "Left heart cardiac catheterization", "4A023N7",
+     "Measurement of Cardiac Sampling and Pressure, Left Heart, Percutaneous Approach", 9),
+    ("3607", "Insertion of drug-eluting coronary artery stent(s)", "027034Z",
+     "Dilation of Coronary Artery, One Artery with Drug-eluting Intraluminal Device, Percutaneous Approach", 9),
+    ("3611", "(Aorto)coronary bypass of one coronary artery", "021009W",
+     "Bypass Coronary Artery, One Artery from Aorta with Autologous Venous Tissue, Open Approach", 9),
+    ("3491", "Thoracentesis", "0W993ZZ", "Drainage of Right Pleural Cavity, Percutaneous Approach", 10),
+    ("9390", "Non-invasive mechanical ventilation", "5A09357",
+     "Assistance with Respiratory Ventilation, Less than 24 Consecutive Hours, Continuous Positive Airway Pressure", 10),
+    ("4516", "Esophagogastroduodenoscopy [EGD] with closed biopsy", "0DB68ZX",
+     "Excision of Stomach, Via Natural or Artificial Opening Endoscopic, Diagnostic", 11),
+    ("5123", "Laparoscopic cholecystectomy", "0FT44ZZ", "Resection of Gallbladder, Percutaneous Endoscopic Approach", 11),
+    ("4701", "Laparoscopic appendectomy", "0DTJ4ZZ", "Resection of Appendix, Percutaneous Endoscopic Approach", 11),
+    ("5491", "Percutaneous abdominal drainage", "0W9G3ZZ", "Drainage of Peritoneal Cavity, Percutaneous Approach", 11),
+    ("8622", "Excisional debridement of wound, infection, or burn", "0JBN0ZZ",
+     "Excision of Right Lower Leg Subcutaneous Tissue and Fascia, Open Approach", 12),
+    ("8154", "Total knee replacement", "0SRD0J9",
+     "Replacement of Left Knee Joint with Synthetic Substitute, Cemented, Open Approach", 13),
+    ("8151", "Total hip replacement", "0SR9019",
+     "Replacement of Right Hip Joint with Metal on Polyethylene Synthetic Substitute, Cemented, Open Approach", 13),
+    ("3995", "Hemodialysis", "5A1D70Z", "Performance of Urinary Filtration, Intermittent, Less than 6 Hours Per Day", 14),
+    ("741", "Low cervical cesarean section", "10D00Z1", "Extraction of Products of Conception, Low, Open Approach", 15),
+    ("7935", "Open reduction of fracture with internal fixation, femur", "0QS604Z",
+     "Reposition Right Upper Femur with Internal Fixation Device, Open Approach", 19),
+]  # fmt: skip
+# Drugs: (drug, drug_type, prod_strength, dose_val_rx, dose_unit_rx, form_val_disp, form_unit_disp,
+# doses_per_24_hrs, route, group). Names and strengths as MIMIC writes them; the codes written with them
+# (formulary_drug_cd, gsn, ndc) are synthetic (see ``_drugs_table``), not real product codes.
+DRUGS = [
+    ("Sodium Chloride 0.9%  Flush", "MAIN", "10 mL Syringe", "3", "mL", "0.3", "SYR", 3, "IV", 0),
+    ("Heparin", "MAIN", "5000 Units / mL- 1mL Vial", "5000", "UNIT", "1", "mL", 3, "SC", 0),
+    ("Acetaminophen", "MAIN", "325mg Tablet", "650", "mg", "2", "TAB", 4, "PO/NG", 0),
+    ("Docusate Sodium", "MAIN", "100mg Capsule", "100", "mg", "1", "CAP", 2, "PO", 0),
+    ("Senna", "MAIN", "8.6 mg Tab", "8.6", "mg", "1", "TAB", 2, "PO", 0),
+    ("Ondansetron", "MAIN", "2mg/mL-2mL", "4", "mg", "2", "mL", 3, "IV", 0),
+    ("Pantoprazole", "MAIN", "40mg Tablet", "40", "mg", "1", "TAB", 1, "PO", 0),
+    ("0.9% Sodium Chloride", "BASE", "1000mL Bag", "1000", "mL", "1000", "mL", 1, "IV", 0),
+    ("Potassium Chloride", "ADDITIVE", "20mEq Premix", "20", "mEq", "1", "BAG", 1, "IV", 0),
+    ("Magnesium Sulfate", "MAIN", "2 g / 50 mL Premix Bag", "2", "gm", "1", "BAG", 1, "IV", 0),
+    ("Propofol", "MAIN", "1000mg/100mL Vial", "10", "mcg/kg/min", "0.1", "VIAL", 1, "IV DRIP", ICU),
+    ("Norepinephrine", "MAIN", "4mg/250mL Premix Bag", "0.06", "mcg/kg/min", "0.1", "BAG", 1, "IV DRIP", ICU),
+    ("Fentanyl Citrate", "MAIN", "2500mcg/50mL Premix", "50", "mcg/hr", "1", "BAG", 1, "IV DRIP", ICU),
+    ("Vancomycin", "MAIN", "1g Vial", "1000", "mg", "1", "VIAL", 2, "IV", 1),
+    ("Piperacillin-Tazobactam", "MAIN", "4.5 g Vial", "4.5", "g", "1", "VIAL", 3, "IV", 1),
+    ("CeftriaXONE", "MAIN", "1g Vial", "1", "gm", "1", "VIAL", 1, "IV", 1),
+    ("Morphine Sulfate", "MAIN", "2mg Syringe", "2", "mg", "1", "SYR", 6, "IV", 2),
+    ("Dexamethasone", "MAIN", "4mg Tab", "4", "mg", "1", "TAB", 2, "PO", 2),
+    ("Insulin", "MAIN", "100 Units / mL - 10 mL Vial", "0", "UNIT", "0", "mL", 4, "SC", 4),
+    ("MetFORMIN (Glucophage)", "MAIN", "500 mg Tab", "500", "mg", "1", "TAB", 2, "PO", 4),
+    ("Levothyroxine Sodium", "MAIN", "50mcg Tablet", "50", "mcg", "1", "TAB", 1, "PO", 4),
+    ("Atorvastatin", "MAIN", "40mg Tablet", "40", "mg", "1", "TAB", 1, "PO", 4),
+    ("Sertraline", "MAIN", "50mg Tablet", "50", "mg", "1", "TAB", 1, "PO", 5),
+    ("Lorazepam", "MAIN", "0.5mg Tablet", "0.5", "mg", "1", "TAB", 2, "PO", 5),
+    ("QUEtiapine Fumarate", "MAIN", "25mg Tablet", "25", "mg", "1", "TAB", 1, "PO", 5),
+    ("LevETIRAcetam", "MAIN", "500mg Tablet", "500", "mg", "1", "TAB", 2, "PO", 6),
+    ("Gabapentin", "MAIN", "300mg Capsule", "300", "mg", "1", "CAP", 3, "PO", 6),
+    ("Furosemide", "MAIN", "20mg/2mL Vial", "40", "mg", "4", "mL", 2, "IV", 9),
+    ("Metoprolol Tartrate", "MAIN", "25mg Tablet", "25", "mg", "1", "TAB", 2, "PO", 9),
+    ("Aspirin", "MAIN", "81mg Tablet", "81", "mg", "1", "TAB", 1, "PO", 9),
+    ("Lisinopril", "MAIN", "10mg Tablet", "10", "mg", "1", "TAB", 1, "PO", 9),
+    ("Warfarin", "MAIN", "5mg Tablet", "5", "mg", "1", "TAB", 1, "PO", 9),
+    ("Clopidogrel", "MAIN", "75mg Tablet", "75", "mg", "1", "TAB", 1, "PO", 9),
+    ("Albuterol 0.083% Neb Soln", "MAIN", "2.5mg/3mL Neb", "1", "NEB", "1", "NEB", 4, "IH", 10),
+    ("Ipratropium Bromide Neb", "MAIN", "0.5mg/2.5mL Neb", "1", "NEB", "1", "NEB", 4, "IH", 10),
+    ("PredniSONE", "MAIN", "20mg Tablet", "40", "mg", "2", "TAB", 1, "PO", 10),
+    ("Lactulose", "MAIN", "30mL UD", "30", "mL", "1", "UDCUP", 3, "PO", 11),
+    ("Famotidine", "MAIN", "20mg Tablet", "20", "mg", "1", "TAB", 2, "PO", 11),
+    ("OxyCODONE (Immediate Release)", "MAIN", "5mg Tablet", "5", "mg", "1", "TAB", 4, "PO", 13),
+    ("Enoxaparin Sodium", "MAIN", "40mg / 0.4 mL Syringe", "40", "mg", "1", "SYR", 1, "SC", 13),
+    ("Tamsulosin", "MAIN", "0.4mg Capsule", "0.4", "mg", "1", "CAP", 1, "PO", 14),
+    ("Sodium Bicarbonate", "MAIN", "650mg Tablet", "650", "mg", "1", "TAB", 2, "PO", 14),
+    ("Oxytocin", "MAIN", "30 Units / 500 mL Premix Bag", "30", "UNIT", "1", "BAG", 1, "IV", 15),
+    ("HYDROmorphone (Dilaudid)", "MAIN", "2mg Tablet", "2", "mg", "1", "TAB", 6, "PO", 19),
+]  # fmt: skip
+CARE_UNITS = ["Medical Intensive Care Unit (MICU)", "Medical/Surgical Intensive Care Unit (MICU/SICU)",
+              "Surgical Intensive Care Unit (SICU)", "Cardiac Vascular Intensive Care Unit (CVICU)",
+              "Coronary Care Unit (CCU)", "Trauma SICU (TSICU)", "Neuro Surgical Intensive Care Unit (Neuro SICU)"]  # fmt: skip
+
+
+@dataclass
+class _Visits:
+    """Per admission of one hospital: what the extra tables are drawn from."""
+
+    subject: np.ndarray  # (V,) subject_id
+    hadm: np.ndarray  # (V,) hadm_id
+    admit: np.ndarray  # (V,) seconds
+    disch: np.ndarray  # (V,) seconds
+    icd9: np.ndarray  # (V,) bool: coded in ICD-9 (admitted before the switch)
+    died: np.ndarray  # (V,) bool: died in this admission (deathtime = dischtime)
+    first_row: np.ndarray  # (V,) first diagnosis row
+    n_rows: np.ndarray  # (V,) diagnosis rows (>= 1)
+    row_chapter: np.ndarray  # (R,) ICD-10 chapter of each diagnosis row's condition
+
+
+def write_mimic_extra(con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital,
+                      switch: int, rng: np.random.Generator) -> dict[str, int]:  # fmt: skip
+    """``icu/icustays``, ``hosp/procedures_icd``, ``hosp/d_icd_procedures`` and ``hosp/prescriptions``
+    (MIMIC-IV v2.2 layouts, gzip CSV) for the admissions of ``h``; every row lies inside its admission and
+    carries its ``subject_id`` and ``hadm_id``. ``rng`` is used by nothing else. Returns the row counts."""
+    v = len(h.visit_patient)
+    last = np.r_[h.visit_patient[1:] != h.visit_patient[:-1], True]
+    n_rows = np.bincount(h.row_visit, minlength=v)
+    vis = _Visits(
+        subject=h.subject[h.visit_patient], hadm=h.visit_id, admit=h.admit, disch=h.disch, icd9=h.admit < switch,
+        died=last & h.died_in_hospital[h.visit_patient], first_row=np.cumsum(n_rows) - n_rows, n_rows=n_rows,
+        row_chapter=space.chapter[h.row_condition].astype(np.int64),
+    )  # fmt: skip
+    icu_visit = rng.random(v) < np.where(vis.died, 0.8, 0.2)
+    counts = {"icu/icustays": _write_icustays(con, root, vis, icu_visit, rng)}
+    counts.update(_write_procedures(con, root, vis, icu_visit, rng))
+    counts["hosp/prescriptions"] = _write_prescriptions(con, root, vis, icu_visit, rng)
+    return counts
+
+
+def _chapter_draw(rng: np.random.Generator, vis: _Visits, row_visit: np.ndarray, icu: np.ndarray,
+                  groups: np.ndarray, p_icu: float, p_chapter: float) -> np.ndarray:  # fmt: skip
+    """One catalogue index per row: for a row of an ICU admission an ICU entry with ``p_icu``; else with
+    ``p_chapter`` an entry of the chapter of one of the admission's diagnoses (when the catalogue has
+    one); else an entry for any admission (Zipf-skewed)."""
+    n = len(row_visit)
+    diag = vis.first_row[row_visit] + (rng.random(n) * vis.n_rows[row_visit]).astype(np.int64)
+    chapter = vis.row_chapter[diag]
+    u_icu, u_chapter, pick = rng.random(n), rng.random(n), rng.random(n)
+    general = np.flatnonzero(groups == 0)
+    out = general[_pick(rng, n, len(general)) - 1]
+    by_chapter = [np.flatnonzero(groups == c) for c in range(23)]
+    size = np.array([len(x) for x in by_chapter])
+    offsets = np.concatenate([[0], np.cumsum(size)])
+    flat = np.concatenate(by_chapter)
+    tied = (u_chapter < p_chapter) & (size[chapter] > 0)
+    out[tied] = flat[offsets[chapter[tied]] + (pick[tied] * size[chapter[tied]]).astype(np.int64)]
+    icu_entries = np.flatnonzero(groups == ICU)
+    to_icu = icu[row_visit] & (u_icu < p_icu)
+    out[to_icu] = icu_entries[(pick[to_icu] * len(icu_entries)).astype(np.int64)]
+    return out
+
+
+def _write_icustays(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray,
+                    rng: np.random.Generator) -> int:  # fmt: skip
+    """One ICU stay in each ICU admission, two (in its two halves) in 8 % of those longer than 3 days."""
+    span = vis.disch - vis.admit
+    two = icu_visit & (span > 3 * DAY_S) & (rng.random(len(span)) < 0.08)
+    n_stays = icu_visit.astype(np.int64) + two
+    stay_visit = np.repeat(np.arange(len(span)), n_stays)
+    second = np.r_[False, stay_visit[1:] == stay_visit[:-1]]
+    half = np.where(two[stay_visit], span[stay_visit] // 2, span[stay_visit])
+    w0 = vis.admit[stay_visit] + np.where(second, half, 0)
+    w1 = np.where(two[stay_visit] & ~second, w0 + half, vis.disch[stay_visit])
+    s = len(stay_visit)
+    intime = w0 + (rng.random(s) * 0.4 * (w1 - w0)).astype(np.int64)
+    outtime = intime + ((0.2 + 0.75 * rng.random(s)) * (w1 - intime)).astype(np.int64)
+    last_stay = np.r_[~second[1:], True]
+    dies_in_icu = vis.died[stay_visit] & last_stay & (rng.random(s) < 0.7)
+    outtime = np.where(dies_in_icu, vis.disch[stay_visit], np.maximum(outtime, intime + 3600))
+    outtime = np.minimum(outtime, vis.disch[stay_visit])
+    chapter = vis.row_chapter[vis.first_row[stay_visit]]
+    first = np.select([chapter == 9, chapter == 6, chapter == 19], [3 + (rng.random(s) < 0.5), 6, 5],
+                      _pick(rng, s, 3) - 1) + 1  # fmt: skip
+    moved = rng.random(s) < 0.12
+    lastu = np.where(moved, _pick(rng, s, len(CARE_UNITS)), first)
+    con.register("icu", pa.table({
+        "subject_id": vis.subject[stay_visit], "hadm_id": vis.hadm[stay_visit],
+        "stay_id": 30_000_000 + rng.choice(9_000_000, size=s, replace=False), "first": first, "lastu": lastu,
+        "intime": intime, "outtime": outtime,
+    }))  # fmt: skip
+    _copy(con, "SELECT * FROM icu ORDER BY subject_id, intime", root / "icu" / "icustays.csv.gz",
+          f"subject_id, hadm_id, stay_id, {_lit(CARE_UNITS)}[first] AS first_careunit, {_lit(CARE_UNITS)}[lastu] "
+          f"AS last_careunit, {_ts('intime')} AS intime, {_ts('outtime')} AS outtime, "
+          "(outtime - intime) / 86400.0 AS los")  # fmt: skip
+    return s
+
+
+def _write_procedures(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray,
+                      rng: np.random.Generator) -> dict[str, int]:  # fmt: skip
+    """``procedures_icd`` (Poisson 1.2 per admission, 2.7 in ICU admissions; ICD-9-CM before the switch,
+    ICD-10-PCS after, like the diagnoses) and the ``d_icd_procedures`` of the catalogue."""
+    v = len(vis.hadm)
+    n = rng.poisson(np.where(icu_visit, 2.7, 1.2))
+    row_visit = np.repeat(np.arange(v), n)
+    proc = _chapter_draw(rng, vis, row_visit, icu_visit, np.array([p[4] for p in PROCEDURES]), 0.45, 0.6)
+    seq = np.arange(len(row_visit)) - np.repeat(np.cumsum(n) - n, n) + 1
+    day = vis.admit[row_visit] + (rng.random(len(row_visit)) * (vis.disch - vis.admit)[row_visit]).astype(
+        np.int64
+    )
+    k = len(PROCEDURES)
+    con.register("pcat", pa.table({
+        "code_idx": np.arange(2 * k, dtype=np.int64),
+        "icd_code": [p[0] for p in PROCEDURES] + [p[2] for p in PROCEDURES],
+        "icd_version": np.repeat(np.array([9, 10], dtype=np.int64), k),
+        "long_title": [p[1] for p in PROCEDURES] + [p[3] for p in PROCEDURES],
+    }))  # fmt: skip
+    con.register("pr", pa.table({
+        "subject_id": vis.subject[row_visit], "hadm_id": vis.hadm[row_visit], "seq_num": seq,
+        "day": day, "code_idx": proc + np.where(vis.icd9[row_visit], 0, k),
+    }))  # fmt: skip
+    _copy(con, "SELECT * FROM pr JOIN pcat USING (code_idx) ORDER BY subject_id, hadm_id, seq_num",
+          root / "hosp" / "procedures_icd.csv.gz",
+          "subject_id, hadm_id, seq_num, strftime(make_timestamp(day * 1000000), '%Y-%m-%d') AS chartdate, "
+          "icd_code, icd_version")  # fmt: skip
+    _copy(con, "SELECT * FROM pcat ORDER BY icd_code, icd_version", root / "hosp" / "d_icd_procedures.csv.gz",
+          MIMIC_EXTRA_COLUMNS["hosp/d_icd_procedures"])  # fmt: skip
+    return {"hosp/procedures_icd": len(row_visit), "hosp/d_icd_procedures": 2 * k}
+
+
+def _drugs_table() -> pa.Table:
+    """The drug catalogue with synthetic codes: ``formulary_drug_cd`` from the name and strength, and
+    ``gsn`` and ``ndc`` numbered in the catalogue's order (an NDC of labeler 99999, which names no product)."""
+    cols = list(zip(*DRUGS, strict=True))
+    k = len(DRUGS)
+    fdc = ["".join(ch for ch in d[0] if ch.isalpha())[:4].upper() + "".join(ch for ch in d[2] if ch.isdigit())[:4]
+           for d in DRUGS]  # fmt: skip
+    return pa.table({
+        "drug_idx": np.arange(k, dtype=np.int64), "drug_type": cols[1], "drug": cols[0], "formulary_drug_cd": fdc,
+        "gsn": [f"{70001 + 17 * i:06d}" for i in range(k)], "ndc": [f"99999{i + 1:04d}01" for i in range(k)],
+        "prod_strength": cols[2], "dose_val_rx": cols[3], "dose_unit_rx": cols[4], "form_val_disp": cols[5],
+        "form_unit_disp": cols[6], "doses_per_24_hrs": np.array(cols[7], dtype=np.float64), "route": cols[8],
+    })  # fmt: skip
+
+
+def _write_prescriptions(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray,
+                         rng: np.random.Generator) -> int:  # fmt: skip
+    """``prescriptions``: 1 + Poisson 5 orders per admission (+4 in ICU admissions), each starting and
+    stopping inside its admission; ``poe_seq`` numbers a patient's orders by start time."""
+    v = len(vis.hadm)
+    n = 1 + rng.poisson(np.where(icu_visit, 9.0, 5.0))
+    row_visit = np.repeat(np.arange(v), n)
+    r = len(row_visit)
+    drug = _chapter_draw(rng, vis, row_visit, icu_visit, np.array([d[9] for d in DRUGS]), 0.35, 0.45)
+    span = (vis.disch - vis.admit)[row_visit]
+    start = vis.admit[row_visit] + (rng.random(r) ** 1.5 * 0.9 * span).astype(np.int64)
+    start -= start % 60
+    stop = np.minimum(start + (rng.exponential(2 * DAY_S, r)).astype(np.int64) + 3600, vis.disch[row_visit])
+    stop = np.maximum(stop - stop % 60, start)
+    subject, pharmacy = vis.subject[row_visit], 1 + rng.choice(99_000_000, size=r, replace=False)
+    order = np.lexsort((pharmacy, start, subject))  # a patient's orders by start time
+    seq = np.empty(r, dtype=np.int64)
+    seq[order] = np.arange(r) - np.searchsorted(subject[order], subject[order]) + 1
+    con.register("drugs", _drugs_table())
+    con.register("rx", pa.table({
+        "subject_id": subject, "hadm_id": vis.hadm[row_visit], "pharmacy_id": pharmacy, "drug_idx": drug,
+        "start": start, "stop": stop, "seq": seq, "prov": rng.integers(10000, 99999, r),
+        "no_prov": rng.random(r) < 0.03, "no_poe": rng.random(r) < 0.05,
+    }))  # fmt: skip
+    _copy(con, "SELECT * FROM rx JOIN drugs USING (drug_idx) ORDER BY subject_id, hadm_id, start, pharmacy_id",
+          root / "hosp" / "prescriptions.csv.gz",
+          "subject_id, hadm_id, pharmacy_id, CASE WHEN NOT no_poe THEN printf('%d-%d', subject_id, seq) END AS poe_id, "
+          "CASE WHEN NOT no_poe THEN seq END AS poe_seq, CASE WHEN NOT no_prov THEN printf('P%05X', prov) END "
+          f"AS order_provider_id, {_ts('start')} AS starttime, {_ts('stop')} AS stoptime, drug_type, drug, "
+          "formulary_drug_cd, gsn, ndc, prod_strength, NULL AS form_rx, dose_val_rx, dose_unit_rx, form_val_disp, "
+          "form_unit_disp, doses_per_24_hrs, route")  # fmt: skip
+    return r
