@@ -76,6 +76,8 @@ def check_options(fmt: str, options: dict) -> None:
         raise OptionError(f"{_flags(owl_only)}: OWL options, only for --format owl")
     if fmt == "owl" and (rf2_only := [k for k in given if k in RF2_OPTIONS]):
         raise OptionError(f"{_flags(rf2_only)}: RF2 options, not for --format owl")
+    if fmt == "owl" and "code_prefixes" in given and "code_property" not in given:
+        raise OptionError("--code-prefix narrows the values of --code-property; give --code-property too")
 
 
 def compile_source(src: str | Path, *, format: str = "auto", **options) -> CompileResult:

@@ -9,13 +9,18 @@ Which classes become tokens (rows of ``concepts.parquet``):
   the class CURIE. Entries that match no live class are counted and listed in the manifest.
 - ``code_property``: an annotation property (e.g. ``oboInOwl:hasDbXref``) whose values ``PREFIX:CODE``
   with a prefix in :data:`CODE_PREFIXES` select classes; the token is the code (vocabulary from the
-  table, ICD codes dotless as MIMIC writes them) and maps to every class that names it.
+  table, ICD codes dotless as MIMIC writes them) and maps to every class that names it. A versioned
+  prefix (``SNOMEDCT_US_2025_09_01``) counts as its base (``SNOMEDCT_US``). Values that are ranges
+  (``ICD10CM:I00-I02``) or not a code of their vocabulary's shape are skipped, counted and warned: a
+  range names a block of the classification, not a code, and one class per range member would bind
+  the block's codes to the broad class as well as to their own.
 - neither: every live class is a token (vocabulary ``OWL``).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -55,7 +60,19 @@ CODE_PREFIXES = {
     "SNOMEDCT_US": "SNOMEDCT", "SNOMEDCT": "SNOMEDCT", "SNOMED": "SNOMEDCT", "SCTID": "SNOMEDCT",
 }  # fmt: skip
 ICD_RULES = {icd.ICD10CM: icd.ICD10CM, "ICD10": icd.ICD10CM, icd.ICD9CM: icd.ICD9CM}  # dot + chapter rules
+# the shape of a (dotless, upper-case) code per vocabulary; other values are skipped and counted
+CODE_SHAPES = {
+    icd.ICD10CM: re.compile(r"^[A-Z][0-9][0-9A-Z][0-9A-Z]{0,4}$"),
+    "ICD10": re.compile(r"^[A-Z][0-9][0-9A-Z][0-9A-Z]{0,4}$"),
+    icd.ICD9CM: re.compile(r"^([0-9]{3}|V[0-9]{2}|E[0-9]{3})[0-9]{0,2}$"),
+    "SNOMEDCT": re.compile(r"^[0-9]{6,18}$"),
+}
+VERSIONED_PREFIX_RE = re.compile(r"^(.+?)[_-](\d{4})[_-]?(\d{2})[_-]?(\d{2})$")  # SNOMEDCT_US_2025_09_01
+RANGE_DASHES = ("-", "\u2013")
+# enters the program id of code-property programs: what the code values' rules are
+CODE_VALUE_RULES = "ranges and malformed codes skipped; PREFIX_<date> is PREFIX"
 MAX_LISTED = 1000
+MAX_EXAMPLES = 5
 
 
 def compile_owl(
@@ -74,14 +91,17 @@ def compile_owl(
     """Compile the OWL file ``path`` into ``out/<name>/<program_id>/`` (``name``: the file's stem).
 
     ``codes`` (a file of IRIs/CURIEs) or ``code_property`` (CURIE or IRI; ``code_prefixes`` limits the
-    accepted prefixes, default all of :data:`CODE_PREFIXES`) choose the tokens; with neither, every
-    class is one. ``label_properties``/``synonym_properties`` are CURIEs or IRIs. ``language`` keeps
-    literals without a tag or tagged with it (``None``: all). Identical inputs and options give the
-    same ``program_id``; recompiling is then a no-op.
+    accepted prefixes, default all of :data:`CODE_PREFIXES`, a version suffix allowed) choose the
+    tokens; with neither, every class is one. ``label_properties``/``synonym_properties`` are CURIEs
+    or IRIs. ``language`` keeps literals without a tag or tagged with it (``None``: all). Identical
+    inputs and options give the same ``program_id``; recompiling is then a no-op.
 
     Raises:
         MissingInputError: ``path`` or ``codes`` does not exist.
-        InputFileError: owlready2 cannot parse the file (formats tried named), or it has no classes.
+        InputFileError: the parser of the file's format rejects it (its message, line and column), or
+            the file has no classes.
+        ValueError: both ``codes`` and ``code_property``; ``code_prefixes`` without ``code_property``;
+            an unknown code prefix.
         HierarchyCycleError: ``subClassOf`` has a cycle (``members``: the class CURIEs).
     """
     t_start = time.perf_counter()
@@ -90,6 +110,8 @@ def compile_owl(
         raise MissingInputError(f"{path}: OWL file not found")
     if codes is not None and code_property is not None:
         raise ValueError("give either codes (a file of classes) or code_property, not both")
+    if code_prefixes and code_property is None:
+        raise ValueError("code_prefixes narrow code_property's values; give code_property too")
     label_iris = [expand(x) for x in label_properties]
     synonym_iris = [expand(x) for x in synonym_properties]
     code_iri = expand(code_property) if code_property is not None else None
@@ -104,6 +126,8 @@ def compile_owl(
     options = {"format": "owl", "tokens": mode, "label_properties": label_iris, "synonym_properties": synonym_iris,
                "code_property": code_iri, "code_prefixes": sorted(prefixes) if code_iri else None,
                "language": language}  # fmt: skip
+    if code_iri:
+        options["code_value_rules"] = CODE_VALUE_RULES
     pid = program_id(inputs, options)
     if (done := up_to_date(out_dir, pid)) is not None:
         return done
@@ -113,8 +137,10 @@ def compile_owl(
     with timed(timings, "graph"):
         counts = Counter(og.counts)
         terms, labels = _terms(og, live, label_iris, synonym_iris, counts)
+        notes: list[str] = []
+        requested = prefixes if code_prefixes is not None else None
         tokens, token_class, unmatched = _choose_tokens(
-            mode, og, live, labels, codes, code_iri, prefixes, counts
+            mode, og, live, labels, codes, code_iri, prefixes, counts, requested, notes
         )
         rel_edges, wedges, concept_labels = _graph(og, token_class, terms, labels, stop_words)
     with timed(timings, "program_tables"):
@@ -129,9 +155,8 @@ def compile_owl(
         "counts": _counts(counts, tables),
         "coverage": _coverage(tokens, token_class, live, unmatched, counts),
         "codes_unmatched": unmatched[:MAX_LISTED],
-        "findings": [
-            f"{k}: {v}" for k, v in sorted(counts.items()) if k.startswith(("unsupported", "named_eq"))
-        ],
+        "findings": notes
+        + [f"{k}: {v}" for k, v in sorted(counts.items()) if k.startswith(("unsupported", "named_eq"))],
         "timings": timings,
     }
     return publish_program(out_dir, pid, tables, graph_tables, manifest, t_start)
@@ -161,13 +186,18 @@ def _choose_tokens(
     code_iri: str | None,
     prefixes: dict[str, str],
     counts: Counter,
+    requested: dict[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[pa.Table, pa.Table, list[dict]]:
-    """``(tokens, token_class, unmatched)`` by ``mode``: the codes file, the code property, every live class."""
+    """``(tokens, token_class, unmatched)`` by ``mode``: the codes file, the code property, every live class.
+    ``requested``: the prefixes ``--code-prefix`` gave (None: every known one); ``notes`` collects findings."""
     unmatched: list[dict] = []
     if mode == "codes_file":
         tokens, token_class, unmatched = _tokens_from_file(Path(codes), live, labels, counts)
     elif mode == "code_property":
-        tokens, token_class = _tokens_from_property(og, code_iri, prefixes, labels, counts)
+        tokens, token_class = _tokens_from_property(
+            og, code_iri, prefixes, labels, counts, requested, notes if notes is not None else []
+        )
     else:
         tokens, token_class = _tokens_all(live, labels)
     if tokens.num_rows == 0:
@@ -211,14 +241,25 @@ def _release_entry(og: OwlGraph, name: str) -> dict:
     }
 
 
+def base_prefix(prefix: str) -> str:
+    """A code prefix without its version, upper-cased: ``SNOMEDCT_US_2025_09_01`` -> ``SNOMEDCT_US``."""
+    p = prefix.strip().upper()
+    m = VERSIONED_PREFIX_RE.match(p)
+    return m.group(1) if m else p
+
+
 def _prefixes(code_prefixes: tuple[str, ...] | None) -> dict[str, str]:
     if code_prefixes is None:
         return dict(CODE_PREFIXES)
     out = {}
     for p in code_prefixes:
-        if p.upper() not in CODE_PREFIXES:
-            raise ValueError(f"code prefix {p!r} is not one of {', '.join(CODE_PREFIXES)}")
-        out[p.upper()] = CODE_PREFIXES[p.upper()]
+        base = base_prefix(p)
+        if base not in CODE_PREFIXES:
+            raise ValueError(
+                f"code prefix {p!r} is not one of {', '.join(CODE_PREFIXES)} (a version suffix such as "
+                "_2025_09_01 is allowed)"
+            )
+        out[base] = CODE_PREFIXES[base]
     return out
 
 
@@ -339,30 +380,83 @@ def _tokens_from_file(path: Path, live: pa.Table, labels: pa.Table, counts: Coun
     return tokens, token_class, unmatched
 
 
-def _tokens_from_property(og: OwlGraph, code_iri: str, prefixes: dict, labels: pa.Table, counts: Counter):
+def _tokens_from_property(og: OwlGraph, code_iri: str, prefixes: dict, labels: pa.Table, counts: Counter,
+                          requested: dict | None = None, notes: list[str] | None = None):  # fmt: skip
+    """Tokens for the ``PREFIX:CODE`` values of ``code_iri``. Skipped, counted and warned: values of
+    another prefix (``code_values_ignored``), ranges (``code_ranges_skipped``), codes not of their
+    vocabulary's shape (``code_values_malformed``); a requested prefix that selects nothing is a
+    warning naming the prefixes the property holds."""
+    notes = [] if notes is None else notes
     a = og.annotations.filter(pc.equal(og.annotations["property"], code_iri))
     live_keys = set(labels["key"].to_pylist())
+    curie_of = dict(zip(og.classes["key"].to_pylist(), og.classes["curie"].to_pylist(), strict=True))
     by_code: dict[tuple[str, str, str], set[int]] = {}
+    found: Counter = Counter()  # prefix as written -> values
+    used: Counter = Counter()  # base prefix -> values that became tokens
+    skipped: dict[str, list[str]] = {"code_ranges_skipped": [], "code_values_malformed": []}
     for key, value in zip(a["key"].to_pylist(), a["value"].to_pylist(), strict=True):
         prefix, sep, code = value.strip().partition(":")
-        vocab = prefixes.get(prefix.strip().upper()) if sep else None
+        found[prefix.strip() if sep else "(none)"] += 1
+        base = base_prefix(prefix) if sep else ""
+        vocab = prefixes.get(base) if sep else None
         if vocab is None or not code.strip():
             counts["code_values_ignored"] += 1
             counts[f"code_values_ignored_prefix:{prefix if sep else '(none)'}"] += 1
             continue
         if key not in live_keys:
             continue
+        if base != prefix.strip().upper():
+            counts["code_values_versioned_prefix"] += 1
         code = code.strip()
-        if vocab in ICD_RULES:
-            dotless = icd.dotless_code(code)
-            dotted = icd.dotted_code(dotless, ICD_RULES[vocab])
-        else:
-            dotless = dotted = code
+        dotless = icd.dotless_code(code) if vocab in ICD_RULES else code.strip().upper()
+        problem = (
+            "code_ranges_skipped" if any(d in code for d in RANGE_DASHES)
+            else None if CODE_SHAPES[vocab].match(dotless) else "code_values_malformed"
+        )  # fmt: skip
+        if problem:
+            counts[problem] += 1
+            skipped[problem].append(f"{value.strip()} ({curie_of.get(key, key)})")
+            continue
+        dotted = icd.dotted_code(dotless, ICD_RULES[vocab]) if vocab in ICD_RULES else dotless
         by_code.setdefault((vocab, dotless, dotted), set()).add(key)
         counts["code_values_used"] += 1
+        used[base] += 1
+    _note_skipped(og, code_iri, skipped, counts, notes)
+    _note_unselected(og, code_iri, prefixes, requested, found, used, notes)
     items = sorted(by_code.items())
     return _token_table([k[0] for k, _ in items], [k[1] for k, _ in items], [k[2] for k, _ in items],
                         [sorted(v) for _, v in items], labels, "code_property")  # fmt: skip
+
+
+def _note_skipped(og: OwlGraph, code_iri: str, skipped: dict[str, list[str]], counts: Counter,
+                  notes: list[str]) -> None:  # fmt: skip
+    what = {"code_ranges_skipped": "ICD ranges (a block of codes, not a code)",
+            "code_values_malformed": "values that are not a code of their vocabulary"}  # fmt: skip
+    for name, examples in skipped.items():
+        if examples:
+            text = f"{name}: {counts[name]} {what[name]} skipped, e.g. " + "; ".join(examples[:MAX_EXAMPLES])
+            log.warning("%s: %s of %s", og.path, text, code_iri)
+            notes.append(text)
+
+
+def _note_unselected(og: OwlGraph, code_iri: str, prefixes: dict, requested: dict | None, found: Counter,
+                     used: Counter, notes: list[str]) -> None:  # fmt: skip
+    """Warn when the property holds no value, or a prefix that was asked for selects nothing."""
+    if not found:
+        text = f"code property {code_iri}: no class has a value of it"
+        log.warning("%s: %s", og.path, text)
+        notes.append(text)
+        return
+    seen = ", ".join(f"{p} ({n:,})" for p, n in found.most_common(12))
+    if requested is None:
+        texts = [] if used else [f"no value of {code_iri} has a known code prefix "
+                                 f"({', '.join(CODE_PREFIXES)}); the prefixes found are: {seen}"]  # fmt: skip
+    else:
+        texts = [f"--code-prefix {p} selected no value of {code_iri}; the prefixes found are: {seen}"
+                 for p in sorted(requested) if used[p] == 0]  # fmt: skip
+    for text in texts:
+        log.warning("%s: %s", og.path, text)
+        notes.append(text)
 
 
 def _curie_keys(atoms: pa.Table, classes: pa.Table) -> pa.Table:

@@ -21,9 +21,11 @@ Reading rules (grammar as data below):
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import sys
+import xml.parsers.expat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,32 +110,177 @@ class OwlGraph:
     counts: Counter = field(default_factory=Counter)
 
 
-def parse(path: Path) -> tuple[object, str, int]:
-    """Parse ``path`` into a fresh World: the guessed format first, then the others."""
+def detect_format(path: Path) -> str:
+    """``rdfxml``, ``owlxml`` or ``ntriples``, from the content: an XML document by its root element
+    (``owl:Ontology`` without ``rdf:about`` is OWL/XML, any other root RDF/XML), anything else N-Triples
+    (owlready2's own test). An XML document that breaks before its root element is an error naming the
+    line and column."""
     import owlready2
 
     with open(path, "rb") as f:
         guessed = owlready2.driver._guess_format(f)
-    order = [guessed, *(f for f in FORMATS if f != guessed)]
-    errors = []
-    hook = sys.excepthook
-    sys.excepthook = lambda *a: None  # owlready2 prints parser tracebacks through the hook
+    if guessed == "ntriples":
+        return guessed
+    parser = xml.parsers.expat.ParserCreate(namespace_separator=" ")
+    root: list[tuple[str, dict]] = []
+
+    def start(name, attrs):
+        root.append((name, attrs))
+        raise _RootFound
+
+    parser.StartElementHandler = start
     try:
-        for fmt in order:
-            world = owlready2.World()
-            onto = world.get_ontology("http://hrrbert.invalid/unnamed/")
-            try:
-                with open(path, "rb") as f:
-                    onto.graph.parse(f, format=fmt, default_base=onto.base_iri)
-                return world, fmt, onto.graph.c
-            except Exception as e:  # owlready2 raises several types; every one means "not this format"
-                errors.append(f"{FORMATS[fmt]}: {_message(e)}")
-                world.close()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 16):
+                parser.Parse(chunk, False)
+            parser.Parse(b"", True)
+    except _RootFound:
+        pass
+    except xml.parsers.expat.ExpatError as e:
+        raise _parse_error(path, "XML", e.lineno, e.offset, f"{type(e).__name__}: {e}") from None
+    if not root:
+        raise InputFileError(
+            path, "no root element", expected="an OWL ontology (RDF/XML, OWL/XML or N-Triples)"
+        )
+    name, attrs = root[0]
+    if name == NAMESPACES["owl"] + " Ontology" and NAMESPACES["rdf"] + " about" not in attrs:
+        return "owlxml"
+    return "rdfxml"
+
+
+class _RootFound(Exception):
+    """Stops the XML sniff at the root element."""
+
+
+def parse(path: Path) -> tuple[object, str, int]:
+    """Parse ``path`` into a fresh World with the parser of its format (:func:`detect_format`).
+
+    Raises:
+        InputFileError: the parser rejects the file: its own message, with the line (and column) it
+            stopped at, the text of that line and, for a file that is not RDF/XML, OWL/XML or
+            N-Triples (Turtle, OBO), what to convert it to. No other parser is tried: one that accepts
+            the file by accident would hide the real error behind an empty ontology.
+    """
+    fmt = detect_format(path)
+    try:
+        return _parse_as(path, fmt, parallel=True)
+    except _ParserFailed as first:
+        failure = first
+    if failure.cause is None:  # a large file parsed in a child process: parse again here for the cause
+        try:
+            return _parse_as(path, fmt, parallel=False)
+        except _ParserFailed as again:
+            failure = again if again.cause is not None else failure
+    line, column = _position(failure.message)
+    if line is None and fmt == "ntriples":  # owlready2's compiled N-Triples parser names no line
+        line = _first_bad_ntriples_line(path)
+    cause = _message(failure.cause) if failure.cause is not None else failure.message
+    if failure.cause is not None:
+        cause = f"{type(failure.cause).__name__}: {cause}"
+    raise _parse_error(path, FORMATS[fmt], line, column, cause, fmt=fmt) from None
+
+
+class _ParserFailed(Exception):
+    def __init__(self, message: str, cause: BaseException | None) -> None:
+        super().__init__(message)
+        self.message, self.cause = message, cause
+
+
+class _Unnamed(io.BufferedReader):
+    """A file whose size owlready2 cannot look up, so that it parses in this process."""
+
+    @property
+    def name(self):  # noqa: D102
+        raise AttributeError("name")
+
+
+def _parse_as(path: Path, fmt: str, *, parallel: bool) -> tuple[object, str, int]:
+    import owlready2
+
+    caught: list[BaseException] = []
+    hook = sys.excepthook
+    sys.excepthook = lambda _t, value, _tb: caught.append(value)  # owlready2 reports parser errors here
+    world = owlready2.World()
+    try:
+        onto = world.get_ontology("http://hrrbert.invalid/unnamed/")
+        with open(path, "rb") if parallel else _Unnamed(io.FileIO(path, "rb")) as f:
+            onto.graph.parse(f, format=fmt, default_base=onto.base_iri)
+        return world, fmt, onto.graph.c
+    except Exception as e:  # owlready2 raises several types
+        world.close()
+        found = [x.__cause__ or x.__context__ for x in [*caught, e]]
+        raise _ParserFailed(_message(e), next((x for x in found if x is not None), None)) from None
     finally:
         sys.excepthook = hook
-    raise InputFileError(path, "owlready2 cannot parse this file in any format it reads",
-                         expected="an OWL ontology in " + ", ".join(FORMATS.values()),
-                         found="; ".join(errors))  # fmt: skip
+
+
+_POSITION_RE = re.compile(r"line (\d+)(?:, column (\d+))?")
+_NTRIPLE_RE = re.compile(
+    r'^\s*(<[^>]*>|_:\S+)\s+<[^>]*>\s+(<[^>]*>|_:\S+|"(?:[^"\\]|\\.)*"(?:\^\^<[^>]*>|@[A-Za-z0-9-]+)?)\s*\.\s*(#.*)?$'
+)
+_EXPECTED = {
+    "owlxml": "OWL/XML (the root element is owl:Ontology)",
+    "rdfxml": "RDF/XML (an XML file whose root element is not an OWL/XML owl:Ontology)",
+    "ntriples": "N-Triples (the file is not XML)",
+}
+# what to convert to, by the file's first non-blank text
+_NOT_READ = (("@prefix", "Turtle"), ("@base", "Turtle"), ("prefix ", "Turtle"), ("format-version:", "OBO"),
+             ("prefix(", "OWL functional syntax"), ("ontology(", "OWL functional syntax"),
+             ("prefix:", "Manchester syntax"), ("ontology:", "Manchester syntax"))  # fmt: skip
+
+
+def _position(message: str) -> tuple[int | None, int | None]:
+    m = _POSITION_RE.search(message)
+    return (int(m.group(1)), int(m.group(2)) if m.group(2) else None) if m else (None, None)
+
+
+def _parse_error(path: Path, parser: str, line: int | None, column: int | None, cause: str,
+                 fmt: str | None = None) -> InputFileError:  # fmt: skip
+    """The error of a rejected file: the parser, where it stopped, its message, the line's text, a hint."""
+    where = ", ".join(
+        x for x in (f"line {line}" if line else "", f"column {column}" if column is not None else "") if x
+    )
+    text = _line_text(path, line) if line else None
+    found = (f"{where}: " if where else "") + cause + (f"\n  at: {text}" if text else "")
+    hint = None
+    head = _head(path).lower()
+    kind = next((k for prefix, k in _NOT_READ if head.startswith(prefix)), None)
+    if fmt == "ntriples" and kind:
+        hint = f"This looks like {kind}, which owlready2 does not read; convert it to RDF/XML (e.g. robot convert)."
+    elif fmt == "owlxml" and "KeyError" in cause:
+        hint = "OWL/XML: an abbreviatedIRI prefix without its <Prefix name=... IRI=.../> declaration?"
+    what = (
+        f"owlready2's {parser} parser rejects this file"
+        if fmt
+        else "not well-formed XML before the root element"
+    )
+    return InputFileError(path, what, line=line,
+                          expected=f"{_EXPECTED.get(fmt, 'well-formed XML')}; owlready2 reads "
+                          f"{', '.join(FORMATS.values())}", found=found, hint=hint)  # fmt: skip
+
+
+def _first_bad_ntriples_line(path: Path) -> int | None:
+    """The first line that is neither blank, a comment, nor one N-Triples statement."""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            text = raw.decode("utf-8", "replace").strip()
+            if text and not text.startswith("#") and not _NTRIPLE_RE.match(text):
+                return n
+    return None
+
+
+def _head(path: Path) -> str:
+    with open(path, "rb") as f:
+        return f.read(4096).decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+
+
+def _line_text(path: Path, line: int) -> str | None:
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            if n == line:
+                text = raw.decode("utf-8", "replace").strip()
+                return text[:160] + (" ..." if len(text) > 160 else "")
+    return None
 
 
 def _message(e: BaseException) -> str:
