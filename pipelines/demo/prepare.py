@@ -38,7 +38,9 @@ def prepare_demo(
 def ensure_cohort(parent: Path, program: Path, *, n_patients: int, seed: int) -> Path:
     """The synthetic cohort for ``program`` (generated once into ``parent``; atomic rename)."""
     final = parent / f"demo-{program.name}-n{n_patients}-s{seed}"
-    if (final / "ground_truth" / "README.json").is_file():
+    # a finished cohort has its ground truth; one cached before the ICU/procedure/prescription tables existed
+    # is generated again (its earlier files come out identical)
+    if (final / "ground_truth" / "README.json").is_file() and (final / "icu" / "icustays.csv.gz").is_file():
         return final
     parent.mkdir(parents=True, exist_ok=True)
     tmp = parent / f".tmp-{final.name}-{os.getpid()}"
