@@ -106,12 +106,7 @@ def compile_owl(
     """
     t_start = time.perf_counter()
     path = Path(path)
-    if not path.is_file():
-        raise MissingInputError(f"{path}: OWL file not found")
-    if codes is not None and code_property is not None:
-        raise ValueError("give either codes (a file of classes) or code_property, not both")
-    if code_prefixes and code_property is None:
-        raise ValueError("code_prefixes narrow code_property's values; give code_property too")
+    _check_arguments(path, codes, code_property, code_prefixes)
     label_iris = [expand(x) for x in label_properties]
     synonym_iris = [expand(x) for x in synonym_properties]
     code_iri = expand(code_property) if code_property is not None else None
@@ -160,6 +155,16 @@ def compile_owl(
         "timings": timings,
     }
     return publish_program(out_dir, pid, tables, graph_tables, manifest, t_start)
+
+
+def _check_arguments(path: Path, codes, code_property: str | None, code_prefixes) -> None:
+    """The argument rules of :func:`compile_owl` (the file exists; one way of choosing tokens)."""
+    if not path.is_file():
+        raise MissingInputError(f"{path}: OWL file not found")
+    if codes is not None and code_property is not None:
+        raise ValueError("give either codes (a file of classes) or code_property, not both")
+    if code_prefixes and code_property is None:
+        raise ValueError("code_prefixes narrow code_property's values; give code_property too")
 
 
 def _read(
