@@ -128,8 +128,9 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
         ft_dir = root / "finetune" / ft_id
         if not (ft_dir / "summary.json").is_file():
             t = time.perf_counter()
+            # a started run (killed) resumes: finished trials are read back, an interrupted one continues
             finetune(pre_dir, cfg.dataset, cfg.program, out=root / "finetune", run_id=ft_id, task=task,
-                     trials=cfg.trials, seed=FINETUNE_SEED_STRIDE * seed, device=cfg.device, progress=cfg.progress,
+                     resume=(ft_dir / "config.json").is_file(), trials=cfg.trials, seed=FINETUNE_SEED_STRIDE * seed, device=cfg.device, progress=cfg.progress,
                      **cfg.finetune)  # fmt: skip
             log.info("fine-tuned %s in %.0f s", ft_id, time.perf_counter() - t)
         ft[task] = str(ft_dir.relative_to(root))

@@ -45,6 +45,17 @@ def test_experiment_runs_every_step_and_resumes(tmp_path, dataset_dir, program_d
     again = run_experiment(cfg)
     assert (root / "eval" / "base-seed0" / "evaluation.json").stat().st_mtime_ns == stamp
     assert again.headline == r.headline
+    # a fine-tuning run killed before its summary (trial 1 unfinished) resumes: trial 0 is read back
+    ft = root / "finetune" / "mortality-base-seed0"
+    summary = json.loads((ft / "summary.json").read_text())
+    (ft / "summary.json").unlink()
+    (ft / "trial-1" / "results.json").unlink()
+    stamp0 = (ft / "trial-0" / "results.json").stat().st_mtime_ns
+    (root / "eval" / "base-seed0" / "evaluation.json").unlink()
+    run_experiment(cfg)
+    assert (ft / "trial-0" / "results.json").stat().st_mtime_ns == stamp0
+    resumed = json.loads((ft / "summary.json").read_text())
+    assert [t["test"] for t in resumed["trials"]] == [t["test"] for t in summary["trials"]]
     # continuing with another config is refused, naming the difference
     with pytest.raises(PipelineError, match="trials: experiment has 2, now 3"):
         run_experiment(ExperimentConfig(**{**cfg.__dict__, "trials": 3}))
