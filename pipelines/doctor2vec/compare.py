@@ -177,8 +177,9 @@ def _compare(dataset, program, out: Path, data, epochs, dim, seeds, visit_transf
     for name, opts in grid.items():
         for seed in range(seeds):
             if not (runs / f"{name}-seed{seed}" / "results.json").is_file():
+                started = (runs / f"{name}-seed{seed}" / "config.json").is_file()  # killed: continue it
                 train_doctor2vec(data, program, out=runs, run_id=f"{name}-seed{seed}", epochs=epochs, dim=dim,
-                                 seed=seed, progress=False, **opts)  # fmt: skip
+                                 seed=seed, progress=False, resume=started, **opts)  # fmt: skip
                 log.info("%s seed %d done", name, seed)
     spec = {"data": str(data), "program": str(program), "runs": list(grid), "seeds": seeds, "epochs": epochs,
             "dim": dim, "wall_s": time.perf_counter() - t0}  # fmt: skip

@@ -92,24 +92,9 @@ def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
         )
 
 
-def _resumable(pre_dir: Path) -> bool:
-    """Whether a started pretraining run can resume; one killed before its first checkpoint restarts."""
-    import shutil
-
-    from pipelines.train.checkpoint import list_checkpoints
-
-    if not (pre_dir / "config.json").is_file():
-        return False
-    if list_checkpoints(pre_dir):
-        return True
-    log.warning("%s: started but never checkpointed; starting it again", pre_dir)
-    shutil.rmtree(pre_dir)
-    return False
-
-
 def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[str, Any]:
     from pipelines.train.finetune import finetune
-    from pipelines.train.pretrain import pretrain
+    from pipelines.train.pretrain import pretrain, resumable
 
     from .pretrained import EVALUATION_FILE, evaluate_pretrained
 
@@ -117,7 +102,7 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
     pre_dir = root / "pretrain" / tag
     if not (pre_dir / "model" / "config.json").is_file():
         t = time.perf_counter()
-        resume = _resumable(pre_dir)
+        resume = resumable(pre_dir)
         pretrain(cfg.dataset, cfg.program, out=root / "pretrain", run_id=tag, resume=resume,
                  model=cfg.model, mode=conf, seed=seed, device=cfg.device, progress=cfg.progress,
                  **cfg.pretrain)  # fmt: skip

@@ -48,7 +48,8 @@ def _qa_run(qa: Path, program: Path, runs: Path, name: str, opts: dict[str, Any]
     res = runs / name / "results.json"
     if res.is_file():
         return json.loads(res.read_text(encoding="utf-8"))
-    return train_qa(qa, program, out=runs, run_id=name, progress=False, **opts).results
+    started = (runs / name / "config.json").is_file()  # killed before its results: continue it
+    return train_qa(qa, program, out=runs, run_id=name, progress=False, resume=started, **opts).results
 
 
 def _qa_row(name: str, r: dict[str, Any]) -> list[Any]:
@@ -166,12 +167,12 @@ def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pre
 
 def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: int) -> list[str]:
     from pipelines.train.finetune import finetune
-    from pipelines.train.pretrain import pretrain
+    from pipelines.train.pretrain import pretrain, resumable
 
     t = time.perf_counter()
     pre = runs / "pretrain-tiny-base"
     if not (pre / "model" / "config.json").is_file():
-        pretrain(dataset, program, out=runs, run_id=pre.name, model="tiny", mode="base", max_steps=steps,
+        pretrain(dataset, program, out=runs, run_id=pre.name, resume=resumable(pre), model="tiny", mode="base", max_steps=steps,
                  batch_size=64, device="cpu", progress=False, val_every=0, max_val=200)  # fmt: skip
         (pre / "compare_wall.json").write_text(json.dumps({"wall_s": time.perf_counter() - t}))
     pre_wall = pre / "compare_wall.json"
@@ -188,6 +189,7 @@ def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: in
             else:
                 t = time.perf_counter()
                 trial = finetune(pre, dataset, program, out=runs, run_id=name, task=task, model=model,
+                                 resume=(runs / name / "config.json").is_file(),
                                  epochs=epochs, batch_size=32, lr=5e-4, device="cpu", progress=False).trials[0]  # fmt: skip
                 wall = time.perf_counter() - t
                 wall_file.write_text(json.dumps({"wall_s": wall}), encoding="utf-8")

@@ -21,6 +21,7 @@ Dimension legend: B batch, T codes, N concepts, M masked positions.
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from ontology_compiler.artifact import safe_component
 from pipelines.data.sequences import SEED_STRIDE, TokenizedDataset, epoch_order
 from pipelines.errors import PipelineError
 
-from .checkpoint import latest_checkpoint
+from .checkpoint import latest_checkpoint, list_checkpoints
 from .config import RUNTIME_KEYS, PretrainConfig
 from .loop import LoopOptions, StepOutput, open_run, run_loop
 from .mlm import evaluate_mlm, mlm_step, tokens_of
@@ -65,6 +66,18 @@ def build_model(cfg: PretrainConfig, program, ds: TokenizedDataset):
     )
     logf = ds.log_frequency() if cfg.mode == "freq" else None
     return HRRBert(bert_cfg, program, log_frequency=logf)
+
+
+def resumable(run_dir: Path) -> bool:
+    """Whether a started pretraining run can be resumed (``resume=True``); one killed before its first
+    checkpoint is removed, so that it starts again."""
+    if not (Path(run_dir) / "config.json").is_file():
+        return False
+    if list_checkpoints(run_dir):
+        return True
+    log.warning("%s: started but never checkpointed; starting it again", run_dir)
+    shutil.rmtree(run_dir)
+    return False
 
 
 def default_run_id(cfg: PretrainConfig) -> str:
