@@ -327,7 +327,7 @@ class _Loop:
 
     # --- the run ------------------------------------------------------------------------------------
 
-    def due(self, every: int, end_of_epoch: bool) -> tuple[bool, bool, bool]:
+    def due(self, end_of_epoch: bool) -> tuple[bool, bool, bool]:
         """(training record, validation, checkpoint) due after the step just taken."""
         s, o, last = self.s, self.o, self.s.step >= self.o.total_steps
         rec = o.log_every > 0 and (s.step % o.log_every == 0 or last)
@@ -356,7 +356,7 @@ class _Loop:
                     self.model.train()
                     gnorm = self.train_step(batches[s.position])
                     bar.update(s.step)
-                    rec, val, ckpt = self.due(o.val_every, s.position >= len(batches))
+                    rec, val, ckpt = self.due(s.position >= len(batches))
                     if rec:
                         self.log_record(metrics, gnorm, timer)
                     if val:
