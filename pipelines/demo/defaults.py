@@ -16,3 +16,12 @@ DEMO_PRETRAIN = {"max_steps": 600, "batch_size": 64, "lr": 2e-3, "max_val": 1000
 DEMO_FINETUNE = {"epochs": 5, "lr": 1e-3, "batch_size": 32, "select_by": "f1"}
 DEMO_EVALUATE = {"per_bin": 400, "tsne_points": 1500, "cost_steps": 3}
 DEMO_SIZES = ("default", "small")  # demo release sizes (pipelines.demo.release.SIZES: default ~12k concepts)
+# Split sizes of the demo datasets (pipelines.data.splits.SplitOptions fields): enough fine-tuning
+# patients for the heads to learn (the paper's sizes scaled to 20k patients leave 470 disease patients).
+DEMO_SPLITS = {
+    "finetune_train": 4000,
+    "finetune_val": 600,
+    "disease_train": 4000,
+    "disease_val": 600,
+    "test": 1000,
+}
