@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from pipelines.data.splits import SplitOptions
-from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES
+from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES, DEMO_SPLITS
 
 from .options import (
     INPUT_DIR,
@@ -48,7 +48,12 @@ SCALED = "(default: the paper's {} scaled to the cohort)"
     "disease_train": "subset of --finetune-train flagged for the disease task " + SCALED.format("4.5k of 190k"),
     "disease_val": "subset of --finetune-val flagged for the disease task " + SCALED.format("500 of 190k"),
     "rood_max_patients": "a held-out code occurs in at most this many patients (default: max(3, patients // 1000))",
+    "rood_unseen_patients": "hold out the codes of whole patients (codes all rare) until this many ROOD patients "
+                            "have mostly held-out codes (default: 100 per 190k patients, at least 1; 0: off)",
 })  # fmt: skip
+@click.option("--hold-out", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Parquet or CSV file with columns vocabulary, code: hold these codes out (the ROOD split) "
+                   "instead of choosing them; --demo: default the cohort's reserved codes.")  # fmt: skip
 @seed_option()
 @click.option("--demo-size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
 @click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
@@ -60,6 +65,8 @@ def prepare_cmd(splits: dict, demo: bool, demo_size: str, demo_patients: int, ar
     """Read EHR diagnoses, tokenize them against a program and write a tokenized dataset."""
     from pipelines.data.prepare import describe, prepare
 
+    if demo:  # the demo's split sizes where none is given
+        splits = {**splits, **{k: v for k, v in DEMO_SPLITS.items() if splits.get(k) is None}}
     opts = SplitOptions(seed=kw["seed"], **splits)
     if not demo:
         click.echo(describe(prepare(splits=opts, **kw)))
@@ -72,7 +79,7 @@ def prepare_cmd(splits: dict, demo: bool, demo_size: str, demo_patients: int, ar
 
     results = prepare_demo(artifacts=artifacts, out=kw["out"], size=demo_size, n_patients=demo_patients,
                            seed=kw["seed"], splits=opts, max_len=kw["max_len"], max_visits=kw["max_visits"],
-                           unknown=kw["unknown"])  # fmt: skip
+                           unknown=kw["unknown"], hold_out=kw["hold_out"])  # fmt: skip
     click.echo(describe(results))
 
 

@@ -27,7 +27,7 @@ from .splits import SPLITS
 from .tokenize import Tokenized, list_column
 
 FORMAT_VERSION = 1
-GENERATOR_VERSION = "pipelines.prepare/2"  # 2: visit_times; labels of the visit the sequence ends with
+GENERATOR_VERSION = "pipelines.prepare/3"  # 2: visit_times, labels of the last visit; 3: splits, hold-out
 MANIFEST_UNKNOWN_LIMIT = 1000  # unknown codes listed in the manifest (all are in unknown_codes.parquet)
 
 

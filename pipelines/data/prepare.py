@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ontology_compiler.artifact import safe_component
+from ontology_compiler.artifact import safe_component, sha256_file
+from ontology_compiler.icd import dotless
 from pipelines.data.readers.common import ReadResult, find_table, input_record, visit_labels
 from pipelines.errors import PipelineError
 
@@ -35,7 +36,16 @@ from .dataset import (
     same_or_raise,
     write_dataset,
 )
-from .splits import SPLITS, SplitOptions, assign_splits, choose_rood, code_counts
+from .splits import (
+    N_SPECIAL,
+    SPLITS,
+    SplitOptions,
+    assign_splits,
+    choose_rood,
+    code_counts,
+    rood_masks,
+    unseen_target,
+)
 from .tokenize import Tokenized, resolve_snomed, tokenize
 
 log = logging.getLogger(__name__)
@@ -81,8 +91,14 @@ def prepare_source(
     kind: str, path: str | Path, program: str | Path, *, out: str | Path = "artifacts/datasets",
     name: str | None = None, label: str | None = None, max_len: int = 128, max_visits: int = 100,
     unknown: str = "drop", splits: SplitOptions | None = None, threads: int | None = None,
+    hold_out: str | Path | None = None,
 ) -> PrepareResult:  # fmt: skip
-    """Read one source (``mimic-iv``, ``eicu`` or ``meds``), tokenize it against ``program``, split, write."""
+    """Read one source (``mimic-iv``, ``eicu`` or ``meds``), tokenize it against ``program``, split, write.
+
+    ``hold_out``: a Parquet or CSV file with columns ``vocabulary`` and ``code`` listing the codes to hold
+    out (the ROOD split) instead of choosing them (:func:`pipelines.data.splits.choose_rood`); it is hashed
+    into the dataset id.
+    """
     from ontology_compiler import verify_program
 
     t0 = time.perf_counter()
@@ -94,6 +110,9 @@ def prepare_source(
     # the dataset's id: the input files' hashes, the program and the options
     root = path if kind != "mimic-iv" else _mimic_root(path)
     inputs = [input_record(root, f) for f in list_files(path)]
+    held_record = _hold_out_record(Path(hold_out)) if hold_out is not None else None
+    if held_record is not None:  # hashed by content, wherever the file lies
+        inputs.append({"path": "<hold_out>", "sha256": held_record["sha256"]})
     options = {"max_len": max_len, "max_visits": max_visits, "unknown": unknown, "splits": splits.to_dict()}
     dataset_id = make_dataset_id(pmanifest["program_id"], inputs, options)
     name = safe_component(name or f"{label or kind}-{path.resolve().name}", "name")
@@ -116,7 +135,8 @@ def prepare_source(
         events, data.visits, pa.table({"subject_id": tok.subject_id, "visit_index": tok.last_visit_index})
     )
     t_tok = time.perf_counter()
-    split = _split(tok, labels, concepts.num_rows, splits)
+    held = _read_hold_out(Path(hold_out), concepts, program) if hold_out is not None else None
+    split = _split(tok, labels, concepts.num_rows, splits, held)
     tables = _tables(tok, labels, concepts, split)
     manifest = {
         "format_version": FORMAT_VERSION,
@@ -126,13 +146,13 @@ def prepare_source(
         "generator": GENERATOR_VERSION,
         "program_id": pmanifest["program_id"],
         "program": {"path": str(program), "release": pmanifest.get("release")},
-        "source": {**data.source, "kind": label or kind, "reader": kind},
+        "source": _source(data.source, label or kind, kind, held_record),
         "options": {
             **options,
             "sizes_used": split.sizes,
             "log_frequency": "ln(count / pretraining code tokens); unseen: ln(0.5 / total)",
         },
-        "counts": _counts(data, tok, tables, split, concepts.num_rows),
+        "counts": _counts(data, tok, tables, split, concepts.num_rows, held, held_record),
         "unknown_codes": tok.unknown.slice(0, MANIFEST_UNKNOWN_LIMIT).to_pylist(),
         "unknown_codes_listed": min(tok.unknown.num_rows, MANIFEST_UNKNOWN_LIMIT),
         "rood_codes": tables["rood_codes"].to_pylist(),
@@ -179,11 +199,23 @@ def _check_lengths(max_len: int, max_visits: int) -> None:
 
 
 @dataclass
+class _HoldOut:
+    """The codes of a hold-out file, resolved against the program."""
+
+    path: Path
+    concept_ids: np.ndarray  # (K,) int32, distinct, sorted
+    rows: int  # rows of the file
+    unresolved: int  # rows whose (vocabulary, code) is no code of the program
+
+
+@dataclass
 class _Split:
     """The split step's results: the rOOD codes held out, the patients' splits and the code counts."""
 
     held: np.ndarray  # concept ids of the rOOD codes
-    rood_unseen: np.ndarray  # per patient: carries a held-out code
+    rood_unseen: np.ndarray  # per patient: at least half of its distinct codes are held out
+    selection: str  # how the held-out codes were chosen: "hold_out_file", "chosen" or "off"
+    unseen_target: int | None  # the rood_unseen patients choose_rood aimed at
     split: np.ndarray  # per patient: index into SPLITS
     disease: np.ndarray  # per patient: in the disease task
     sizes: dict  # the split sizes used
@@ -192,14 +224,88 @@ class _Split:
     log_frequency: np.ndarray
 
 
-def _split(tok: Tokenized, labels: pa.Table, n_concepts: int, splits: SplitOptions) -> _Split:
-    held, rood, rood_unseen = choose_rood(
-        tok.pair_patient, tok.pair_concept, len(tok.subject_id), n_concepts, splits
-    )
+def _split(
+    tok: Tokenized, labels: pa.Table, n_concepts: int, splits: SplitOptions, hold_out: _HoldOut | None
+) -> _Split:
+    n = len(tok.subject_id)
+    if hold_out is not None:
+        held = hold_out.concept_ids
+        rood, rood_unseen = rood_masks(tok.pair_patient, tok.pair_concept, n, held)
+        selection, target = "hold_out_file", None
+    else:
+        held, rood, rood_unseen = choose_rood(
+            tok.pair_patient, tok.pair_concept, n, n_concepts, splits, n_visits=tok.n_visits
+        )
+        off = splits.rood_codes <= 0
+        selection, target = ("off", None) if off else ("chosen", unseen_target(splits, n))
     given = _given_split(labels, tok.subject_id)
     split, disease, sizes = assign_splits(tok.n_visits, rood, given, splits)
     count, count_train, logf = code_counts(tok.offsets, tok.input_ids, split, n_concepts)
-    return _Split(held, rood_unseen, split, disease, sizes, count, count_train, logf)
+    return _Split(held, rood_unseen, selection, target, split, disease, sizes, count, count_train, logf)
+
+
+HOLD_OUT_COLUMNS = ("vocabulary", "code")
+
+
+def _hold_out_record(path: Path) -> dict:
+    """The hold-out file's manifest record (its sha256 goes into the dataset id)."""
+    if not path.is_file():
+        raise PipelineError(f"{path}: hold-out file not found (expected a Parquet or CSV file with columns "
+                            "vocabulary, code)")  # fmt: skip
+    return {"role": "hold_out", "path": str(path.resolve()), "sha256": sha256_file(path),
+            "bytes": path.stat().st_size}  # fmt: skip
+
+
+def _read_hold_out(path: Path, concepts: pa.Table, program: Path) -> _HoldOut:
+    """The program's concept ids of the codes listed in ``path`` (Parquet, else CSV; columns ``vocabulary``
+    and ``code``, dotted or dotless). Codes the program does not know are counted and logged; none known
+    is an error."""
+    expected = (
+        "a Parquet or CSV file with columns vocabulary (ICD10CM or ICD9CM) and code (e.g. E119 or E11.9)"
+    )
+    try:
+        if path.suffix.lower() == ".parquet":
+            table = pq.read_table(path)
+        else:
+            from pyarrow import csv
+
+            types = dict.fromkeys(HOLD_OUT_COLUMNS, pa.string())  # keep ICD-9 leading zeros
+            table = csv.read_csv(path, convert_options=csv.ConvertOptions(column_types=types))
+    except (pa.ArrowException, OSError) as e:
+        raise PipelineError(f"{path}: cannot read the hold-out file ({e}); expected {expected}") from e
+    missing = [c for c in HOLD_OUT_COLUMNS if c not in table.column_names]
+    if missing:
+        raise PipelineError(
+            f"{path}: hold-out file lacks column(s) {', '.join(missing)} (has {', '.join(table.column_names)}); "
+            f"expected {expected}"
+        )
+    voc = pc.utf8_upper(pc.replace_substring_regex(table["vocabulary"].cast(pa.string()), r"[\s_-]", ""))
+    code = dotless(table["code"].cast(pa.string()))
+    known = zip(concepts["vocabulary"].to_pylist(), concepts["code"].to_pylist(), strict=True)
+    keys = dict(zip(known, concepts["concept_id"].to_pylist(), strict=True))
+    listed = list(zip(voc.to_pylist(), code.to_pylist(), strict=True))
+    found = [keys.get(k) for k in listed]
+    found = [i if i is not None and i >= N_SPECIAL else None for i in found]  # never a special token
+    bad = [f"{v} {c}" for (v, c), i in zip(listed, found, strict=True) if i is None]
+    ids = np.unique(np.array([i for i in found if i is not None], dtype=np.int32))
+    if len(ids) == 0:
+        raise PipelineError(
+            f"{path}: none of the {table.num_rows} codes to hold out is a code of program {program}"
+            + (f" (e.g. {'; '.join(bad[:5])})" if bad else "")
+            + f"; expected {expected}"
+        )
+    if bad:
+        log.warning("%s: %d of %d codes to hold out are not codes of program %s (e.g. %s); they are ignored",
+                    path, len(bad), table.num_rows, program, "; ".join(bad[:5]))  # fmt: skip
+    return _HoldOut(path, ids, table.num_rows, len(bad))
+
+
+def _source(source: dict, kind: str, reader: str, hold_out: dict | None) -> dict:
+    """The manifest's ``source``: the reader's, with the hold-out file among the inputs."""
+    out = {**source, "kind": kind, "reader": reader}
+    if hold_out is not None:
+        out["inputs"] = [*out.get("inputs", []), hold_out]
+    return out
 
 
 def _tables(tok: Tokenized, labels: pa.Table, concepts: pa.Table, s: _Split) -> dict[str, pa.Table]:
@@ -220,8 +326,9 @@ def _tables(tok: Tokenized, labels: pa.Table, concepts: pa.Table, s: _Split) -> 
 
 
 def _counts(
-    data: ReadResult, tok: Tokenized, tables: dict[str, pa.Table], s: _Split, n_concepts: int
-) -> dict:
+    data: ReadResult, tok: Tokenized, tables: dict[str, pa.Table], s: _Split, n_concepts: int,
+    hold_out: _HoldOut | None, hold_out_record: dict | None,
+) -> dict:  # fmt: skip
     """The manifest's ``counts``: patients kept and dropped, codes, and what the reader counted."""
     seen = s.count > 0
     logf = s.log_frequency
@@ -246,6 +353,18 @@ def _counts(
             "log_frequency_min": float(logf[seen].min()) if seen.any() else None,
             "log_frequency_max": float(logf[seen].max()) if seen.any() else None,
             "tokens": int(len(tok.input_ids)),
+        },
+        "rood": {
+            "selection": s.selection,
+            "held_out_codes": int(len(s.held)),
+            "held_out_codes_in_cohort": int(np.isin(s.held, tok.pair_concept).sum()),
+            "patients": int((s.split == SPLITS.index("rood")).sum()),
+            "unseen_patients": int(s.rood_unseen.sum()),
+            "unseen_target": s.unseen_target,
+            "hold_out_file": hold_out_record["path"] if hold_out_record else None,
+            "hold_out_sha256": hold_out_record["sha256"] if hold_out_record else None,
+            "hold_out_rows": hold_out.rows if hold_out else None,
+            "hold_out_unresolved": hold_out.unresolved if hold_out else None,
         },
         "reader": data.counts,
     }
@@ -288,6 +407,7 @@ def prepare(
     unknown: str = "drop",
     splits: SplitOptions | None = None,
     threads: int | None = None,
+    hold_out: str | Path | None = None,
 ) -> list[PrepareResult]:
     """Prepare one dataset per given source (the demo's datasets: :func:`pipelines.demo.prepare.prepare_demo`)."""
     splits = splits or SplitOptions(seed=seed)
@@ -297,6 +417,7 @@ def prepare(
         "unknown": unknown,
         "splits": splits,
         "threads": threads,
+        "hold_out": hold_out,
     }
     sources = [(k, p) for k, p in (("mimic-iv", mimic), ("eicu", eicu), ("meds", meds)) if p is not None]
     if not sources:
@@ -344,6 +465,8 @@ def describe(results: list[PrepareResult]) -> str:
             f"unknown   {codes['unknown_code_rows']} code rows ({100 * codes['unknown_code_share']:.2f} %), "
             f"{codes['unknown_codes_distinct']} distinct codes not in the program",
         ]
+        if c.get("rood"):
+            lines.append(_describe_rood(c["rood"]))
         other = _nonzero({k: v for k, v in codes.items() if k not in _SHOWN_CODES})
         other |= _nonzero({k: p.get(k) for k in ("rood_unseen", "mortality_6m")})
         if other:
@@ -355,3 +478,18 @@ def describe(results: list[PrepareResult]) -> str:
             lines.append(f"warning   {key} {reader.get(key)}: e.g. {'; '.join(ex)}")
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def _describe_rood(r: dict) -> str:
+    """The summary's ``rood`` line: the held-out codes, where they came from, the patients they hold out."""
+    if r["selection"] == "off":
+        return "rood      off (no code held out)"
+    where = (
+        f"from {r['hold_out_file']} ({r['hold_out_unresolved']} of {r['hold_out_rows']} rows not in the program)"
+        if r["selection"] == "hold_out_file"
+        else f"chosen (target {r['unseen_target']} unseen patients)"
+    )
+    return (
+        f"rood      {r['held_out_codes']} held-out codes {where}, {r['held_out_codes_in_cohort']} in the cohort; "
+        f"{r['patients']} patients, {r['unseen_patients']} of them with mostly held-out codes (rood_unseen)"
+    )

@@ -10,18 +10,28 @@ import shutil
 from pathlib import Path
 
 from pipelines.data.prepare import PrepareResult, prepare_source
+from pipelines.data.splits import SplitOptions
 
 from .cohort import generate_cohort
-from .defaults import DEMO_PATIENTS
+from .defaults import DEMO_PATIENTS, DEMO_SPLITS
 
 __all__ = ["ensure_cohort", "ensure_demo_release", "prepare_demo"]
+
+RESERVED_CODES = "ground_truth/reserved_codes.parquet"  # the cohort's codes to hold out (ROOD)
 
 
 def prepare_demo(
     *, artifacts: str | Path = "artifacts", out: str | Path | None = None, size: str = "default",
-    n_patients: int = DEMO_PATIENTS, seed: int = 0, **kwargs,
+    n_patients: int = DEMO_PATIENTS, seed: int = 0, splits: SplitOptions | None = None,
+    hold_out: str | Path | None = None, **kwargs,
 ) -> list[PrepareResult]:  # fmt: skip
-    """Build the demo release, compile it, generate the cohort (cached) and prepare MIMIC and eICU datasets."""
+    """Build the demo release, compile it, generate the cohort (cached) and prepare MIMIC and eICU datasets.
+
+    ``splits``: default the demo's sizes (:data:`~pipelines.demo.defaults.DEMO_SPLITS`, seed ``seed``);
+    ``hold_out``: default the cohort's reserved codes (``ground_truth/reserved_codes.parquet``, the codes
+    only its flagged patients have), so that the ROOD split is those patients; a cohort without that file
+    falls back to the chosen hold-out (:func:`pipelines.data.splits.choose_rood`).
+    """
     from ontology_compiler import compile_ontology
 
     artifacts = Path(artifacts)
@@ -29,9 +39,13 @@ def prepare_demo(
     program = compile_ontology(release, out=artifacts / "programs").path
     ehr = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
     out = Path(out) if out is not None else artifacts / "datasets"
+    splits = splits if splits is not None else SplitOptions(seed=seed, **DEMO_SPLITS)
+    if hold_out is None and (ehr / RESERVED_CODES).is_file():
+        hold_out = ehr / RESERVED_CODES
+    common = {"out": out, "label": "demo", "splits": splits, "hold_out": hold_out, **kwargs}
     return [
-        prepare_source("mimic-iv", ehr, program, out=out, label="demo", name="demo-mimic", **kwargs),
-        prepare_source("eicu", ehr / "eicu", program, out=out, label="demo", name="demo-eicu", **kwargs),
+        prepare_source("mimic-iv", ehr, program, name="demo-mimic", **common),
+        prepare_source("eicu", ehr / "eicu", program, name="demo-eicu", **common),
     ]
 
 

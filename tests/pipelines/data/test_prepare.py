@@ -14,13 +14,14 @@ from click.testing import CliRunner
 from ehr_fixtures import write_mimic
 
 from ontology_compiler import compile_ontology
+from ontology_compiler.icd import dotted_code
 from pipelines.cli import main
 from pipelines.data.dataset import verify_dataset
 from pipelines.data.prepare import prepare
 from pipelines.data.splits import SplitOptions
 from pipelines.data.tokenize import tokenize
 from pipelines.demo.cohort import generate_cohort
-from pipelines.errors import DatasetExistsError
+from pipelines.errors import DatasetExistsError, PipelineError
 
 FIXTURE = Path(__file__).resolve().parents[2] / "data" / "snomed_mini_20220531"
 
@@ -164,3 +165,118 @@ def test_prepare_demo_small(tmp_path):
         assert r.manifest["counts"]["patients"]["kept"] > 0
         assert 0 < r.manifest["counts"]["codes"]["unknown_code_share"] < 0.2
     assert np.isfinite(results[0].manifest["counts"]["codes"]["log_frequency_min"])
+    assert results[0].manifest["counts"]["rood"]["selection"] in ("chosen", "hold_out_file")
+    # the demo's split sizes by default: larger than this cohort, so every eligible patient is taken
+    (ehr,) = (tmp_path / "ehr").glob("demo-*")
+    reserved = ehr / "ground_truth" / "reserved_codes.parquet"
+    if not reserved.exists():  # a cohort from before the reserved codes: give it two of its codes
+        count = pq.read_table(results[0].path / "code_counts.parquet")["count"].to_numpy()
+        rows = pq.read_table(Path(results[0].manifest["program"]["path"]) / "concepts.parquet")
+        rows = rows.take(pa.array(np.flatnonzero(count > 0)[:2]))
+        pq.write_table(rows.select(["vocabulary", "code"]), reserved)
+    demo = prepare_demo(size="small", n_patients=300, artifacts=tmp_path, out=tmp_path / "ds")
+    for r in demo:
+        used = r.manifest["options"]["sizes_used"]
+        by_split = r.manifest["counts"]["patients"]["by_split"]
+        assert (
+            used["finetune_train_requested"] == 4000 and used["finetune_train"] == by_split["finetune_train"]
+        )
+        assert by_split["pretrain_train"] > 0
+        rood = r.manifest["counts"]["rood"]
+        assert rood["selection"] == "hold_out_file" and rood["hold_out_file"] == str(reserved.resolve())
+        assert rood["patients"] == by_split["rood"]
+
+
+# ------------------------------------------------------------------------------------------ hold-out file
+
+
+def rare_codes(prepared, program, k: int = 2) -> tuple[list[int], list[str], list[str]]:
+    """The ``k`` concepts the prepared cohort's pretraining has least often: ids, vocabularies, dotless codes."""
+    count = pq.read_table(prepared.path / "code_counts.parquet")["count"].to_numpy()
+    seen = np.flatnonzero(count > 0)
+    ids = np.sort(seen[np.argsort(count[seen], kind="stable")[:k]])
+    assert len(ids) == k
+    rows = pq.read_table(program / "concepts.parquet").take(pa.array(ids))
+    return ids.tolist(), rows["vocabulary"].to_pylist(), rows["code"].to_pylist()
+
+
+def test_hold_out_file_is_the_rood_split(prepared, program, tmp_path, caplog):
+    ids, vocs, codes = rare_codes(prepared, program)
+    listed = [
+        f"{v},{dotted_code(c, v) if i % 2 else c}" for i, (v, c) in enumerate(zip(vocs, codes, strict=True))
+    ]
+    hold = tmp_path / "hold.csv"  # dotted and dotless codes, two unknown codes and a special token
+    hold.write_text(
+        "vocabulary,code\n" + "\n".join([*listed, "ICD10CM,Q99.99X", "ICD-9-CM,0000", "SPECIAL,[UNK]"])
+    )
+    ehr = Path(prepared.manifest["source"]["path"])
+    with caplog.at_level("WARNING"):
+        (r,) = prepare(mimic=ehr, program=program, out=tmp_path / "ds", hold_out=hold,
+                       splits=SplitOptions(rood_codes=3, rood_max_patients=120))  # fmt: skip
+    assert "3 of 5 codes to hold out are not codes of program" in caplog.text and str(hold) in caplog.text
+    assert r.dataset_id != prepared.dataset_id
+    rood = r.manifest["counts"]["rood"]
+    assert rood["selection"] == "hold_out_file" and rood["hold_out_file"] == str(hold.resolve())
+    assert (rood["held_out_codes"], rood["held_out_codes_in_cohort"], rood["hold_out_rows"]) == (2, 2, 5)
+    assert rood["hold_out_unresolved"] == 3
+    assert {"role": "hold_out", "path": str(hold.resolve())}.items() <= r.manifest["source"]["inputs"][
+        -1
+    ].items()
+    assert sorted(pq.read_table(r.path / "rood_codes.parquet")["concept_id"].to_pylist()) == ids
+    t = pq.read_table(r.path / "patients.parquet").to_pydict()
+    held = set(ids)
+    for split, seq, unseen in zip(t["split"], t["input_ids"], t["rood_unseen"], strict=True):
+        assert (split == "rood") == bool(held & set(seq))
+        assert not unseen or split == "rood"
+    assert rood["patients"] == t["split"].count("rood") > 0 and rood["unseen_patients"] == sum(
+        t["rood_unseen"]
+    )
+    assert pq.read_table(r.path / "code_counts.parquet")["count"].to_numpy()[ids].sum() == 0
+    # the same codes as Parquet: another file, another id, the same split
+    pq.write_table(pa.table({"vocabulary": vocs, "code": codes}), tmp_path / "hold.parquet")
+    (r2,) = prepare(mimic=ehr, program=program, out=tmp_path / "ds", hold_out=tmp_path / "hold.parquet",
+                    splits=SplitOptions(rood_codes=3, rood_max_patients=120))  # fmt: skip
+    assert r2.dataset_id != r.dataset_id and r2.manifest["counts"]["rood"]["hold_out_unresolved"] == 0
+    t2 = pq.read_table(r2.path / "patients.parquet").to_pydict()
+    assert [s == "rood" for s in t2["split"]] == [s == "rood" for s in t["split"]]
+
+
+def test_hold_out_file_errors_name_the_file(prepared, program, tmp_path):
+    ehr = Path(prepared.manifest["source"]["path"])
+    none_known = tmp_path / "unknown.csv"
+    none_known.write_text("vocabulary,code\nICD10CM,Q99.99X\n")
+    no_column = tmp_path / "nocol.csv"
+    no_column.write_text("system,code\nICD10CM,A01\n")
+    for f, msg in ((none_known, "none of the 1 codes to hold out"), (no_column, "lacks column.*vocabulary")):
+        with pytest.raises(PipelineError, match=f"{f.name}.*{msg}"):
+            prepare(mimic=ehr, program=program, out=tmp_path / "ds", hold_out=f)
+    with pytest.raises(PipelineError, match="missing.parquet: hold-out file not found"):
+        prepare(mimic=ehr, program=program, out=tmp_path / "ds", hold_out=tmp_path / "missing.parquet")
+    assert not any((tmp_path / "ds").glob("*/*"))
+
+
+def test_chosen_hold_out_reaches_its_unseen_target(prepared):
+    rood = prepared.manifest["counts"]["rood"]
+    assert rood["selection"] == "chosen" and rood["unseen_target"] == 1  # 100 per 190k of < 1500, at least 1
+    assert rood["unseen_patients"] >= 1 and rood["held_out_codes"] >= 3
+    assert rood["patients"] == prepared.manifest["counts"]["patients"]["by_split"]["rood"]
+    t = pq.read_table(prepared.path / "patients.parquet").to_pydict()
+    assert (
+        sum(t["rood_unseen"])
+        == rood["unseen_patients"]
+        == prepared.manifest["counts"]["patients"]["rood_unseen"]
+    )
+    assert prepared.manifest["generator"] == "pipelines.prepare/3"
+
+
+def test_cli_prepare_hold_out(program, tmp_path):
+    ehr = write_mimic(tmp_path / "mimic")
+    hold = tmp_path / "hold.csv"
+    hold.write_text("vocabulary,code\nICD10CM,I10\n")
+    res = CliRunner().invoke(main, ["prepare", "--mimic", str(ehr), "--program", str(program),
+                                    "--out", str(tmp_path / "ds"), "--hold-out", str(hold)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "rood      1 held-out codes from" in res.output
+    (path,) = (tmp_path / "ds").glob("*/*")
+    m = verify_dataset(path)
+    assert m["counts"]["rood"]["hold_out_file"] == str(hold.resolve())
