@@ -85,6 +85,22 @@ def qa_evaluate_cmd(run: str, qa: str, program: str, **kw) -> None:
 @click.option("--finetune-epochs", type=int, default=3, show_default=True)
 @click.option("--pretrain-steps", type=int, default=60, show_default=True)
 @click.option("--skip-finetune", is_flag=True, help="Only the memory-network tables.")
+@click.option(
+    "--seeds",
+    default="1",
+    show_default=True,
+    help="Training seeds: a count (3: seeds 0, 1, 2) or a list (0,5,7; one seed: 7,).",
+)
+@click.option(
+    "--data-seeds",
+    default=None,
+    help="Seeds of the generated QA sets, a count or a list (default: --seed of qa generate, 0).",
+)
+@click.option(
+    "--only",
+    multiple=True,
+    help="Keep only this run or table (embedding, hops, tying, attention); repeat for more.",
+)
 @threads_option()
 @verbosity_options
 @handle_errors

@@ -1,13 +1,15 @@
 """The Doctor2Vec comparison of issue 9 and its Markdown report: :func:`compare`, :func:`write_report`.
 
-Generates (or reuses) the Doctor2Vec data of a tokenized dataset, trains the grid — plain vs HRR code
-embeddings x dynamic vs static doctor vectors (the paper's ablation), optionally the visit-Transformer
-patient encoder — and writes ``<out>/report.md`` with the test trials and the rare-disease trials side
-by side. Three untrained references score the same pairs: panel size (popularity), a rule (panel
-patients carrying one of the trial's condition codes, what a SQL query over the panel would give) and
-the generator's own driver (eligible patients: the ceiling, not a competitor). Differences between two
-models are paired bootstrap intervals over the test trials' average precision. Each run keeps its own
-folder under ``<out>/runs``; a run whose ``results.json`` exists is read back, so an interrupted
+Generates (or reuses) the Doctor2Vec data of a tokenized dataset, one data set per data seed, trains the
+grid — plain vs HRR code embeddings x dynamic vs static doctor vectors (the paper's ablation), optionally
+the visit-Transformer patient encoder — once per (data seed, training seed, configuration), and writes
+``<out>/report.md`` with the test trials and the rare-disease trials side by side. Three untrained
+references score the same pairs: panel size (popularity), a rule (panel patients carrying one of the
+trial's condition codes, what a SQL query over the panel would give) and the generator's own driver
+(eligible patients: the ceiling, not a competitor). Cells are means over runs with a 95 % t-interval over
+runs; two configurations are compared run by run (a better in k of n runs), and a difference is stated in
+words only where it holds in every run. Each run keeps its own folder
+``<out>/runs/<name>-data<d>-seed<s>``; a run whose ``results.json`` exists is read back, so an interrupted
 comparison resumes, and ``hrrbert report <out>`` rewrites the report from those files alone.
 """
 
@@ -17,16 +19,20 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pipelines.errors import PipelineError
-from pipelines.eval.markdown import cell, table
+from pipelines.eval.markdown import table
 from pipelines.eval.report import EXPERIMENT_FILE, Report, report
 from pipelines.eval.report import write_report as write_experiment_report
-from pipelines.eval.stats import bootstrap_means
+from pipelines.eval.seeds import claim, interval_cell, parse_seeds, t_interval, wins
+
+from .config import D2VOptions
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +57,8 @@ SPLIT_TITLES = {
     "test_rare": "Rare-disease trials (held-out codes)",
 }
 METRICS = ("pr_auc", "roc_auc", "p_at_5", "p_at_10", "trial_ap")
+PER_RUN_METRICS = ("trial_ap", "roc_auc")  # the per-run table
+CONTRAST_METRICS = ("trial_ap", "roc_auc", "pr_auc")  # the run-by-run differences
 NAMES = {"pr_auc": "PR-AUC", "roc_auc": "ROC-AUC", "p_at_5": "P@5", "p_at_10": "P@10", "trial_ap": "AP/trial"}
 CONTRASTS = (  # (a, b, what it shows): a - b
     ("hrr-base-dynamic", "plain-dynamic", "HRR base vs plain codes"),
@@ -61,20 +69,6 @@ CONTRASTS = (  # (a, b, what it shows): a - b
     ("plain-dynamic-visits", "plain-dynamic", "visit Transformer vs pooled patients (plain codes)"),
     ("hrr-base-dynamic-visits", "hrr-base-dynamic", "visit Transformer vs pooled patients (HRR base codes)"),
 )
-
-
-def paired_difference(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> dict[str, float]:
-    """Mean difference of per-trial AP (a - b) over the trials both scored, with a bootstrap 95 % interval."""
-    ta = dict(zip(a["trial"], a["ap"], strict=True))
-    tb = dict(zip(b["trial"], b["ap"], strict=True))
-    common = sorted(set(ta) & set(tb))
-    d = np.array([ta[t] - tb[t] for t in common], dtype=np.float64)
-    if not len(d):
-        return {"diff": math.nan, "lo": math.nan, "hi": math.nan, "trials": 0, "p_better": math.nan}
-    boots = bootstrap_means(d, n_boot=n_boot, seed=seed)
-    lo, hi = np.quantile(boots, [0.025, 0.975])
-    return {"diff": float(d.mean()), "lo": float(lo), "hi": float(hi), "trials": len(d),
-            "p_better": float((boots > 0).mean())}  # fmt: skip
 
 
 def reference_scores(ds) -> dict[str, dict[str, Any]]:
@@ -130,6 +124,25 @@ def shared_hrr_codes(trials, program: str | Path) -> dict[str, float]:
     return out
 
 
+def select_grid(
+    only: Sequence[str] | None = None, visit_transformer: bool = False
+) -> dict[str, dict[str, Any]]:
+    """The configurations to run: :data:`GRID` (and :data:`VISIT_GRID` with ``visit_transformer``), or the
+    named ones of both when ``only`` is given. Raises ``ValueError`` on an unknown name."""
+    pool = {**GRID, **VISIT_GRID}
+    if not only:
+        return {**GRID, **(VISIT_GRID if visit_transformer else {})}
+    unknown = sorted(set(only) - set(pool))
+    if unknown:
+        raise ValueError(f"--only: unknown {unknown}; expected some of {list(pool)}")
+    return {n: o for n, o in pool.items() if n in only}
+
+
+def run_id(name: str, data_seed: int | None, seed: int) -> str:
+    """The folder of one run under ``<out>/runs`` (``data_seed`` None: a data folder given with ``data``)."""
+    return f"{name}-seed{seed}" if data_seed is None else f"{name}-data{data_seed}-seed{seed}"
+
+
 def compare(
     dataset: str | Path | None,
     program: str | Path,
@@ -138,68 +151,82 @@ def compare(
     data: str | Path | None = None,
     epochs: int = 3,
     dim: int = 64,
-    seeds: int = 1,
+    seeds: int | str | Sequence[int] = 1,
+    data_seeds: int | str | Sequence[int] | None = None,
+    only: Sequence[str] | None = None,
     visit_transformer: bool = False,
     threads: int | None = 1,
-    data_options=None,
+    data_options: D2VOptions | None = None,
 ) -> Path:
-    """Run the grid (``seeds`` trainings per configuration: seeds 0, 1, ...) and write ``<out>/report.md``.
+    """Run the grid once per (data seed, training seed, configuration) and write ``<out>/report.md``.
 
-    ``data``: an existing Doctor2Vec folder (else generated from ``dataset`` under ``<out>/data``).
-    ``threads``: torch intra-op threads while it runs (1 by default: small models on a shared CPU run
-    faster single-threaded)."""
+    ``seeds``: training seeds (a count: 0..n-1, or a list); ``data_seeds``: seeds of the generated
+    Doctor2Vec data (doctors, panels, trials, enrollment; a count or a list; default: the seed of
+    ``data_options``); ``data``: an existing Doctor2Vec folder instead (one data set, no data seeds);
+    ``only``: the configurations to keep (:func:`select_grid`). ``threads``: torch intra-op threads while
+    it runs (1 by default: small models on a shared CPU run faster single-threaded)."""
     import torch
 
-    if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    train_seeds = parse_seeds(seeds, "seeds")
+    grid = select_grid(only, visit_transformer)
+    opts = data_options or D2VOptions()
+    if data is not None and data_seeds is not None:
+        raise ValueError(
+            "data seeds generate one data set each from the dataset; do not give an existing data folder too"
+        )
+    if data is None and dataset is None:
+        raise ValueError("give a tokenized dataset to generate the Doctor2Vec data from, or --data")
+    dseeds: list[int | None] = [None] if data is not None else (
+        [opts.seed] if data_seeds is None else list(parse_seeds(data_seeds, "data seeds")))  # fmt: skip
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _compare(
-            dataset, program, Path(out), data, epochs, dim, seeds, visit_transformer, data_options
-        )
+        return _compare(dataset, program, Path(out), data, epochs, dim, train_seeds, dseeds, grid, opts)
     finally:
         torch.set_num_threads(before)
 
 
-def _compare(dataset, program, out: Path, data, epochs, dim, seeds, visit_transformer, data_options) -> Path:
+def _compare(dataset, program, out: Path, data, epochs, dim, seeds, dseeds, grid, opts) -> Path:
     from .data import generate_doctor2vec
     from .train import train_doctor2vec
 
     t0 = time.perf_counter()
-    if data is None:
-        if dataset is None:
-            raise ValueError("give a tokenized dataset to generate the Doctor2Vec data from, or --data")
-        data = generate_doctor2vec(dataset, program, out=out / "data", options=data_options).path
+    sets = {d: Path(data) if d is None else
+            generate_doctor2vec(dataset, program, out=out / "data", options=replace(opts, seed=d)).path
+            for d in dseeds}  # fmt: skip
     runs = out / "runs"
-    grid = {**GRID, **(VISIT_GRID if visit_transformer else {})}
-    for name, opts in grid.items():
-        for seed in range(seeds):
-            if not (runs / f"{name}-seed{seed}" / "results.json").is_file():
-                started = (runs / f"{name}-seed{seed}" / "config.json").is_file()  # killed: continue it
-                train_doctor2vec(data, program, out=runs, run_id=f"{name}-seed{seed}", epochs=epochs, dim=dim,
-                                 seed=seed, progress=False, resume=started, **opts)  # fmt: skip
-                log.info("%s seed %d done", name, seed)
-    spec = {"data": str(data), "program": str(program), "runs": list(grid), "seeds": seeds, "epochs": epochs,
-            "dim": dim, "wall_s": time.perf_counter() - t0}  # fmt: skip
+    for name, o in grid.items():
+        for d in dseeds:
+            for seed in seeds:
+                rid = run_id(name, d, seed)
+                if not (runs / rid / "results.json").is_file():
+                    started = (runs / rid / "config.json").is_file()  # killed: continue it
+                    train_doctor2vec(sets[d], program, out=runs, run_id=rid, epochs=epochs, dim=dim, seed=seed,
+                                     progress=False, resume=started, **o)  # fmt: skip
+                    log.info("%s done", rid)
+    spec = {"data_sets": [{"data_seed": d, "path": str(p)} for d, p in sets.items()], "program": str(program),
+            "runs": list(grid), "seeds": seeds, "epochs": epochs, "dim": dim, "wall_s": time.perf_counter() - t0}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
-    (out / COMPARE_FILE).write_text(json.dumps(spec, indent=2) + "\n", encoding="utf-8")
+    _write_atomic(out / COMPARE_FILE, json.dumps(spec, indent=2) + "\n")
     return write_report(out)
 
 
-def _mean_sd(values: list[float]) -> str:
-    x = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    if not len(x):
-        return "n/a"
-    return f"{x.mean():.3f}" if len(x) == 1 else f"{x.mean():.3f} ± {x.std(ddof=1):.3f}"
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
-def _seed_mean_ap(per_seed: list[dict]) -> dict[str, list]:
-    """Per-trial AP averaged over seeds (trials every seed scored)."""
-    maps = [dict(zip(r["trial"], r["ap"], strict=True)) for r in per_seed]
-    common = sorted(set.intersection(*(set(m) for m in maps))) if maps else []
-    return {"trial": common, "ap": [float(np.mean([m[t] for m in maps])) for t in common]}
+def _layout(spec: dict[str, Any]) -> tuple[dict[int | None, Path], list[int]]:
+    """Data sets by data seed and the training seeds of a comparison (also of a file written before data
+    seeds: one data folder, ``seeds`` a count)."""
+    if "data_sets" in spec:
+        sets = {d["data_seed"]: Path(d["path"]) for d in spec["data_sets"]}
+    else:
+        sets = {None: Path(spec["data"])}
+    seeds = spec.get("seeds", 1)
+    return sets, list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
 
 
 def write_report(root: str | Path) -> Path:
@@ -208,110 +235,166 @@ def write_report(root: str | Path) -> Path:
 
     root = Path(root)
     spec = json.loads((root / COMPARE_FILE).read_text(encoding="utf-8"))
-    results = _read_results(root, spec)
-    data = Path(spec["data"])
-    ds = read_doctor2vec(data)
-    parts = _introduction(spec, ds.manifest, results)
-    parts += _result_tables(results, reference_scores(ds), spec)
-    parts += _paired_differences(results)
-    parts += _hrr_sharing(shared_hrr_codes(ds.trials, spec["program"]))
-    parts += _rare_trial_explanation(root, results, data, spec["program"])
+    sets, seeds = _layout(spec)
+    keys = [(d, s) for d in sets for s in seeds]
+    results = _read_results(root, spec["runs"], keys)
+    reads = {d: read_doctor2vec(p) for d, p in sets.items()}
+    first = next(iter(sets))
+    parts = _introduction(spec, sets, seeds, reads[first].manifest, results)
+    parts += _result_tables(results, {d: reference_scores(ds) for d, ds in reads.items()})
+    parts += _per_run(results, keys)
+    parts += _contrasts(results)
+    parts += _hrr_sharing(shared_hrr_codes(reads[first].trials, spec["program"]), first)
+    parts += _rare_trial_explanation(root, results, sets, spec["program"])
     parts += [
         "",
         f"Total wall time: {spec['wall_s']:.0f} s on this machine (runs already present are reused).",
     ]
     path = root / REPORT_FILE
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    _write_atomic(path, "\n".join(parts) + "\n")
     return path
 
 
-def _read_results(root: Path, spec: dict[str, Any]) -> dict[str, list[dict]]:
-    """Run name -> the ``results.json`` of each seed; raises when one is missing."""
-    seeds = int(spec.get("seeds", 1))
-    results: dict[str, list[dict]] = {}
-    for n in spec["runs"]:
-        files = [root / "runs" / f"{n}-seed{k}" / "results.json" for k in range(seeds)]
-        missing = [str(f) for f in files if not f.is_file()]
+Key = tuple[int | None, int]  # (data seed, training seed)
+
+
+def _read_results(root: Path, names: list[str], keys: list[Key]) -> dict[str, dict[Key, dict]]:
+    """Run name -> (data seed, seed) -> its ``results.json``; raises when one is missing."""
+    results: dict[str, dict[Key, dict]] = {}
+    for n in names:
+        files = {k: root / "runs" / run_id(n, *k) / "results.json" for k in keys}
+        missing = [str(f) for f in files.values() if not f.is_file()]
         if missing:
             raise PipelineError(
                 f"{root}: missing run results {missing[:3]}; run `hrrbert doctor2vec compare` again"
             )
-        results[n] = [json.loads(f.read_text(encoding="utf-8")) for f in files]
+        results[n] = {k: json.loads(f.read_text(encoding="utf-8")) for k, f in files.items()}
     return results
 
 
-def _introduction(
-    spec: dict[str, Any], manifest: dict[str, Any], results: dict[str, list[dict]]
-) -> list[str]:
-    """The title and the paragraph on the data, the training and the metrics."""
-    seeds = int(spec.get("seeds", 1))
-    first_run = results[spec["runs"][0]][0]
+def _introduction(spec: dict[str, Any], sets: dict, seeds: list[int], manifest: dict[str, Any],
+                  results: dict[str, dict[Key, dict]]) -> list[str]:  # fmt: skip
+    """The title and the paragraphs on the data, the training, the runs and the metrics."""
+    first_run = next(iter(results[spec["runs"][0]].values()))
+    n = len(sets) * len(seeds)
+    if None in sets:
+        data_line = f"Data `{sets[None]}` (one data set, given)"
+        varies = "the initialization and batch order (training seed)"
+    else:
+        data_line = (f"Data generated with seeds {list(sets)} (each draws its own doctors, panels, trials and "
+                     f"enrollment): " + ", ".join(f"`{p}`" for p in sets.values()) + f"; data seed {next(iter(sets))}")  # fmt: skip
+        varies = "the data set (data seed) and the initialization and batch order (training seed)"
     return [
         "# Doctor2Vec on HRR code embeddings: matching doctors to clinical trials (issue 9)",
         "",
-        f"Data `{Path(spec['data'])}` (program `{manifest['program_id']}`, dataset `{manifest.get('source_dataset_id')}`): "
+        f"{data_line} (program `{manifest['program_id']}`, dataset `{manifest.get('source_dataset_id')}`): "
         f"{_counts_line(manifest.get('counts', {}))}. Each doctor's memory holds up to "
         f"{first_run['config']['max_memories']} of their patients; a trial (conditions, "
         "exclusions, age band, sex, category, text) reads each patient's codes, then the memory. "
         f"{_criteria_line(manifest)} Every code that makes a patient eligible for a rare-disease trial is "
-        "removed from every patient history during training, so those codes are first seen at test time. "
-        f"Training: {spec['epochs']} epochs, D = {spec['dim']}, validation "
-        f"every 10 steps, the best validation PR-AUC kept; {seeds} seed(s) per configuration"
-        f"{' (mean ± sd)' if seeds > 1 else ''}. Metrics: PR-AUC / ROC-AUC pooled over the split's "
-        "doctor-trial pairs; P@k and AP/trial rank the doctors of each trial (mean over trials with an "
-        "enrolling doctor). `params` counts the trained parameters; `wall s` is one training.",
+        "removed from every patient history during training, so those codes are first seen at test time.",
+        "",
+        f"Training: {spec['epochs']} epochs, D = {spec['dim']}, validation every 10 steps, the best validation "
+        f"PR-AUC kept. Each configuration runs on {len(sets)} data set(s) x training seeds {seeds} = {n} run(s); "
+        f"what varies between runs: {varies}. Cells: mean over the runs with a 95 % t-interval over runs "
+        f"({'no interval: one run' if n < 2 else f'{n - 1} degree(s) of freedom'}); the references are "
+        "deterministic given the data, so their interval is over the data sets only. Metrics: PR-AUC / ROC-AUC "
+        "pooled over the split's doctor-trial pairs; P@k and AP/trial rank the doctors of each trial (mean "
+        "over trials with an enrolling doctor). `params` counts the trained parameters; `wall s` is one "
+        "training.",
     ]
 
 
-def _result_tables(results: dict[str, list[dict]], refs: dict[str, dict], spec: dict[str, Any]) -> list[str]:
-    """One table per split (test, test_rare): every run (mean ± sd over seeds) and the references."""
+def _result_tables(results: dict[str, dict[Key, dict]], refs: dict[Any, dict[str, dict]]) -> list[str]:
+    """One table per split (test, test_rare): every configuration and reference, mean and t-interval."""
     parts: list[str] = []
     for split, title in SPLIT_TITLES.items():
         rows = []
         for n, rs in results.items():
-            if all(split in r for r in rs):
-                cfg = rs[0]["config"]
+            if all(split in r for r in rs.values()):
+                r0 = next(iter(rs.values()))
+                cfg = r0["config"]
                 codes = cfg["embedding"] + (f" {cfg['hrr_mode']}" if cfg["embedding"] == "hrr" else "")
-                rows.append([n, codes, cfg["doctor"], cfg["patient_encoder"], f"{rs[0]['parameters']:,}",
-                             *[_mean_sd([r[split][k] for r in rs]) for k in METRICS],
-                             f"{np.mean([r['wall_s'] for r in rs]):.0f}"])  # fmt: skip
-        for name, m in refs.get(split, {}).items():
-            rows.append([name, "-", "-", "-", "0", *[m[k] for k in METRICS], "-"])
+                rows.append([n, codes, cfg["doctor"], cfg["patient_encoder"], f"{r0['parameters']:,}", len(rs),
+                             *[interval_cell(t_interval(r[split][k] for r in rs.values())) for k in METRICS],
+                             f"{np.mean([r['wall_s'] for r in rs.values()]):.0f}"])  # fmt: skip
+        names = list(dict.fromkeys(name for ref in refs.values() for name in ref.get(split, {})))
+        for name in names:
+            per_set = [ref[split][name] for ref in refs.values() if name in ref.get(split, {})]
+            rows.append([name, "-", "-", "-", "0", len(per_set),
+                         *[_reference_cell([m[k] for m in per_set]) for k in METRICS], "-"])  # fmt: skip
         if rows:
-            anyr = next(iter(refs.get(split, {}).values()), None) or results[spec["runs"][0]][0][split]
-            parts += ["", f"## {title}", "",
-                      f"{anyr['trials']} trials, {anyr['pairs']:,} pairs, {anyr['positives']:,} enrolling.", "",
-                      table(["run", "codes", "doctor", "patients", "params", *[NAMES[k] for k in METRICS],
+            sizes = _split_sizes(results, refs, split)
+            parts += ["", f"## {title}", "", sizes, "",
+                      table(["run", "codes", "doctor", "patients", "params", "runs", *[NAMES[k] for k in METRICS],
                               "wall s"], rows)]  # fmt: skip
     return parts
 
 
-def _paired_differences(results: dict[str, list[dict]]) -> list[str]:
-    """The :data:`CONTRASTS` as paired bootstrap differences of the per-trial AP (nothing without a pair)."""
-    diffs = []
+def _reference_cell(values: list[float]) -> Any:
+    """A reference's value (one data set) or its mean and t-interval over the data sets."""
+    return values[0] if len(values) == 1 else interval_cell(t_interval(values))
+
+
+def _split_sizes(results: dict[str, dict[Key, dict]], refs: dict[Any, dict[str, dict]], split: str) -> str:
+    """Trials, pairs and enrolling pairs of ``split`` in each data set."""
+    by_set = {}
+    for rs in results.values():
+        for (d, _), r in rs.items():
+            if split in r:
+                by_set.setdefault(d, r[split])
+    for d, ref in refs.items():
+        if split in ref and d not in by_set:
+            by_set[d] = next(iter(ref[split].values()))
+    return "; ".join(("" if d is None else f"data seed {d}: ")
+                     + f"{m['trials']} trials, {m['pairs']:,} pairs, {m['positives']:,} enrolling"
+                     for d, m in by_set.items()) + "."  # fmt: skip
+
+
+def _per_run(results: dict[str, dict[Key, dict]], keys: list[Key]) -> list[str]:
+    """AP/trial and ROC-AUC of every run, per split (the values behind the intervals)."""
+    header = ["run", "split", "metric", *[f"s{s}" if d is None else f"d{d}/s{s}" for d, s in keys]]
+    rows = [[n, split, NAMES[k], *[rs[key][split][k] if key in rs and split in rs[key] else None for key in keys]]
+            for n, rs in results.items() for split in SPLIT_TITLES for k in PER_RUN_METRICS
+            if any(split in r for r in rs.values())]  # fmt: skip
+    return ["", "## Per run (d: data seed, s: training seed)", "", table(header, rows)]
+
+
+def _contrasts(results: dict[str, dict[Key, dict]]) -> list[str]:
+    """The :data:`CONTRASTS` run by run: mean difference (t-interval over runs), a better in k of n runs;
+    then the differences that hold in every run."""
+    rows, claims = [], []
     for a, b, what in CONTRASTS:
-        if a in results and b in results:
-            for split in SPLIT_TITLES:
-                if all(split in r for r in results[a] + results[b]):
-                    d = paired_difference(_seed_mean_ap([r[split]["per_trial_ap"] for r in results[a]]),
-                                          _seed_mean_ap([r[split]["per_trial_ap"] for r in results[b]]))  # fmt: skip
-                    diffs.append([what, split, d["diff"], f"{cell(d['lo'])} .. {cell(d['hi'])}", d["p_better"],
-                                  d["trials"]])  # fmt: skip
-    if not diffs:
+        if a not in results or b not in results:
+            continue
+        for split in SPLIT_TITLES:
+            for k in CONTRAST_METRICS:
+                w = wins({key: r[split][k] for key, r in results[a].items() if split in r},
+                         {key: r[split][k] for key, r in results[b].items() if split in r})  # fmt: skip
+                if not w.n:
+                    continue
+                rows.append(
+                    [what, split, NAMES[k], interval_cell(t_interval(w.diffs)), f"a better in {w.cell()}"]
+                )
+                if (c := claim(f"`{a}`", f"`{b}`", f"{split} {NAMES[k]}", w)) is not None:
+                    claims.append(f"- {c}")
+    if not rows:
         return []
-    return ["", "## Paired differences (AP per trial, a - b)", "",
-            "Per-trial average precision (averaged over the seeds), bootstrapped over the trials (2,000 "
-            "resamples); `P(a > b)` is the share of resamples with a positive mean difference. The "
-            "intervals cover trial sampling, not training noise (see the ± above).", "",
-            table(["contrast", "split", "mean diff", "95 % interval", "P(a > b)", "trials"], diffs)]  # fmt: skip
+    return ["", "## Differences, run by run (a - b)", "",
+            "Each run of a against the run of b on the same data set and training seed; the interval is the "
+            "t-interval of those per-run differences (it covers training noise and, with several data seeds, "
+            "the draw of doctors and trials).", "",
+            table(["contrast", "split", "metric", "mean diff", "runs"], rows), "",
+            *(["Holds in every run:", "", *claims] if claims else ["No difference holds in every run."])]  # fmt: skip
 
 
-def _hrr_sharing(shared: dict[str, float]) -> list[str]:
+def _hrr_sharing(shared: dict[str, float], data_seed: int | None) -> list[str]:
     """The paragraph on condition codes sharing their HRR ``base`` vector (:func:`shared_hrr_codes`)."""
+    where = "" if data_seed is None else f" (data seed {data_seed})"
     return ["", "How HRR `base` differs from a plain table here: every code whose program edges equal another "
             "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
-            "ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition "
-            "codes, " + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
+            f"ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition codes{where}, "
+            + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
             + " share their `base` vector with a code the trial does not list. With criteria on standard "
             "concepts those codes are eligible too, which `base` knows from the ontology while a plain table "
             "has to learn it (and cannot for codes unseen in training); with exact-code criteria "
@@ -320,16 +403,19 @@ def _hrr_sharing(shared: dict[str, float]) -> list[str]:
 
 
 def _rare_trial_explanation(
-    root: Path, results: dict[str, list[dict]], data: Path, program: str
+    root: Path, results: dict[str, dict[Key, dict]], sets: dict, program: str
 ) -> list[str]:
-    """Which patients made a doctor fit a rare-disease trial, for the first HRR (else plain) dynamic run."""
+    """Which patients made a doctor fit a rare-disease trial, for the first run of the first HRR (else plain)
+    dynamic configuration."""
     from .evaluate import evaluate_doctor2vec
 
     show = next((n for n in ("hrr-base-dynamic", "hrr-add-dynamic", "plain-dynamic") if n in results), None)
     if not show:
         return []
-    _, text = evaluate_doctor2vec(root / "runs" / f"{show}-seed0", data, program, split="test_rare")
-    return ["", f"## Which patients made a doctor fit a rare-disease trial ({show}, seed 0)", "", "```", text,
+    d, s = next(iter(results[show]))
+    _, text = evaluate_doctor2vec(root / "runs" / run_id(show, d, s), sets[d], program, split="test_rare")
+    where = f"seed {s}" if d is None else f"data seed {d}, seed {s}"
+    return ["", f"## Which patients made a doctor fit a rare-disease trial ({show}, {where})", "", "```", text,
             "```"]  # fmt: skip
 
 

@@ -3,9 +3,15 @@
 Memory networks on the clinical QA set generated from a tokenized dataset: MemN2N with plain vs HRR code
 embeddings (overall and unseen-code accuracy), hops 1-3, each tying scheme, hard-attention MemNN vs
 MemN2N; then the visit Transformer vs BERT on mortality and chapters (both fine-tuned from the same
-briefly pretrained tiny BERT; the visit Transformer takes its code embedding). Every run writes its own
-folder under ``<out>/runs``; a run whose ``results.json`` exists is read back instead of retrained, so
-an interrupted comparison resumes. Parameter counts and wall times are in every table.
+briefly pretrained tiny BERT; the visit Transformer takes its code embedding).
+
+The memory-network grid runs over data seeds (each draws its own QA set: patients, held-out codes,
+questions) and training seeds; a run is one (data seed, training seed, configuration) and writes its own
+folder ``<out>/runs/<name>-data<d>-seed<s>``; a run whose ``results.json`` exists is read back instead of
+retrained, so an interrupted comparison resumes. Tables give the mean over runs with a 95 % t-interval
+over runs and each run's value; HRR is compared with the plain table run by run ("HRR better in k of n
+runs"), and a sentence is written only for a difference that holds in every run. Parameter counts and
+wall times are in every table; the fine-tuning section is one training seed.
 """
 
 from __future__ import annotations
@@ -14,11 +20,16 @@ import json
 import logging
 import math
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pipelines.data.tasks import TASKS
 from pipelines.eval.markdown import table
+from pipelines.eval.seeds import claim, interval_cell, parse_seeds, t_interval, wins
 
 from .data import QAOptions, generate_qa
 
@@ -42,35 +53,62 @@ QA_GRID: list[tuple[str, str, dict[str, Any]]] = [
 FINETUNE_METRICS = ("accuracy", "f1", "auroc", "auprc")
 
 
-def _qa_run(qa: Path, program: Path, runs: Path, name: str, opts: dict[str, Any]) -> dict[str, Any]:
+TABLES = ("embedding", "hops", "tying", "attention")
+SECTIONS = [  # (grid table, report section, its rows)
+    ("embedding", "MemN2N: plain vs HRR code embeddings", ["memn2n-plain-h3-adjacent", "memn2n-hrr-h3-adjacent"]),
+    ("hops", "MemN2N: hops 1-3 (adjacent tying)",
+     [f"memn2n-{e}-h{h}-adjacent" for e in ("plain", "hrr") for h in (1, 2, 3)]),
+    ("tying", "MemN2N: weight tying (3 hops)",
+     [f"memn2n-{e}-h3-{t}" for e in ("plain", "hrr") for t in ("adjacent", "layerwise", "none")]),
+    ("attention", "Hard-attention MemNN (supporting-fact supervision) vs MemN2N",
+     ["memnn-plain-h2", "memn2n-plain-h2-adjacent", "memnn-hrr-h2", "memn2n-hrr-h2-adjacent"]),
+]  # fmt: skip
+RUN_METRICS = (("test accuracy", "accuracy"), ("unseen-code accuracy", "accuracy_unseen"),
+               ("seen-code accuracy", "accuracy_seen"))  # fmt: skip
+Key = tuple[int, int]  # (data seed, training seed)
+
+
+def select_grid(only: Sequence[str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
+    """The :data:`QA_GRID` rows named in ``only`` (run names or table names: embedding, hops, tying,
+    attention); all of them when ``only`` is empty. Raises ``ValueError`` on an unknown name."""
+    if not only:
+        return list(QA_GRID)
+    known = {n for _, n, _ in QA_GRID} | set(TABLES)
+    unknown = sorted(set(only) - known)
+    if unknown:
+        raise ValueError(
+            f"--only: unknown {unknown}; expected run names {[n for _, n, _ in QA_GRID]} or tables {list(TABLES)}"
+        )
+    return [row for row in QA_GRID if row[0] in only or row[1] in only]
+
+
+def run_id(name: str, data_seed: int, seed: int) -> str:
+    """The folder of one run under ``<out>/runs``."""
+    return f"{name}-data{data_seed}-seed{seed}"
+
+
+def _qa_run(qa: Path, program: Path, runs: Path, rid: str, opts: dict[str, Any]) -> dict[str, Any]:
     from .train import train_qa
 
-    res = runs / name / "results.json"
+    res = runs / rid / "results.json"
     if res.is_file():
         return json.loads(res.read_text(encoding="utf-8"))
-    started = (runs / name / "config.json").is_file()  # killed before its results: continue it
-    return train_qa(qa, program, out=runs, run_id=name, progress=False, resume=started, **opts).results
+    started = (runs / rid / "config.json").is_file()  # killed before its results: continue it
+    return train_qa(qa, program, out=runs, run_id=rid, progress=False, resume=started, **opts).results
 
 
-def _qa_row(name: str, r: dict[str, Any]) -> list[Any]:
-    c, t = r["config"], r["test"]
-    return [
-        name,
-        c["model"],
-        c["embedding"],
-        c["hops"],
-        c["tying"] if c["model"] == "memn2n" else "-",
-        f"{r['parameters']:,}",
-        r["val"]["accuracy"],
-        t["accuracy"],
-        t["accuracy_unseen"],
-        t["accuracy_seen"],
-        f"{r['wall_s']:.0f}",
-    ]
+def _qa_row(name: str, rs: dict[Key, dict[str, Any]]) -> list[Any]:
+    r0 = next(iter(rs.values()))
+    c = r0["config"]
+    cells = [interval_cell(t_interval([r[split][k] for r in rs.values()]))
+             for split, k in (("val", "accuracy"), ("test", "accuracy"), ("test", "accuracy_unseen"),
+                              ("test", "accuracy_seen"))]  # fmt: skip
+    return [name, c["model"], c["embedding"], c["hops"], c["tying"] if c["model"] == "memn2n" else "-",
+            f"{r0['parameters']:,}", len(rs), *cells, f"{np.mean([r['wall_s'] for r in rs.values()]):.0f}"]  # fmt: skip
 
 
-QA_HEADER = ["run", "model", "codes", "hops", "tying", "params", "val acc", "test acc", "unseen acc",
-             "seen acc", "wall s"]  # fmt: skip
+QA_HEADER = ["run", "model", "codes", "hops", "tying", "params", "runs", "val acc", "test acc", "unseen acc",
+             "seen acc", "wall s / run"]  # fmt: skip
 
 
 def compare(
@@ -86,83 +124,180 @@ def compare(
     skip_finetune: bool = False,
     qa_options: QAOptions | None = None,
     threads: int | None = 1,
+    seeds: int | str | Sequence[int] = 1,
+    data_seeds: int | str | Sequence[int] | None = None,
+    only: Sequence[str] | None = None,
 ) -> Path:
     """Run the grid on ``dataset`` (tokenized against ``program``) and write ``<out>/report.md``.
 
-    ``threads``: torch intra-op threads while it runs (1 by default: these models are small, and several
-    threads on a shared CPU stall each other, which made wall times 10-20x worse here); None leaves it.
+    ``seeds``: training seeds (a count: 0..n-1, or a list); ``data_seeds``: seeds of the generated QA sets
+    (a count or a list; default: the seed of ``qa_options``); ``only``: run or table names to keep
+    (:func:`select_grid`). ``threads``: torch intra-op threads while it runs (1 by default: these models
+    are small, and several threads on a shared CPU stall each other, which made wall times 10-20x worse
+    here); None leaves it.
     """
     import torch
 
+    opts = qa_options or QAOptions()
+    plan = Plan(parse_seeds(seeds, "seeds"),
+                [opts.seed] if data_seeds is None else parse_seeds(data_seeds, "data seeds"), select_grid(only))  # fmt: skip
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
         return _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pretrain_steps,
-                        skip_finetune, qa_options)  # fmt: skip
+                        skip_finetune, opts, plan)  # fmt: skip
     finally:
         torch.set_num_threads(before)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What one comparison runs: training seeds, data seeds, grid rows."""
+
+    seeds: list[int]
+    data_seeds: list[int]
+    grid: list[tuple[str, str, dict[str, Any]]]
+
+    def keys(self) -> list[Key]:
+        return [(d, s) for d in self.data_seeds for s in self.seeds]
+
+
 def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pretrain_steps, skip_finetune,
-             qa_options) -> Path:  # fmt: skip
+             opts: QAOptions, plan: Plan) -> Path:  # fmt: skip
     t0 = time.perf_counter()
     out, program = Path(out), Path(program)
     runs = out / "runs"
-    qa = generate_qa(dataset, program, out=out / "qa", options=qa_options or QAOptions()).path
+    qas = {
+        d: generate_qa(dataset, program, out=out / "qa", options=replace(opts, seed=d)).path
+        for d in plan.data_seeds
+    }
     base = dict(epochs=epochs, max_train=max_train, dim=dim, device="cpu")
-    results: dict[str, dict[str, Any]] = {}
-    for _, name, opts in QA_GRID:
-        results[name] = _qa_run(qa, program, runs, name, base | opts)
-        log.info("%s: test accuracy %.3f", name, results[name]["test"]["accuracy"])
-    manifest = json.loads((qa / "manifest.json").read_text(encoding="utf-8"))
-    q = manifest["counts"]["questions"]
-    parts = [
-        "# Memory networks and the visit Transformer on HRR embeddings (issue 7)",
-        "",
-        f"QA set `{qa}` (program `{manifest['program_id']}`, dataset `{manifest['source_dataset_id']}`): "
-        f"{sum(v for k, v in q.items() if k.startswith('train/'))} train, "
-        f"{sum(v for k, v in q.items() if k.startswith('val/'))} val, "
-        f"{sum(v for k, v in q.items() if k.startswith('test/'))} test questions, "
-        f"{sum(v for k, v in q.items() if k.startswith('test_unseen/'))} of them on held-out codes "
-        f"({len(manifest['held_out_codes'])} codes held out). Training: {epochs} epochs on at most "
-        f"{max_train} train questions, D = {dim}, best validation epoch kept; one seed (0), so differences "
-        "of a few points are within noise.",
-    ]
+    results: dict[str, dict[Key, dict[str, Any]]] = {}
+    for _, name, o in plan.grid:
+        for d, s in plan.keys():
+            r = _qa_run(qas[d], program, runs, run_id(name, d, s), base | o | {"seed": s})
+            results.setdefault(name, {})[(d, s)] = r
+            log.info("%s data seed %d seed %d: test accuracy %.3f", name, d, s, r["test"]["accuracy"])
+    parts = _introduction(qas, plan, epochs, max_train, dim)
 
-    def section(title: str, names: list[str]) -> None:
-        parts.extend(["", f"## {title}", "", table(QA_HEADER, [_qa_row(n, results[n]) for n in names])])
-
-    section("MemN2N: plain vs HRR code embeddings", ["memn2n-plain-h3-adjacent", "memn2n-hrr-h3-adjacent"])
-    section(
-        "MemN2N: hops 1-3 (adjacent tying)",
-        [f"memn2n-{e}-h{h}-adjacent" for e in ("plain", "hrr") for h in (1, 2, 3)],
-    )
-    section(
-        "MemN2N: weight tying (3 hops)",
-        [f"memn2n-{e}-h3-{t}" for e in ("plain", "hrr") for t in ("adjacent", "layerwise", "none")],
-    )
-    section(
-        "Hard-attention MemNN (supporting-fact supervision) vs MemN2N",
-        ["memnn-plain-h2", "memn2n-plain-h2-adjacent", "memnn-hrr-h2", "memn2n-hrr-h2-adjacent"],
-    )
-    types = sorted({t for r in results.values() for t in r["test"]["by_type"]})
-    rows = [[n] + [results[n]["test"]["by_type"].get(t, float("nan")) for t in types] for n in results]
-    parts.extend(["", "## Test accuracy per question type", "", table(["run", *types], rows)])
-    from .train import evaluate_qa
-
-    _, text = evaluate_qa(runs / "memn2n-hrr-h3-adjacent", qa, program)
+    tags = {t for t, _, _ in plan.grid}
+    for tag, title, names in SECTIONS:
+        if tag in tags and (names := [n for n in names if n in results]):
+            parts.extend(["", f"## {title}", "", table(QA_HEADER, [_qa_row(n, results[n]) for n in names])])
+    parts.extend(hrr_vs_plain(results))
+    parts.extend(_per_run(results, plan))
+    types = sorted({t for rs in results.values() for r in rs.values() for t in r["test"]["by_type"]})
+    rows = [[n] + [t_interval([r["test"]["by_type"].get(t) for r in rs.values()]).mean for t in types]
+            for n, rs in results.items()]  # fmt: skip
     parts.extend(
-        ["", "## Attention per hop (MemN2N, HRR codes, 3 hops; one test patient)", "", "```", text, "```"]
+        ["", "## Test accuracy per question type (mean over runs)", "", table(["run", *types], rows)]
     )
+    parts.extend(_attention(results, runs, qas, program))
     if not skip_finetune:
         parts.extend(["", *_finetune_section(dataset, program, runs, finetune_epochs, pretrain_steps)])
-    parts.extend(["", f"Total wall time: {time.perf_counter() - t0:.0f} s on this machine."])
+    parts.extend(
+        [
+            "",
+            f"Total wall time: {time.perf_counter() - t0:.0f} s on this machine (runs already present are reused).",
+        ]
+    )
     path = out / "report.md"
     out.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
-    (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    flat = {run_id(n, d, s): r for n, rs in results.items() for (d, s), r in rs.items()}
+    _write_atomic(out / "results.json", json.dumps(flat, indent=2, default=str) + "\n")
+    _write_atomic(path, "\n".join(parts) + "\n")
     return path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _introduction(qas: dict[int, Path], plan: Plan, epochs: int, max_train: int, dim: int) -> list[str]:
+    sets = []
+    for d, qa in qas.items():
+        m = json.loads((qa / "manifest.json").read_text(encoding="utf-8"))
+        q = m["counts"]["questions"]
+
+        def total(prefix: str, q=q) -> int:
+            return sum(v for k, v in q.items() if k.startswith(prefix))
+
+        sets.append(f"data seed {d}: `{qa}` (program `{m['program_id']}`, dataset `{m['source_dataset_id']}`), "
+                    f"{total('train/')} train, {total('val/')} val, {total('test/')} test questions, "
+                    f"{total('test_unseen/')} of them on held-out codes ({len(m['held_out_codes'])} codes held out)")  # fmt: skip
+    n = len(plan.keys())
+    return [
+        "# Memory networks and the visit Transformer on HRR embeddings (issue 7)",
+        "",
+        "QA sets, one per data seed (each draws its own patients, held-out codes and questions): "
+        + "; ".join(sets)
+        + ".",
+        "",
+        f"Training: {epochs} epochs on at most {max_train} train questions, D = {dim}, best validation epoch "
+        f"kept. Each configuration runs on data seeds {plan.data_seeds} x training seeds {plan.seeds} = {n} "
+        f"run(s); what varies between runs: the QA set (data seed) and the initialization and batch order "
+        f"(training seed). Cells: mean over the runs with a 95 % t-interval over runs "
+        f"({'no interval: one run' if n < 2 else f'{n - 1} degree(s) of freedom'}).",
+    ]
+
+
+def hrr_vs_plain(results: dict[str, dict[Key, dict[str, Any]]]) -> list[str]:
+    """Each HRR configuration against its plain twin, run by run: ``HRR better in k of n runs`` with the
+    range of the differences per metric, then the claims that hold in every run."""
+    rows, claims = [], []
+    for name in results:
+        twin = name.replace("-hrr-", "-plain-")
+        if "-hrr-" not in name or twin not in results:
+            continue
+        for label, key in RUN_METRICS:
+            w = wins({k: r["test"][key] for k, r in results[name].items()},
+                     {k: r["test"][key] for k, r in results[twin].items()})  # fmt: skip
+            diff = t_interval(w.diffs)
+            rows.append([name, label, interval_cell(diff), f"HRR better in {w.cell()}"])
+            if (c := claim(f"`{name}`", f"`{twin}`", label, w)) is not None:
+                claims.append(f"- {c}")
+    if not rows:
+        return []
+    return ["", "## HRR vs plain code embeddings, run by run", "",
+            "HRR minus its plain twin (same model, hops, tying) on the same QA set and training seed; the "
+            "interval is the t-interval of the per-run differences.", "",
+            table(["HRR run", "metric", "mean difference", "runs"], rows), "",
+            *(["Holds in every run:", "", *claims] if claims else
+              ["No HRR-vs-plain difference holds in every run."])]  # fmt: skip
+
+
+def _per_run(results: dict[str, dict[Key, dict[str, Any]]], plan: Plan) -> list[str]:
+    keys = plan.keys()
+    header = ["run", "metric", *[f"d{d}/s{s}" for d, s in keys]]
+    rows = [[n, label, *[rs[k]["test"][key] if k in rs else None for k in keys]]
+            for n, rs in results.items() for label, key in RUN_METRICS[:2]]  # fmt: skip
+    return [
+        "",
+        "## Test and unseen-code accuracy per run (d: data seed, s: training seed)",
+        "",
+        table(header, rows),
+    ]
+
+
+def _attention(results, runs: Path, qas: dict[int, Path], program: Path) -> list[str]:
+    from .train import evaluate_qa
+
+    name = next((n for n in ("memn2n-hrr-h3-adjacent", *results) if n in results and "memn2n-hrr" in n), None)
+    if name is None:
+        return []
+    d, s = next(iter(results[name]))
+    _, text = evaluate_qa(runs / run_id(name, d, s), qas[d], program)
+    return [
+        "",
+        f"## Attention per hop (`{name}`, data seed {d}, seed {s}; one test patient)",
+        "",
+        "```",
+        text,
+        "```",
+    ]
 
 
 def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: int) -> list[str]:

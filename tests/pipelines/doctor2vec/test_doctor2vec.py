@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -143,21 +144,58 @@ def test_compare_report_and_cli(d2v, program_dir, tmp_path, monkeypatch):  # noq
     monkeypatch.setattr(
         dc, "GRID", {k: {**v, "hidden": 16, "doctors_per_batch": 4} for k, v in dc.GRID.items()}
     )
-    monkeypatch.setattr(dc, "GRID", {k: v for k, v in dc.GRID.items() if k in ("plain-dynamic", "hrr-cat-dynamic",
-                                                                          "plain-static")})  # fmt: skip
-    path = dc.compare(None, program_dir, out=tmp_path / "cmp", data=d2v, epochs=1, dim=16, seeds=2)
+    only = ["plain-dynamic", "hrr-cat-dynamic", "plain-static"]
+    path = dc.compare(None, program_dir, out=tmp_path / "cmp", data=d2v, epochs=1, dim=16, seeds=2, only=only)
+    assert sorted(p.name for p in (tmp_path / "cmp" / "runs").iterdir()) == sorted(
+        f"{n}-seed{s}" for n in only for s in (0, 1)
+    )  # a given data folder: one data set, runs named by training seed only
     text = path.read_text()
     for needle in ("Test trials", "Rare-disease trials", "hrr-cat-dynamic", "plain-static", "ceiling: eligible",
-                   "Paired differences", "Which patients"):  # fmt: skip
+                   "Differences, run by run", "a better in", "| s0 | s1 |", "Which patients"):  # fmt: skip
         assert needle in text, needle
-    assert " ± " in text  # two seeds: mean ± sd
+    assert "hrr-base-dynamic" not in text.split("## Which patients")[0]  # not asked for
+    row = next(line for line in text.splitlines() if line.startswith("| plain-dynamic |"))
+    assert row.count(" to ") == 5 and "(1 run)" not in text  # two runs: an interval in every metric cell
     with pytest.raises(ValueError, match="seeds must be"):
         dc.compare(None, program_dir, out=tmp_path / "cmp2", data=d2v, seeds=0)
+    with pytest.raises(ValueError, match="existing data folder"):
+        dc.compare(None, program_dir, out=tmp_path / "cmp2", data=d2v, data_seeds=2)
+    with pytest.raises(ValueError, match="unknown \\['hrr-gpt'\\]"):
+        dc.compare(None, program_dir, out=tmp_path / "cmp2", data=d2v, only=["hrr-gpt"])
     # `hrrbert report` rewrites it from the files alone
     path.unlink()
     res = CliRunner().invoke(main, ["report", str(tmp_path / "cmp")])
     assert res.exit_code == 0, res.output
     assert path.is_file() and "| run" in res.output
+
+
+def test_compare_over_data_seeds(program_dir, tmp_path, monkeypatch):  # noqa: F811
+    from pipelines.doctor2vec import compare as dc
+
+    monkeypatch.setattr(dc, "GRID", {k: {**v, "hidden": 16, "doctors_per_batch": 4, "max_memories": 48}
+                                     for k, v in dc.GRID.items()})  # fmt: skip
+    ds = make_dataset(tmp_path / "ds", program_dir)
+    out = tmp_path / "cmp"
+    path = dc.compare(ds, program_dir, out=out, epochs=1, dim=16, seeds="1,", data_seeds="0,2",
+                      only=["plain-dynamic", "hrr-base-dynamic"], data_options=OPTS)  # fmt: skip
+    want = {f"{n}-data{d}-seed1" for n in ("plain-dynamic", "hrr-base-dynamic") for d in (0, 2)}
+    assert {p.name for p in (out / "runs").iterdir()} == want
+    sets = [p for p in (out / "data").glob("*/*") if p.is_dir()]
+    assert sorted(json.loads((p / "manifest.json").read_text())["options"]["seed"] for p in sets) == [0, 2]
+    for rid in want:  # each run trained on its own data seed's set with its training seed
+        cfg = json.loads((out / "runs" / rid / "results.json").read_text())["config"]
+        assert cfg["seed"] == 1
+        seed = json.loads((Path(cfg["data"]) / "manifest.json").read_text())["options"]["seed"]
+        assert rid.split("-data")[1].startswith(f"{seed}-")
+    text = path.read_text()
+    assert "| d0/s1 | d2/s1 |" in text and "a better in" in text and "= 2 run(s)" in text
+    assert "HRR base vs plain codes" in text and "dynamic vs static" not in text
+    # the CLI takes the same options (bad ones are refused, naming them)
+    base = ["doctor2vec", "compare", "--dataset", str(ds), "--program", str(program_dir), "--out", str(out)]
+    bad = CliRunner().invoke(main, [*base, "--only", "hrr-gpt"])
+    assert bad.exit_code != 0 and "hrr-gpt" in bad.output
+    bad = CliRunner().invoke(main, [*base, "--data-seeds", "0,0"])
+    assert bad.exit_code != 0 and "data seeds" in bad.output
 
 
 def test_cli_generate_train_evaluate(tmp_path, d2v, program_dir):  # noqa: F811
