@@ -5,7 +5,10 @@
 - Transfer: the mortality model fine-tuned on one dataset (MIMIC layout) scored on another dataset's
   ``test`` split (eICU layout), tokenized against the same program.
 
-Each fine-tuning trial is scored separately so the statistics see one value per trial.
+Each fine-tuning trial is scored separately so the statistics see one value per trial, at the decision
+thresholds kept with its model (``thresholds.json``, chosen on its validation split; 0.5 for an older model
+without them, said in a log line). Both also return the per-patient predictions
+(:mod:`pipelines.train.predictions`) that the evaluation writes next to its record.
 
 Dimension legend: P patients, T codes, L labels.
 """
@@ -13,6 +16,7 @@ Dimension legend: P patients, T codes, L labels.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ import torch
 
 from pipelines.data.sequences import Sequences, TokenizedDataset
 from pipelines.errors import PipelineError
+from pipelines.train.predictions import Predictions
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +59,27 @@ def subset(seqs: Sequences, keep: np.ndarray) -> Sequences:
     )
 
 
-def _score(model, seqs: Sequences, task: str, device, batch_size: int) -> dict[str, float]:
-    from pipelines.train.finetune import predict, score
+def _trial_index(mdir: Path, position: int) -> int:
+    """The trial number of a ``trial-<k>/model`` folder (else its position in the list)."""
+    m = re.fullmatch(r"trial-(\d+)", mdir.parent.name)
+    return int(m.group(1)) if m else position
+
+
+def _predict(
+    model, mdir: Path, seqs: Sequences, task: str, split: str, label: str, trial: int, device, batch_size: int
+) -> tuple[dict[str, Any], Predictions | None]:  # fmt: skip
+    """Metrics of a fine-tuned model on ``seqs`` at the thresholds kept with it (:data:`THRESHOLDS_FILE`;
+    0.5 for an older model without them), and its predictions block (None when ``seqs`` is empty)."""
+    from pipelines.train.finetune import predict, read_thresholds
 
     if len(seqs) == 0:
-        return {"n": 0}
+        return {"n": 0}, None
+    thresholds = read_thresholds(mdir, task, seqs.labels.shape[1])
     p, loss = predict(model, seqs, task, device, batch_size)
-    return {"loss": loss, **score(task, seqs.labels.numpy(), p, 0.5)}
+    block = Predictions(
+        label, task, split, trial, seqs.subject_id.numpy(), seqs.labels.numpy(), p, thresholds
+    )
+    return {"loss": loss, **block.scores()}, block
 
 
 def _unseen_mask(ds: TokenizedDataset, seqs: Sequences) -> np.ndarray:
@@ -73,31 +92,37 @@ def _unseen_mask(ds: TokenizedDataset, seqs: Sequences) -> np.ndarray:
 
 
 def rood_eval(
-    finetune_run: str | Path, ds: TokenizedDataset, program, *, device, batch_size: int = 256
-) -> list[dict[str, Any]]:
-    """Chapters metrics of each trial on ``rood`` and on ``rood_unseen``."""
+    finetune_run: str | Path,
+    ds: TokenizedDataset,
+    program,
+    *,
+    device,
+    batch_size: int = 256,
+    label: str = "model",
+) -> tuple[list[dict[str, Any]], list[Predictions]]:
+    """Chapters metrics of each trial on ``rood`` and on ``rood_unseen``, and the per-patient predictions
+    (splits ``rood`` and ``rood_unseen``, model name ``label``, trial = the trial number)."""
     from model import HRRBert
 
-    out = []
-    for k, mdir in enumerate(trial_models(finetune_run)):
+    out: list[dict[str, Any]] = []
+    blocks: list[Predictions] = []
+    for i, mdir in enumerate(trial_models(finetune_run)):
         model = HRRBert.from_pretrained(mdir, program)
         mc = model.config
         if not ds.rows("rood").size:
             log.warning("%s: split 'rood' is empty; no ROOD evaluation", ds.patients_path)
-            return []
+            return [], []
         seqs = ds.sequences(
             "rood", max_len=mc.max_len, max_segments=mc.max_segments, task="chapters", before_last_visit=True
         )
-        unseen = _unseen_mask(ds, seqs)
-        out.append(
-            {
-                "trial": k,
-                "model": str(mdir),
-                "rood": _score(model, seqs, "chapters", device, batch_size),
-                "rood_unseen": _score(model, subset(seqs, unseen), "chapters", device, batch_size),
-            }
-        )
-    return out
+        unseen = subset(seqs, _unseen_mask(ds, seqs))
+        k = _trial_index(mdir, i)
+        rec: dict[str, Any] = {"trial": k, "model": str(mdir)}
+        for split, part in (("rood", seqs), ("rood_unseen", unseen)):
+            rec[split], block = _predict(model, mdir, part, "chapters", split, label, k, device, batch_size)
+            blocks += [block] if block is not None else []
+        out.append(rec)
+    return out, blocks
 
 
 def transfer_eval(
@@ -108,18 +133,22 @@ def transfer_eval(
     device,
     split: str = "test",
     batch_size: int = 256,
-) -> list[dict[str, Any]]:
-    """Mortality metrics of each trial on another dataset's ``split``."""
+    label: str = "model",
+) -> tuple[list[dict[str, Any]], list[Predictions]]:
+    """Mortality metrics of each trial on another dataset's ``split``, and the per-patient predictions
+    (split ``transfer``, model name ``label``, trial = the trial number)."""
     from model import HRRBert
 
-    out = []
-    for k, mdir in enumerate(trial_models(finetune_run)):
+    out: list[dict[str, Any]] = []
+    blocks: list[Predictions] = []
+    for i, mdir in enumerate(trial_models(finetune_run)):
         model = HRRBert.from_pretrained(mdir, program)
         mc = model.config
         seqs = ds.sequences(
             split, max_len=mc.max_len, max_segments=mc.max_segments, task="mortality", before_last_visit=True
         )
-        out.append(
-            {"trial": k, "model": str(mdir), "test": _score(model, seqs, "mortality", device, batch_size)}
-        )
-    return out
+        k = _trial_index(mdir, i)
+        metrics, block = _predict(model, mdir, seqs, "mortality", "transfer", label, k, device, batch_size)
+        out.append({"trial": k, "model": str(mdir), "test": metrics})
+        blocks += [block] if block is not None else []
+    return out, blocks

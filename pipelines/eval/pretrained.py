@@ -10,11 +10,13 @@ What it runs (each part skipped when its input is not given):
 - the cost figures of a training step (embedding build time, step time, tokens/s, peak memory).
 
 The statistics across trials and configurations (f) live in :mod:`pipelines.eval.stats` and are applied by
-:mod:`pipelines.eval.report`. Everything lands in ``<out>/evaluation.json`` (+ ``tsne.png``). Every input is
-checked against the program first: a dataset tokenized against another program, a missing or corrupt
-model folder, or a task without labels raises an error naming the file and what differs. An ``out`` folder
-that exists and holds anything is refused before any work, unless ``force`` (then the previous
-evaluation's files are replaced).
+:mod:`pipelines.eval.report`. Everything lands in ``<out>/evaluation.json`` (+ ``tsne.png``); the
+per-patient predictions of (b) and (c) in ``<out>/predictions.parquet`` (:mod:`pipelines.train.predictions`;
+splits ``rood``, ``rood_unseen``, ``transfer``; model = the label; trial = the fine-tuning trial), each
+scored at the thresholds kept with the trial's model. Every input is checked against the program first: a
+dataset tokenized against another program, a missing or corrupt model folder, or a task without labels
+raises an error naming the file and what differs. An ``out`` folder that exists and holds anything is
+refused before any work, unless ``force`` (then the previous evaluation's files are replaced).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import numpy as np
 
 from pipelines.data.sequences import TokenizedDataset
 from pipelines.errors import PipelineError
+from pipelines.train.predictions import PREDICTIONS_FILE, write_predictions
 from pipelines.train.runtime import (
     config_from,
     now_iso,
@@ -46,7 +49,7 @@ log = logging.getLogger(__name__)
 
 EVALUATION_FILE = "evaluation.json"
 TSNE_FILE = "tsne.png"
-OUTPUTS = (EVALUATION_FILE, TSNE_FILE)  # what an evaluation writes into its folder
+OUTPUTS = (EVALUATION_FILE, TSNE_FILE, PREDICTIONS_FILE)  # what an evaluation writes into its folder
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -109,7 +112,7 @@ def evaluate_pretrained(
         "timings_s": {},
     }
     _embedding_studies(record, model, ds, program, cfg, out, device)
-    _finetuned_studies(record, ds, transfer_ds, program, cfg, device)
+    _finetuned_studies(record, ds, transfer_ds, program, cfg, device, out)
     if cfg.cost_steps > 0:
         record["cost"] = _cost(model, ds, cfg, device)
         record["cost"]["training_seq_per_s"] = _training_throughput(Path(cfg.pretrained))
@@ -157,19 +160,28 @@ def _embedding_studies(record: dict[str, Any], model, ds: TokenizedDataset, prog
 
 
 def _finetuned_studies(record: dict[str, Any], ds: TokenizedDataset, transfer_ds: TokenizedDataset | None,
-                       program, cfg: EvaluateConfig, device) -> None:  # fmt: skip
-    """(b) ROOD on the chapters fine-tuning run and (c) transfer of the mortality run to another dataset."""
+                       program, cfg: EvaluateConfig, device, out: Path) -> None:  # fmt: skip
+    """(b) ROOD on the chapters fine-tuning run and (c) transfer of the mortality run to another dataset;
+    their per-patient predictions go to ``<out>/predictions.parquet`` (when there are any)."""
     from .finetuned import rood_eval, transfer_eval
 
+    label, blocks = record["label"], []
     if cfg.chapters:
         with _timed(record, "rood"):
-            record["rood"] = rood_eval(cfg.chapters, ds, program, device=device, batch_size=cfg.batch_size)
+            record["rood"], rood = rood_eval(cfg.chapters, ds, program, device=device, batch_size=cfg.batch_size,
+                                             label=label)  # fmt: skip
+            blocks += rood
     if bool(cfg.mortality) != (transfer_ds is not None):
         log.warning("the transfer test needs both a mortality run and a transfer dataset; skipped")
     if cfg.mortality and transfer_ds is not None:
         with _timed(record, "transfer"):
-            record["transfer"] = transfer_eval(cfg.mortality, transfer_ds, program, device=device)
+            record["transfer"], transfer = transfer_eval(cfg.mortality, transfer_ds, program, device=device,
+                                                         batch_size=cfg.batch_size, label=label)  # fmt: skip
             record["transfer_dataset_id"] = transfer_ds.dataset_id
+            blocks += transfer
+    if blocks:
+        write_predictions(out / PREDICTIONS_FILE, blocks)
+        record["predictions"] = PREDICTIONS_FILE
 
 
 def _log_frequency(ds: TokenizedDataset, n: int) -> np.ndarray:

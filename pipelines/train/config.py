@@ -12,8 +12,10 @@ __all__ = [
     "LoopFields",
     "FinetuneConfig",
     "MODELS",
+    "POS_WEIGHTS",
     "PretrainConfig",
     "RUNTIME_KEYS",
+    "SCHEDULES",
     "SELECT_BY",
 ]
 
@@ -84,6 +86,8 @@ MODELS = ("bert", "visit-transformer")
 
 
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
+POS_WEIGHTS = ("none", "auto")  # BCE weight of positive labels: none, or per label n_neg / n_pos (clipped)
+SCHEDULES = ("constant", "linear")  # fine-tuning learning rate: constant, or warm-up then linear decay to 0
 LABELS_HEAD = "mortality"  # the model's binary head, which a task from MEDS label files trains
 
 
@@ -96,14 +100,21 @@ class FinetuneConfig(LoopFields):
     program: str  # the program the model and dataset were built against
     task: str = "mortality"  # mortality (binary) or chapters (22 labels, multi-label)
     epochs: int = 10  # passes over finetune_train (paper: 10)
+    max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
+    val_every: int = 0  # steps between validations (0: at each epoch end); one also after the last step
     batch_size: int = 80  # batch (paper: 80)
-    lr: float = 2e-5  # constant learning rate
+    lr: float = 2e-5  # peak learning rate
+    schedule: str = "constant"  # constant (paper), or linear: warm-up (`warmup`), then decay to 0
+    warmup: float = 0.1  # fraction of the steps of linear warm-up (schedule linear only)
     weight_decay: float = 4e-6  # AdamW weight decay (paper: 4e-6)
     clip: float = 1.0  # max gradient L2 norm (0: no clipping)
+    pos_weight: str = "none"  # BCE weight of positives: none (paper), or auto (n_neg/n_pos, in [1, 50])
     seed: int = 0  # seed of trial 0; trial k uses seed + k
     trials: int = 1  # independent fine-tunings from the same pretrained model
-    select_by: str = "f1"  # validation metric choosing the best epoch (loss: lowest)
-    threshold: float = 0.5  # probability threshold of a positive prediction
+    select_by: str = "loss"  # validation metric choosing the best checkpoint (loss: lowest)
+    threshold: float = 0.5  # decision threshold of validation F1 in training, and without tuning
+    tune_thresholds: bool = True  # per-label thresholds maximising finetune_val F1, kept with the model
+    label: str | None = None  # the model's name in predictions files (default: the pretrained mode)
     eval_batch_size: int = 256  # batch for validation and test
     device: str = "auto"  # auto, cpu, cuda
     bf16: bool = False  # bf16 autocast (CUDA only)
@@ -122,7 +133,23 @@ class FinetuneConfig(LoopFields):
             )
         if self.select_by not in SELECT_BY:
             raise ValueError(f"select_by must be one of {SELECT_BY}, got {self.select_by!r}")
-        if self.trials < 1 or self.epochs < 1 or self.batch_size < 1:
+        if self.pos_weight not in POS_WEIGHTS:
+            raise ValueError(f"pos_weight must be one of {POS_WEIGHTS}, got {self.pos_weight!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if not 0.0 <= self.warmup < 1.0:
+            raise ValueError(f"warmup must be a fraction in [0, 1), got {self.warmup}")
+        if (
+            self.trials < 1
+            or self.epochs < 1
+            or self.batch_size < 1
+            or (self.max_steps is not None and self.max_steps < 1)
+        ):
             raise ValueError(
-                f"trials, epochs and batch_size must be >= 1, got {self.trials}, {self.epochs}, {self.batch_size}"
+                f"trials, epochs, batch_size and max_steps must be >= 1, got {self.trials}, {self.epochs}, "
+                f"{self.batch_size}, {self.max_steps}"
             )
+        if self.val_every < 0:
+            raise ValueError(f"val_every must be >= 0, got {self.val_every}")
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")

@@ -1,15 +1,34 @@
 """Fine-tuning a pretrained HRRBERT on mortality (binary) or ICD-10 chapters (multi-label): :func:`finetune`.
 
 Paper defaults: constant learning rate, AdamW weight decay 4e-6, 10 epochs, batch 80, the best epoch by
-validation kept. The input is each patient's visits before the last one (``last_visit_start``); the
-chapters task uses the rows flagged ``disease_task`` where the dataset has that column. With ``labels``
-(a MEDS label folder, :mod:`pipelines.data.labels`) the task is the folder's binary ``boolean_value``
-instead: each label row's input is its patient's sequence up to its ``prediction_time``, the row follows
-the patient's split, and it trains the model's binary head (``task`` stays ``mortality``); the run's
-``config.json``, ``results.json`` and ``summary.json`` record the label files and their counts. ``trials``
-repeats the whole fine-tuning with seeds ``seed, seed + 1, ...``; each trial writes
-``<out>/<run_id>/trial-<k>/`` with ``metrics.jsonl`` (one record per epoch), ``results.json``
-(validation and test metrics of the best epoch) and ``model/`` (its weights); ``summary.json`` lists all.
+validation kept. ``max_steps`` sets the run's length in optimizer steps instead of epochs (validation every
+``val_every`` steps, at each epoch end and after the last step); ``schedule="linear"`` warms the learning
+rate up over ``warmup`` of the steps, then decays it linearly to 0. ``pos_weight="auto"`` weighs each
+label's positives in the binary cross-entropy by n_neg / n_pos of ``finetune_train`` (clipped to
+:data:`POS_WEIGHT_RANGE`; rare labels would otherwise be learned as constants), in training and in the
+validation loss. The checkpoint kept is the best by ``select_by`` on ``finetune_val`` (default the loss,
+the one metric defined for every label of a small validation split and independent of any threshold).
+
+The input is each patient's visits before the last one (``last_visit_start``); the chapters task uses the
+rows flagged ``disease_task`` where the dataset has that column. With ``labels`` (a MEDS label folder,
+:mod:`pipelines.data.labels`) the task is the folder's binary ``boolean_value`` instead: each label row's
+input is its patient's sequence up to its ``prediction_time``, the row follows the patient's split, and it
+trains the model's binary head (``task`` stays ``mortality``); the run's ``config.json``, ``results.json``
+and ``summary.json`` record the label files and their counts.
+
+``trials`` repeats the whole fine-tuning with seeds ``seed, seed + 1, ...``; each trial writes
+``<out>/<run_id>/trial-<k>/`` with ``metrics.jsonl`` (one record per validation), ``results.json``
+(validation and test metrics of the kept checkpoint), ``model/`` (its weights, and
+:data:`THRESHOLDS_FILE`) and ``predictions.parquet`` (its per-patient ``test`` predictions,
+:mod:`pipelines.train.predictions`, under the model name ``label``, default the pretrained model's mode);
+``summary.json`` lists all.
+
+Decision thresholds: after training, per label the threshold maximising F1 on ``finetune_val``
+(:func:`pipelines.train.metrics.f1_thresholds`; ``tune_thresholds=False``: ``threshold`` for every label)
+is written to ``model/thresholds.json`` and used by every later scoring (the trial's test metrics, the
+ROOD and transfer evaluations): :func:`read_thresholds` reads them back, 0.5 for a model without the file.
+The validation metrics during training (``val_f1`` ...) are at ``threshold``.
+
 ``model="visit-transformer"`` fine-tunes a :class:`model.VisitTransformer` the size of the pretrained BERT
 whose code embedding is the BERT's pretrained token embedding, in the same loop and results format.
 
@@ -42,7 +61,8 @@ from pipelines.errors import PipelineError
 from .checkpoint import list_checkpoints
 from .config import FinetuneConfig
 from .loop import LoopOptions, StepOutput, finished_results, open_run, publish_results, run_loop
-from .metrics import binary_metrics, multilabel_metrics
+from .metrics import f1_thresholds
+from .predictions import PREDICTIONS_FILE, Predictions, score_predictions, write_predictions
 from .runtime import (
     config_from,
     distributed,
@@ -55,6 +75,9 @@ from .runtime import (
 log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
+THRESHOLDS_FILE = "thresholds.json"  # in a fine-tuned model folder: the decision thresholds of its task
+DEFAULT_THRESHOLD = 0.5  # of a fine-tuned model without thresholds.json (older runs)
+POS_WEIGHT_RANGE = (1.0, 50.0)  # pos_weight "auto": n_neg / n_pos clipped to this range
 # config keys that may change when resuming (they do not change the numbers)
 RUNTIME_KEYS = ("dataset", "program", "pretrained", "device", "progress", "tensorboard", "keep_checkpoints")
 
@@ -73,12 +96,15 @@ def model_dir(pretrained: str | Path) -> Path:
 
 @torch.no_grad()
 def predict(
-    model, seqs: Sequences, task: str, device: torch.device, batch_size: int, bf16: bool = False
-) -> tuple[np.ndarray, float]:
-    """Probabilities ``(P, L)`` and the mean BCE loss on ``seqs``."""
+    model, seqs: Sequences, task: str, device: torch.device, batch_size: int, bf16: bool = False,
+    pos_weight: torch.Tensor | None = None,
+) -> tuple[np.ndarray, float]:  # fmt: skip
+    """Probabilities ``(P, L)`` and the mean BCE loss on ``seqs`` (positives weighted by ``pos_weight (L,)``
+    when given)."""
     was = model.training
     model.eval()
     probs, loss = [], 0.0
+    w = None if pos_weight is None else pos_weight.to(device)
     for idx in torch.arange(len(seqs)).split(batch_size):
         b = seqs.batch(idx)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
@@ -88,23 +114,90 @@ def predict(
                 b["attention_mask"].to(device),
                 task=task,
             ).float()  # (B, L)
-        loss += float(F.binary_cross_entropy_with_logits(logits, b["labels"].to(device), reduction="sum"))
+        loss += float(
+            F.binary_cross_entropy_with_logits(logits, b["labels"].to(device), pos_weight=w, reduction="sum")
+        )
         probs.append(torch.sigmoid(logits).cpu().numpy())
     model.train(was)
     n = max(seqs.labels.numel() if seqs.labels is not None else 0, 1)
-    return (np.concatenate(probs) if probs else np.zeros((0, 1))), loss / n
+    n_labels = seqs.labels.shape[1] if seqs.labels is not None else 1
+    return (np.concatenate(probs) if probs else np.zeros((0, n_labels), np.float32)), loss / n
 
 
-def score(task: str, y: np.ndarray, p: np.ndarray, threshold: float) -> dict[str, float]:
-    if task == "mortality":
-        return binary_metrics(y[:, 0], p[:, 0], threshold)
-    return multilabel_metrics(y, p, threshold)
+def score(task: str, y: np.ndarray, p: np.ndarray, threshold: float | np.ndarray) -> dict[str, float]:
+    """The task's metrics of probabilities ``p (P, L)`` against ``y (P, L)`` at one threshold or per label."""
+    return score_predictions(task, y, p, threshold)
 
 
-def task_metrics(model, seqs: Sequences, task: str, device, cfg: FinetuneConfig) -> dict[str, float]:
-    """Loss and classification metrics of ``model`` on ``seqs`` (validation and test)."""
-    p, loss = predict(model, seqs, task, device, cfg.eval_batch_size, cfg.bf16)
+def task_metrics(
+    model, seqs: Sequences, task: str, device, cfg: FinetuneConfig, pos_weight: torch.Tensor | None = None
+) -> dict[str, float]:
+    """Loss and classification metrics (at ``cfg.threshold``) of ``model`` on ``seqs`` (validation)."""
+    p, loss = predict(model, seqs, task, device, cfg.eval_batch_size, cfg.bf16, pos_weight)
     return {"loss": loss, **score(task, seqs.labels.numpy(), p, cfg.threshold)}
+
+
+def pos_weights(labels: np.ndarray, clip: tuple[float, float] = POS_WEIGHT_RANGE) -> np.ndarray:
+    """Per label n_neg / n_pos of the multi-hot ``labels (P, L)``, clipped to ``clip`` (a label without
+    positives gets the upper bound: it has no positive term to weigh). Shape ``(L,)``."""
+    y = np.asarray(labels, dtype=np.float64)
+    if y.ndim != 2:
+        raise ValueError(f"labels must be (P, L), got shape {y.shape}")
+    pos = y.sum(0)
+    ratio = (len(y) - pos) / np.maximum(pos, 1.0)
+    return np.clip(np.where(pos > 0, ratio, clip[1]), clip[0], clip[1])
+
+
+def warmup_linear(total_steps: int, warmup_fraction: float):
+    """LR multiplier: linear warm-up over ``warmup_fraction`` of the steps, then linear decay to 0."""
+    warm = max(int(round(warmup_fraction * total_steps)), 0)
+
+    def f(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(0.0, (total_steps - step) / max(total_steps - warm, 1))
+
+    return f
+
+
+def write_thresholds(model_folder: Path, task: str, thresholds: np.ndarray, record: dict[str, Any]) -> Path:
+    """``<model_folder>/thresholds.json``: the task's per-label decision thresholds, how they were chosen."""
+    t = np.asarray(thresholds, dtype=np.float32).reshape(-1)
+    path = Path(model_folder) / THRESHOLDS_FILE
+    write_json(path, {"task": task, "thresholds": [float(x) for x in t], **record})
+    return path
+
+
+def read_thresholds(model_folder: str | Path, task: str, n_labels: int) -> np.ndarray:
+    """The decision thresholds ``(n_labels,)`` kept with a fine-tuned model (:data:`THRESHOLDS_FILE`); a
+    model without the file (fine-tuned before thresholds were tuned) gets :data:`DEFAULT_THRESHOLD`."""
+    p = Path(model_folder) / THRESHOLDS_FILE
+    if not p.is_file():
+        log.info("%s: no %s (an older fine-tuned model); scoring at threshold %.1f", model_folder,
+                 THRESHOLDS_FILE, DEFAULT_THRESHOLD)  # fmt: skip
+        return np.full(n_labels, DEFAULT_THRESHOLD, dtype=np.float32)
+    try:
+        rec = json.loads(p.read_text(encoding="utf-8"))
+        t = np.asarray(rec["thresholds"], dtype=np.float32)
+        saved_task = rec["task"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError) as e:
+        raise PipelineError(
+            f"{p}: not a thresholds file (expected 'task' and a 'thresholds' list): {e}"
+        ) from e
+    if saved_task != task or t.shape != (n_labels,) or not np.all((t >= 0) & (t <= 1)):
+        raise PipelineError(
+            f"{p}: expected {n_labels} thresholds in [0, 1] of task {task!r}, got {t.shape[0]} of task "
+            f"{saved_task!r}"
+        )
+    return t
+
+
+def configuration_label(cfg: FinetuneConfig, mode: str) -> str:
+    """The model's name in predictions files: ``cfg.label``, else the pretrained embedding mode (with the
+    model kind when it is not the BERT)."""
+    if cfg.label:
+        return cfg.label
+    return mode if cfg.model == "bert" else f"{mode}-{cfg.model}"
 
 
 def finetune(
@@ -247,10 +340,15 @@ def visit_transformer_from_bert(bert, program):
 
 class FinetuneTask:
     """Fine-tuning as a :class:`~pipelines.train.loop.Task`: batches of ``finetune_train`` (split over
-    ranks), binary cross-entropy on the task's head, validation metrics on ``finetune_val``."""
+    ranks), binary cross-entropy on the task's head (positives weighted by ``pos_weight (L,)`` when given),
+    validation metrics on ``finetune_val``."""
 
-    def __init__(self, cfg: FinetuneConfig, train: Sequences, val: Sequences, seed: int, ctx, device):
+    def __init__(
+        self, cfg: FinetuneConfig, train: Sequences, val: Sequences, seed: int, ctx, device,
+        pos_weight: torch.Tensor | None = None,
+    ) -> None:  # fmt: skip
         self.cfg, self.train, self.val, self.seed, self.ctx, self.device = cfg, train, val, seed, ctx, device
+        self.pos_weight = None if pos_weight is None else pos_weight.to(device)
 
     def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
         order, ctx = epoch_order(len(self.train), self.seed, epoch), self.ctx
@@ -261,11 +359,13 @@ class FinetuneTask:
         logits = net(
             b["input_ids"].to(dev), b["segment_ids"].to(dev), b["attention_mask"].to(dev), task=self.cfg.task
         )  # (B, L)
-        loss = F.binary_cross_entropy_with_logits(logits.float(), b["labels"].to(dev))
+        loss = F.binary_cross_entropy_with_logits(
+            logits.float(), b["labels"].to(dev), pos_weight=self.pos_weight
+        )
         return StepOutput(loss, float(len(idx)), len(idx))
 
     def validate(self, model) -> dict[str, float]:
-        v = task_metrics(model, self.val, self.cfg.task, self.device, self.cfg)
+        v = task_metrics(model, self.val, self.cfg.task, self.device, self.cfg, self.pos_weight)
         return {f"val_{k}": x for k, x in v.items()}
 
 
@@ -283,11 +383,17 @@ def _trial_model(cfg: FinetuneConfig, mdir: Path, program):
     return model
 
 
+def total_steps(cfg: FinetuneConfig, n_train: int) -> int:
+    """Optimizer steps of a trial: ``max_steps``, else ``epochs`` passes over ``n_train`` rows."""
+    return cfg.max_steps if cfg.max_steps is not None else cfg.epochs * math.ceil(n_train / cfg.batch_size)
+
+
 def _trial(
     k, cfg: FinetuneConfig, mdir, program, data, tdir: Path, ctx, device, meta, resume
 ) -> dict[str, Any]:
     """Trial ``k``: fine-tune with seed ``cfg.seed + k`` (resumed from its newest checkpoint when asked),
-    keep the best validation epoch, test it, write ``results.json``."""
+    keep the best validation checkpoint, choose its thresholds on validation, test it, write
+    ``results.json`` and the test ``predictions.parquet``."""
     if resume and (done := finished_results(tdir, resume)) is not None:
         return done
     train, val, test = data
@@ -296,25 +402,58 @@ def _trial(
     model = _trial_model(cfg, mdir, program)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    steps = total_steps(cfg, len(train))
+    sched = (
+        torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear(steps, cfg.warmup))
+        if cfg.schedule == "linear"
+        else None
+    )
+    pw_values = pos_weights(train.labels.numpy()) if cfg.pos_weight == "auto" else None
+    pw = None if pw_values is None else torch.from_numpy(pw_values).float()
     tdir.mkdir(parents=True, exist_ok=True)
     opts = LoopOptions(
-        total_steps=cfg.epochs * math.ceil(len(train) / cfg.batch_size), clip=cfg.clip,
+        total_steps=steps, clip=cfg.clip, val_every=cfg.val_every,
         keep_checkpoints=cfg.keep_checkpoints, monitor=f"val_{cfg.select_by}", minimize=cfg.select_by == "loss",
         patience=cfg.patience, bf16=cfg.bf16, progress=cfg.progress, tensorboard=cfg.tensorboard,
         desc=f"finetune {cfg.task} trial {k}", config=asdict(cfg),
     )  # fmt: skip
     ckpts = list_checkpoints(tdir) if resume else []
-    res = run_loop(model, opt, None, FinetuneTask(cfg, train, val, seed, ctx, device), opts, tdir, ctx=ctx,
+    res = run_loop(model, opt, sched, FinetuneTask(cfg, train, val, seed, ctx, device, pw), opts, tdir, ctx=ctx,
                    device=device, resume_from=ckpts[-1] if ckpts else None)  # fmt: skip
     best = {key.removeprefix("val_"): x for key, x in (res.best_validation or {}).items()}
+    # thresholds of the kept checkpoint, chosen on finetune_val
+    p_val, _ = predict(model, val, cfg.task, device, cfg.eval_batch_size, cfg.bf16)
+    y_val = val.labels.numpy()
+    if cfg.tune_thresholds:
+        thresholds = f1_thresholds(y_val, p_val, default=cfg.threshold).astype(np.float32)
+    else:
+        thresholds = np.full(y_val.shape[1], cfg.threshold, dtype=np.float32)
+    val_tuned = score(cfg.task, y_val, p_val, thresholds)
+    label = configuration_label(cfg, meta["model_config"]["mode"])
     if ctx.is_main:
         model.save_pretrained(
-            tdir / "model", extra={"task": cfg.task, "trial": k, "seed": seed, "best_epoch": res.best_epoch}
-        )
-    t = task_metrics(model, test, cfg.task, device, cfg) if len(test) else {}
-    if not len(test):
+            tdir / "model", extra={"task": cfg.task, "trial": k, "seed": seed, "best_epoch": res.best_epoch,
+                                   "best_step": res.best_step}
+        )  # fmt: skip
+        write_thresholds(tdir / "model", cfg.task, thresholds, {
+            "chosen_on": "finetune_val", "tuned": cfg.tune_thresholds, "criterion": "f1", "n": int(len(y_val)),
+            "val_f1": val_tuned["f1"], "val_f1_at_default": score(cfg.task, y_val, p_val, cfg.threshold)["f1"],
+        })  # fmt: skip
+    t: dict[str, Any] = {}
+    if len(test):
+        p_test, loss = predict(model, test, cfg.task, device, cfg.eval_batch_size, cfg.bf16)
+        block = Predictions(label, cfg.task, "test", k, test.subject_id.numpy(), test.labels.numpy(), p_test,
+                            thresholds)  # fmt: skip
+        t = {"loss": loss, **block.scores()}
+        if ctx.is_main:
+            write_predictions(tdir / PREDICTIONS_FILE, [block])
+    else:
         log.warning("split 'test' has no rows for task %r; no test metrics", cfg.task)
-    result = {"trial": k, "seed": seed, "task": cfg.task, "best_epoch": res.best_epoch, "select_by": cfg.select_by,
-              "stopped_early": res.stopped_early, "val": best, "test": t, "config": asdict(cfg), **meta}  # fmt: skip
+    result = {"trial": k, "seed": seed, "task": cfg.task, "label": label, "steps": res.step,
+              "best_step": res.best_step, "best_epoch": res.best_epoch, "select_by": cfg.select_by,
+              "stopped_early": res.stopped_early, "val": best, "val_tuned": val_tuned,
+              "thresholds": [float(x) for x in thresholds],
+              "pos_weight": None if pw_values is None else pw_values.tolist(), "test": t, "config": asdict(cfg),
+              **meta}  # fmt: skip
     publish_results(tdir, result, ctx)
     return result

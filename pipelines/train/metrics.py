@@ -6,6 +6,10 @@ Mann-Whitney statistic, ties counted one half); AUPRC is ``average_precision_sco
 class is present, AUPRC when there are no positives (scikit-learn would warn and return a number).
 For multi-label tasks, precision, recall, F1, AUROC and AUPRC are macro averages over labels (AUROC and
 AUPRC over the labels where they are defined); ``accuracy`` is label-wise, ``subset_accuracy`` exact-match.
+A prediction is positive when its score is at least the threshold (one for all labels, or one per label).
+
+:func:`f1_thresholds` chooses per label the threshold that maximises F1 on known data (the fine-tuning
+keeps the ones of its validation split with the model).
 
 Dimension legend: P samples, L labels.
 """
@@ -16,7 +20,15 @@ import math
 
 import numpy as np
 
-__all__ = ["auroc", "average_precision", "binary_metrics", "multilabel_metrics", "precision_recall_f1"]
+__all__ = [
+    "auroc",
+    "average_precision",
+    "best_f1_threshold",
+    "binary_metrics",
+    "f1_thresholds",
+    "multilabel_metrics",
+    "precision_recall_f1",
+]
 
 
 def _as_arrays(y_true, scores) -> tuple[np.ndarray, np.ndarray]:
@@ -84,12 +96,13 @@ def binary_metrics(y_true, scores, threshold: float = 0.5) -> dict[str, float]:
     }
 
 
-def multilabel_metrics(y_true, scores, threshold: float = 0.5) -> dict[str, float]:
-    """Metrics of a multi-label task from probabilities (macro over labels). Shapes: ``(P, L)`` each."""
+def multilabel_metrics(y_true, scores, threshold: float | np.ndarray = 0.5) -> dict[str, float]:
+    """Metrics of a multi-label task from probabilities (macro over labels). Shapes: ``(P, L)`` each;
+    ``threshold`` one, or one per label ``(L,)``."""
     y, s = _as_arrays(y_true, scores)
     if y.ndim != 2:
         raise ValueError(f"multi-label inputs must be (P, L), got shape {y.shape}")
-    pred = (s >= threshold).astype(np.float64)
+    pred = (s >= np.asarray(threshold, dtype=np.float64).reshape(1, -1)).astype(np.float64)
     per = [precision_recall_f1(y[:, j], pred[:, j]) for j in range(y.shape[1])]
     aurocs = [auroc(y[:, j], s[:, j]) for j in range(y.shape[1])]
     aps = [average_precision(y[:, j], s[:, j]) for j in range(y.shape[1])]
@@ -111,3 +124,41 @@ def multilabel_metrics(y_true, scores, threshold: float = 0.5) -> dict[str, floa
 def _nanmean(xs: list[float]) -> float:
     vals = [x for x in xs if not math.isnan(x)]
     return float(np.mean(vals)) if vals else math.nan
+
+
+def best_f1_threshold(y_true, scores, default: float = 0.5) -> tuple[float, float]:
+    """The threshold with the highest F1 of ``scores >= threshold`` against ``y_true``, and that F1. Shapes:
+    ``(P,)`` each.
+
+    Every distinct score is a candidate (F1 changes only there); among equal F1 the highest threshold wins
+    (the fewest positive predictions). The threshold returned lies halfway between the lowest score
+    predicted positive and the next lower score (same predictions on these data, a margin for new ones);
+    predicting every sample positive gives threshold 0. Without positives (F1 0 whatever the threshold)
+    it is ``default``.
+    """
+    y, s = _as_arrays(y_true, scores)
+    if y.ndim != 1:
+        raise ValueError(f"best_f1_threshold takes (P,) arrays, got shape {y.shape}")
+    n_pos = float(y.sum())
+    if n_pos == 0:
+        return float(default), 0.0
+    order = np.argsort(-s, kind="stable")
+    s_desc, tp = s[order], np.cumsum(y[order])
+    last = np.flatnonzero(np.r_[s_desc[1:] != s_desc[:-1], True])  # last sample of each distinct score
+    f1 = 2.0 * tp[last] / (last + 1.0 + n_pos)  # F1 = 2 TP / (predicted positives + positives)
+    i = int(np.argmax(f1))  # the first maximum: the highest threshold
+    cut = last[i]
+    if cut + 1 == len(s_desc):
+        return 0.0, float(f1[i])
+    hi, lo = s_desc[cut], s_desc[cut + 1]
+    mid = float(np.float32(0.5 * (hi + lo)))  # thresholds are stored as float32
+    return (mid if lo < mid <= hi else float(hi)), float(f1[i])
+
+
+def f1_thresholds(y_true, scores, default: float = 0.5) -> np.ndarray:
+    """Per label the threshold of :func:`best_f1_threshold` (``default`` for a label without positives).
+    Shapes: ``(P, L)`` in, ``(L,)`` out."""
+    y, s = _as_arrays(y_true, scores)
+    if y.ndim != 2:
+        raise ValueError(f"f1_thresholds takes (P, L) arrays, got shape {y.shape}")
+    return np.array([best_f1_threshold(y[:, j], s[:, j], default)[0] for j in range(y.shape[1])])

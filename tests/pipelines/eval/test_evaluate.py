@@ -93,6 +93,27 @@ def test_evaluate_all_parts(tmp_path, runs, dataset_dir, program_dir):  # noqa: 
     assert (tmp_path / "tsne.png").stat().st_size > 1000
     assert saved["cost"]["step_s"] > 0 and saved["cost"]["peak_memory_mb"] > 0
     assert r["label"] == "base"
+    _check_predictions(tmp_path, saved, ft)
+
+
+def _check_predictions(out, saved, ft):
+    """``<out>/predictions.parquet``: per trial the ROOD (the empty rood_unseen has no rows) and transfer
+    predictions, at the thresholds kept with each trial's model, scoring as evaluation.json says."""
+    from pipelines.train.finetune import read_thresholds
+    from pipelines.train.predictions import read_predictions
+
+    blocks = {(b.split, b.trial): b for b in read_predictions(out / "predictions.parquet")}
+    assert sorted(blocks) == [("rood", 0), ("rood", 1), ("transfer", 0), ("transfer", 1)]
+    for (split, k), b in blocks.items():
+        task, n, n_labels = ("chapters", 4, 22) if split == "rood" else ("mortality", 12, 1)
+        assert b.model == "base" and b.task == task
+        assert b.labels.shape == b.probs.shape == (n, n_labels) and len(set(b.subject_id.tolist())) == n
+        assert (
+            b.thresholds.tolist()
+            == read_thresholds(ft[task] / f"trial-{k}" / "model", task, n_labels).tolist()
+        )
+        rec = saved["rood"][k]["rood"] if split == "rood" else saved["transfer"][k]["test"]
+        assert b.scores()["f1"] == pytest.approx(rec["f1"]) and b.scores()["n"] == rec["n"]
 
 
 def test_evaluate_cli(tmp_path, runs, dataset_dir, program_dir):  # noqa: F811

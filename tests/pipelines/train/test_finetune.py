@@ -1,18 +1,33 @@
-"""Fine-tuning: inputs cut before the last visit, both tasks, trials, best checkpoint, results, CLI."""
+"""Fine-tuning: inputs cut before the last visit, both tasks, trials, best checkpoint, thresholds chosen on
+validation and kept with the model, test predictions, steps, class weights, results, CLI."""
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 
+import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 from train_fixtures import SPLIT_SIZES, dataset_dir, program_dir, write_dataset  # noqa: F401
 
+from hrr_kernel import load_program
 from model import HRRBert
 from pipelines.cli import main
 from pipelines.data.sequences import TokenizedDataset
-from pipelines.train.finetune import finetune
+from pipelines.errors import PipelineError
+from pipelines.train.finetune import (
+    THRESHOLDS_FILE,
+    finetune,
+    pos_weights,
+    predict,
+    read_thresholds,
+    warmup_linear,
+)
+from pipelines.train.metrics import f1_thresholds
+from pipelines.train.predictions import read_predictions, score_predictions
 from pipelines.train.pretrain import pretrain
 
 FT = dict(epochs=2, batch_size=8, device="cpu", progress=False)
@@ -62,12 +77,99 @@ def test_finetune_trials(tmp_path, pretrained, dataset_dir, program_dir, task): 
         assert res["config"]["weight_decay"] == 4e-6 and res["program_id"] == program_dir.name
         epochs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
         assert [e["epoch"] for e in epochs] == [0, 1]
-        best = max(epochs, key=lambda e: (e["val_f1"], -e["epoch"]))
-        assert res["best_epoch"] == best["epoch"] and res["val"]["f1"] == best["val_f1"]
-        assert HRRBert.from_pretrained(d / "model", __import__("hrr_kernel").load_program(program_dir))
+        best = min(epochs, key=lambda e: (e["val_loss"], e["epoch"]))  # select_by loss (the default)
+        assert res["best_epoch"] == best["epoch"] and res["val"]["loss"] == best["val_loss"]
+        assert HRRBert.from_pretrained(d / "model", load_program(program_dir))
+        _check_thresholds_and_predictions(d, res, task, dataset_dir, program_dir, trial=k)
     assert r.trials[0]["test"] != r.trials[1]["test"] or r.trials[0]["val"] != r.trials[1]["val"]
     summary = json.loads((r.run_dir / "summary.json").read_text())
     assert summary["config"]["task"] == task and len(summary["trials"]) == 2
+
+
+def _check_thresholds_and_predictions(d, res, task, dataset_dir, program_dir, trial):  # noqa: F811
+    """The trial's thresholds are the F1-best ones of its kept model on finetune_val, stored with the model,
+    and they score its test predictions file, whose metrics are the trial's test results."""
+    n_labels = 1 if task == "mortality" else 22
+    program = load_program(program_dir)
+    model = HRRBert.from_pretrained(d / "model", program)
+    ds = TokenizedDataset(dataset_dir, program.program_id, program.n_concepts, model.pad_id)
+    kw = dict(
+        max_len=model.config.max_len,
+        max_segments=model.config.max_segments,
+        task=task,
+        before_last_visit=True,
+    )
+    val, test = ds.sequences("finetune_val", **kw), ds.sequences("test", **kw)
+    p_val, _ = predict(model, val, task, torch.device("cpu"), 64)
+    saved = json.loads((d / "model" / THRESHOLDS_FILE).read_text())
+    assert saved["task"] == task and saved["chosen_on"] == "finetune_val" and saved["n"] == len(val)
+    t = read_thresholds(d / "model", task, n_labels)
+    assert t.shape == (n_labels,) and t.tolist() == res["thresholds"] == saved["thresholds"]
+    np.testing.assert_allclose(t, f1_thresholds(val.labels.numpy(), p_val).astype(np.float32), atol=1e-6)
+    (block,) = read_predictions(d / "predictions.parquet")
+    assert (block.model, block.task, block.split, block.trial) == ("base", task, "test", trial)
+    assert block.labels.shape == block.probs.shape == (len(test), n_labels)
+    assert block.subject_id.tolist() == test.subject_id.tolist()
+    assert block.labels.tolist() == test.labels.numpy().astype(int).tolist()
+    p_test, _ = predict(model, test, task, torch.device("cpu"), 64)
+    np.testing.assert_allclose(block.probs, p_test, atol=1e-6)
+    assert block.thresholds.tolist() == t.tolist()
+    again = score_predictions(task, block.labels, block.probs, t)
+    assert {k: v for k, v in again.items() if not math.isnan(v)} == {
+        k: v for k, v in res["test"].items() if k != "loss" and not (isinstance(v, float) and math.isnan(v))
+    }
+
+
+def test_pos_weights_by_hand():
+    y = np.array([[1, 0, 0], [0, 0, 1], [0, 0, 1], [0, 0, 1]])
+    # label 0: 3 negatives / 1 positive; label 1: no positives (upper bound); label 2: 1/3 -> at least 1
+    assert pos_weights(y).tolist() == [3.0, 50.0, 1.0]
+    rare = np.zeros((300, 1))
+    rare[0] = 1
+    assert pos_weights(rare).tolist() == [50.0] and pos_weights(rare, clip=(1.0, 500.0)).tolist() == [299.0]
+
+
+def test_warmup_linear_schedule():
+    f = warmup_linear(10, 0.2)
+    assert [f(s) for s in range(11)] == pytest.approx(
+        [0.5, 1.0, 1.0, 7 / 8, 6 / 8, 5 / 8, 4 / 8, 3 / 8, 2 / 8, 1 / 8, 0]
+    )
+
+
+@pytest.mark.parametrize("select_by", ["loss", "auprc", "auroc", "f1"])
+def test_steps_validations_and_selection(tmp_path, pretrained, dataset_dir, program_dir, select_by):  # noqa: F811
+    """max_steps overrides epochs; validations every val_every steps, at epoch ends and after the last step;
+    the kept checkpoint is the first best by select_by; pos_weight auto weighs the BCE by the train labels."""
+    r = finetune(pretrained, dataset_dir, program_dir, out=tmp_path, task="mortality", max_steps=7, val_every=2,
+                 epochs=1, batch_size=8, lr=1e-3, schedule="linear", pos_weight="auto", select_by=select_by,
+                 device="cpu", progress=False)  # fmt: skip
+    d = r.run_dir / "trial-0"
+    recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    # 24 train patients / batch 8 = 3 steps an epoch: validations at 2, 3 (epoch end), 5, 6 (epoch end), 7
+    assert [e["step"] for e in recs] == [2, 3, 5, 6, 7]
+    res = r.trials[0]
+    assert res["steps"] == 7
+    key = f"val_{select_by}"
+    sign = 1 if select_by == "loss" else -1
+    vals = [sign * e[key] if not math.isnan(e[key]) else math.inf for e in recs]
+    assert res["best_step"] == recs[int(np.argmin(vals))]["step"]
+    ds = TokenizedDataset(dataset_dir, program_dir.name, 31)
+    train = ds.sequences(
+        "finetune_train", max_len=128, max_segments=100, task="mortality", before_last_visit=True
+    )
+    assert res["pos_weight"] == pos_weights(train.labels.numpy()).tolist()
+
+
+def test_read_thresholds_of_an_older_model_and_a_bad_file(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="pipelines.train.finetune"):
+        assert read_thresholds(tmp_path, "chapters", 22).tolist() == [0.5] * 22
+    assert THRESHOLDS_FILE in caplog.text and "0.5" in caplog.text
+    (tmp_path / THRESHOLDS_FILE).write_text(json.dumps({"task": "mortality", "thresholds": [0.3]}))
+    with pytest.raises(PipelineError, match="22 thresholds"):
+        read_thresholds(tmp_path, "chapters", 22)
+    (tmp_path / THRESHOLDS_FILE).write_text("{not json")
+    with pytest.raises(PipelineError, match=THRESHOLDS_FILE):
+        read_thresholds(tmp_path, "mortality", 1)
 
 
 def test_finetune_learns_mortality(tmp_path, program_dir):  # noqa: F811
@@ -78,15 +180,18 @@ def test_finetune_learns_mortality(tmp_path, program_dir):  # noqa: F811
     ds = write_dataset(tmp_path / "ds", program_dir, sizes=sizes)
     pre = pretrain(ds, program_dir, out=tmp_path, model="tiny", mode="base", max_steps=3, batch_size=8,
                    device="cpu", progress=False).run_dir  # fmt: skip
-    r = finetune(pre, ds, program_dir, out=tmp_path, task="mortality", epochs=12, lr=1e-3, batch_size=16,
-                 device="cpu", progress=False, select_by="loss")  # fmt: skip
+    r = finetune(pre, ds, program_dir, out=tmp_path, task="mortality", max_steps=200, val_every=20, lr=1e-3,
+                 batch_size=16, pos_weight="auto", device="cpu", progress=False)  # fmt: skip
     d = r.run_dir / "trial-0"
     epochs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert epochs[-1]["train_loss"] < epochs[0]["train_loss"]
     test = r.trials[0]["test"]
     assert test["n"] == 120 and 0 < test["positives"] < 120
     assert test["auroc"] > 0.8, test
-    assert test["f1"] > 0.6 and test["accuracy"] > max(test["positives"], 120 - test["positives"]) / 120, test
+    prevalence = test["positives"] / 120
+    constant_f1 = 2 * prevalence / (1 + prevalence)  # the best constant: every patient positive
+    assert test["f1"] > constant_f1 + 0.2 and test["f1"] > 0.6, test
+    assert test["accuracy"] > max(prevalence, 1 - prevalence), test
 
 
 def test_cli_finetune(tmp_path, pretrained, dataset_dir, program_dir):  # noqa: F811

@@ -10,7 +10,9 @@ import pytest
 from pipelines.train.metrics import (
     auroc,
     average_precision,
+    best_f1_threshold,
     binary_metrics,
+    f1_thresholds,
     multilabel_metrics,
     precision_recall_f1,
 )
@@ -75,3 +77,52 @@ def test_random_scores_agree_with_pairwise_definition():
     pos, neg = s[y == 1], s[y == 0]
     pairs = (pos[:, None] > neg[None, :]).mean() + 0.5 * (pos[:, None] == neg[None, :]).mean()
     assert auroc(y, s) == pytest.approx(pairs)
+
+
+def _brute_force_best_f1(y, s):
+    """Max F1 of ``s >= t`` over every candidate threshold (each distinct score, and above all)."""
+    cands = np.r_[np.unique(s), np.max(s) + 1.0]
+    return max(precision_recall_f1(y, (s >= t).astype(float))[2] for t in cands)
+
+
+def test_best_f1_threshold_by_hand():
+    y = np.array([1, 0, 1, 1, 0, 0])
+    s = np.array([0.9, 0.8, 0.7, 0.3, 0.2, 0.1])
+    # F1 at each cut: 2/4, 2/5, 4/6, 6/7 (predict >= 0.3), 6/8, 6/9 -> the cut below 0.3, halfway to 0.2
+    t, f1 = best_f1_threshold(y, s)
+    assert f1 == pytest.approx(6 / 7) and t == pytest.approx(0.25)
+    assert binary_metrics(y, s, t)["f1"] == pytest.approx(6 / 7)
+    # the best is every sample positive: threshold 0
+    assert best_f1_threshold([1, 1, 0], [0.1, 0.2, 0.3]) == (0.0, pytest.approx(0.8))
+    # no positives: the default (F1 is 0 whatever the threshold)
+    assert best_f1_threshold([0, 0, 0], [0.1, 0.2, 0.3], default=0.4) == (0.4, 0.0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_best_f1_threshold_matches_a_brute_force_scan(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 200))
+    y = (rng.random(n) < rng.uniform(0.02, 0.6)).astype(float)
+    y[0] = 1.0
+    s = np.round(np.clip(0.3 * y + rng.random(n) * 0.8, 0, 1), 2 if seed % 2 else 6).astype(
+        np.float32
+    )  # ties too
+    t, f1 = best_f1_threshold(y, s)
+    best = _brute_force_best_f1(y, s)
+    assert f1 == pytest.approx(best)
+    # the returned threshold gives that F1 (as float32 probabilities and thresholds, as stored)
+    assert precision_recall_f1(y, (s >= np.float32(t)).astype(float))[2] == pytest.approx(best)
+
+
+def test_f1_thresholds_per_label_and_per_label_scoring():
+    rng = np.random.default_rng(3)
+    y = (rng.random((80, 4)) < [0.05, 0.2, 0.5, 0.0]).astype(float)
+    s = np.clip(0.4 * y + 0.6 * rng.random((80, 4)), 0, 1)
+    t = f1_thresholds(y, s, default=0.5)
+    assert t.shape == (4,) and t[3] == 0.5  # no positives: the default
+    for j in range(3):
+        assert t[j] == pytest.approx(best_f1_threshold(y[:, j], s[:, j])[0])
+    m = multilabel_metrics(y, s, t)
+    per = [binary_metrics(y[:, j], s[:, j], t[j])["f1"] for j in range(4)]
+    assert m["f1"] == pytest.approx(np.mean(per))
+    assert m["f1"] >= multilabel_metrics(y, s, 0.5)["f1"]
