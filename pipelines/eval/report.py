@@ -1,16 +1,18 @@
 """The Markdown report of an experiment: :func:`write_report` / :func:`report` (``hrrbert report``).
 
-Reads only the files an experiment wrote (``experiment.json``, each pretraining run's
-``metrics.jsonl``, each fine-tuning run's ``summary.json``, each ``evaluation.json``) and writes
-``report.md`` plus ``plots/`` beside them. Tables follow the paper's layout: rows are configurations,
-columns metrics, each cell the mean over trials with its bootstrap 95 % interval; below each table the
-two-sided Dunnett p-values against the unstructured control (Welch for ROOD, Fisher for the neighbour
-counts; :mod:`pipelines.eval.stats`).
+Reads only the files an experiment wrote (:mod:`pipelines.eval.gather`) and writes ``report.md``,
+``results.json`` (the headline numbers with their intervals, methods and baselines) and ``plots/``
+beside them. Every model row is read against the baselines (constant, logistic regression, the
+ground-truth ceiling; the MLM baselines) shown beside it.
+
+Intervals (every caption names its method; :mod:`pipelines.eval.values`): one pretraining seed, a patient
+bootstrap (test patients resampled, a model's fine-tuning trials averaged on each resample); several seeds,
+a Student-t interval over seeds; configurations are compared over seeds (paired t, Welch, or Dunnett);
+the ROOD difference of a configuration and the control is a paired patient bootstrap on the same patients.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable
@@ -19,25 +21,53 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.errors import PipelineError
+from pipelines.train.runtime import write_json
 
+from . import values as V
+from .gather import BASELINE_MODELS, EXPERIMENT_FILE, Experiment, load_experiment
 from .markdown import table
-from .stats import dunnett_vs_control, fisher, mean_ci, welch
+from .stats import Interval, bootstrap_method, compare_over_seeds, fisher
+
+__all__ = ["EXPERIMENT_FILE", "REPORT_FILE", "RESULTS_FILE", "Report", "report", "write_report", "headline"]
 
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "report.md"
-CLS_METRICS = ("accuracy", "precision", "recall", "f1", "auroc", "auprc")
-MLM_METRICS = ("val_mlm_acc", "val_top10", "val_top100")
-NAMES = {"val_mlm_acc": "MLM acc", "val_top10": "top-10", "val_top100": "top-100", "f1": "F1",
-         "auroc": "AUROC", "auprc": "AUPRC", "accuracy": "acc", "precision": "prec", "recall": "rec"}  # fmt: skip
+RESULTS_FILE = "results.json"
+RESULTS_SCHEMA = 1
+CLS_METRICS = ("accuracy", "precision", "recall", "f1", "auroc")
+NAMES = {"accuracy": "acc", "precision": "prec", "recall": "rec", "f1": "F1", "auroc": "AUROC",
+         "val_mlm_acc": "MLM top-1", "val_top10": "top-10", "val_top100": "top-100"}  # fmt: skip
+MLM_KEYS = (
+    ("val_mlm_acc", "top1"),
+    ("val_top10", "top10"),
+    ("val_top100", "top100"),
+)  # run key, baseline key
+BASELINE_NAMES = {"constant": "constant", "logistic_regression": "logistic regression",
+                  "ceiling": "ground-truth ceiling"}  # fmt: skip
+MLM_BASELINE_NAMES = {"most_frequent": "most frequent code", "copy_from_history": "copy from history",
+                      "cooccurrence": "co-occurrence"}  # fmt: skip
 GROUPS = ("case_studies", "common", "rare", "random")
-EXPERIMENT_FILE = "experiment.json"  # marks an experiment folder (pipelines.eval.experiment writes it)
+ONE_SEED = bootstrap_method()
+OVER_SEEDS = "mean over pretraining seeds with a Student-t 95 % interval over seeds"
+INTERVALS = (f"one pretraining seed: {ONE_SEED} of the held-out patients, each model the mean over its "
+             f"fine-tuning trials on every resample; several seeds: {OVER_SEEDS}")  # fmt: skip
+SYNTHETIC = (
+    "**This is a synthetic (demo) run.** The synthetic ground truth ties outcomes to the ontology: the "
+    "conditions' ontology attributes drive the outcomes, and reserved codes are used only by flagged "
+    "patients. The demo therefore shows that the method *can use* ontology structure when outcomes follow "
+    "it; whether real outcomes do is answered only by `hrrbert experiment` on MIMIC-IV/eICU."
+)
+TASK_SECTIONS = (("mortality", "test", "Mortality within 6 months (test)"),
+                 ("chapters", "test", "Disease chapters, multi-label (test; macro over chapters)"),
+                 ("mortality", "transfer", "eICU-layout transfer of the mortality models (test)"))  # fmt: skip
 
 
 @dataclass
 class Report:
     path: Path
-    headline: str  # the headline table (Markdown)
+    headline: str  # the headline table and its caption (Markdown)
+    results: Path | None = None  # results.json
 
 
 def report(runs_dir: str | Path, kinds: dict[str, Callable[[Path], Report]] | None = None) -> list[Report]:
@@ -61,183 +91,274 @@ def report(runs_dir: str | Path, kinds: dict[str, Callable[[Path], Report]] | No
     return [write(p) for p, write in found]
 
 
-def _read_json(p: Path) -> Any:
-    if not p.is_file():
-        raise PipelineError(f"{p}: missing; the experiment is incomplete (run `hrrbert experiment` again)")
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise PipelineError(f"{p}: not valid JSON ({e})") from e
+# ----------------------------------------------------------------------------- cells
 
 
-def _last_validation(run: Path) -> dict[str, float]:
-    p = run / "metrics.jsonl"
-    last: dict[str, float] = {}
-    if p.is_file():
-        for ln in p.read_text(encoding="utf-8").splitlines():
-            r = json.loads(ln) if ln.strip() else {}
-            if "val_mlm_acc" in r:
-                last = r
-    return last
-
-
-def load_experiment(root: Path) -> dict[str, Any]:
-    """Everything the report shows, gathered per configuration (in the experiment's order)."""
-    exp = _read_json(root / EXPERIMENT_FILE)
-    confs: dict[str, dict[str, Any]] = {}
-    for run in exp.get("runs", []):
-        c = confs.setdefault(run["configuration"], {"mlm": [], "tasks": {}, "evals": []})
-        c["mlm"].append(_last_validation(root / run["pretrain"]))
-        for task, ft in run.get("finetune", {}).items():
-            summary = _read_json(root / ft / "summary.json")
-            c["tasks"].setdefault(task, []).extend(t.get("test") or {} for t in summary["trials"])
-        ev = _read_json(root / run["evaluation"])
-        ev["_dir"] = str(Path(run["evaluation"]).parent)
-        c["evals"].append(ev)
-    return {"experiment": exp, "configurations": confs}
-
-
-def _pct(iv) -> str:
-    if iv.n == 0 or math.isnan(iv.mean):
+def _pct(iv: Interval | None, signed: bool = False) -> str:
+    """``61.0 (60.0–62.0)`` in %; the reason instead of the bounds when there are none or no spread."""
+    if iv is None or not math.isfinite(iv.estimate):
         return "–"
-    if iv.n == 1:
-        return f"{100 * iv.mean:.1f}"
-    return f"{100 * iv.mean:.1f} ({100 * iv.low:.1f}–{100 * iv.high:.1f})"
+    f = "{:+.1f}" if signed else "{:.1f}"
+    est = f.format(100 * iv.estimate)
+    if iv.note == V.CONSTANT:
+        return f"{est} (predicts a constant)"
+    if iv.note == V.NO_PREDICTIONS:
+        return f"{est}*"
+    extra = f"; {iv.note}" if iv.note and "trials predict a constant" in iv.note else ""
+    if not (math.isfinite(iv.low) and math.isfinite(iv.high)):
+        return est + (f" ({iv.note})" if extra else "")
+    if iv.high - iv.low == 0:
+        return f"{est} (same on every resample{extra})"
+    return f"{est} ({f.format(100 * iv.low)}–{f.format(100 * iv.high)}{extra})"
 
 
-def _p(x: float) -> str:
+def _p(x: Any) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
     return f"{x:.3g}" if x >= 1e-15 else "<1e-15"
 
 
-def _metric_section(title: str, values: dict[str, list[dict]], metrics, control: str, note: str) -> list[str]:
-    """A mean (95 % CI) table, rows = configurations, and the Dunnett p-values against the control."""
-    if not any(values.values()):
-        return []
-    rows = [
-        [conf, str(len(v))] + [_pct(mean_ci([r.get(m) for r in v])) for m in metrics]
-        for conf, v in values.items()
-    ]
-    lines = [
-        f"## {title}",
-        "",
-        note,
-        "",
-        table(["configuration", "n"] + [NAMES.get(m, m) for m in metrics], rows),
-    ]
-    if control in values and len(values) > 1:
-        tests = {
-            m: dunnett_vs_control({k: [r.get(m) for r in v] for k, v in values.items()}, control)
-            for m in metrics
+def _d(iv: Interval | None) -> dict | None:
+    return iv.as_dict() if iv is not None else None
+
+
+# ----------------------------------------------------------------------------- headline
+
+
+def _headline_values(exp: Experiment) -> dict[str, Any]:
+    """results.json's ``configurations`` and ``baselines`` parts (Interval objects, not yet dicts)."""
+    confs, b, j = exp.configurations, exp.baselines, V.rarest_bin(exp.configurations)
+    out: dict[str, Any] = {"configurations": {}, "baselines": {}, "rarest_bin": j}
+    for k, runs in confs.items():
+        diff = V.diff_intervals(exp, k) if k != exp.control else ({}, None)
+        rel, tot = V.rare_neighbours(runs)
+        out["configurations"][k] = {
+            "seeds": [r.seed for r in runs],
+            "mlm_top1": V.mlm_interval(runs, "val_mlm_acc"),
+            "chapters_f1": V.conf_interval(runs, "chapters", "test", "f1"),
+            "mortality_auroc": V.conf_interval(runs, "mortality", "test", "auroc"),
+            "rood_unseen_chapters_f1": V.conf_interval(runs, "chapters", "rood_unseen", "f1"),
+            "rood_unseen_f1_minus_control": diff[1] or next(iter(diff[0].values()), None),
+            "rare_neighbours": {"related": rel, "total": tot} if tot else None,
+            "rarest_bin_top100": V.bin_interval(runs, j) if j is not None else None,
+            "transfer_mortality_auroc": V.conf_interval(runs, "mortality", "transfer", "auroc"),
         }
-        prow = [[k] + [_p(tests[m][k]["pvalue"]) for m in metrics] for k in values if k != control]
-        lines += ["", f"Two-sided Dunnett p-values against `{control}`:", "",
-                  table(["configuration"] + [NAMES.get(m, m) for m in metrics], prow)]  # fmt: skip
-    return lines + [""]
+    for m in BASELINE_MODELS:
+        row = {"chapters_f1": V.baseline_interval(b, m, "chapters", "test", "f1"),
+               "mortality_auroc": V.baseline_interval(b, m, "mortality", "test", "auroc"),
+               "rood_unseen_chapters_f1": V.baseline_interval(b, m, "chapters", "rood_unseen", "f1"),
+               "transfer_mortality_auroc": V.baseline_interval(b, m, "mortality", "transfer", "auroc")}  # fmt: skip
+        if any(v is not None for v in row.values()):
+            out["baselines"][m] = row
+    mlm = b.mlm_top1 if b is not None else {}
+    if mlm:
+        best = max(mlm, key=mlm.get)
+        out["baselines"]["mlm"] = {"top1": mlm, "best": best, "best_top1": mlm[best]}
+    return out
 
 
-def _rood_section(confs: dict[str, Any], control: str) -> list[str]:
-    per = {k: [t for ev in c["evals"] for t in ev.get("rood", [])] for k, c in confs.items()}
-    if not any(per.values()):
-        return []
-    header = ["configuration", "trials", "ROOD acc", "ROOD F1", "ROOD AUROC", "unseen patients", "unseen F1"]
+def _headline_table(exp: Experiment, hv: dict[str, Any]) -> str:
+    j = hv["rarest_bin"]
+    bin_name = "rarest bin"
+    for runs in exp.configurations.values():
+        bins = runs[0].evaluation.get("frequency_bins") or [] if runs else []
+        if j is not None and j < len(bins):
+            bin_name = f"bin [{bins[j]['low']:.0f}, {bins[j]['high']:.0f})"
+            break
+    header = ["model", "seeds", "MLM top-1", "chapters macro-F1", "mortality AUROC", "ROOD-unseen chapters F1",
+              f"unseen F1 − {exp.control}", "rare-code neighbours related", f"top-100, {bin_name}",
+              "eICU transfer AUROC"]  # fmt: skip
     rows = []
-    for k, ts in per.items():
-        r, u = [t["rood"] for t in ts], [t["rood_unseen"] for t in ts]
-        n_unseen = u[0].get("n", 0) if u else 0
-        rows.append([k, str(len(ts)), _pct(mean_ci([x.get("accuracy") for x in r])),
-                     _pct(mean_ci([x.get("f1") for x in r])), _pct(mean_ci([x.get("auroc") for x in r])),
-                     str(n_unseen), _pct(mean_ci([x.get("f1") for x in u])) if n_unseen else "empty"])  # fmt: skip
-    n_rood = per[next(iter(per))][0]["rood"].get("n", 0) if per[next(iter(per))] else 0
-    lines = ["## ROOD: disease chapters of patients with held-out codes", "",
-             f"The chapters models on the `rood` split ({n_rood} patients whose codes include ones no model "
-             "trained on) and its `rood_unseen` subset (codes mostly held-out).", "", table(header, rows)]  # fmt: skip
-    if control in per:
-        ctrl = per[control]
-        prow = []
-        for k, ts in per.items():
-            if k == control:
-                continue
-            a = welch([t["rood"].get("f1") for t in ts], [t["rood"].get("f1") for t in ctrl])
-            b = welch([t["rood_unseen"].get("f1") for t in ts], [t["rood_unseen"].get("f1") for t in ctrl])
-            prow.append([k, _p(a["pvalue"]), _p(b["pvalue"])])
-        if prow:
-            lines += ["", f"Two-sided Welch t-test p-values against `{control}`:", "",
-                      table(["configuration", "ROOD F1", "unseen F1"], prow)]  # fmt: skip
-    return lines + [""]
-
-
-def _freq_section(confs: dict[str, Any], root: Path) -> list[str]:
-    bins = None
-    cols, data = [], {}
-    for k, c in confs.items():
-        fb = [ev.get("frequency_bins", []) for ev in c["evals"]]
-        if not fb or not fb[0]:
+    for k, v in hv["configurations"].items():
+        nb = v["rare_neighbours"]
+        rows.append([k, str(len(v["seeds"])), _pct(v["mlm_top1"]), _pct(v["chapters_f1"]),
+                     _pct(v["mortality_auroc"]), _pct(v["rood_unseen_chapters_f1"]),
+                     _pct(v["rood_unseen_f1_minus_control"], signed=True) if k != exp.control else "(control)",
+                     f"{nb['related']}/{nb['total']}" if nb else "–", _pct(v["rarest_bin_top100"]),
+                     _pct(v["transfer_mortality_auroc"])])  # fmt: skip
+    mlm = hv["baselines"].get("mlm")
+    if mlm:
+        name = MLM_BASELINE_NAMES.get(mlm["best"], mlm["best"])
+        rows.append([f"best MLM baseline ({name})", "–", f"{100 * mlm['best_top1']:.1f}"] + ["–"] * 7)
+    for m, v in hv["baselines"].items():
+        if m == "mlm":
             continue
-        bins = fb[0]
+        rows.append([f"baseline: {BASELINE_NAMES.get(m, m)}", "–", "–", _pct(v["chapters_f1"]),
+                     _pct(v["mortality_auroc"]), _pct(v["rood_unseen_chapters_f1"]), "–", "–", "–",
+                     _pct(v["transfer_mortality_auroc"])])  # fmt: skip
+    return table(header, rows)
+
+
+def headline_caption(exp: Experiment) -> str:
+    seeds = {len(r) for r in exp.configurations.values()}
+    how = f"Cells in %, interval in parentheses: {INTERVALS}"
+    if seeds == {1}:
+        how += " (1 seed: no interval over seeds; MLM top-1 is one value per run)"
+    how += (f". `unseen F1 − {exp.control}`: paired {ONE_SEED} on the same ROOD-unseen patients per seed, "
+            "t interval over seeds when more than one. Rare-code neighbours: related of scored, summed over seeds; "
+            "rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds).")  # fmt: skip
+    if exp.baselines is None:
+        how += (
+            " No baselines in this experiment (`baselines/baselines.json` missing): model rows stand alone."
+        )
+    return how
+
+
+def headline(exp: Experiment, hv: dict[str, Any] | None = None) -> str:
+    """The headline table (configurations, then the baselines) and its caption."""
+    return _headline_table(exp, hv or _headline_values(exp)) + "\n\n" + headline_caption(exp)
+
+
+# ----------------------------------------------------------------------------- sections
+
+
+def _tests_lines(exp: Experiment, metrics: list[tuple[str, dict[str, dict[int, float]]]]) -> list[str]:
+    """Tests over pretraining seeds of each configuration against the control: (label, {config: {seed:
+    value}}) per metric."""
+    confs = exp.configurations
+    if exp.control not in confs or len(confs) < 2:
+        return []
+    if all(len(runs) < 2 for runs in confs.values()):
+        return [
+            "",
+            f"Tests over pretraining seeds against `{exp.control}`: 1 seed per configuration, n too "
+            "small for a test (fine-tuning trials are never treated as replicates).",
+        ]
+    rows = []
+    for label, groups in metrics:
+        if not groups.get(exp.control):
+            continue
+        for k, r in compare_over_seeds(groups, exp.control).items():
+            rows.append([k, label, r["test"] or "none", _p(r["pvalue"]),
+                         f"{100 * r['diff']:+.1f}" if math.isfinite(r["diff"]) else "–", r["note"]])  # fmt: skip
+    if not rows:
+        return []
+    return ["", f"Tests over pretraining seeds against `{exp.control}` (paired t when seeds match, Welch "
+            "otherwise, Dunnett when every configuration has >= 3 seeds and several are compared; fine-tuning "
+            "trials are never treated as replicates):", "",
+            table(["configuration", "metric", "test", "p", "difference (points)", "note"], rows)]  # fmt: skip
+
+
+def _mlm_section(exp: Experiment) -> list[str]:
+    rows = [[k, str(len(runs))] + [_pct(V.mlm_interval(runs, key)) for key, _ in MLM_KEYS]
+            for k, runs in exp.configurations.items()]  # fmt: skip
+    b = exp.baselines
+    if b is not None:
+        names = {n for _, bk in MLM_KEYS for n in b.mlm(bk)}
+        for n in sorted(
+            names, key=lambda n: list(MLM_BASELINE_NAMES).index(n) if n in MLM_BASELINE_NAMES else 99
+        ):
+            rows.append([f"baseline: {MLM_BASELINE_NAMES.get(n, n)}", "–"]
+                        + [_pct(Interval(b.mlm(bk)[n], math.nan, math.nan, 0, "")) if n in b.mlm(bk) else "–"
+                           for _, bk in MLM_KEYS])  # fmt: skip
+    lines = ["## Masked-code modelling (pretraining validation)", "",
+             "Last validation of each pretraining run; several seeds: " + OVER_SEEDS + " (1 seed: no interval "
+             "over seeds). Baselines predict the masked code without a model "
+             + ("(`baselines/baselines.json`)." if b is not None else "(none in this experiment)."), "",
+             table(["model", "seeds", "MLM top-1", "top-10", "top-100"], rows)]  # fmt: skip
+    tests = [(NAMES[key], {k: {r.seed: r.mlm[key] for r in runs if V._finite(r.mlm.get(key))}
+                           for k, runs in exp.configurations.items()}) for key, _ in MLM_KEYS]  # fmt: skip
+    return lines + _tests_lines(exp, tests) + [""]
+
+
+def _task_section(exp: Experiment, task: str, split: str, title: str) -> list[str]:
+    confs = exp.configurations
+    rows = [[k, str(len(runs))] + [_pct(V.conf_interval(runs, task, split, m)) for m in CLS_METRICS]
+            for k, runs in confs.items() if any((task, split) in r.heads or (task, split) in r.trial_scores
+                                                for r in runs)]  # fmt: skip
+    if not rows:
+        return []
+    for m in BASELINE_MODELS:
+        ivs = [V.baseline_interval(exp.baselines, m, task, split, x) for x in CLS_METRICS]
+        if any(iv is not None for iv in ivs):
+            rows.append([f"baseline: {BASELINE_NAMES[m]}", "–"] + [_pct(iv) for iv in ivs])
+    with_iv = ", ".join(NAMES[m] for m in V.INTERVAL_METRICS[task])
+    lines = [f"## {title}", "",
+             f"Intervals on {with_iv}: {INTERVALS}. The other columns are point estimates (the mean over "
+             "fine-tuning trials on all patients). `predicts a constant`: the head's probabilities do not vary "
+             "across patients. * no per-patient predictions (an older experiment): mean over trials, no "
+             "interval.", "", table(["model", "seeds"] + [NAMES[m] for m in CLS_METRICS], rows)]  # fmt: skip
+    tests = [
+        (NAMES[m], {k: V.per_seed(runs, task, split, m) for k, runs in confs.items()})
+        for m in V.INTERVAL_METRICS[task]
+    ]
+    return lines + _tests_lines(exp, tests) + [""]
+
+
+def _rood_section(exp: Experiment, plots: Path) -> tuple[list[str], dict[str, Any]]:
+    confs, b = exp.configurations, exp.baselines
+    splits = ("test", "rood", "rood_unseen")
+    ivs: dict[str, dict[str, Interval | None]] = {}
+    for k, runs in confs.items():
+        ivs[k] = {s: V.conf_interval(runs, "chapters", s, "f1") for s in splits}
+    if not any(ivs[k]["rood"] or ivs[k]["rood_unseen"] for k in ivs):
+        return [], {}
+    for m in BASELINE_MODELS:
+        row = {s: V.baseline_interval(b, m, "chapters", s, "f1") for s in splits}
+        if row["rood"] or row["rood_unseen"]:
+            ivs[BASELINE_NAMES[m]] = row
+    n = {s: V.patients(confs, "chapters", s) for s in ("rood", "rood_unseen")}
+    rows = [[k] + [_pct(v[s]) for s in splits] for k, v in ivs.items()]
+    lines = ["## ROOD: disease chapters of patients with held-out codes", "",
+             f"Chapters macro-F1 on the test split (seen codes), on `rood` ({n['rood'] or '?'} patients with codes no "
+             f"model trained on) and on `rood_unseen` ({n['rood_unseen'] or 'no'} patients whose codes are mostly "
+             f"held-out). Intervals: {INTERVALS}.", "",
+             table(["model", "seen (test) F1", "ROOD F1", "ROOD-unseen F1"], rows)]  # fmt: skip
+    diffs: dict[str, Any] = {}
+    drows = []
+    for k in confs:
+        if k == exp.control:
+            continue
+        per, over = V.diff_intervals(exp, k)
+        diffs[k] = {"per_seed": {str(s): iv.as_dict() for s, iv in per.items()}, "over_seeds": _d(over)}
+        drows += [
+            [f"{k} − {exp.control}", f"seed {s}", _pct(iv, signed=True), iv.method] for s, iv in per.items()
+        ]
+        if over is not None:
+            drows.append([f"{k} − {exp.control}", f"{over.n} seeds", _pct(over, signed=True), over.method])
+    if drows:
+        lines += ["", "ROOD-unseen chapters F1, difference against the control on the same patients (points):", "",
+                  table(["difference", "over", "F1 difference", "interval"], drows)]  # fmt: skip
+    from .plots import rood_plot
+
+    p = rood_plot(ivs, plots / "rood.png")
+    if p is not None:
+        lines += ["", f"![chapters F1 seen vs unseen](plots/{p.name})"]
+    return lines + [""], diffs
+
+
+def _freq_section(exp: Experiment, plots: Path) -> list[str]:
+    confs = exp.configurations
+    bins = next((r.evaluation["frequency_bins"] for runs in confs.values() for r in runs
+                 if r.evaluation.get("frequency_bins")), None)  # fmt: skip
+    if not bins:
+        return []
+    cols, data = [], {}
+    for k, runs in confs.items():
         for key in ("top10", "top100"):
             cols.append(f"{k} {NAMES['val_' + key]}")
-            data[cols[-1]] = [mean_ci([run[j].get(key) for run in fb]) for j in range(len(bins))]
-    if bins is None:
-        return []
-    rows = []
-    for j, b in enumerate(bins):
-        rows.append([f"[{b['low']:.0f}, {b['high']:.0f})", str(b["codes_in_bin"]), str(b["probes"])]
-                    + [("empty" if not b["probes"] else _pct(data[c][j])) for c in cols])  # fmt: skip
-    plot = _freq_plot(confs, bins, root)
+            data[cols[-1]] = [V.bin_interval(runs, j, key) for j in range(len(bins))]
+    rows = [[f"[{b['low']:.0f}, {b['high']:.0f})", str(b["codes_in_bin"]), str(b["probes"])]
+            + [("empty" if not b["probes"] else _pct(data[c][j])) for c in cols] for j, b in enumerate(bins)]  # fmt: skip
+    from .plots import frequency_plot
+
+    series = {k: data[f"{k} top-100"] for k in confs}
+    p = frequency_plot([(b["low"], b["high"], b["codes_in_bin"], b["probes"]) for b in bins], series,
+                       plots / "frequency_bins.png")  # fmt: skip
     lines = ["## Masked-code accuracy by code frequency", "",
              "One masked code per probe, up to 400 codes per bin of log frequency (ln of the code's share of "
-             "pretraining tokens), probes from patients MLM never trained on.", "",
+             "pretraining tokens), probes from patients MLM never trained on. Intervals: Clopper-Pearson 95 % "
+             "over the bin's probes (one seed), " + OVER_SEEDS + " (several).", "",
              table(["log frequency", "codes", "probes"] + cols, rows)]  # fmt: skip
-    if plot:
-        lines += ["", f"![top-100 accuracy by frequency bin]({plot})"]
+    if p:
+        lines += ["", f"![top-100 accuracy by frequency bin](plots/{p.name})"]
     return lines + [""]
 
 
-def _freq_plot(confs: dict[str, Any], bins: list[dict], root: Path) -> str | None:
-    from ontology_compiler.extras import MissingExtraError, require
-
-    try:
-        require("matplotlib").use("Agg")
-        plt = require("matplotlib.pyplot")
-    except MissingExtraError as e:  # the report is written without its figure
-        log.warning("%s", e)
-        return None
-    x = [(b["low"] + b["high"]) / 2 for b in bins]
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
-    for k, c in confs.items():
-        fb = [ev.get("frequency_bins", []) for ev in c["evals"] if ev.get("frequency_bins")]
-        y = [mean_ci([run[j].get("top100") for run in fb]).mean for j in range(len(bins))]
-        ax.plot(x, [100 * v for v in y], marker="o", label=k)
-    ax.set_xlabel("log frequency bin centre")
-    ax.set_ylabel("top-100 accuracy (%)")
-    ax.legend()
-    fig.tight_layout()
-    (root / "plots").mkdir(exist_ok=True)
-    fig.savefig(root / "plots" / "frequency_bins.png")
-    plt.close(fig)
-    return "plots/frequency_bins.png"
-
-
-def _neighbour_section(confs: dict[str, Any], control: str) -> list[str]:
-    counts: dict[str, dict[str, tuple[int, int]]] = {}
-    for k, c in confs.items():
-        g = {}
-        for grp in GROUPS:
-            rel = sum(
-                ev["neighbours"]["groups"].get(grp, {}).get("related", 0)
-                for ev in c["evals"]
-                if "neighbours" in ev
-            )
-            tot = sum(
-                ev["neighbours"]["groups"].get(grp, {}).get("total", 0)
-                for ev in c["evals"]
-                if "neighbours" in ev
-            )
-            g[grp] = (rel, tot)
-        counts[k] = g
-    if not counts:
+def _neighbour_section(exp: Experiment) -> list[str]:
+    confs, control = exp.configurations, exp.control
+    counts = {k: {g: V.rare_neighbours(runs, g) for g in GROUPS} for k, runs in confs.items()}
+    if not any(t for g in counts.values() for _, t in g.values()):
         return []
     rows = [
         [k] + [f"{r}/{t}" if t else "–" for r, t in (g[grp] for grp in GROUPS)] for k, g in counts.items()
@@ -260,48 +381,40 @@ def _neighbour_section(confs: dict[str, Any], control: str) -> list[str]:
             prow.append([k] + cells)
         lines += ["", f"Fisher's exact test against `{control}` (two-sided / one-sided greater):", "",
                   table(["configuration", "common", "rare", "random"], prow)]  # fmt: skip
-    for k, c in confs.items():
-        ev = next((e for e in c["evals"] if "neighbours" in e), None)
+    for k, runs in confs.items():
+        ev = next((r.evaluation for r in runs if "neighbours" in r.evaluation), None)
         cases = ev["neighbours"]["groups"].get("case_studies", {}).get("codes", []) if ev else []
         if cases:
-            lines += ["", f"Case studies, `{k}` (seed 0; ✓ related):", ""]
+            lines += ["", f"Case studies, `{k}` (first seed; ✓ related):", ""]
             lines += [f"- **{q['code']}** {q['title']}: " + "; ".join(
                 f"{n['code']} {n['title']}{' ✓' if n['related'] else ''}" for n in q["neighbours"]) for q in cases]  # fmt: skip
     return lines + [""]
 
 
-def _tsne_section(confs: dict[str, Any]) -> list[str]:
-    imgs = [
-        (k, f"{ev['_dir']}/{ev['tsne']['path']}")
-        for k, c in confs.items()
-        for ev in c["evals"][:1]
-        if ev.get("tsne")
-    ]
+def _tsne_section(exp: Experiment) -> list[str]:
+    imgs = [(k, runs[0].eval_dir, runs[0].evaluation["tsne"]) for k, runs in exp.configurations.items()
+            if runs and runs[0].evaluation.get("tsne")]  # fmt: skip
     if not imgs:
         return []
-    lines = ["## Token embeddings (t-SNE, coloured by log frequency)", ""]
-    return lines + [f"![{k}]({p})" for k, p in imgs] + [""]
+    by_chapter = all(t.get("coloured_by") == "chapter" for _, _, t in imgs)
+    what = ("coloured by ICD chapter, rare codes (seen 1–3 times in pretraining) marked with black crosses"
+            if by_chapter else "coloured by log frequency")  # fmt: skip
+    lines = [f"## Token embeddings (t-SNE, {what}; first seed)", ""]
+    return lines + [f"![{k}]({d}/{t['path']})" for k, d, t in imgs] + [""]
 
 
-def _cost_section(confs: dict[str, Any]) -> list[str]:
-    keys = (
-        "embedding_build_s",
-        "step_s",
-        "build_share",
-        "tokens_per_s",
-        "sequences_per_s",
-        "training_seq_per_s",
-        "peak_memory_mb",
-    )
+def _cost_section(exp: Experiment) -> list[str]:
+    keys = ("embedding_build_s", "step_s", "build_share", "tokens_per_s", "sequences_per_s",
+            "training_seq_per_s", "peak_memory_mb")  # fmt: skip
     rows = []
-    for k, c in confs.items():
-        cs = [ev["cost"] for ev in c["evals"] if ev.get("cost")]
+    for k, runs in exp.configurations.items():
+        cs = [r.evaluation["cost"] for r in runs if r.evaluation.get("cost")]
         if not cs:
             continue
 
         def m(key: str, scale: float = 1.0, fmt: str = "{:.1f}", cs=cs) -> str:
-            v = mean_ci([x.get(key) for x in cs]).mean
-            return "–" if math.isnan(v) else fmt.format(scale * v)
+            vals = [x[key] for x in cs if V._finite(x.get(key))]
+            return fmt.format(scale * sum(vals) / len(vals)) if vals else "–"
 
         rows.append([k, m(keys[0], 1e3, "{:.2f}"), m(keys[1], 1e3), m(keys[2], 100), m(keys[3], fmt="{:.0f}"),
                      m(keys[4]), m(keys[5]), m(keys[6], fmt="{:.0f}"), cs[0].get("device", "")])  # fmt: skip
@@ -309,70 +422,100 @@ def _cost_section(confs: dict[str, Any]) -> list[str]:
         return []
     header = ["configuration", "embedding build (ms)", "step (ms)", "build share (%)", "tokens/s", "seq/s (timed)",
               "seq/s (pretraining log)", "peak memory (MB)", "device"]  # fmt: skip
-    return ["## Cost", "", "A training step (forward, backward, AdamW) timed on one batch after a warm-up; "
-            "peak memory is CUDA max-allocated on a GPU, the process's peak RSS on a CPU.", "", table(header, rows), ""]  # fmt: skip
+    return ["## Cost", "", "A training step (forward, backward, AdamW) timed on one batch after a warm-up, mean "
+            "over pretraining seeds; peak memory is CUDA max-allocated on a GPU, the process's peak RSS on a CPU.",
+            "", table(header, rows), ""]  # fmt: skip
 
 
-def headline(data: dict[str, Any]) -> str:
-    """Rows = configurations; MLM accuracy and each task's F1 as mean (95 % CI), rare neighbours related."""
-    rows = []
-    for k, c in data["configurations"].items():
-        tr = [t["test"] for ev in c["evals"] for t in ev.get("transfer", [])]
-        rood = [t["rood"] for ev in c["evals"] for t in ev.get("rood", [])]
-        rare = [ev["neighbours"]["groups"].get("rare", {}) for ev in c["evals"] if "neighbours" in ev]
-        rel, tot = sum(g.get("related", 0) for g in rare), sum(g.get("total", 0) for g in rare)
-        rows.append([k, _pct(mean_ci([r.get("val_mlm_acc") for r in c["mlm"]])),
-                     _pct(mean_ci([r.get("f1") for r in c["tasks"].get("mortality", [])])),
-                     _pct(mean_ci([r.get("f1") for r in c["tasks"].get("chapters", [])])),
-                     _pct(mean_ci([r.get("f1") for r in tr])), _pct(mean_ci([r.get("f1") for r in rood])),
-                     f"{rel}/{tot}" if tot else "–"])  # fmt: skip
-    header = ["configuration", "MLM acc", "mortality F1", "chapters F1", "eICU mortality F1", "ROOD F1",
-              "rare-code neighbours related"]  # fmt: skip
-    return table(header, rows)
+def _intro(exp: Experiment) -> list[str]:
+    rec, confs = exp.record, exp.configurations
+    cfg = rec.get("config", {})
+    lines = [f"# Experiment `{rec.get('name', exp.root.name)}`", ""]
+    if exp.synthetic:
+        lines += [SYNTHETIC, ""]
+    lines += [f"Model `{cfg.get('model')}`, configurations {', '.join(f'`{c}`' for c in confs)} (control "
+              f"`{exp.control}`), {cfg.get('pretrain_seeds')} pretraining seed(s) x {cfg.get('trials')} fine-tuning "
+              f"trial(s) per task. Cells: the metric in %, its 95 % interval in parentheses; each caption names "
+              "how the interval was made.", ""]  # fmt: skip
+    notes = []
+    if exp.baselines is None:
+        notes.append("no baselines (`baselines/baselines.json` is missing: an experiment from before the "
+                     "baselines); model rows are shown without them")  # fmt: skip
+    old = sorted({f"{k} seed {r.seed}" for k, runs in confs.items() for r in runs if r.trial_scores})
+    if old:
+        notes.append(f"no per-patient predictions for {', '.join(old)} (an experiment from before them): their "
+                     "cells, marked *, are means over fine-tuning trials without an interval")  # fmt: skip
+    return lines + [f"Note: {n}." for n in notes] + ([""] if notes else [])
+
+
+def _provenance(exp: Experiment) -> list[str]:
+    def first(key: str) -> str:
+        return next((str(r.evaluation[key]) for runs in exp.configurations.values() for r in runs
+                     if r.evaluation.get(key)), "–")  # fmt: skip
+
+    rec = exp.record
+    vers = ", ".join(
+        f"{k} {v}" for k, v in rec.get("versions", {}).items() if k in ("torch", "hrrbert", "python")
+    )
+    return ["## Provenance", "",
+            f"program `{first('program_id')}`, dataset `{first('dataset_id')}`, transfer dataset "
+            f"`{first('transfer_dataset_id')}`; versions {vers}; started {rec.get('created_at')}, finished "
+            f"{rec.get('finished_at', 'not yet')}.", ""]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def _results(exp: Experiment, hv: dict[str, Any], rood: dict[str, Any]) -> dict[str, Any]:
+    conv = {k: {m: (_d(v) if isinstance(v, Interval) else v) for m, v in row.items()}
+            for k, row in hv["configurations"].items()}  # fmt: skip
+    base = {
+        k: ({m: _d(v) for m, v in row.items()} if k != "mlm" else row) for k, row in hv["baselines"].items()
+    }
+    constant = sorted({f"{k} seed {r.seed}: {t}/{s}" for k, runs in exp.configurations.items() for r in runs
+                       for (t, s), h in r.heads.items() if h.constant_trials})  # fmt: skip
+    return {
+        "schema_version": RESULTS_SCHEMA,
+        "experiment": exp.record.get("name", exp.root.name),
+        "synthetic": exp.synthetic,
+        "control": exp.control,
+        "methods": {
+            "one_seed": ONE_SEED,
+            "over_seeds": OVER_SEEDS,
+            "difference": f"paired {ONE_SEED} (same patients), t interval over seeds when several",
+            "rarest_bin": "Clopper-Pearson 95 % over the bin's probes; t over seeds when several",
+            "neighbours": "related of scored neighbours, summed over seeds",
+            "trials": "a model's fine-tuning trials are averaged on each resample, never treated as replicates",
+        },  # fmt: skip
+        "configurations": conv,
+        "baselines": base,
+        "rood_differences": rood,
+        "constant_heads": constant,
+        "notes": [] if exp.baselines is not None else ["no baselines in this experiment"],
+    }
 
 
 def write_report(root: str | Path) -> Report:
-    """Write ``<root>/report.md`` (and ``plots/``) for the experiment in ``root``."""
-    root = Path(root)
-    data = load_experiment(root)
-    exp, confs = data["experiment"], data["configurations"]
-    cfg = exp.get("config", {})
-    control = exp.get("control", "unstructured")
-    head = headline(data)
-    lines = [f"# Experiment `{exp.get('name', root.name)}`", "",
-             f"Model `{cfg.get('model')}`, configurations {', '.join(f'`{c}`' for c in confs)} "
-             f"(control `{control}`), {cfg.get('pretrain_seeds')} pretraining seed(s) x {cfg.get('trials')} "
-             f"fine-tuning trial(s) per task. Cells: mean over trials, in %, with the bootstrap 95 % interval "
-             "in parentheses.", "", "## Headline", "", head, ""]  # fmt: skip
-    lines += _metric_section("Masked-code modelling (pretraining validation)", {k: c["mlm"] for k, c in confs.items()},
-                             MLM_METRICS, control, "One value per pretraining run (last validation).")  # fmt: skip
-    for task, title in (
-        ("mortality", "Mortality within 6 months (test)"),
-        ("chapters", "Disease chapters, multi-label (test; macro)"),
-    ):
-        vals = {k: c["tasks"].get(task, []) for k, c in confs.items()}
-        lines += _metric_section(title, vals, CLS_METRICS, control, "One value per fine-tuning trial.")
-    tr = {k: [t["test"] for ev in c["evals"] for t in ev.get("transfer", [])] for k, c in confs.items()}
-    lines += _metric_section("eICU-layout transfer of the mortality models (test)", tr, CLS_METRICS, control,
-                             "Mortality models fine-tuned on the MIMIC-layout dataset, scored on the eICU-layout test split.")  # fmt: skip
-    lines += _rood_section(confs, control)
-    lines += _freq_section(confs, root)
-    lines += _neighbour_section(confs, control)
-    lines += _tsne_section(confs)
-    lines += _cost_section(confs)
-    lines += ["## Provenance", "",
-              f"program `{_first(confs, 'program_id')}`, dataset `{_first(confs, 'dataset_id')}`, "
-              f"transfer dataset `{_first(confs, 'transfer_dataset_id')}`; versions "
-              + ", ".join(f"{k} {v}" for k, v in exp.get("versions", {}).items() if k in ("torch", "hrrbert", "python"))
-              + f"; started {exp.get('created_at')}, finished {exp.get('finished_at', 'not yet')}.", ""]  # fmt: skip
-    path = root / REPORT_FILE
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return Report(path, head)
-
-
-def _first(confs: dict[str, Any], key: str) -> str:
-    for c in confs.values():
-        for ev in c["evals"]:
-            if ev.get(key):
-                return str(ev[key])
-    return "–"
+    """Write ``<root>/report.md``, ``<root>/results.json`` (and ``plots/``) for the experiment in ``root``."""
+    exp = load_experiment(root)
+    plots = exp.root / "plots"
+    hv = _headline_values(exp)
+    head = headline(exp, hv)
+    lines = _intro(exp) + ["## Headline", "", head, ""]
+    lines += _mlm_section(exp)
+    for task, split, title in TASK_SECTIONS:
+        lines += _task_section(exp, task, split, title)
+    rood_lines, rood = _rood_section(exp, plots)
+    lines += rood_lines
+    lines += _freq_section(exp, plots)
+    lines += _neighbour_section(exp)
+    lines += _tsne_section(exp)
+    lines += _cost_section(exp)
+    lines += _provenance(exp)
+    path = exp.root / REPORT_FILE
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(lines), encoding="utf-8")
+    tmp.replace(path)
+    results = exp.root / RESULTS_FILE
+    write_json(results, _results(exp, hv, rood))
+    return Report(path, head, results)

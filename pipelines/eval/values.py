@@ -1,0 +1,170 @@
+"""The numbers of the report's cells, with their intervals (:mod:`pipelines.eval.stats` applied to the
+files :mod:`pipelines.eval.gather` read).
+
+One trained model (one pretraining seed): a patient bootstrap of the metric, the mean over the model's
+fine-tuning trials on each resample. Several pretraining seeds: the mean of the per-seed values with a
+Student-t interval over seeds. A run without per-patient predictions (an older experiment) gives the mean
+over its trials without an interval (note :data:`NO_PREDICTIONS`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from .gather import Baselines, Experiment, Head, Run
+from .stats import Interval, paired_bootstrap_diff, proportion_interval, t_interval
+
+# metrics that get a patient-bootstrap interval; the others are point estimates (mean over trials)
+INTERVAL_METRICS = {"mortality": ("f1", "auroc"), "chapters": ("f1",)}
+CONSTANT = "predicts a constant"
+NO_PREDICTIONS = "no per-patient predictions: mean over fine-tuning trials, no interval"
+POINT = "mean over fine-tuning trials on all patients (no interval)"
+ONE_RUN = "one pretraining run (last validation)"
+
+
+def _point(value: float, n: int, method: str, note: str = "") -> Interval:
+    return Interval(value, math.nan, math.nan, n, method, note)
+
+
+def _constant_note(iv: Interval, h: Head) -> Interval:
+    k = h.constant_trials
+    if k == h.trials:
+        return replace(iv, note=CONSTANT)
+    if k:
+        return replace(iv, note=f"{k}/{h.trials} trials predict a constant")
+    return iv
+
+
+def head_interval(h: Head, metric: str) -> Interval:
+    """One model's metric on one split: bootstrap interval or point estimate, constant heads noted."""
+    if metric in INTERVAL_METRICS.get(h.task, ()):
+        return _constant_note(h.interval(metric), h)
+    return _constant_note(_point(h.point(metric), h.n, POINT), h)
+
+
+def seed_interval(run: Run, task: str, split: str, metric: str) -> Interval | None:
+    """The metric of one pretraining seed's fine-tuned heads (None when not scored)."""
+    h = run.heads.get((task, split))
+    if h is not None:
+        return head_interval(h, metric)
+    vals = [float(t[metric]) for t in run.trial_scores.get((task, split), []) if _finite(t.get(metric))]
+    return (
+        _point(float(np.mean(vals)), len(vals), "mean over fine-tuning trials", NO_PREDICTIONS)
+        if vals
+        else None
+    )
+
+
+def over_seeds(per_seed: list[Interval | None]) -> Interval | None:
+    """One seed: its own interval; several: the t interval of their estimates (notes kept when shared)."""
+    per = [p for p in per_seed if p is not None and math.isfinite(p.estimate)]
+    if not per:
+        return None
+    if len(per) == 1:
+        return per[0]
+    iv = t_interval([p.estimate for p in per])
+    notes = {p.note for p in per}
+    return replace(iv, note=notes.pop()) if len(notes) == 1 and notes != {""} else iv
+
+
+def conf_interval(runs: list[Run], task: str, split: str, metric: str) -> Interval | None:
+    return over_seeds([seed_interval(r, task, split, metric) for r in runs])
+
+
+def per_seed(runs: list[Run], task: str, split: str, metric: str) -> dict[int, float]:
+    """``{seed: estimate}`` (for the tests over seeds)."""
+    out = {}
+    for r in runs:
+        iv = seed_interval(r, task, split, metric)
+        if iv is not None and math.isfinite(iv.estimate):
+            out[r.seed] = iv.estimate
+    return out
+
+
+def baseline_interval(b: Baselines | None, model: str, task: str, split: str, metric: str) -> Interval | None:
+    h = b.head(model, task, split) if b is not None else None
+    return head_interval(h, metric) if h is not None else None
+
+
+def mlm_interval(runs: list[Run], key: str) -> Interval | None:
+    vals = [r.mlm[key] for r in runs if _finite(r.mlm.get(key))]
+    if not vals:
+        return None
+    if len(vals) == 1:
+        return _point(float(vals[0]), 1, ONE_RUN, "1 seed: no interval over seeds")
+    return t_interval(vals)
+
+
+def diff_intervals(
+    exp: Experiment, conf: str, task: str = "chapters", split: str = "rood_unseen", metric: str = "f1"
+) -> tuple[dict[int, Interval], Interval | None]:
+    """``conf - control`` on the same patients: per matched seed a paired patient bootstrap, and over seeds
+    (when more than one) the t interval of the per-seed differences."""
+    ctrl = {r.seed: r for r in exp.configurations.get(exp.control, [])}
+    out: dict[int, Interval] = {}
+    for r in exp.configurations.get(conf, []):
+        c = ctrl.get(r.seed)
+        if c is None:
+            continue
+        ha, hb = r.heads.get((task, split)), c.heads.get((task, split))
+        if ha is not None and hb is not None:
+            common = np.intersect1d(ha.subject_id, hb.subject_id)
+            if common.size == 0:
+                continue
+            a = ha if common.size == ha.n else ha.restrict(common)
+            b = hb if common.size == hb.n else hb.restrict(common)
+            out[r.seed] = paired_bootstrap_diff(
+                a.metric(metric), b.metric(metric), int(common.size), vectorized=True
+            )
+        else:
+            ia, ib = seed_interval(r, task, split, metric), seed_interval(c, task, split, metric)
+            if ia is not None and ib is not None:
+                out[r.seed] = _point(
+                    ia.estimate - ib.estimate, 0, "difference of trial means", NO_PREDICTIONS
+                )
+    over = t_interval([iv.estimate for iv in out.values()]) if len(out) > 1 else None
+    return out, over
+
+
+def rarest_bin(runs_by_conf: dict[str, list[Run]]) -> int | None:
+    """Index of the lowest log-frequency bin with probes in some run (None without frequency bins)."""
+    found = [
+        j
+        for runs in runs_by_conf.values()
+        for r in runs
+        for j, b in enumerate(r.evaluation.get("frequency_bins") or [])
+        if b.get("probes")
+    ]
+    return min(found) if found else None
+
+
+def bin_interval(runs: list[Run], j: int, key: str = "top100") -> Interval | None:
+    """Accuracy in frequency bin ``j``: Clopper-Pearson over the probes (one seed) or t over seeds."""
+    per = []
+    for r in runs:
+        bins = r.evaluation.get("frequency_bins") or []
+        if j < len(bins) and bins[j].get("probes") and _finite(bins[j].get(key)):
+            n = int(bins[j]["probes"])
+            per.append(proportion_interval(int(round(bins[j][key] * n)), n))
+    return over_seeds(per)
+
+
+def rare_neighbours(runs: list[Run], group: str = "rare") -> tuple[int, int]:
+    """Related neighbours and neighbours scored in ``group``, summed over seeds."""
+    gs = [r.evaluation["neighbours"]["groups"].get(group, {}) for r in runs if "neighbours" in r.evaluation]
+    return sum(g.get("related", 0) for g in gs), sum(g.get("total", 0) for g in gs)
+
+
+def patients(runs_by_conf: dict[str, list[Run]], task: str, split: str) -> int:
+    """Patients scored on (task, split) by any run (0 when none)."""
+    ns = [r.heads[(task, split)].n if (task, split) in r.heads else int(t.get("n") or 0)
+          for runs in runs_by_conf.values() for r in runs
+          for t in ([{}] if (task, split) in r.heads else r.trial_scores.get((task, split), []))]  # fmt: skip
+    return max(ns, default=0)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
