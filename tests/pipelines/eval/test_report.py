@@ -264,3 +264,28 @@ def test_report_names_missing_and_bad_files(tmp_path):
     empty.mkdir()
     res = CliRunner().invoke(main, ["report", str(empty)])
     assert res.exit_code == 1 and "no experiment.json" in res.output
+
+
+def test_tsne_by_chapter_marks_rare_codes(tmp_path):
+    import torch
+
+    from pipelines.eval.tsne import sample_codes, tsne_plot
+
+    codes = ["[PAD]", "[MASK]"] + [f"C{i}" for i in range(80)]
+    rare = np.zeros(len(codes), bool)
+    rare[[2, 5, 9, 40, 41]] = True
+    chapters = [None, None] + [1 + i % 22 if i % 7 else None for i in range(80)]
+    pick, is_rare = sample_codes(codes, 40, 0, rare)
+    assert len(pick) == 40 and 0 not in pick and 1 not in pick and set(pick[is_rare]) == {2, 5, 9, 40, 41}
+    assert np.array_equal(sample_codes(codes, 40, 0)[0], sample_codes(codes, 40, 0)[0])  # seeded
+    m = torch.randn(len(codes), 8, generator=torch.Generator().manual_seed(0))
+    rec = tsne_plot(
+        m, np.zeros(len(codes)), codes, tmp_path / "t.png", title="t", points=40, chapters=chapters, rare=rare
+    )
+    assert (tmp_path / "t.png").is_file() and rec["coloured_by"] == "chapter" and rec["rare_marked"] == 5
+    rec = tsne_plot(m, np.linspace(-9, -3, len(codes)), codes, tmp_path / "f.png", title="f", points=30)
+    assert rec["coloured_by"] == "log_frequency" and rec["rare_marked"] == 0
+    with pytest.raises(ValueError, match="chapters has 3 entries"):
+        tsne_plot(
+            m, np.zeros(len(codes)), codes, tmp_path / "x.png", title="x", points=30, chapters=[1, 2, 3]
+        )
