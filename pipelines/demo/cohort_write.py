@@ -78,9 +78,16 @@ class Hospital:
     row_code: np.ndarray  # (R,) int32 index into the code space's code_str (ICD-9 or ICD-10)
     row_code10: np.ndarray  # (R,) int32 the ICD-10 code of the row (eICU writes both)
     row_condition: np.ndarray  # (R,) int32 condition index
-    cond_patient: np.ndarray  # (Q,) int64
+    cond_patient: np.ndarray  # (Q,) int64 (chronic conditions)
     cond_condition: np.ndarray  # (Q,) int32
     cond_onset: np.ndarray  # (Q,) int onset visit
+    cond_code: np.ndarray  # (Q,) int32 the ICD-10 code (code_str index) the condition is written with
+    reserved: np.ndarray  # (P,) bool: flagged patient, coded with reserved codes only
+    systems_offsets: np.ndarray  # (P+1,) int64 CSR offsets into systems
+    systems: np.ndarray  # (S,) int64 the patients' body systems (ICD-10 chapters)
+    chapter_probs: np.ndarray  # (P, 22) float64 true P(chapter i+1 in the last visit)
+    label_mortality_p: np.ndarray  # (P,) float64 true P(mortality label) as the hospital's reader labels it
+    reader_subject: np.ndarray  # (P,) int64 subject_id as the hospital's reader numbers patients
 
 
 def _lit(values: list[str]) -> str:
@@ -167,17 +174,22 @@ def write_mimic(
 
 def write_eicu(
     con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital, rng: np.random.Generator
-) -> None:
-    """``patient.csv.gz`` (a hospital stay has one unit stay, or two for 15 %) and ``diagnosis.csv.gz``."""
-    n_units, unit_len = _write_eicu_patients(con, root, space, h, rng)
+) -> np.ndarray:
+    """``patient.csv.gz`` (a hospital stay has one unit stay, or two for 15 %) and ``diagnosis.csv.gz``.
+    Returns each patient's ``subject_id`` as the eICU reader numbers them (dense rank of ``uniquepid``)."""
+    n_units, unit_len, hospital = _write_eicu_patients(con, root, space, h, rng)
     _write_eicu_diagnoses(con, root, space, h, rng, n_units, unit_len)
+    uniquepid = np.array(
+        [f"{a:03d}-{b:05d}" for a, b in zip(hospital.tolist(), h.subject.tolist(), strict=True)]
+    )
+    return (np.unique(uniquepid, return_inverse=True)[1] + 1).astype(np.int64)
 
 
 def _write_eicu_patients(
     con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``patient.csv.gz``, one row per unit stay (temp tables ``u`` and ``cats`` stay registered); the
-    unit stays of each visit and the length of each unit stay (minutes)."""
+    unit stays of each visit, the length of each unit stay (minutes) and each patient's ``hospitalid``."""
     v = len(h.visit_patient)
     n_units = 1 + (rng.random(v) < 0.15)
     unit_visit = np.repeat(np.arange(v), n_units)
@@ -189,10 +201,13 @@ def _write_eicu_patients(
     pre = rng.integers(0, 1440, v)
     unit_len = np.maximum(los_min[unit_visit] // (n_units[unit_visit] + 1), 60)
     hosp_admit_off = -(pre[unit_visit] + (unit_no - 1) * unit_len)
+    stay = 200_000 + rng.choice(9_000_000, size=u, replace=False)
+    eth = _pick(rng, len(h.subject), 6)
+    hospital = _pick(rng, len(h.subject), 12) * 7
     con.register("u", pa.table({
-        "stay": 200_000 + rng.choice(9_000_000, size=u, replace=False), "hss": h.visit_id[unit_visit],
+        "stay": stay, "hss": h.visit_id[unit_visit],
         "female": h.female[h.visit_patient[unit_visit]], "age": h.age[h.visit_patient[unit_visit]],
-        "eth": _pick(rng, len(h.subject), 6)[h.visit_patient[unit_visit]], "hosp": _pick(rng, len(h.subject), 12)[h.visit_patient[unit_visit]] * 7,
+        "eth": eth[h.visit_patient[unit_visit]], "hosp": hospital[h.visit_patient[unit_visit]],
         "cond": h.row_condition[np.searchsorted(h.row_visit, unit_visit)], "admit": h.admit[unit_visit],
         "disch": h.disch[unit_visit], "hoff": hosp_admit_off, "dis_off": hosp_admit_off + los_min[unit_visit],
         "ulen": unit_len, "unit_no": unit_no, "n_units": n_units[unit_visit], "expired": expired[unit_visit],
@@ -221,7 +236,7 @@ def _write_eicu_patients(
           "CASE WHEN unit_no < n_units THEN 'Step-Down Unit (SDU)' WHEN expired THEN 'Death' ELSE 'Floor' END "
           "AS unitdischargelocation, CASE WHEN expired AND unit_no = n_units THEN 'Expired' ELSE 'Alive' END "
           "AS unitdischargestatus, printf('%03d-%05d', hosp, pid) AS uniquepid")  # fmt: skip
-    return n_units, unit_len
+    return n_units, unit_len, hospital
 
 
 def _write_eicu_diagnoses(con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital,
@@ -257,40 +272,91 @@ def _write_eicu_diagnoses(con: duckdb.DuckDBPyConnection, root: Path, space: Cod
           "AS diagnosispriority")  # fmt: skip
 
 
-def write_ground_truth(root: Path, space: CodeSpace, hospitals: dict[str, Hospital], seed: int) -> None:
+def write_ground_truth(
+    root: Path, space: CodeSpace, hospitals: dict[str, Hospital], seed: int, version: str
+) -> None:
+    """``ground_truth/``: patients (with ``reserved``), chronic conditions, the condition behind every code,
+    the condition catalogue, the reserved codes, the true task probabilities and ``README.json``."""
     root.mkdir(parents=True, exist_ok=True)
-    pats, conds, codes = [], [], []
+    pats, conds, codes, probs = [], [], [], []
     for name, h in hospitals.items():
-        n_visits = np.bincount(h.visit_patient, minlength=len(h.subject))
+        n = len(h.subject)
+        n_visits = np.bincount(h.visit_patient, minlength=n)
         pats.append(pa.table({
-            "hospital": [name] * len(h.subject), "subject_id": h.subject, "age": h.age, "female": h.female,
-            "n_visits": n_visits, "n_conditions": np.bincount(h.cond_patient, minlength=len(h.subject)),
+            "hospital": [name] * n, "subject_id": h.subject, "age": h.age, "female": h.female,
+            "n_visits": n_visits, "n_conditions": np.bincount(h.cond_patient, minlength=n),
             "mortality_prob": h.mortality_p, "died_6m": h.died_6m, "died_in_hospital": h.died_in_hospital,
             "death_time": pa.array(np.where(h.death_time >= 0, h.death_time, 0).astype("datetime64[s]"),
                                    mask=h.death_time < 0),
+            "reserved": h.reserved,
+            "systems": pa.ListArray.from_arrays(pa.array(h.systems_offsets.astype(np.int32)),
+                                                pa.array(h.systems.astype(np.int8))),
         }))  # fmt: skip
         conds.append(pa.table({
             "hospital": [name] * len(h.cond_patient), "subject_id": h.subject[h.cond_patient],
             "condition": space.conditions[h.cond_condition], "chapter": space.chapter[h.cond_condition],
             "severity": space.severity[h.cond_condition], "onset_visit": h.cond_onset,
+            "icd10_code": space.code_str[h.cond_code],
         }))  # fmt: skip
         codes.append(pa.table({
             "hospital": [name] * len(h.row_visit), "subject_id": h.subject[h.visit_patient[h.row_visit]],
             "visit_id": h.visit_id[h.row_visit], "seq_num": h.row_seq, "icd_code": space.code_str[h.row_code],
             "icd_version": space.code_version[h.row_code], "condition": space.conditions[h.row_condition],
         }))  # fmt: skip
-    pq.write_table(pa.concat_tables(pats), root / "patients.parquet")
-    pq.write_table(pa.concat_tables(conds), root / "conditions.parquet")
-    pq.write_table(pa.concat_tables(codes), root / "codes.parquet")
-    n_cand = np.diff(space.cand_offsets)
-    pq.write_table(pa.table({
-        "condition": space.conditions, "chapter": space.chapter, "severity": space.severity,
-        "prevalence_mimic": space.prevalence, "prevalence_eicu": space.prevalence_eicu, "n_codes": n_cand,
-    }), root / "condition_catalog.parquet")  # fmt: skip
-    (root / "README.json").write_text(json.dumps({
-        "generator": "pipelines.demo.cohort", "seed": seed, "note": "synthetic patients; not real EHR data",
-        "files": ["patients.parquet", "conditions.parquet", "codes.parquet", "condition_catalog.parquet"],
-    }, indent=2) + "\n")  # fmt: skip
+        flat = pa.array(h.chapter_probs.reshape(-1).astype(np.float64))
+        offsets = pa.array(np.arange(0, h.chapter_probs.size + 1, h.chapter_probs.shape[1], dtype=np.int32))
+        probs.append(pa.table({
+            "hospital": [name] * n, "subject_id": h.reader_subject.astype(np.int64),
+            "mortality": h.label_mortality_p.astype(np.float64),
+            "chapters": pa.ListArray.from_arrays(offsets, flat),
+        }))  # fmt: skip
+    res = np.flatnonzero(space.cand_reserved)
+    owner = np.repeat(np.arange(len(space.conditions)), np.diff(space.cand_offsets))
+    reserved = pa.table({
+        "vocabulary": pa.array(["ICD10CM"] * len(res), pa.string()),
+        "code": pa.array(space.code_str[space.cand_icd10[res]].tolist(), pa.string()),
+        "condition": pa.array(space.conditions[owner[res]].tolist(), pa.string()),
+    })  # fmt: skip
+    tables = {
+        "patients.parquet": pa.concat_tables(pats),
+        "conditions.parquet": pa.concat_tables(conds),
+        "codes.parquet": pa.concat_tables(codes),
+        "condition_catalog.parquet": pa.table({
+            "condition": space.conditions, "chapter": space.chapter, "severity": space.severity,
+            "chronic": space.chronic, "prevalence_mimic": space.prevalence,
+            "prevalence_eicu": space.prevalence_eicu, "n_codes": np.diff(space.cand_offsets),
+            "n_reserved": np.bincount(owner, weights=space.cand_reserved, minlength=len(space.conditions)).astype(np.int64),
+        }),
+        "reserved_codes.parquet": reserved,
+        "task_probabilities.parquet": pa.concat_tables(probs),
+    }  # fmt: skip
+    for name, table in tables.items():
+        tmp = root / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        tmp.replace(root / name)
+    counts = {
+        name: {"patients": len(h.subject), "visits": len(h.visit_patient), "diagnosis_rows": len(h.row_visit),
+               "reserved_patients": int(h.reserved.sum())}
+        for name, h in hospitals.items()
+    }  # fmt: skip
+    readme = {
+        "generator": "pipelines.demo.cohort", "version": version, "seed": seed,
+        "note": "synthetic patients; not real EHR data",
+        "files": sorted(tables),
+        "counts": counts,
+        "reserved_codes": len(res),
+        "reserved_codes_excluded": dict(space.reserved_excluded),
+        "task_probabilities": (
+            "subject_id: as the reader numbers patients (MIMIC-IV: subject_id; eICU: dense rank of uniquepid). "
+            "mortality: true P(label) (MIMIC-IV: death within 182 days of the last discharge; eICU: death in "
+            "hospital, ignoring the 1 % of stays without a discharge status). chapters: true P(chapter i+1 among "
+            "the last visit's codes), exact for MIMIC-IV; for eICU the same formula, an approximation (eICU "
+            "writes a code's ICD-9 part, ICD-10 part, both or neither)."
+        ),
+    }  # fmt: skip
+    tmp = root / ".README.json.tmp"
+    tmp.write_text(json.dumps(readme, indent=2) + "\n")
+    tmp.replace(root / "README.json")
 
 
 # ---------------------------------------------------------------- the tables other MIMIC-IV tools read

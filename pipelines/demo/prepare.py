@@ -12,7 +12,7 @@ from pathlib import Path
 from pipelines.data.prepare import PrepareResult, prepare_source
 from pipelines.data.splits import SplitOptions
 
-from .cohort import generate_cohort
+from .cohort import GENERATOR_VERSION, generate_cohort
 from .defaults import DEMO_PATIENTS, DEMO_SPLITS
 
 __all__ = ["ensure_cohort", "ensure_demo_release", "prepare_demo"]
@@ -52,10 +52,12 @@ def prepare_demo(
 def ensure_cohort(parent: Path, program: Path, *, n_patients: int, seed: int) -> Path:
     """The synthetic cohort for ``program`` (generated once into ``parent``; atomic rename)."""
     final = parent / f"demo-{program.name}-n{n_patients}-s{seed}"
-    # a finished cohort has its ground truth; one cached before the ICU/procedure/prescription tables existed
-    # is generated again (its earlier files come out identical)
-    if (final / "ground_truth" / "README.json").is_file() and (final / "icu" / "icustays.csv.gz").is_file():
-        return final
+    # a finished cohort has its ground truth; one cached before the ICU/procedure/prescription tables existed,
+    # or by another version of the generator, is generated again
+    readme = final / "ground_truth" / "README.json"
+    if readme.is_file() and (final / "icu" / "icustays.csv.gz").is_file():
+        if json.loads(readme.read_text(encoding="utf-8")).get("version") == GENERATOR_VERSION:
+            return final
     parent.mkdir(parents=True, exist_ok=True)
     tmp = parent / f".tmp-{final.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

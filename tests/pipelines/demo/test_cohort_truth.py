@@ -1,0 +1,188 @@
+"""The demo cohort's ground truth (contract C): reserved codes only flagged patients have, the true task
+probabilities, a realistic frequency head, chronic codes that recur, byte-identical regeneration."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.data.readers.eicu import read_eicu
+from pipelines.data.readers.mimic import read_mimic
+from pipelines.demo.cohort import RESERVED_PATIENTS, SWITCH, generate_cohort
+
+N = 3000
+
+
+@pytest.fixture(scope="module")
+def program(tmp_path_factory):
+    from ontology_compiler import compile_ontology
+    from pipelines.demo.release import build_demo_release
+
+    root = tmp_path_factory.mktemp("demo_program")
+    release = build_demo_release(root / "demo_icd10cm_small", size="small", seed=0)
+    return compile_ontology(release, out=root / "programs").path
+
+
+@pytest.fixture(scope="module", params=[0, 1])
+def cohort(request, program, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"truth{request.param}") / "c"
+    return generate_cohort(out, n_patients=N, seed=request.param, codes=program)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """Without a program: the whole ICD-10-CM code space, as large as the default demo program's."""
+    return generate_cohort(tmp_path_factory.mktemp("plain") / "c", n_patients=N, seed=0)
+
+
+def _gt(cohort, name, hospital="mimic-iv"):
+    t = pq.read_table(cohort / "ground_truth" / name)
+    return t.filter(pc.equal(t["hospital"], hospital)) if "hospital" in t.column_names else t
+
+
+def _reserved(cohort) -> set[tuple[str, str]]:
+    t = pq.read_table(cohort / "ground_truth" / "reserved_codes.parquet")
+    assert t.column_names == ["vocabulary", "code", "condition"]
+    return set(zip(t["vocabulary"].to_pylist(), t["code"].to_pylist(), strict=True))
+
+
+def _pairs(events) -> list[tuple[str, str]]:
+    return list(zip(events["vocabulary"].to_pylist(), events["code"].to_pylist(), strict=True))
+
+
+def _auroc(y: np.ndarray, s: np.ndarray) -> float:
+    """Mann-Whitney AUROC (ties as midranks)."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(s)
+    n1 = y.sum()
+    return float((ranks[y].sum() - n1 * (n1 + 1) / 2) / (n1 * (len(y) - n1)))
+
+
+def test_reserved_codes_only_in_flagged_patients(cohort, program):
+    reserved = _reserved(cohort)
+    assert reserved and {v for v, _ in reserved} == {"ICD10CM"}
+    concepts = pq.read_table(program / "concepts.parquet", columns=["vocabulary", "code"])
+    universe = set(_pairs(concepts))
+    assert reserved <= universe
+    pats = _gt(cohort, "patients.parquet")
+    flagged = set(np.array(pats["subject_id"].to_pylist())[np.array(pats["reserved"].to_pylist())].tolist())
+    r = read_mimic(cohort)
+    subject = r.events["subject_id"].to_pylist()
+    is_reserved = np.array([p in reserved for p in _pairs(r.events)])
+    is_flagged = np.array([s in flagged for s in subject])
+    assert is_flagged.any() and is_reserved[is_flagged].all()  # flagged: ALL their codes are reserved
+    assert not is_reserved[~is_flagged].any()  # nobody else has one
+    eicu = read_eicu(cohort / "eicu")
+    assert not any(p in reserved for p in _pairs(eicu.events))
+    assert not any(_gt(cohort, "patients.parquet", "eicu")["reserved"].to_pylist())
+
+
+def test_flagged_patients_count_visits_and_icd10_only(cohort):
+    pats = _gt(cohort, "patients.parquet")
+    res = np.array(pats["reserved"].to_pylist())
+    assert 0.4 * RESERVED_PATIENTS * N < res.sum() < 1.6 * RESERVED_PATIENTS * N
+    assert (np.array(pats["n_visits"].to_pylist())[res] >= 2).all()
+    flagged = set(np.array(pats["subject_id"].to_pylist())[res].tolist())
+    r = read_mimic(cohort)
+    mine = np.array([s in flagged for s in r.events["subject_id"].to_pylist()])
+    times = np.array(r.events["visit_time"].to_pylist(), dtype="datetime64[s]")[mine]
+    assert (times >= np.datetime64(int(SWITCH), "s")).all()
+    assert set(np.array(r.events["vocabulary"].to_pylist())[mine]) == {"ICD10CM"}
+    # their conditions span chapters: the chapters labels of their last visits vary
+    labels = {
+        tuple(c)
+        for s, c in zip(r.labels["subject_id"].to_pylist(), r.labels["chapters"].to_pylist(), strict=True)
+        if s in flagged
+    }
+    assert len({c for cs in labels for c in cs}) >= 4 and len(labels) >= 5
+
+
+def test_task_probabilities_are_the_truth(cohort):
+    tp = _gt(cohort, "task_probabilities.parquet")
+    assert tp.column_names == ["hospital", "subject_id", "mortality", "chapters"]
+    types = {f.name: f.type for f in tp.schema}
+    assert pa.types.is_int64(types["subject_id"]) and pa.types.is_float64(types["mortality"])
+    assert pa.types.is_list(types["chapters"]) and pa.types.is_float64(types["chapters"].value_type)
+    r = read_mimic(cohort)
+    row = {s: i for i, s in enumerate(tp["subject_id"].to_pylist())}
+    idx = np.array([row[s] for s in r.labels["subject_id"].to_pylist()])
+    p_mort = tp["mortality"].to_numpy()[idx]
+    chapters = np.array(tp["chapters"].to_pylist())[idx]
+    assert chapters.shape == (N, 22) and tp.num_rows == N
+    assert ((p_mort > 0) & (p_mort < 1)).all() and ((chapters >= 0) & (chapters <= 1)).all()
+    died = np.array(r.labels["mortality_6m"].to_pylist())
+    assert abs(p_mort.mean() - died.mean()) < 0.03
+    assert _auroc(died, p_mort) > 0.75
+    y = np.zeros((N, 22), dtype=bool)
+    for i, cs in enumerate(r.labels["chapters"].to_pylist()):
+        y[i, np.array(cs, dtype=np.int64) - 1] = True
+    # calibrated per chapter (exact for MIMIC-IV: binomial noise only) and informative
+    assert np.abs(y.mean(axis=0) - chapters.mean(axis=0)).max() < 0.04
+    common = [c for c in range(22) if 0.05 < y[:, c].mean() < 0.95]
+    assert len(common) >= 5
+    assert np.mean([_auroc(y[:, c], chapters[:, c]) for c in common]) > 0.75
+    # eICU: ids as its reader numbers patients (a patient whose last stay kept no code has no label)
+    eicu = _gt(cohort, "task_probabilities.parquet", "eicu")
+    labels = read_eicu(cohort / "eicu").labels
+    p_eicu = dict(zip(eicu["subject_id"].to_pylist(), eicu["mortality"].to_pylist(), strict=True))
+    ids = labels["subject_id"].to_pylist()
+    assert sorted(p_eicu) == list(range(1, eicu.num_rows + 1)) and set(ids) <= set(p_eicu)
+    assert len(ids) > 0.95 * eicu.num_rows
+    died_eicu = np.array(labels["mortality_6m"].to_pylist())
+    assert abs(np.mean([p_eicu[i] for i in ids]) - died_eicu.mean()) < 0.05
+
+
+def test_readme_lists_files_version_and_counts(cohort):
+    meta = json.loads((cohort / "ground_truth" / "README.json").read_text())
+    assert {"reserved_codes.parquet", "task_probabilities.parquet", "patients.parquet"} <= set(meta["files"])
+    assert all((cohort / "ground_truth" / f).is_file() for f in meta["files"])
+    assert meta["version"] and meta["reserved_codes"] == len(_reserved(cohort))
+    assert set(meta["reserved_codes_excluded"]) == {"identical_edge_set", "shares_snomed_with_icd9"}
+    assert meta["counts"]["mimic-iv"]["reserved_patients"] > 0
+
+
+def test_reserved_codes_are_not_twins_of_ordinary_codes(cohort, program):
+    concepts = pq.read_table(program / "concepts.parquet", columns=["concept_id", "vocabulary", "code"])
+    edges = pq.read_table(program / "edges.parquet", columns=["concept_id", "relation_id", "atom_id"])
+    sig: dict[int, set] = {}
+    for c, rel, a in zip(*(edges[k].to_pylist() for k in edges.column_names), strict=True):
+        sig.setdefault(c, set()).add((rel, a))
+    reserved = _reserved(cohort)
+    key = dict(zip(concepts["concept_id"].to_pylist(), _pairs(concepts), strict=True))
+    reserved_sigs = {frozenset(sig.get(c, ())) for c, k in key.items() if k in reserved}
+    ordinary = {frozenset(sig.get(c, ())) for c, k in key.items() if k not in reserved}
+    assert not reserved_sigs & ordinary
+
+
+def test_frequency_head_and_recurring_codes(plain):
+    r = read_mimic(plain)
+    codes = np.array([f"{v}:{c}" for v, c in _pairs(r.events)])
+    _, counts = np.unique(codes, return_counts=True)
+    top = np.sort(counts)[::-1]
+    assert 0.20 < top[:30].sum() / counts.sum() < 0.45
+    assert (counts == 1).sum() > 0.2 * len(counts)  # a long rare tail
+    # a code of a visit is often also in another visit of the same patient (chronic conditions); the
+    # reader keeps a code once per visit, so a (patient, code) seen twice is in two visits
+    subject = np.array(r.events["subject_id"].to_pylist())
+    key = np.char.add(np.char.add(subject.astype(str), "|"), codes)
+    _, inv, per_code = np.unique(key, return_inverse=True, return_counts=True)
+    assert np.mean(per_code[inv] > 1) > 0.25
+
+
+def test_same_seed_same_bytes_with_program(tmp_path, program):
+    a = generate_cohort(tmp_path / "a", n_patients=300, seed=4, codes=program)
+    b = generate_cohort(tmp_path / "b", n_patients=300, seed=4, codes=program)
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    for rel in files:
+        x, y = (a / rel).read_bytes(), (b / rel).read_bytes()
+        if rel.suffix == ".gz":
+            x, y = gzip.decompress(x), gzip.decompress(y)
+        assert x == y, rel
