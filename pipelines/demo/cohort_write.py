@@ -343,6 +343,15 @@ def write_ground_truth(
         "generator": "pipelines.demo.cohort", "version": version, "seed": seed,
         "note": "synthetic patients; not real EHR data",
         "files": sorted(tables),
+        "contents": {
+            "patients.parquet": "one row per patient; reserved = flagged (all its codes are reserved codes); "
+            "systems = its body systems (ICD-10 chapters)",
+            "conditions.parquet": "the chronic conditions of each patient, their onset visit and ICD-10 code",
+            "codes.parquet": "the condition behind every diagnosis row",
+            "condition_catalog.parquet": "every condition (ICD-10-CM category) with its prevalences",
+            "reserved_codes.parquet": "the codes only flagged patients have (vocabulary, dotless code, condition)",
+            "task_probabilities.parquet": "true label probabilities given the generator's latent state",
+        },
         "counts": counts,
         "reserved_codes": len(res),
         "reserved_codes_excluded": dict(space.reserved_excluded),

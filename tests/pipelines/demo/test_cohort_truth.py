@@ -186,3 +186,18 @@ def test_same_seed_same_bytes_with_program(tmp_path, program):
         if rel.suffix == ".gz":
             x, y = gzip.decompress(x), gzip.decompress(y)
         assert x == y, rel
+
+
+def test_ensure_cohort_regenerates_a_cohort_of_another_version(tmp_path, program):
+    from pipelines.demo.cohort import GENERATOR_VERSION
+    from pipelines.demo.prepare import ensure_cohort
+
+    final = ensure_cohort(tmp_path, program, n_patients=60, seed=0)
+    readme = final / "ground_truth" / "README.json"
+    assert json.loads(readme.read_text())["version"] == GENERATOR_VERSION
+    stamp = readme.stat().st_mtime_ns
+    assert ensure_cohort(tmp_path, program, n_patients=60, seed=0) == final
+    assert readme.stat().st_mtime_ns == stamp  # cached
+    readme.write_text(json.dumps({**json.loads(readme.read_text()), "version": "0"}))
+    ensure_cohort(tmp_path, program, n_patients=60, seed=0)
+    assert json.loads(readme.read_text())["version"] == GENERATOR_VERSION
