@@ -54,12 +54,14 @@ def frequency_plot(
     out: str | Path,
     *,
     metric: str = "top-100",
+    reference: Sequence[float | None] | None = None,
+    reference_label: str = "best MLM baseline",
 ) -> Path | None:
     """Accuracy per log-frequency bin with intervals, one line per configuration; under it the number of
     codes in each bin (bars, log scale) and the probes scored.
 
     ``bins``: ``(low, high, codes_in_bin, probes)`` per bin; ``series``: per configuration one interval
-    per bin (None for an empty bin).
+    per bin (None for an empty bin); ``reference``: a value per bin drawn dashed (the best baseline).
     """
     plt = pyplot()
     if plt is None:
@@ -75,6 +77,19 @@ def frequency_plot(
         y, err = _err([iv for _, iv in pts])
         shift = 0.12 * (k - (len(series) - 1) / 2)  # side by side within a bin
         ax.errorbar([p[0] + shift for p in pts], y, yerr=err, marker="o", capsize=3, label=name)
+    if reference is not None:
+        ref = [
+            (xi, 100 * v) for xi, v in zip(x, reference, strict=True) if v is not None and math.isfinite(v)
+        ]
+        if ref:
+            ax.plot(
+                [r[0] for r in ref],
+                [r[1] for r in ref],
+                ls="--",
+                color="0.4",
+                marker=".",
+                label=reference_label,
+            )
     ax.set_ylabel(f"{metric} accuracy (%)")
     ax.set_ylim(bottom=0)
     ax.legend()

@@ -109,7 +109,8 @@ def _pct(iv: Interval | None, signed: bool = False) -> str:
         return est + (f" ({iv.note})" if extra else "")
     if iv.high - iv.low == 0:
         return f"{est} (same on every resample{extra})"
-    return f"{est} ({f.format(100 * iv.low)}–{f.format(100 * iv.high)}{extra})"
+    sep = " to " if signed else "–"
+    return f"{est} ({f.format(100 * iv.low)}{sep}{f.format(100 * iv.high)}{extra})"
 
 
 def _p(x: Any) -> str:
@@ -263,9 +264,19 @@ def _mlm_section(exp: Experiment) -> list[str]:
 
 def _task_section(exp: Experiment, task: str, split: str, title: str) -> list[str]:
     confs = exp.configurations
-    rows = [[k, str(len(runs))] + [_pct(V.conf_interval(runs, task, split, m)) for m in CLS_METRICS]
-            for k, runs in confs.items() if any((task, split) in r.heads or (task, split) in r.trial_scores
-                                                for r in runs)]  # fmt: skip
+    rows = []
+    for k, runs in confs.items():
+        ivs = [V.conf_interval(runs, task, split, m) for m in CLS_METRICS]
+        if all(iv is None for iv in ivs):
+            continue
+        if all(
+            iv is not None and iv.note == V.CONSTANT for iv in ivs
+        ):  # said once, numbers without intervals
+            rows.append(
+                [f"{k} — predicts a constant", str(len(runs))] + [f"{100 * iv.estimate:.1f}" for iv in ivs]
+            )
+        else:
+            rows.append([k, str(len(runs))] + [_pct(iv) for iv in ivs])
     if not rows:
         return []
     for m in BASELINE_MODELS:
@@ -276,7 +287,7 @@ def _task_section(exp: Experiment, task: str, split: str, title: str) -> list[st
     lines = [f"## {title}", "",
              f"Intervals on {with_iv}: {INTERVALS}. The other columns are point estimates (the mean over "
              "fine-tuning trials on all patients). `predicts a constant`: the head's probabilities do not vary "
-             "across patients. * no per-patient predictions (an older experiment): mean over trials, no "
+             "across patients (no interval shown: resampling patients cannot make it informative). * no per-patient predictions (an older experiment): mean over trials, no "
              "interval.", "", table(["model", "seeds"] + [NAMES[m] for m in CLS_METRICS], rows)]  # fmt: skip
     tests = [
         (NAMES[m], {k: V.per_seed(runs, task, split, m) for k, runs in confs.items()})
@@ -296,7 +307,7 @@ def _rood_section(exp: Experiment, plots: Path) -> tuple[list[str], dict[str, An
     for m in BASELINE_MODELS:
         row = {s: V.baseline_interval(b, m, "chapters", s, "f1") for s in splits}
         if row["rood"] or row["rood_unseen"]:
-            ivs[BASELINE_NAMES[m]] = row
+            ivs[f"baseline: {BASELINE_NAMES[m]}"] = row
     n = {s: V.patients(confs, "chapters", s) for s in ("rood", "rood_unseen")}
     rows = [[k] + [_pct(v[s]) for s in splits] for k, v in ivs.items()]
     lines = ["## ROOD: disease chapters of patients with held-out codes", "",
@@ -338,21 +349,42 @@ def _freq_section(exp: Experiment, plots: Path) -> list[str]:
         for key in ("top10", "top100"):
             cols.append(f"{k} {NAMES['val_' + key]}")
             data[cols[-1]] = [V.bin_interval(runs, j, key) for j in range(len(bins))]
+    best = _best_baseline_bins(exp, len(bins))
     rows = [[f"[{b['low']:.0f}, {b['high']:.0f})", str(b["codes_in_bin"]), str(b["probes"])]
-            + [("empty" if not b["probes"] else _pct(data[c][j])) for c in cols] for j, b in enumerate(bins)]  # fmt: skip
+            + [("empty" if not b["probes"] else _pct(data[c][j])) for c in cols]
+            + ([f"{100 * best[j][1]:.1f} ({MLM_BASELINE_NAMES.get(best[j][0], best[j][0])}; {best[j][2]} masked)"
+                if best[j] else "–"] if best else []) for j, b in enumerate(bins)]  # fmt: skip
     from .plots import frequency_plot
 
     series = {k: data[f"{k} top-100"] for k in confs}
     p = frequency_plot([(b["low"], b["high"], b["codes_in_bin"], b["probes"]) for b in bins], series,
-                       plots / "frequency_bins.png")  # fmt: skip
+                       plots / "frequency_bins.png", reference=[x[1] if x else None for x in best] if best else None)  # fmt: skip
     lines = ["## Masked-code accuracy by code frequency", "",
              "One masked code per probe, up to 400 codes per bin of log frequency (ln of the code's share of "
              "pretraining tokens), probes from patients MLM never trained on. Intervals: Clopper-Pearson 95 % "
-             "over the bin's probes (one seed), " + OVER_SEEDS + " (several).", "",
-             table(["log frequency", "codes", "probes"] + cols, rows)]  # fmt: skip
+             "over the bin's probes (one seed), " + OVER_SEEDS + " (several)."
+             + (" Best baseline: the best MLM baseline's top-100 accuracy on the validation positions masked for "
+                "MLM accuracy whose target falls in the bin (other positions than the probes; no interval)."
+                if best else ""), "",
+             table(["log frequency", "codes", "probes"] + cols + (["best baseline top-100"] if best else []), rows)]  # fmt: skip
     if p:
         lines += ["", f"![top-100 accuracy by frequency bin](plots/{p.name})"]
     return lines + [""]
+
+
+def _best_baseline_bins(exp: Experiment, n_bins: int) -> list[tuple[str, float, int] | None]:
+    """Per frequency bin the best MLM baseline's (name, top-100, masked positions); [] without them."""
+    b = exp.baselines
+    bins = ((b.record.get("mlm") or {}).get("frequency_bins") or []) if b is not None else []
+    if len(bins) != n_bins:
+        return []
+    out: list[tuple[str, float, int] | None] = []
+    for x in bins:
+        acc = {k: v for k, v in (x.get("top100") or {}).items() if V._finite(v)}
+        out.append(
+            (max(acc, key=acc.get), acc[max(acc, key=acc.get)], int(x.get("n_masked", 0))) if acc else None
+        )
+    return out if any(out) else []
 
 
 def _neighbour_section(exp: Experiment) -> list[str]:

@@ -85,8 +85,12 @@ def per_seed(runs: list[Run], task: str, split: str, metric: str) -> dict[int, f
 
 
 def baseline_interval(b: Baselines | None, model: str, task: str, split: str, metric: str) -> Interval | None:
+    """A baseline's metric (the ``constant`` baseline is not flagged as predicting a constant: it is one)."""
     h = b.head(model, task, split) if b is not None else None
-    return head_interval(h, metric) if h is not None else None
+    if h is None:
+        return None
+    iv = head_interval(h, metric)
+    return replace(iv, note="") if model == "constant" and iv.note == CONSTANT else iv
 
 
 def mlm_interval(runs: list[Run], key: str) -> Interval | None:

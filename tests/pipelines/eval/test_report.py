@@ -103,7 +103,20 @@ def _experiment(root: Path, seeds: int = 1, predictions: bool = True, baselines:
     if baselines:
         _w(
             root / "baselines" / "baselines.json",
-            {"mlm": {"top1": {"most_frequent": 0.02, "copy_from_history": 0.12, "cooccurrence": 0.08}}},
+            {
+                "mlm": {
+                    "top1": {"most_frequent": 0.02, "copy_from_history": 0.12, "cooccurrence": 0.08},
+                    "frequency_bins": [
+                        {
+                            "low": lo,
+                            "high": lo + 2,
+                            "n_masked": 30,
+                            "top100": {"most_frequent": 0.1, "copy_from_history": 0.3, "cooccurrence": None},
+                        }
+                        for lo in range(-14, 0, 2)
+                    ],
+                }
+            },
         )
         write_predictions(root / "baselines" / "predictions.parquet",
                           [_block(m, t, s, 0) for m in ("constant", "logistic_regression", "ceiling")
@@ -180,9 +193,11 @@ def test_report_baselines_constant_heads_and_rood_difference(experiment):
     assert ceiling[3].startswith(f"{100 * _mean_score('ceiling', 'chapters', 'test', 'f1'):.1f} (")
     lr = _row(r.headline, "baseline: logistic regression")
     assert lr[4].startswith(f"{100 * _mean_score('logistic_regression', 'mortality', 'test', 'auroc'):.1f} (")
-    assert _row(r.headline, "baseline: constant")[4] == "50.0 (predicts a constant)"
+    assert _row(r.headline, "baseline: constant")[4] == "50.0 (same on every resample)"  # it is one
+    assert "| unstructured — predicts a constant | 1 | 67.5 | 0.0 | 0.0 | 0.0 | 50.0 |" in text
     assert _row(r.headline, "best MLM baseline (copy from history)")[2] == "12.0"
     assert "| baseline: copy from history | – | 12.0 | – | – |" in text
+    assert "| [-14, -12) | 5 | 40 |" in text and "| 30.0 (copy from history; 30 masked) |" in text
     # ROOD-unseen: base - unstructured on the same patients, paired bootstrap interval above zero
     diff = _mean_score("base", "chapters", "rood_unseen", "f1") - _mean_score(
         "unstructured", "chapters", "rood_unseen", "f1"
