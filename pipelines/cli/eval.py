@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from pipelines.data.tasks import TASKS
 from pipelines.eval.config import EvaluateConfig, ExperimentConfig
 from pipelines.train.config import FinetuneConfig, PretrainConfig
 
@@ -62,4 +63,29 @@ def experiment_cmd(**kw) -> None:
     click.echo(describe(run_experiment(options_to_config(**kw))))
 
 
-COMMANDS = (evaluate_cmd, report_cmd, experiment_cmd)
+@click.command("baselines")
+@click.option("--dataset", required=True, type=INPUT_DIR, help="Tokenized dataset (MIMIC layout).")
+@click.option("--out", required=True, type=click.Path(file_okay=False),
+              help="Folder for baselines.json and predictions.parquet (a finished one is read back).")  # fmt: skip
+@click.option("--ground-truth", type=INPUT_DIR, default=None,
+              help="The cohort's ground_truth/ folder (task_probabilities.parquet): the ceiling.")  # fmt: skip
+@click.option("--transfer-dataset", type=INPUT_DIR, default=None, help="Dataset of another layout (eICU).")
+@click.option("--task", "tasks", multiple=True, type=click.Choice(TASKS), default=TASKS, show_default=True)
+@config_options(PretrainConfig, include=["program", "model", "mask_prob", "max_val", "val_batch_size", "seed"],
+                group="pretrain", help={"model": "model preset of the pretraining (its max_len, max_segments)",
+                                        "seed": "pretraining seed whose validation masking is reproduced"})  # fmt: skip
+@verbosity_options
+@handle_errors
+def baselines_cmd(dataset: str, out: str, ground_truth: str | None, transfer_dataset: str | None,
+                  tasks: tuple[str, ...], pretrain: dict) -> None:  # fmt: skip
+    """Baselines and ceilings on the patients and masked codes the models are scored on."""
+    from pipelines.eval.baselines import compute_baselines, summary_lines
+    from pipelines.eval.baselines_mlm import MLMMasking
+
+    program, model, seed = pretrain.pop("program"), pretrain.pop("model"), pretrain.pop("seed")
+    record = compute_baselines(dataset, program, out, ground_truth=ground_truth, transfer_dataset=transfer_dataset,
+                               tasks=tasks, seed=seed, mlm=MLMMasking.of_experiment(model, pretrain))  # fmt: skip
+    click.echo("\n".join(summary_lines(record, out)))
+
+
+COMMANDS = (evaluate_cmd, report_cmd, experiment_cmd, baselines_cmd)

@@ -52,6 +52,8 @@ class ExperimentConfig:
     evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides
     device: str = "auto"  # auto, cpu, cuda
     progress: bool = True  # tqdm bars (only on a terminal)
+    ground_truth: str | None = None  # cohort ground_truth/ folder (task_probabilities.parquet): the ceiling
+    baselines: bool = True  # compute the baselines and ceilings once, into <experiment>/baselines/
 
     def __post_init__(self) -> None:
         from hrr_kernel import MODES

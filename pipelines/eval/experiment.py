@@ -8,6 +8,7 @@ report. The paper ran 3 pretraining seeds x 10 fine-tunes of BERT-base on MIMIC-
 An experiment lives in ``<out>/<name>/``::
 
     experiment.json                     the config and the list of runs (written first, updated as runs finish)
+    baselines/                          baselines.json, predictions.parquet (pipelines.eval.baselines), first
     pretrain/<config>-seed<s>/          pretraining runs (pipelines.train.pretrain layout)
     finetune/<task>-<config>-seed<s>/   fine-tuning runs (trial-*/results.json, summary.json)
     eval/<config>-seed<s>/              evaluation.json, tsne.png
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,9 @@ def run_experiment(config: ExperimentConfig | None = None, **options: Any) -> Ex
     record = {"kind": "experiment", "name": cfg.name, "config": asdict(cfg), "control": CONTROL,
               "versions": versions(), "created_at": now_iso(), "runs": runs}  # fmt: skip
     write_json(root / EXPERIMENT_FILE, record)
+    if cfg.baselines:
+        record["baselines"] = _baselines(cfg, root)
+        write_json(root / EXPERIMENT_FILE, record)
     for conf in cfg.configurations:
         for seed in range(cfg.pretrain_seeds):
             runs.append(_one_run(cfg, root, conf, seed))
@@ -82,6 +86,8 @@ def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
     except json.JSONDecodeError as e:
         raise PipelineError(f"{p}: not valid JSON ({e}); remove it or choose another --name") from e
     now = json.loads(json.dumps(asdict(cfg)))
+    # a field added since the experiment was written compares as its default
+    saved = {**{f.name: f.default for f in fields(ExperimentConfig) if f.name in _ADDED}, **saved}
     ignore = {"progress", "device", "out"}
     diffs = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
     if diffs:
@@ -90,6 +96,23 @@ def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
             f"{p}: an experiment with another config exists there; differences:\n{lines}\n"
             "  use the same options to continue it, or choose another --name"
         )
+
+
+_ADDED = {"ground_truth", "baselines"}  # ExperimentConfig fields newer than some experiment.json files
+
+
+def _baselines(cfg: ExperimentConfig, root: Path) -> str:
+    """The baselines and ceilings into ``<root>/baselines/`` (read back when finished); its path."""
+    from .baselines import BASELINES_FILE, compute_baselines
+    from .baselines_mlm import MLMMasking
+
+    out = root / "baselines"
+    t = time.perf_counter()
+    compute_baselines(cfg.dataset, cfg.program, out, ground_truth=cfg.ground_truth,
+                      transfer_dataset=cfg.transfer_dataset, tasks=cfg.tasks, seed=0,
+                      mlm=MLMMasking.of_experiment(cfg.model, cfg.pretrain))  # fmt: skip
+    log.info("baselines in %.0f s", time.perf_counter() - t)
+    return str((out / BASELINES_FILE).relative_to(root))
 
 
 def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[str, Any]:

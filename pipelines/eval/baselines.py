@@ -1,0 +1,365 @@
+"""Baselines and ceilings, computed on the patients and masked positions the models are scored on:
+:func:`compute_baselines` (``hrrbert baselines``; :func:`~pipelines.eval.experiment.run_experiment` runs
+it once per experiment into ``<experiment>/baselines/``).
+
+- MLM (:mod:`pipelines.eval.baselines_mlm`): most-frequent code, copy-from-history and patient
+  co-occurrence on the masked positions of the pretraining validation.
+- Tasks, on what the fine-tuned heads see (the codes before the last visit) and are scored on (``test``;
+  chapters also ``rood`` and ``rood_unseen``; mortality also the transfer dataset's ``test`` as
+  ``transfer``):
+
+  * ``constant``: the ``finetune_train`` prior of each label as every patient's probability;
+  * ``logistic_regression``: one-vs-rest scikit-learn logistic regression on the bag of codes (a code
+    present or not), trained on ``finetune_train`` (the chapters task's disease subset, as fine-tuning);
+    ``C`` and ``class_weight`` chosen by macro AUROC on ``finetune_val``;
+  * ``ceiling``: the generator's true probabilities (``<ground_truth>/task_probabilities.parquet``), an
+    oracle on the latent state, so an upper bound no model of the codes can reach.
+
+  Every model's per-label thresholds are those maximising F1 on ``finetune_val``
+  (:func:`pipelines.train.metrics.f1_thresholds`, the rule of the fine-tuned heads).
+
+``<out_dir>/`` holds ``baselines.json`` (written last: its presence marks a finished folder, which is
+read back) and ``predictions.parquet`` (:mod:`pipelines.train.predictions`; trial 0)::
+
+    {"kind": "baselines", "mlm": {"split", "n_masked", "top1": {baseline: acc}, "top10", "top100",
+     "frequency_bins"}, "tasks": {task: {split: {model: metrics}}}, "logistic_regression": {task: choice},
+     "notes": [...], "inputs": {...}, "timings_s": {...}}
+
+Dimension legend: P patients, N concepts, L labels.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pipelines.data.sequences import Sequences, TokenizedDataset
+from pipelines.data.tasks import TASK_LABELS, TASKS
+from pipelines.errors import InputFileError, PipelineError
+from pipelines.train.predictions import PREDICTIONS_FILE, Predictions, read_predictions, write_predictions
+from pipelines.train.runtime import now_iso, versions, write_json
+
+from .baselines_mlm import MLMMasking, code_matrix, mlm_baselines
+
+log = logging.getLogger(__name__)
+
+BASELINES_FILE = "baselines.json"
+MODELS = ("constant", "logistic_regression", "ceiling")
+GROUND_TRUTH_FILE = "task_probabilities.parquet"
+GROUND_TRUTH_COLUMNS = ("hospital", "subject_id", "mortality", "chapters")
+HOSPITAL_OF_READER = {"mimic-iv": "mimic-iv", "eicu": "eicu"}  # manifest source.reader -> ground truth
+LR_GRID = tuple((cw, c) for cw in (None, "balanced") for c in (1.0, 0.1, 0.01))  # (class_weight, C)
+NOTES = [
+    "MLM baselines see the codes not chosen for masking and are scored on the positions the models' "
+    "validation MLM accuracy masks (same split, batches and masking seed as pretraining seed `seed`; "
+    "other pretraining seeds mask other positions of the same split).",
+    "Task baselines read the codes before each patient's last visit, as the fine-tuned heads do; "
+    "thresholds maximise F1 per label on finetune_val for every model.",
+    "constant: the finetune_train prior for every patient (its tuned thresholds predict every label "
+    "positive or none).",
+    "logistic_regression: bag of codes, one-vs-rest, C and class_weight chosen by finetune_val macro AUROC.",
+    "ceiling: the generator's true probabilities given its latent state (an oracle, not a model of the "
+    "codes): an upper bound.",
+]
+
+
+@dataclass
+class _Split:
+    """One task split as the heads see it: subject ids ``(P,)``, bag of codes ``(P, N)``, labels ``(P, L)``."""
+
+    name: str
+    subject_id: np.ndarray
+    x: Any  # scipy.sparse csr (P, N), 1 where the code occurs
+    y: np.ndarray
+    hospital: str | None
+
+
+def compute_baselines(
+    dataset: str | Path,
+    program: str | Path,
+    out_dir: str | Path,
+    *,
+    ground_truth: str | Path | None = None,
+    transfer_dataset: str | Path | None = None,
+    tasks: tuple[str, ...] = TASKS,
+    seed: int = 0,
+    mlm: MLMMasking | None = None,
+) -> dict[str, Any]:
+    """Write (or read back) ``<out_dir>/baselines.json`` and ``predictions.parquet``; returns the record.
+
+    ``seed``: the pretraining seed whose validation masking the MLM baselines reproduce (and the
+    logistic regressions' random state); ``mlm``: the pretraining's masking options (default: the
+    PretrainConfig and ``tiny`` preset defaults; an experiment passes :meth:`MLMMasking.of_experiment`).
+    """
+    from hrr_kernel import load_program
+    from pipelines.train.mlm import tokens_of
+
+    out = Path(out_dir)
+    masking = mlm or MLMMasking()
+    bad = [t for t in tasks if t not in TASK_LABELS]
+    if bad:
+        raise ValueError(f"unknown task(s) {bad}; choose from {TASKS}")
+    prog = load_program(program, device="cpu")
+    pad = prog.special_id("[PAD]")
+    ds = TokenizedDataset(dataset, prog.program_id, prog.n_concepts, pad)
+    tds = (
+        TokenizedDataset(transfer_dataset, prog.program_id, prog.n_concepts, pad)
+        if transfer_dataset
+        else None
+    )
+    inputs = {"dataset_id": ds.dataset_id, "transfer_dataset_id": tds.dataset_id if tds else None,
+              "program_id": prog.program_id, "ground_truth": str(ground_truth) if ground_truth else None,
+              "tasks": list(tasks), "seed": seed, "mlm": asdict(masking)}  # fmt: skip
+    if (out / BASELINES_FILE).is_file() and (out / PREDICTIONS_FILE).is_file():
+        return _read_back(out / BASELINES_FILE, inputs)
+    tok = tokens_of(prog)
+    special = np.zeros(prog.n_concepts, bool)
+    special[tok.special.numpy()] = True
+    record: dict[str, Any] = {"kind": "baselines", "inputs": inputs, "versions": versions(), "timings_s": {}}
+    t = time.perf_counter()
+    kw = dict(max_len=masking.max_len, max_segments=masking.max_segments)
+    val = ds.sequences(masking.split, **kw)
+    if len(val):
+        record["mlm"] = mlm_baselines(val, ds.sequences("pretrain_train", **kw), tok, special,
+                                      ds.log_frequency().numpy(), seed=seed, masking=masking)  # fmt: skip
+    else:
+        log.warning("%s: split %r is empty; no MLM baselines", ds.patients_path, masking.split)
+    record["timings_s"]["mlm"] = time.perf_counter() - t
+    gt = read_task_probabilities(ground_truth) if ground_truth else None
+    blocks: list[Predictions] = []
+    record["tasks"], record["logistic_regression"] = {}, {}
+    notes = list(NOTES) + ([] if gt is not None else ["no ground truth given: no ceiling."])
+    for task in tasks:
+        t = time.perf_counter()
+        if not (ds.rows("finetune_train", task).size and ds.rows("finetune_val", task).size):
+            log.warning("%s: no finetune_train or finetune_val rows for task %r; no baselines of it",
+                        ds.patients_path, task)  # fmt: skip
+            notes.append(f"{task}: no finetune_train or finetune_val patients, no task baselines.")
+            continue
+        scored, choice, task_blocks = task_baselines(ds, tds, task, special, gt, seed=seed, masking=masking)
+        record["tasks"][task] = scored
+        record["logistic_regression"][task] = choice
+        blocks += task_blocks
+        record["timings_s"][task] = time.perf_counter() - t
+    record["notes"] = notes
+    record["created_at"] = now_iso()
+    write_predictions(out / PREDICTIONS_FILE, blocks)
+    write_json(out / BASELINES_FILE, record)  # last: marks the folder finished
+    return json.loads((out / BASELINES_FILE).read_text(encoding="utf-8"))
+
+
+def _read_back(path: Path, inputs: dict[str, Any]) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise PipelineError(
+            f"{path}: not valid JSON ({e}); remove the folder to compute the baselines again"
+        ) from e
+    saved = record.get("inputs", {})
+    now = json.loads(json.dumps(inputs))
+    diffs = sorted(k for k in set(saved) | set(now) if saved.get(k) != now.get(k))
+    if diffs:
+        lines = "; ".join(f"{k}: folder has {saved.get(k)!r}, now {now.get(k)!r}" for k in diffs)
+        raise PipelineError(
+            f"{path}: baselines of other inputs ({lines}); remove the folder or choose another"
+        )
+    return record
+
+
+def read_task_probabilities(ground_truth: str | Path) -> dict[str, dict[int, np.ndarray]]:
+    """``<ground_truth>/task_probabilities.parquet`` as hospital -> task -> (subject_id -> probabilities)."""
+    p = Path(ground_truth) / GROUND_TRUTH_FILE
+    if not p.is_file():
+        raise InputFileError(p, "missing; the ceiling needs the cohort's true task probabilities")
+    t = pq.read_table(p)
+    missing = [c for c in GROUND_TRUTH_COLUMNS if c not in t.column_names]
+    if missing:
+        raise InputFileError(p, f"missing column(s) {missing}", expected=", ".join(GROUND_TRUTH_COLUMNS))
+    hosp = np.asarray(t.column("hospital").to_pylist(), dtype=object)
+    sid = t.column("subject_id").to_numpy().astype(np.int64)
+    mort = np.asarray(t.column("mortality").to_numpy(zero_copy_only=False), np.float64)[:, None]
+    chap_col = t.column("chapters").combine_chunks()
+    n_chap = TASK_LABELS["chapters"][1]
+    lens = np.diff(chap_col.offsets.to_numpy())
+    if len(lens) and (lens != n_chap).any():
+        raise InputFileError(p, "column 'chapters' has lists of another length", expected=str(n_chap),
+                             found=str(sorted(set(lens.tolist()))[:5]))  # fmt: skip
+    chap = np.asarray(chap_col.flatten().to_numpy(zero_copy_only=False), np.float64).reshape(-1, n_chap)
+    out: dict[str, dict[str, Any]] = {}
+    for h in sorted(set(hosp.tolist())):
+        sel = hosp == h
+        out[h] = {"mortality": (sid[sel], mort[sel]), "chapters": (sid[sel], chap[sel]), "path": p}
+    return out
+
+
+def _hospital(ds: TokenizedDataset) -> str | None:
+    return HOSPITAL_OF_READER.get(str(ds.manifest.get("source", {}).get("reader", "")))
+
+
+def _ceiling(gt: dict, split: _Split, task: str) -> np.ndarray:
+    """True probabilities ``(P, L)`` of the split's patients, aligned by subject id."""
+    where = next(iter(gt.values()))["path"] if gt else GROUND_TRUTH_FILE
+    if split.hospital is None:
+        raise InputFileError(where, f"cannot tell whose patients split {split.name!r} holds: its dataset's "
+                             "manifest.json names no source.reader", expected=" or ".join(sorted(HOSPITAL_OF_READER)))  # fmt: skip
+    if split.hospital not in gt:
+        raise InputFileError(where, f"no rows of hospital {split.hospital!r} (split {split.name!r})",
+                             expected=" or ".join(sorted(HOSPITAL_OF_READER)), found=", ".join(sorted(gt)))  # fmt: skip
+    sid, probs = gt[split.hospital][task]
+    order = np.argsort(sid, kind="stable")
+    sorted_sid = sid[order]
+    pos = np.minimum(np.searchsorted(sorted_sid, split.subject_id), max(len(sid) - 1, 0))
+    found = sorted_sid[pos] == split.subject_id if len(sid) else np.zeros(len(pos), bool)
+    if not np.all(found):
+        miss = split.subject_id[~found]
+        raise InputFileError(where, f"{len(miss)} patient(s) of split {split.name!r} ({split.hospital}) missing, "
+                             f"e.g. subject_id {miss[:3].tolist()}")  # fmt: skip
+    return probs[order][pos]
+
+
+def _task_split(ds: TokenizedDataset, split: str, task: str, special: np.ndarray, masking: MLMMasking,
+                name: str | None = None) -> _Split | None:  # fmt: skip
+    if not ds.rows(split, task).size:
+        return None
+    seqs = ds.sequences(split, max_len=masking.max_len, max_segments=masking.max_segments, task=task,
+                        before_last_visit=True)  # fmt: skip
+    return _as_split(seqs, name or split, special, _hospital(ds))
+
+
+def _as_split(seqs: Sequences, name: str, special: np.ndarray, hospital: str | None) -> _Split:
+    x = code_matrix(seqs, special)
+    x.data[:] = 1.0
+    return _Split(name, seqs.subject_id.numpy(), x, seqs.labels.numpy().astype(np.int8), hospital)
+
+
+def _unseen(ds: TokenizedDataset, split: _Split) -> np.ndarray:
+    if "rood_unseen" not in ds.table.column_names:
+        return np.zeros(len(split.subject_id), bool)
+    flag = np.asarray(ds.table.column("rood_unseen").fill_null(False).to_numpy(zero_copy_only=False), bool)
+    return np.isin(split.subject_id, ds.table.column("subject_id").to_numpy()[flag])
+
+
+def scored_splits(ds: TokenizedDataset, tds: TokenizedDataset | None, task: str, special: np.ndarray,
+                  masking: MLMMasking) -> list[_Split]:  # fmt: skip
+    """The splits the models of ``task`` are scored on, as the heads see them."""
+    out = [_task_split(ds, "test", task, special, masking)]
+    if task == "chapters":
+        rood = _task_split(ds, "rood", task, special, masking)
+        if rood is not None:
+            keep = _unseen(ds, rood)
+            unseen = _Split("rood_unseen", rood.subject_id[keep], rood.x[keep], rood.y[keep], rood.hospital)
+            out += [rood, unseen]
+    if task == "mortality" and tds is not None:
+        out.append(_task_split(tds, "test", task, special, masking, name="transfer"))
+    return [s for s in out if s is not None and len(s.subject_id)]
+
+
+def task_baselines(ds: TokenizedDataset, tds: TokenizedDataset | None, task: str, special: np.ndarray,
+                   gt: dict | None, *, seed: int, masking: MLMMasking) -> tuple[dict, dict, list[Predictions]]:  # fmt: skip
+    """Metrics per split and model, the logistic regression's choice, and the prediction blocks."""
+    from pipelines.train.metrics import f1_thresholds
+
+    train = _task_split(ds, "finetune_train", task, special, masking)
+    val = _task_split(ds, "finetune_val", task, special, masking)
+    if train is None or val is None:
+        raise PipelineError(
+            f"{ds.patients_path}: splits finetune_train and finetune_val need rows for task {task!r}"
+        )
+    prior = train.y.mean(0)  # (L,)
+    lr, choice = fit_logistic(train, val, seed=seed)
+    models: dict[str, Any] = {"constant": lambda s: np.tile(prior, (len(s.subject_id), 1)),
+                              "logistic_regression": lambda s: lr.predict(s.x)}  # fmt: skip
+    if gt is not None:
+        models["ceiling"] = lambda s: _ceiling(gt, s, task)
+    scored: dict[str, dict[str, Any]] = {}
+    blocks = []
+    splits = scored_splits(ds, tds, task, special, masking)
+    for name, predict in models.items():
+        thr = f1_thresholds(val.y, predict(val).astype(np.float32)).astype(np.float32)  # (L,)
+        for s in splits:
+            b = Predictions(name, task, s.name, 0, s.subject_id, s.y, predict(s).astype(np.float32), thr)
+            blocks.append(b)
+            scored.setdefault(s.name, {})[name] = b.scores()
+    return scored, choice, blocks
+
+
+def _fit_label(x, y: np.ndarray, class_weight, c: float, seed: int):
+    from sklearn.linear_model import LogisticRegression
+
+    if y.min() == y.max():  # one class in training: its share is the probability
+        return float(y[0])
+    m = LogisticRegression(
+        C=c, class_weight=class_weight, solver="liblinear", random_state=seed, max_iter=200
+    )
+    return m.fit(x, y)
+
+
+@dataclass
+class Logistic:
+    """One fitted regression (or a constant) per label over the codes seen in training (the other codes'
+    weights are 0 under the L2 penalty, so leaving them out changes nothing but the time)."""
+
+    columns: np.ndarray  # (K,) concept ids with a weight
+    models: list  # (L,) LogisticRegression or float
+
+    def predict(self, x) -> np.ndarray:
+        """Probabilities ``(P, L)`` on the bag of codes ``x (P, N)``."""
+        x = x[:, self.columns]  # (P, K)
+        cols = [
+            np.full(x.shape[0], m) if isinstance(m, float) else m.predict_proba(x)[:, 1] for m in self.models
+        ]
+        return np.stack(cols, 1)
+
+
+def fit_logistic(train: _Split, val: _Split, *, seed: int) -> tuple[Logistic, dict[str, Any]]:
+    """One logistic regression per label for each (class_weight, C) of :data:`LR_GRID`; the setting with
+    the best ``val`` macro AUROC (the first on ties or when undefined) is kept."""
+    from pipelines.train.metrics import auroc
+
+    columns = np.flatnonzero(np.asarray(train.x.sum(0)).ravel() > 0)
+    x = train.x[:, columns]
+    best: tuple[float, Logistic, dict] | None = None
+    for cw, c in LR_GRID:
+        lr = Logistic(columns, [_fit_label(x, train.y[:, j], cw, c, seed) for j in range(train.y.shape[1])])
+        p = lr.predict(val.x)
+        vals = [auroc(val.y[:, j], p[:, j]) for j in range(val.y.shape[1])]
+        vals = [v for v in vals if not math.isnan(v)]
+        score = float(np.mean(vals)) if vals else -math.inf
+        if best is None or score > best[0]:
+            best = (score, lr, {"class_weight": cw or "none", "C": c, "val_auroc": score})
+    assert best is not None
+    return best[1], {**best[2], "grid": [[cw or "none", c] for cw, c in LR_GRID], "features": len(columns)}
+
+
+def read_baselines(out_dir: str | Path) -> tuple[dict[str, Any], list[Predictions]]:
+    """``baselines.json`` and the prediction blocks of a finished baselines folder."""
+    p = Path(out_dir) / BASELINES_FILE
+    if not p.is_file():
+        raise PipelineError(f"{p}: missing; the baselines were not computed (hrrbert baselines)")
+    return json.loads(p.read_text(encoding="utf-8")), read_predictions(Path(out_dir) / PREDICTIONS_FILE)
+
+
+def summary_lines(record: dict[str, Any], out_dir: str | Path) -> list[str]:
+    """A short text summary of a ``baselines.json`` record (what ``hrrbert baselines`` prints)."""
+    lines = []
+    m = record.get("mlm")
+    if m:
+        accs = ", ".join(f"{b} {100 * v:.1f}" for b, v in m["top1"].items())
+        lines.append(f"mlm       {m['split']}, {m['n_masked']} masked codes, top-1 % {accs}")
+    for task, splits in record.get("tasks", {}).items():
+        key = "auroc" if task == "mortality" else "f1"
+        for split, models in splits.items():
+            vals = ", ".join(
+                f"{k} {v[key]:.3f}" if v.get(key) is not None else f"{k} -" for k, v in models.items()
+            )
+            lines.append(f"{task:<9} {split} {key}: {vals}")
+    lines.append(f"written   {Path(out_dir) / BASELINES_FILE}")
+    return lines
