@@ -76,7 +76,8 @@ class Head:
         return trial_mean(self.scorers, name)
 
     def point(self, name: str) -> float:
-        return float(np.mean([s.scores()[name] for s in self.scorers]))
+        """Metric ``name`` on all patients, mean over trials."""
+        return self.metric(name)(np.arange(self.n))
 
     def interval(self, name: str) -> Interval:
         """Patient-bootstrap interval of metric ``name`` (cached)."""

@@ -372,11 +372,15 @@ class PatientScorer:
 
 def trial_mean(scorers: Sequence[PatientScorer], name: str) -> Callable[[np.ndarray], float | np.ndarray]:
     """``rows -> mean over trials`` of metric ``name`` (rows ``(n,)`` or ``(B, n)``): one model with several
-    fine-tuning trials scored on the same resampled patients."""
-    fns = [s.metric(name) for s in scorers]
+    fine-tuning trials (scorers of the same patients) scored on the same resampled patients."""
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; expected one of {METRICS}")
+    if len({s.n for s in scorers}) != 1:
+        raise ValueError(f"the trials score different numbers of patients: {[s.n for s in scorers]}")
 
     def f(rows: np.ndarray):
-        v = np.mean([fn(rows) for fn in fns], axis=0)
+        c = scorers[0].counts(rows)  # (P,) or (B, P), shared by the trials
+        v = np.mean([s._metric(name, c) for s in scorers], axis=0)
         return float(v) if np.ndim(rows) == 1 else v
 
     return f
