@@ -103,6 +103,9 @@ class FinetuneConfig(LoopFields):
     max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
     val_every: int = 0  # steps between validations (0: at each epoch end); one also after the last step
     batch_size: int = 80  # batch (paper: 80)
+    bucket_batches: int = (
+        0  # >0: batches of similar lengths, from buckets of this many batches (0: plain shuffle)
+    )
     lr: float = 2e-5  # peak learning rate
     schedule: str = "constant"  # constant (paper), or linear: warm-up (`warmup`), then decay to 0
     warmup: float = 0.1  # fraction of the steps of linear warm-up (schedule linear only)
@@ -149,7 +152,9 @@ class FinetuneConfig(LoopFields):
                 f"trials, epochs, batch_size and max_steps must be >= 1, got {self.trials}, {self.epochs}, "
                 f"{self.batch_size}, {self.max_steps}"
             )
-        if self.val_every < 0:
-            raise ValueError(f"val_every must be >= 0, got {self.val_every}")
+        if self.val_every < 0 or self.bucket_batches < 0:
+            raise ValueError(
+                f"val_every and bucket_batches must be >= 0, got {self.val_every}, {self.bucket_batches}"
+            )
         if not 0.0 < self.threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1), got {self.threshold}")

@@ -21,6 +21,7 @@ from pipelines.errors import PipelineError
 from pipelines.train.finetune import (
     THRESHOLDS_FILE,
     finetune,
+    length_buckets,
     pos_weights,
     predict,
     read_thresholds,
@@ -129,6 +130,22 @@ def test_pos_weights_by_hand():
     assert pos_weights(rare).tolist() == [50.0] and pos_weights(rare, clip=(1.0, 500.0)).tolist() == [299.0]
 
 
+def test_length_buckets_partition_the_epoch():
+    lengths = torch.tensor([5, 1, 9, 3, 7, 2, 8, 4, 6, 10, 11])
+    order = torch.randperm(11, generator=torch.Generator().manual_seed(0))
+    batches = length_buckets(order, lengths, 2, 3, torch.Generator().manual_seed(1))
+    assert sorted(torch.cat(batches).tolist()) == list(range(11))  # every row once
+    assert sorted(len(b) for b in batches) == [1, 2, 2, 2, 2, 2]
+    buckets = [set(order[i : i + 6].tolist()) for i in (0, 6)]
+    for b in batches:  # each batch lies in one bucket and holds its neighbours in length
+        (home,) = [k for k, bucket in enumerate(buckets) if set(b.tolist()) <= bucket]
+        ranked = sorted(buckets[home], key=lambda i: int(lengths[i]))
+        pos = sorted(ranked.index(int(i)) for i in b)
+        assert pos == list(range(pos[0], pos[0] + len(pos)))
+    again = length_buckets(order, lengths, 2, 3, torch.Generator().manual_seed(1))
+    assert [b.tolist() for b in again] == [b.tolist() for b in batches]  # a pure function of the seeds
+
+
 def test_warmup_linear_schedule():
     f = warmup_linear(10, 0.2)
     assert [f(s) for s in range(11)] == pytest.approx(
@@ -139,10 +156,11 @@ def test_warmup_linear_schedule():
 @pytest.mark.parametrize("select_by", ["loss", "auprc", "auroc", "f1"])
 def test_steps_validations_and_selection(tmp_path, pretrained, dataset_dir, program_dir, select_by):  # noqa: F811
     """max_steps overrides epochs; validations every val_every steps, at epoch ends and after the last step;
-    the kept checkpoint is the first best by select_by; pos_weight auto weighs the BCE by the train labels."""
+    the kept checkpoint is the first best by select_by; pos_weight auto weighs the BCE by the train labels;
+    length buckets keep the number of batches."""
     r = finetune(pretrained, dataset_dir, program_dir, out=tmp_path, task="mortality", max_steps=7, val_every=2,
                  epochs=1, batch_size=8, lr=1e-3, schedule="linear", pos_weight="auto", select_by=select_by,
-                 device="cpu", progress=False)  # fmt: skip
+                 bucket_batches=2, device="cpu", progress=False)  # fmt: skip
     d = r.run_dir / "trial-0"
     recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     # 24 train patients / batch 8 = 3 steps an epoch: validations at 2, 3 (epoch end), 5, 6 (epoch end), 7
