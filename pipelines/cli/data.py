@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from pipelines.data.splits import SplitOptions
-from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES, DEMO_SPLITS
+from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES, demo_split_sizes
 
 from .options import (
     INPUT_DIR,
@@ -66,7 +66,10 @@ def prepare_cmd(splits: dict, demo: bool, demo_size: str, demo_patients: int, ar
     from pipelines.data.prepare import describe, prepare
 
     if demo:  # the demo's split sizes where none is given
-        splits = {**splits, **{k: v for k, v in DEMO_SPLITS.items() if splits.get(k) is None}}
+        splits = {
+            **splits,
+            **{k: v for k, v in demo_split_sizes(demo_patients).items() if splits.get(k) is None},
+        }
     opts = SplitOptions(seed=kw["seed"], **splits)
     if not demo:
         click.echo(describe(prepare(splits=opts, **kw)))

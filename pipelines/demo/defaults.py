@@ -25,3 +25,9 @@ DEMO_SPLITS = {
     "disease_val": 600,
     "test": 1000,
 }
+
+
+def demo_split_sizes(n_patients: int) -> dict[str, int]:
+    """:data:`DEMO_SPLITS` scaled down to a cohort of ``n_patients`` (they are sized for :data:`DEMO_PATIENTS`)."""
+    scale = min(1.0, n_patients / DEMO_PATIENTS)
+    return {k: max(1, int(round(v * scale))) for k, v in DEMO_SPLITS.items()}

@@ -13,7 +13,7 @@ from pipelines.data.prepare import PrepareResult, prepare_source
 from pipelines.data.splits import SplitOptions
 
 from .cohort import GENERATOR_VERSION, generate_cohort
-from .defaults import DEMO_PATIENTS, DEMO_SPLITS
+from .defaults import DEMO_PATIENTS, demo_split_sizes
 
 __all__ = ["ensure_cohort", "ensure_demo_release", "prepare_demo"]
 
@@ -39,7 +39,7 @@ def prepare_demo(
     program = compile_ontology(release, out=artifacts / "programs").path
     ehr = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
     out = Path(out) if out is not None else artifacts / "datasets"
-    splits = splits if splits is not None else SplitOptions(seed=seed, **DEMO_SPLITS)
+    splits = splits if splits is not None else SplitOptions(seed=seed, **demo_split_sizes(n_patients))
     if hold_out is None and (ehr / RESERVED_CODES).is_file():
         hold_out = ehr / RESERVED_CODES
     common = {"out": out, "label": "demo", "splits": splits, "hold_out": hold_out, **kwargs}

@@ -54,6 +54,7 @@ class ExperimentConfig:
     progress: bool = True  # tqdm bars (only on a terminal)
     ground_truth: str | None = None  # cohort ground_truth/ folder (task_probabilities.parquet): the ceiling
     baselines: bool = True  # compute the baselines and ceilings once, into <experiment>/baselines/
+    workers: int = 1  # (configuration, seed) runs side by side in this many processes, one torch thread each
 
     def __post_init__(self) -> None:
         from hrr_kernel import MODES
@@ -65,6 +66,8 @@ class ExperimentConfig:
             raise ValueError(f"unknown configuration(s) {bad}; choose from {MODES}")
         if len(set(self.configurations)) != len(self.configurations):
             raise ValueError(f"configurations repeat: {self.configurations}")
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
         if self.pretrain_seeds < 1 or self.trials < 1:
             raise ValueError(
                 f"pretrain_seeds and trials must be >= 1, got {self.pretrain_seeds}, {self.trials}"

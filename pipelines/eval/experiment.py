@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from pipelines.errors import PipelineError
 from pipelines.train.runtime import now_iso, versions, write_json
 
 from .config import ExperimentConfig
+from .parallel import run_parallel
 from .report import EXPERIMENT_FILE
 
 log = logging.getLogger(__name__)
@@ -65,10 +66,17 @@ def run_experiment(config: ExperimentConfig | None = None, **options: Any) -> Ex
     if cfg.baselines:
         record["baselines"] = _baselines(cfg, root)
         write_json(root / EXPERIMENT_FILE, record)
-    for conf in cfg.configurations:
-        for seed in range(cfg.pretrain_seeds):
-            runs.append(_one_run(cfg, root, conf, seed))
-            write_json(root / EXPERIMENT_FILE, record)
+    # bars of several processes would overwrite each other on one terminal: workers log lines instead
+    job_cfg = replace(cfg, progress=False) if cfg.workers > 1 else cfg
+    jobs = [(job_cfg, root, conf, seed) for conf in cfg.configurations for seed in range(cfg.pretrain_seeds)]
+    done: dict[int, dict[str, Any]] = {}
+
+    def finished(i: int, run: dict[str, Any]) -> None:  # experiment.json lists runs in job order
+        done[i] = run
+        runs[:] = [done[k] for k in sorted(done)]
+        write_json(root / EXPERIMENT_FILE, record)
+
+    run_parallel(_one_run, jobs, workers=cfg.workers, threads=1, done=finished)
     record["finished_at"] = now_iso()
     write_json(root / EXPERIMENT_FILE, record)
     from .report import write_report
@@ -88,7 +96,7 @@ def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
     now = json.loads(json.dumps(asdict(cfg)))
     # a field added since the experiment was written compares as its default
     saved = {**{f.name: f.default for f in fields(ExperimentConfig) if f.name in _ADDED}, **saved}
-    ignore = {"progress", "device", "out"}
+    ignore = {"progress", "device", "out", "workers"}  # none of them changes a result
     diffs = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
     if diffs:
         lines = "\n".join(f"  {k}: experiment has {saved.get(k)!r}, now {now.get(k)!r}" for k in diffs)
@@ -98,7 +106,11 @@ def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
         )
 
 
-_ADDED = {"ground_truth", "baselines"}  # ExperimentConfig fields newer than some experiment.json files
+_ADDED = {
+    "ground_truth",
+    "baselines",
+    "workers",
+}  # ExperimentConfig fields newer than some experiment.json files
 
 
 def _baselines(cfg: ExperimentConfig, root: Path) -> str:
