@@ -18,6 +18,12 @@ from .options import device_option, handle_errors, out_option, seed_option, thre
 @click.option("--train-steps", type=int, default=None,
               help="Pretraining steps per model (default: the demo's; 0: data steps only, no experiment).")  # fmt: skip
 @click.option("--trials", type=int, default=None, help="Fine-tuning trials per task (default: the demo's).")
+@seed_option(
+    help="Seed of the synthetic cohort and its splits (the demo release is the same for every seed)."
+)
+@click.option(
+    "--full", is_flag=True, help="Also train the freq, add and cat configurations (several times longer)."
+)
 @device_option("cpu", help="cpu, cuda or auto.")
 @threads_option()
 @verbosity_options

@@ -9,11 +9,15 @@ DEMO_EXPERIMENT = {
     "configurations": ("unstructured", "base"),
     "model": "tiny",
     "pretrain_seeds": 1,
-    "trials": 3,
+    "trials": 1,  # intervals resample test patients; more trials only average out fine-tuning noise
     "tasks": TASKS,
+    "workers": 2,  # the two configurations train side by side, one torch thread each (2 cores)
 }
+DEMO_FULL_CONFIGURATIONS = ("unstructured", "base", "freq", "add", "cat")  # hrrbert demo --full
+DEMO_RELEASE_SEED = 0  # the demo release (and program) is the same for every --seed
 DEMO_PRETRAIN = {"max_steps": 600, "batch_size": 64, "lr": 2e-3, "max_val": 1000, "save_every": 200}
-DEMO_FINETUNE = {"epochs": 5, "lr": 1e-3, "batch_size": 32, "select_by": "f1"}
+DEMO_FINETUNE = {"max_steps": 1200, "val_every": 200, "lr": 1e-3, "batch_size": 32, "schedule": "linear",
+                 "pos_weight": "auto", "select_by": "loss"}  # fmt: skip
 DEMO_EVALUATE = {"per_bin": 400, "tsne_points": 1500, "cost_steps": 3}
 DEMO_SIZES = ("default", "small")  # demo release sizes (pipelines.demo.release.SIZES: default ~12k concepts)
 # Split sizes of the demo datasets (pipelines.data.splits.SplitOptions fields): enough fine-tuning

@@ -13,7 +13,7 @@ from pipelines.data.prepare import PrepareResult, prepare_source
 from pipelines.data.splits import SplitOptions
 
 from .cohort import GENERATOR_VERSION, generate_cohort
-from .defaults import DEMO_PATIENTS, demo_split_sizes
+from .defaults import DEMO_PATIENTS, DEMO_RELEASE_SEED, demo_split_sizes
 
 __all__ = ["ensure_cohort", "ensure_demo_release", "prepare_demo"]
 
@@ -35,7 +35,10 @@ def prepare_demo(
     from ontology_compiler import compile_ontology
 
     artifacts = Path(artifacts)
-    release = ensure_demo_release(artifacts / "releases" / f"demo_icd10cm_{size}", size=size, seed=seed)
+    # one release (and program) for every seed: the seed draws the cohort and its splits
+    release = ensure_demo_release(
+        artifacts / "releases" / f"demo_icd10cm_{size}", size=size, seed=DEMO_RELEASE_SEED
+    )
     program = compile_ontology(release, out=artifacts / "programs").path
     ehr = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
     out = Path(out) if out is not None else artifacts / "datasets"

@@ -16,7 +16,14 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from .defaults import DEMO_EVALUATE, DEMO_EXPERIMENT, DEMO_FINETUNE, DEMO_PATIENTS, DEMO_PRETRAIN
+from .defaults import (
+    DEMO_EVALUATE,
+    DEMO_EXPERIMENT,
+    DEMO_FINETUNE,
+    DEMO_FULL_CONFIGURATIONS,
+    DEMO_PATIENTS,
+    DEMO_PRETRAIN,
+)  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,8 @@ def run_demo(
     patients: int = DEMO_PATIENTS,
     train_steps: int | None = None,
     trials: int | None = None,
+    seed: int = 0,
+    full: bool = False,
     device: str = "cpu",
     threads: int | None = 1,
     show: Callable[[str], None] = log.info,
@@ -60,8 +69,10 @@ def run_demo(
     made, step by step (the command prints it; the default logs it).
 
     ``train_steps`` pretraining steps per model (None: the demo's 600; 0: stop after the data steps);
-    ``trials`` fine-tuning trials per task (None: 3); ``threads`` torch CPU threads (None: torch's
-    default; the tiny demo models gain little from more, and one thread never stalls on a busy CPU).
+    ``trials`` fine-tuning trials per task (None: the demo's); ``seed`` the cohort and its splits (the
+    release and its program are the same for every seed); ``full`` adds the ``freq``, ``add`` and ``cat``
+    configurations; ``threads`` torch CPU threads (None: torch's default; the tiny demo models gain little
+    from more, and one thread never stalls on a busy CPU).
     """
     from ontology_compiler import compile_ontology, run_sql
     from ontology_compiler.sql import format_result
@@ -69,7 +80,7 @@ def run_demo(
     from pipelines.demo.prepare import prepare_demo
 
     out = Path(out)
-    datasets = prepare_demo(artifacts=out, size=size, n_patients=patients)
+    datasets = prepare_demo(artifacts=out, size=size, n_patients=patients, seed=seed)
     release = out / "releases" / f"demo_icd10cm_{size}"
     program = compile_ontology(release, out=out / "programs")  # already compiled: a verified no-op
     show(summary(program))
@@ -89,18 +100,27 @@ def run_demo(
         torch.set_num_threads(threads)
     mimic = next(d for d in datasets if d.path.parent.name == "demo-mimic")
     eicu = next((d for d in datasets if d.path.parent.name == "demo-eicu"), None)
+    ground_truth = Path(mimic.manifest["source"]["path"]) / "ground_truth"
+    extra = {"configurations": DEMO_FULL_CONFIGURATIONS} if full else {}
     result = run_demo_experiment(
-        out, mimic.path, program.path, eicu.path if eicu else None,
-        name=demo_name(size, patients, train_steps, trials), train_steps=train_steps, trials=trials, device=device,
+        out, mimic.path, program.path, eicu.path if eicu else None, name=demo_name(size, patients, train_steps,
+        trials, seed, full), train_steps=train_steps, trials=trials, device=device,
+        ground_truth=str(ground_truth) if ground_truth.is_dir() else None, **extra,
     )  # fmt: skip
     show(f"\nexperiment {result.path} ({result.seconds:.0f} s)\nreport    {result.report}\n")
     show(result.headline)
     return 0
 
 
-def demo_name(size: str, patients: int, train_steps: int | None, trials: int | None) -> str:
+def demo_name(
+    size: str, patients: int, train_steps: int | None, trials: int | None, seed: int = 0, full: bool = False
+) -> str:
     """``demo-<size>``, plus each option that differs from the demo's defaults (one folder per setting)."""
     parts = [f"demo-{size}"]
+    if seed:
+        parts.append(f"seed{seed}")
+    if full:
+        parts.append("full")
     if patients != DEMO_PATIENTS:
         parts.append(f"n{patients}")
     if train_steps is not None:
