@@ -50,6 +50,7 @@ class PretrainConfig:
     epochs: int = 100  # passes over pretrain_train (paper: 100)
     max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
     batch_size: int = 96  # global batch (paper: 96), split over ranks
+    bucket_batches: int = 0  # >0: batches of similar lengths, from buckets of this many batches (0: shuffle)
     lr: float = 1e-4  # peak learning rate (paper: 1e-4)
     warmup: float = 0.1  # fraction of steps of linear warm-up, then cosine decay (paper: 10 %)
     weight_decay: float = 0.0  # AdamW weight decay (paper: none in pretraining)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
 from pipelines.cli import main
-from pipelines.data.sequences import epoch_order, step_generator
+from pipelines.data.sequences import TokenizedDataset, epoch_order, step_generator
 from pipelines.train.checkpoint import list_checkpoints
 from pipelines.train.mlm import mask_tokens
 from pipelines.train.pretrain import pretrain
@@ -192,3 +192,28 @@ def test_cli_pretrain(tmp_path, dataset_dir, program_dir):  # noqa: F811
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "steps     2" in res.output and (tmp_path / "r1" / "model" / "config.json").is_file()
+
+
+def test_bucketed_pretraining_batches_cover_whole_batches_once_and_group_lengths(dataset_dir, program_dir):  # noqa: F811
+    from pipelines.train.config import PretrainConfig
+    from pipelines.train.pretrain import MLMTask
+    from pipelines.train.runtime import DistContext
+
+    from hrr_kernel import load_program
+
+    program = load_program(program_dir)
+    ds = TokenizedDataset(dataset_dir, program.program_id, program.n_concepts, program.special_id("[PAD]"))
+    train = ds.sequences("pretrain_train", max_len=64, max_segments=16)
+    ctx = DistContext()
+    for bucket in (0, 3):
+        cfg = PretrainConfig(dataset=str(dataset_dir), program=str(program_dir), bucket_batches=bucket)
+        task = MLMTask(cfg, train, train, None, ctx, "cpu", batch_size=4)
+        batches = task.epoch_batches(0)
+        rows = torch.cat(batches)
+        assert len(batches) == task.per_epoch and all(len(b) == 4 for b in batches)
+        assert len(rows.unique()) == len(rows) == task.per_epoch * 4  # each row at most once, whole batches
+        if bucket:
+            lengths = train.attention_mask.sum(1)
+            plain = epoch_order(len(train), 0, 0)[: task.per_epoch * 4].split(4)
+            spread = sum(int(lengths[b].max() - lengths[b].min()) for b in batches)
+            assert spread <= sum(int(lengths[b].max() - lengths[b].min()) for b in plain)
