@@ -27,7 +27,7 @@ from hrr_kernel import MODES, HRREmbedding, Program
 from .common import CONFIG_FILE, WEIGHTS_FILE, ConfigDict, check_positive, save_folder
 from .errors import PretrainedFileError, ProgramMismatchError
 
-__all__ = ["BertConfig", "HRRBert", "PRESETS", "preset", "bert_base", "bert_small", "bert_tiny", "TASKS"]
+__all__ = ["BertConfig", "HRRBert", "PRESETS", "preset", "bert_base", "bert_small", "bert_mini", "bert_tiny", "TASKS"]
 
 MODEL_KIND = "hrrbert"
 # task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per ICD-10 chapter)
@@ -76,7 +76,12 @@ def bert_tiny(**overrides: Any) -> BertConfig:
     return replace(BertConfig(dim=64, n_layers=2, n_heads=2, ffn_dim=256), **overrides)
 
 
-PRESETS = {"tiny": bert_tiny, "small": bert_small, "bert-base": bert_base}
+def bert_mini(**overrides: Any) -> BertConfig:
+    """The demo's model: 2 layers, 128 wide, 2 heads, 512 feed-forward (HRR vectors of 128 dimensions)."""
+    return replace(BertConfig(dim=128, n_layers=2, n_heads=2, ffn_dim=512), **overrides)
+
+
+PRESETS = {"tiny": bert_tiny, "mini": bert_mini, "small": bert_small, "bert-base": bert_base}
 
 
 def preset(name: str, **overrides: Any) -> BertConfig:

@@ -50,7 +50,7 @@ F = Callable[..., Any]
 
 # Light copies of constants that live in torch-importing modules (tests check they are equal).
 HRR_MODES = ("unstructured", "base", "freq", "add", "cat")  # hrr_kernel.MODES
-MODEL_PRESETS = ("tiny", "small", "bert-base")  # model.bert.PRESETS
+MODEL_PRESETS = ("tiny", "mini", "small", "bert-base")  # model.bert.PRESETS
 TYINGS = ("adjacent", "layerwise", "none")  # model.memory_network.TYINGS
 ENCODINGS = ("bow", "position")  # model.memory_network.ENCODINGS
 DOCTORS = ("dynamic", "static")  # model.doctor2vec.DOCTOR_VECTORS

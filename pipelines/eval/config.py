@@ -43,7 +43,7 @@ class ExperimentConfig:
     name: str = "experiment"  # folder name under ``out``
     out: str = "artifacts/runs"  # parent folder of the experiment
     configurations: tuple[str, ...] = ("unstructured", "base")  # embedding modes; unstructured = control
-    model: str = "bert-base"  # model preset: tiny, small, bert-base
+    model: str = "bert-base"  # model preset: tiny, mini, small, bert-base
     pretrain_seeds: int = 3  # pretraining runs per configuration (paper: 3)
     trials: int = 10  # fine-tunings per pretraining run and task (paper: 10)
     tasks: tuple[str, ...] = TASKS  # fine-tuning tasks

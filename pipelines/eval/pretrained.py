@@ -155,6 +155,8 @@ def _embedding_studies(record: dict[str, Any], model, ds: TokenizedDataset, prog
                     title=f"{record['label']}: token embeddings (t-SNE)",
                     points=cfg.tsne_points,
                     seed=cfg.seed,
+                    chapters=program.concept_chapters or None,
+                    rare=_rare(_count_train(ds, program.n_concepts)),
                 )
                 record["tsne"]["path"] = "tsne.png"
 
@@ -194,6 +196,13 @@ def _log_frequency(ds: TokenizedDataset, n: int) -> np.ndarray:
     logf = np.full(n, min(t["log_frequency"]) if t["log_frequency"] else 0.0)
     logf[np.asarray(t["concept_id"], dtype=np.int64)] = t["log_frequency"]
     return logf
+
+
+def _rare(count: np.ndarray) -> np.ndarray:
+    """Which concepts are rare codes (seen 1..RARE_MAX_COUNT times in pretraining), ``(N,)`` bool."""
+    from .neighbours import RARE_MAX_COUNT
+
+    return (count >= 1) & (count <= RARE_MAX_COUNT)
 
 
 def _count_train(ds: TokenizedDataset, n: int) -> np.ndarray:

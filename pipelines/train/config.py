@@ -44,7 +44,7 @@ class PretrainConfig:
 
     dataset: str  # tokenized dataset folder (format 1)
     program: str  # compiled HRR program folder the dataset was tokenized against
-    model: str = "small"  # model preset: tiny, small or bert-base
+    model: str = "small"  # model preset: tiny, mini, small or bert-base
     mode: str = "base"  # token embedding: unstructured, base, freq, add, cat
     normalize: bool = False  # unit-norm HRR concept vectors
     epochs: int = 100  # passes over pretrain_train (paper: 100)

@@ -21,6 +21,7 @@ from pipelines.data.prepare import prepare
 from pipelines.data.splits import SplitOptions
 from pipelines.data.tokenize import tokenize
 from pipelines.demo.cohort import generate_cohort
+from pipelines.demo.defaults import demo_split_sizes
 from pipelines.errors import DatasetExistsError, PipelineError
 
 FIXTURE = Path(__file__).resolve().parents[2] / "data" / "snomed_mini_20220531"
@@ -166,7 +167,7 @@ def test_prepare_demo_small(tmp_path):
         assert 0 < r.manifest["counts"]["codes"]["unknown_code_share"] < 0.2
     assert np.isfinite(results[0].manifest["counts"]["codes"]["log_frequency_min"])
     assert results[0].manifest["counts"]["rood"]["selection"] in ("chosen", "hold_out_file")
-    # the demo's split sizes by default: larger than this cohort, so every eligible patient is taken
+    # the demo's split sizes by default, scaled down to this cohort
     (ehr,) = (tmp_path / "ehr").glob("demo-*")
     reserved = ehr / "ground_truth" / "reserved_codes.parquet"
     if not reserved.exists():  # a cohort from before the reserved codes: give it two of its codes
@@ -178,9 +179,9 @@ def test_prepare_demo_small(tmp_path):
     for r in demo:
         used = r.manifest["options"]["sizes_used"]
         by_split = r.manifest["counts"]["patients"]["by_split"]
-        assert (
-            used["finetune_train_requested"] == 4000 and used["finetune_train"] == by_split["finetune_train"]
-        )
+        wanted = demo_split_sizes(300)["finetune_train"]  # the demo's sizes scaled to the cohort
+        assert used.get("finetune_train_requested", wanted) == wanted
+        assert used["finetune_train"] == by_split["finetune_train"] <= wanted
         assert by_split["pretrain_train"] > 0
         rood = r.manifest["counts"]["rood"]
         assert rood["selection"] == "hold_out_file" and rood["hold_out_file"] == str(reserved.resolve())
