@@ -27,7 +27,17 @@ from hrr_kernel import MODES, HRREmbedding, Program
 from .common import CONFIG_FILE, WEIGHTS_FILE, ConfigDict, check_positive, save_folder
 from .errors import PretrainedFileError, ProgramMismatchError
 
-__all__ = ["BertConfig", "HRRBert", "PRESETS", "preset", "bert_base", "bert_small", "bert_mini", "bert_tiny", "TASKS"]
+__all__ = [
+    "BertConfig",
+    "HRRBert",
+    "PRESETS",
+    "preset",
+    "bert_base",
+    "bert_small",
+    "bert_mini",
+    "bert_tiny",
+    "TASKS",
+]
 
 MODEL_KIND = "hrrbert"
 # task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per ICD-10 chapter)

@@ -3,7 +3,7 @@
 Builds the demo release (RF2 layout, from public ICD-10-CM / ICD-9-CM text and the real CMS GEMs; not
 SNOMED content), compiles it into an HRR program, generates the synthetic MIMIC-IV / eICU-layout cohort,
 tokenizes it into datasets, and queries the program with the README's SQL. Then it runs the smallest
-instance of the paper's experiment (:mod:`pipelines.eval.experiment`): tiny ``unstructured`` and ``base``
+instance of the paper's experiment (:mod:`pipelines.eval.experiment`): small (``mini``) ``unstructured`` and ``base``
 models pretrained on ``demo-mimic``, fine-tuned on mortality and chapters a few times each, evaluated
 (frequency bins, neighbours, t-SNE, ROOD, eICU-layout transfer, cost) and reported in
 ``<out>/runs/demo-<size>/report.md``; about 8 minutes on a 2-core CPU (7.5 min measured). ``train_steps=0`` stops after
@@ -71,7 +71,7 @@ def run_demo(
     ``train_steps`` pretraining steps per model (None: the demo's 600; 0: stop after the data steps);
     ``trials`` fine-tuning trials per task (None: the demo's); ``seed`` the cohort and its splits (the
     release and its program are the same for every seed); ``full`` adds the ``freq``, ``add`` and ``cat``
-    configurations; ``threads`` torch CPU threads (None: torch's default; the tiny demo models gain little
+    configurations; ``threads`` torch CPU threads (None: torch's default; the small demo models gain little
     from more, and one thread never stalls on a busy CPU).
     """
     from ontology_compiler import compile_ontology, run_sql
