@@ -12,10 +12,11 @@ An experiment lives in ``<out>/<name>/``::
     pretrain/<config>-seed<s>/          pretraining runs (pipelines.train.pretrain layout)
     finetune/<task>-<config>-seed<s>/   fine-tuning runs (trial-*/results.json, summary.json)
     eval/<config>-seed<s>/              evaluation.json, tsne.png
-    report.md, plots/                   the report (pipelines.eval.report)
+    report.md, results.json, plots/     the report, its numbers for tools, its figures (pipelines.eval.report)
 
 Finished steps are kept: running the same experiment again skips every run whose output exists, so a
-killed experiment continues where it stopped.
+killed experiment continues where it stopped. ``workers`` > 1 runs the (configuration, seed) pairs side by
+side in spawned processes (:mod:`pipelines.eval.parallel`).
 """
 
 from __future__ import annotations

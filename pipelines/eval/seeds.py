@@ -62,18 +62,13 @@ def _finite(values: Iterable[float | None]) -> np.ndarray:
 
 
 def t_interval(values: Iterable[float | None], level: float = 0.95) -> SeedInterval:
-    """Mean of ``values`` with the Student-t interval ``mean ± t(level, n-1) * sd / sqrt(n)``."""
-    from scipy import stats
+    """Mean of ``values`` with the Student-t interval ``mean ± t(level, n-1) * sd / sqrt(n)``
+    (:func:`pipelines.eval.stats.t_interval`), keeping the values."""
+    from .stats import t_interval as student_t
 
     x = _finite(values)
-    n = len(x)
-    if n == 0:
-        return SeedInterval(math.nan, math.nan, math.nan, 0, (), level)
-    mean = float(x.mean())
-    if n < 2:
-        return SeedInterval(mean, math.nan, math.nan, 1, (mean,), level)
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
-    return SeedInterval(mean, mean - half, mean + half, n, tuple(float(v) for v in x), level)
+    iv = student_t(x, level)
+    return SeedInterval(iv.estimate, iv.low, iv.high, iv.n, tuple(float(v) for v in x), level)
 
 
 def interval_cell(iv: SeedInterval) -> str:
