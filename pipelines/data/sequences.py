@@ -308,6 +308,7 @@ SALT_STRIDE = 31
 # salt 0, its dropout SALT_DROPOUT, the fixed masking of validation SALT_VALIDATION.
 SALT_DROPOUT = 1
 SALT_VALIDATION = 7
+SALT_BUCKETS = 17  # the batch order of length buckets (one stream per (seed, epoch))
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> Tensor:
@@ -324,3 +325,27 @@ def step_seed(seed: int, step: int, rank: int, salt: int = 0) -> int:
 def step_generator(seed: int, step: int, rank: int, salt: int = 0) -> torch.Generator:
     """A CPU generator seeded with :func:`step_seed`."""
     return torch.Generator().manual_seed(step_seed(seed, step, rank, salt))
+
+
+def length_buckets(
+    order: Tensor, lengths: Tensor, batch_size: int, per_bucket: int, generator: torch.Generator
+) -> list[Tensor]:
+    """Batches of ``order`` (a shuffled epoch, ``(P,)``) that hold sequences of similar ``lengths (P,)``:
+    the order is cut into buckets of ``per_bucket`` batches, each bucket sorted by length and cut into
+    batches, and the batches shuffled with ``generator``. Every row appears once; a batch is padded only to
+    its own longest sequence, so short patients no longer pay for the long ones."""
+    batches: list[Tensor] = []
+    for bucket in order.split(batch_size * per_bucket):
+        batches += list(bucket[torch.argsort(lengths[bucket], stable=True)].split(batch_size))
+    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
+
+
+def epoch_batches(
+    order: Tensor, lengths: Tensor, batch_size: int, per_bucket: int, seed: int, epoch: int
+) -> list[Tensor]:
+    """The batches of one epoch's ``order (P,)``: consecutive cuts, or with ``per_bucket`` > 0 the
+    :func:`length_buckets` of ``lengths (P,)``, shuffled by the (seed, epoch) stream :data:`SALT_BUCKETS`."""
+    if per_bucket <= 0:
+        return list(order.split(batch_size))
+    gen = step_generator(seed, epoch, 0, salt=SALT_BUCKETS)
+    return length_buckets(order, lengths, batch_size, per_bucket, gen)

@@ -4,7 +4,7 @@ Paper defaults: constant learning rate, AdamW weight decay 4e-6, 10 epochs, batc
 validation kept. ``max_steps`` sets the run's length in optimizer steps instead of epochs (validation every
 ``val_every`` steps, at each epoch end and after the last step); ``schedule="linear"`` warms the learning
 rate up over ``warmup`` of the steps, then decays it linearly to 0. ``bucket_batches`` > 0 batches
-patients of similar length together (:func:`length_buckets`: a batch is padded to its longest sequence,
+patients of similar length together (:func:`pipelines.data.sequences.length_buckets`: a batch is padded to its longest sequence,
 so on short-sequence data a step costs a fraction of a shuffled one). ``pos_weight="auto"`` weighs each
 label's positives in the binary cross-entropy by n_neg / n_pos of ``finetune_train`` (clipped to
 :data:`POS_WEIGHT_RANGE`; rare labels would otherwise be learned as constants), in training and in the
@@ -57,7 +57,7 @@ import torch.nn.functional as F
 
 from ontology_compiler.artifact import safe_component
 from pipelines.data.labels import read_label_task
-from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_order, step_generator
+from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_batches, epoch_order
 from pipelines.errors import PipelineError
 
 from .checkpoint import list_checkpoints
@@ -80,7 +80,6 @@ SUMMARY_FILE = "summary.json"
 THRESHOLDS_FILE = "thresholds.json"  # in a fine-tuned model folder: the decision thresholds of its task
 DEFAULT_THRESHOLD = 0.5  # of a fine-tuned model without thresholds.json (older runs)
 POS_WEIGHT_RANGE = (1.0, 50.0)  # pos_weight "auto": n_neg / n_pos clipped to this range
-BUCKET_SALT = 17  # the generator salt of the batch order of length buckets
 # config keys that may change when resuming (they do not change the numbers)
 RUNTIME_KEYS = ("dataset", "program", "pretrained", "device", "progress", "tensorboard", "keep_checkpoints")
 
@@ -341,19 +340,6 @@ def visit_transformer_from_bert(bert, program):
     )
 
 
-def length_buckets(
-    order: torch.Tensor, lengths: torch.Tensor, batch_size: int, per_bucket: int, generator: torch.Generator
-) -> list[torch.Tensor]:
-    """Batches of ``order`` (a shuffled epoch, ``(P,)``) that hold sequences of similar ``lengths (P,)``:
-    the order is cut into buckets of ``per_bucket`` batches, each bucket sorted by length and cut into
-    batches, and the batches shuffled with ``generator``. Every row appears once; a batch is padded only to
-    its own longest sequence, so short patients no longer pay for the long ones."""
-    batches: list[torch.Tensor] = []
-    for bucket in order.split(batch_size * per_bucket):
-        batches += list(bucket[torch.argsort(lengths[bucket], stable=True)].split(batch_size))
-    return [batches[i] for i in torch.randperm(len(batches), generator=generator).tolist()]
-
-
 class FinetuneTask:
     """Fine-tuning as a :class:`~pipelines.train.loop.Task`: batches of ``finetune_train`` (split over
     ranks), binary cross-entropy on the task's head (positives weighted by ``pos_weight (L,)`` when given),
@@ -367,13 +353,9 @@ class FinetuneTask:
         self.pos_weight = None if pos_weight is None else pos_weight.to(device)
 
     def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
-        order, ctx = epoch_order(len(self.train), self.seed, epoch), self.ctx
-        if self.cfg.bucket_batches > 0:
-            lengths = self.train.attention_mask.sum(1)
-            gen = step_generator(self.seed, epoch, 0, salt=BUCKET_SALT)
-            batches = length_buckets(order, lengths, self.cfg.batch_size, self.cfg.bucket_batches, gen)
-        else:
-            batches = list(order.split(self.cfg.batch_size))
+        order, ctx, cfg = epoch_order(len(self.train), self.seed, epoch), self.ctx, self.cfg
+        lengths = self.train.attention_mask.sum(1)
+        batches = epoch_batches(order, lengths, cfg.batch_size, cfg.bucket_batches, self.seed, epoch)
         return [idx[ctx.rank :: ctx.world_size] for idx in batches]
 
     def step(self, net, idx: torch.Tensor, step: int) -> StepOutput:

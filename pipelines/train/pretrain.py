@@ -29,12 +29,11 @@ from typing import Any
 import torch
 
 from ontology_compiler.artifact import safe_component
-from pipelines.data.sequences import SEED_STRIDE, TokenizedDataset, epoch_order, step_generator
+from pipelines.data.sequences import SEED_STRIDE, TokenizedDataset, epoch_batches, epoch_order
 from pipelines.errors import PipelineError
 
 from .checkpoint import latest_checkpoint, list_checkpoints
 from .config import RUNTIME_KEYS, PretrainConfig
-from .finetune import BUCKET_SALT, length_buckets
 from .loop import LoopOptions, StepOutput, open_run, run_loop
 from .mlm import evaluate_mlm, mlm_step, tokens_of
 from .runtime import (
@@ -126,13 +125,8 @@ class MLMTask:
     def epoch_batches(self, epoch: int) -> list[torch.Tensor]:
         order, bs, ctx = epoch_order(len(self.train), self.cfg.seed, epoch), self.bs, self.ctx
         order = order[: self.per_epoch * bs]  # whole batches only
-        if self.cfg.bucket_batches > 0:  # similar lengths together: a batch is padded to its longest
-            gen = step_generator(self.cfg.seed, epoch, 0, salt=BUCKET_SALT)
-            batches = length_buckets(
-                order, self.train.attention_mask.sum(1), bs, self.cfg.bucket_batches, gen
-            )
-        else:
-            batches = list(order.split(bs))
+        lengths = self.train.attention_mask.sum(1)
+        batches = epoch_batches(order, lengths, bs, self.cfg.bucket_batches, self.cfg.seed, epoch)
         return [idx[ctx.rank :: ctx.world_size] for idx in batches]
 
     def step(self, net, idx: torch.Tensor, step: int) -> StepOutput:

@@ -16,12 +16,11 @@ from train_fixtures import SPLIT_SIZES, dataset_dir, program_dir, write_dataset 
 from hrr_kernel import load_program
 from model import HRRBert
 from pipelines.cli import main
-from pipelines.data.sequences import TokenizedDataset
+from pipelines.data.sequences import TokenizedDataset, length_buckets
 from pipelines.errors import PipelineError
 from pipelines.train.finetune import (
     THRESHOLDS_FILE,
     finetune,
-    length_buckets,
     pos_weights,
     predict,
     read_thresholds,

@@ -195,11 +195,10 @@ def test_cli_pretrain(tmp_path, dataset_dir, program_dir):  # noqa: F811
 
 
 def test_bucketed_pretraining_batches_cover_whole_batches_once_and_group_lengths(dataset_dir, program_dir):  # noqa: F811
+    from hrr_kernel import load_program
     from pipelines.train.config import PretrainConfig
     from pipelines.train.pretrain import MLMTask
     from pipelines.train.runtime import DistContext
-
-    from hrr_kernel import load_program
 
     program = load_program(program_dir)
     ds = TokenizedDataset(dataset_dir, program.program_id, program.n_concepts, program.special_id("[PAD]"))
