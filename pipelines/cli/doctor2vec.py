@@ -15,6 +15,7 @@ from .options import (
     program_option,
     resume_option,
     run_id_option,
+    run_seeds_options,
     threads_option,
     verbosity_options,
 )
@@ -89,16 +90,8 @@ def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, **kw) -> Non
 @out_option("artifacts/runs/doctor2vec-compare")
 @click.option("--epochs", type=int, default=3, show_default=True)
 @click.option("--dim", type=int, default=64, show_default=True)
-@click.option(
-    "--seeds",
-    default="1",
-    show_default=True,
-    help="Training seeds: a count (3: seeds 0, 1, 2) or a list (0,5,7; one seed: 7,).",
-)
-@click.option(
-    "--data-seeds",
-    default=None,
-    help="Seeds of the generated data, a count or a list (default: generate's --seed, 0); not with --data.",
+@run_seeds_options(
+    "Seeds of the generated data, a count or a list (default: generate's --seed, 0); not with --data."
 )
 @click.option(
     "--only", multiple=True, help="Keep only this configuration (e.g. hrr-base-dynamic); repeat for more."

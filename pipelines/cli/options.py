@@ -107,6 +107,17 @@ def seed_option(default: int = 0, help: str | None = None) -> Callable[[F], F]:
     return click.option("--seed", type=int, default=default, show_default=True, help=help)
 
 
+def run_seeds_options(data_help: str) -> Callable[[F], F]:
+    """``--seeds`` (training seeds) and ``--data-seeds`` of a comparison grid: a count or a list."""
+
+    def deco(f: F) -> F:
+        f = click.option("--data-seeds", default=None, help=data_help)(f)
+        return click.option("--seeds", default="1", show_default=True,
+                            help="Training seeds: a count (3: seeds 0, 1, 2) or a list (0,5,7; one seed: 7,).")(f)  # fmt: skip
+
+    return deco
+
+
 def device_option(default: str = "auto", help: str = "auto, cpu, cuda.") -> Callable[[F], F]:
     return click.option("--device", default=default, show_default=True, help=help)
 

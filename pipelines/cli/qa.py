@@ -15,6 +15,7 @@ from .options import (
     program_option,
     resume_option,
     run_id_option,
+    run_seeds_options,
     threads_option,
     verbosity_options,
 )
@@ -85,17 +86,7 @@ def qa_evaluate_cmd(run: str, qa: str, program: str, **kw) -> None:
 @click.option("--finetune-epochs", type=int, default=3, show_default=True)
 @click.option("--pretrain-steps", type=int, default=60, show_default=True)
 @click.option("--skip-finetune", is_flag=True, help="Only the memory-network tables.")
-@click.option(
-    "--seeds",
-    default="1",
-    show_default=True,
-    help="Training seeds: a count (3: seeds 0, 1, 2) or a list (0,5,7; one seed: 7,).",
-)
-@click.option(
-    "--data-seeds",
-    default=None,
-    help="Seeds of the generated QA sets, a count or a list (default: --seed of qa generate, 0).",
-)
+@run_seeds_options("Seeds of the generated QA sets, a count or a list (default: --seed of qa generate, 0).")
 @click.option(
     "--only",
     multiple=True,
