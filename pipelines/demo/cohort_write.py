@@ -278,6 +278,19 @@ def write_ground_truth(
     """``ground_truth/``: patients (with ``reserved``), chronic conditions, the condition behind every code,
     the condition catalogue, the reserved codes, the true task probabilities and ``README.json``."""
     root.mkdir(parents=True, exist_ok=True)
+    tables = _ground_truth_tables(space, hospitals)
+    for name, table in tables.items():
+        tmp = root / f".{name}.tmp"
+        pq.write_table(table, tmp)
+        tmp.replace(root / name)
+    readme = _ground_truth_readme(space, hospitals, seed, version, sorted(tables))
+    tmp = root / ".README.json.tmp"
+    tmp.write_text(json.dumps(readme, indent=2) + "\n")
+    tmp.replace(root / "README.json")
+
+
+def _ground_truth_tables(space: CodeSpace, hospitals: dict[str, Hospital]) -> dict[str, pa.Table]:
+    """The Parquet tables of ``ground_truth/``, by file name."""
     pats, conds, codes, probs = [], [], [], []
     for name, h in hospitals.items():
         n = len(h.subject)
@@ -317,7 +330,7 @@ def write_ground_truth(
         "code": pa.array(space.code_str[space.cand_icd10[res]].tolist(), pa.string()),
         "condition": pa.array(space.conditions[owner[res]].tolist(), pa.string()),
     })  # fmt: skip
-    tables = {
+    return {
         "patients.parquet": pa.concat_tables(pats),
         "conditions.parquet": pa.concat_tables(conds),
         "codes.parquet": pa.concat_tables(codes),
@@ -330,19 +343,21 @@ def write_ground_truth(
         "reserved_codes.parquet": reserved,
         "task_probabilities.parquet": pa.concat_tables(probs),
     }  # fmt: skip
-    for name, table in tables.items():
-        tmp = root / f".{name}.tmp"
-        pq.write_table(table, tmp)
-        tmp.replace(root / name)
+
+
+def _ground_truth_readme(
+    space: CodeSpace, hospitals: dict[str, Hospital], seed: int, version: str, files: list[str]
+) -> dict:
+    """``ground_truth/README.json``: version, seed, what each file holds, counts."""
     counts = {
         name: {"patients": len(h.subject), "visits": len(h.visit_patient), "diagnosis_rows": len(h.row_visit),
                "reserved_patients": int(h.reserved.sum())}
         for name, h in hospitals.items()
     }  # fmt: skip
-    readme = {
+    return {
         "generator": "pipelines.demo.cohort", "version": version, "seed": seed,
         "note": "synthetic patients; not real EHR data",
-        "files": sorted(tables),
+        "files": files,
         "contents": {
             "patients.parquet": "one row per patient; reserved = flagged (all its codes are reserved codes); "
             "systems = its body systems (ICD-10 chapters)",
@@ -353,7 +368,7 @@ def write_ground_truth(
             "task_probabilities.parquet": "true label probabilities given the generator's latent state",
         },
         "counts": counts,
-        "reserved_codes": len(res),
+        "reserved_codes": int(np.count_nonzero(space.cand_reserved)),
         "reserved_codes_excluded": dict(space.reserved_excluded),
         "task_probabilities": (
             "subject_id: as the reader numbers patients (MIMIC-IV: subject_id; eICU: dense rank of uniquepid). "
@@ -363,9 +378,6 @@ def write_ground_truth(
             "writes a code's ICD-9 part, ICD-10 part, both or neither)."
         ),
     }  # fmt: skip
-    tmp = root / ".README.json.tmp"
-    tmp.write_text(json.dumps(readme, indent=2) + "\n")
-    tmp.replace(root / "README.json")
 
 
 # ---------------------------------------------------------------- the tables other MIMIC-IV tools read
