@@ -215,17 +215,7 @@ def build_code_space(
     w_norm = _normalise(np.where(reserved, 0.0, w_all), owner, len(cats))
     w_res = _normalise(np.where(reserved, w_all, 0.0), owner, len(cats))
     chapter = np.array([_chapter_of(c) for c in cats], dtype=np.int8)
-    base = np.array(
-        [
-            SEVERITY_OVERRIDES.get(c, CHAPTER_SEVERITY.get(int(ch), 0.0))
-            for c, ch in zip(cats, chapter, strict=True)
-        ]
-    )
-    severity = CATEGORY_SEVERITY_SHARE * base + rng.normal(0.0, 0.2, len(cats))
-    if facts is not None:
-        atoms = np.array([facts.severity.get(("ICD10CM", c), 0.0) for c in code_str[cand_icd10].tolist()])
-    else:  # no program: a code-level term of the same spread stands in for its atoms
-        atoms = rng.normal(0.0, 0.5, len(cand_icd10))
+    severity, atoms = _severities(cats, chapter, code_str[cand_icd10], facts, rng)
     chronic = np.array(
         [CHRONIC.get(c, CHRONIC_BY_CHAPTER.get(int(ch), 0.3)) for c, ch in zip(cats, chapter, strict=True)]
     )
@@ -253,6 +243,26 @@ def build_code_space(
         code_chapter=label_chapters(code_str, code_version),
         reserved_excluded=excluded,
     )
+
+
+def _severities(
+    cats: list[str], chapter: np.ndarray, icd10: np.ndarray, facts: ProgramFacts | None,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(severity of each condition ``(K,)``, the atom term of each candidate ``(C,)``): a share of the
+    category's base value plus noise, and the sum of the weights of the candidate's program atoms."""
+    base = np.array(
+        [
+            SEVERITY_OVERRIDES.get(c, CHAPTER_SEVERITY.get(int(ch), 0.0))
+            for c, ch in zip(cats, chapter, strict=True)
+        ]
+    )
+    severity = CATEGORY_SEVERITY_SHARE * base + rng.normal(0.0, 0.2, len(cats))
+    if facts is not None:
+        atoms = np.array([facts.severity.get(("ICD10CM", c), 0.0) for c in icd10.tolist()])
+    else:  # no program: a code-level term of the same spread stands in for its atoms
+        atoms = rng.normal(0.0, 0.5, len(icd10))
+    return severity, atoms
 
 
 def _reserve(
