@@ -129,6 +129,11 @@ class Program:
     ICD-10-CM share some, e.g. ``E030``). Look rows up by (vocabulary, code) with :meth:`row` /
     :meth:`rows` (dotted or dotless), and go back with :meth:`code`; ``concept_vocabularies``,
     ``concept_codes_dotted``, ``concept_titles`` and ``concept_chapters`` are the other columns, by row.
+
+    Atoms and relations: ``atom_keys`` / ``atom_kinds`` / ``atom_labels`` (the SCTID, word or special
+    token; ``special``, ``concept`` or ``word``; a readable name) and ``relation_keys`` (the SCTID as text,
+    or ``identity`` / ``description``) / ``relation_kinds`` / ``relation_labels``, by id; keys are what
+    two programs share, so they match atoms and relations across releases.
     """
 
     SPECIAL_TOKENS: ClassVar[tuple[str, ...]] = SPECIAL_TOKENS
@@ -159,6 +164,9 @@ class Program:
     concept_codes_dotted: list[str] = field(default_factory=list)  # code with its dot per row
     concept_titles: list[str] = field(default_factory=list)  # title per row ("" when null)
     concept_chapters: list[int | None] = field(default_factory=list)  # chapter per row (None: none)
+    atom_kinds: list[str] = field(default_factory=list)  # special, concept or word, per atom
+    atom_labels: list[str] = field(default_factory=list)  # readable name per atom
+    relation_keys: list[str] = field(default_factory=list)  # SCTID as text, or the kind (identity, ...)
     workspace: Workspace = field(default_factory=Workspace)
     _plan: ComposePlan | None = None
     _special_ids: dict[str, int] | None = None  # special-token code -> concept id, built on first use
@@ -576,6 +584,13 @@ def _strings_in_id_order(table, column: str, order: np.ndarray) -> list[str]:
     return [str(x) for x in np.asarray(table.column(column).to_pylist(), dtype=object)[order]]
 
 
+def _relation_keys(relations, order: np.ndarray, kinds: list[str]) -> list[str]:
+    """Each relation's stable key across programs: its SCTID as text (is-a, attributes; OWL: the property
+    key), else its kind (``identity``, ``description``)."""
+    sctids = np.asarray(relations.column("sctid").to_pylist(), dtype=object)[order]
+    return [kind if s is None else str(int(s)) for s, kind in zip(sctids, kinds, strict=True)]
+
+
 def _concept_columns(concepts, order: np.ndarray) -> dict[str, list]:
     """The :class:`Program` code columns, in id order (titles: ``""`` for null; chapters: None when the
     optional ``chapter`` column is absent or null)."""
@@ -656,6 +671,9 @@ def load_program(
         relation_kinds=relation_kinds,
         relation_labels=_strings_in_id_order(relations, "label", rel_order),
         atom_keys=_strings_in_id_order(atoms, "key", atom_order),
+        atom_kinds=_strings_in_id_order(atoms, "kind", atom_order),
+        atom_labels=_strings_in_id_order(atoms, "label", atom_order),
+        relation_keys=_relation_keys(relations, rel_order, relation_kinds),
         base=base.to(dev),
         device=dev,
     )

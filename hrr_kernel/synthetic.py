@@ -56,11 +56,15 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _content_program_id(c: np.ndarray, r: np.ndarray, a: np.ndarray, sizes: tuple[int, int, int]) -> str:
-    """A program id derived from the ordered edges and the sizes (same content, same id)."""
+def _content_program_id(
+    c: np.ndarray, r: np.ndarray, a: np.ndarray, sizes: tuple[int, int, int], keys: tuple = ()
+) -> str:
+    """A program id derived from the ordered edges, the sizes and any given keys (same content, same id)."""
     h = hashlib.sha256()
     for x in (c, r, a, np.array(sizes)):
         h.update(x.tobytes())
+    if any(k is not None for k in keys):
+        h.update(json.dumps(keys).encode())
     return h.hexdigest()[:16]
 
 
@@ -72,18 +76,32 @@ def _default_relation_kinds(n_relations: int) -> list[str]:
     ]
 
 
-def _atoms_table(n_atoms: int) -> pa.Table:
+def _atoms_table(n_atoms: int, keys: list[str] | None = None, kinds: list[str] | None = None) -> pa.Table:
+    keys = keys if keys is not None else [str(ATOM_KEY_BASE + i) for i in range(n_atoms)]
+    kinds = kinds if kinds is not None else ["concept"] * n_atoms
+    if len(keys) != n_atoms or len(kinds) != n_atoms:
+        raise ValueError(f"atom_keys and atom_kinds need {n_atoms} entries, got {len(keys)} and {len(kinds)}")
+    sctids = [
+        int(k) if kind == "concept" and k.isdigit() else None for k, kind in zip(keys, kinds, strict=True)
+    ]
     return pa.table(
         {
             "atom_id": pa.array(np.arange(n_atoms, dtype=np.int32)),
-            "kind": pa.array(["concept"] * n_atoms),
-            "key": pa.array([str(ATOM_KEY_BASE + i) for i in range(n_atoms)]),
-            "label": pa.array([f"atom {i}" for i in range(n_atoms)]),
+            "kind": pa.array(kinds),
+            "key": pa.array(keys),
+            "label": pa.array([f"atom {k}" for k in keys]),
+            "sctid": pa.array(sctids, pa.int64()),
         }
     )
 
 
-def _relations_table(kinds: list[str], r: np.ndarray, slot: np.ndarray, n_relations: int) -> pa.Table:
+def _relations_table(
+    kinds: list[str],
+    r: np.ndarray,
+    slot: np.ndarray,
+    n_relations: int,
+    sctids: list[int | None] | None = None,
+) -> pa.Table:
     """One row per relation, with its largest multiplicity (max slot + 1) and its edge count."""
     mult = np.zeros(n_relations, dtype=np.int64)
     np.maximum.at(mult, r, slot + 1)
@@ -93,7 +111,9 @@ def _relations_table(kinds: list[str], r: np.ndarray, slot: np.ndarray, n_relati
             "relation_id": pa.array(np.arange(n_relations, dtype=np.int32)),
             "kind": pa.array(kinds),
             "sctid": pa.array(
-                [None if k != "attribute" else ATTRIBUTE_SCTID_BASE + j for j, k in enumerate(kinds)],
+                sctids
+                if sctids is not None
+                else [None if k != "attribute" else ATTRIBUTE_SCTID_BASE + j for j, k in enumerate(kinds)],
                 pa.int64(),
             ),
             "label": pa.array([f"{k} {j}" for j, k in enumerate(kinds)]),
@@ -103,14 +123,18 @@ def _relations_table(kinds: list[str], r: np.ndarray, slot: np.ndarray, n_relati
     )
 
 
-def _concepts_table(n_concepts: int) -> pa.Table:
-    """ICD-10-CM-shaped codes ``X00000`` (dotted ``X00.000``), each mapped one-to-one to a SNOMED id."""
+def _concepts_table(n_concepts: int, codes: list[str] | None = None) -> pa.Table:
+    """ICD-10-CM-shaped codes ``X00000`` (dotted ``X00.000``), or the given dotless ``codes``, each mapped
+    one-to-one to a SNOMED id."""
+    codes = codes if codes is not None else [f"X{i:05d}" for i in range(n_concepts)]
+    if len(codes) != n_concepts:
+        raise ValueError(f"concept_codes needs {n_concepts} entries, got {len(codes)}")
     return pa.table(
         {
             "concept_id": pa.array(np.arange(n_concepts, dtype=np.int32)),
             "vocabulary": pa.array(["ICD10CM"] * n_concepts),
-            "code": pa.array([f"X{i:05d}" for i in range(n_concepts)]),
-            "code_dotted": pa.array([f"X{i:05d}"[:3] + "." + f"X{i:05d}"[3:] for i in range(n_concepts)]),
+            "code": pa.array(codes),
+            "code_dotted": pa.array([c[:3] + "." + c[3:] if len(c) > 3 else c for c in codes]),
             "title": pa.array([f"code {i}" for i in range(n_concepts)]),
             "snomed_ids": pa.array([[SNOMED_ID_BASE + i] for i in range(n_concepts)], pa.list_(pa.int64())),
             "mapping_source": pa.array(["synthetic"] * n_concepts),
@@ -175,23 +199,30 @@ def write_program(
     edges: tuple[np.ndarray, np.ndarray, np.ndarray],
     relation_kinds: list[str] | None = None,
     program_id: str | None = None,
+    atom_keys: list[str] | None = None,
+    atom_kinds: list[str] | None = None,
+    relation_sctids: list[int | None] | None = None,
+    concept_codes: list[str] | None = None,
 ) -> Path:
     """Write a format-1 program to ``root`` (created) and return ``root``.
 
     ``edges`` is ``(concept_id, relation_id, atom_id)``, three equal-length integer arrays in any order.
-    Relation kinds default to ``is_a``, ``description``, ``identity``, then ``attribute``.
+    Relation kinds default to ``is_a``, ``description``, ``identity``, then ``attribute``. Keys default to
+    synthetic ones; pass ``atom_keys`` (with ``atom_kinds``), ``relation_sctids`` and ``concept_codes``
+    (dotless ICD-10-CM codes) to build programs whose atoms, relations and codes match across releases.
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     concept, relation, atom = (np.asarray(x, dtype=np.int64).reshape(-1) for x in edges)
     c, r, a, slot = _order_edges(concept, relation, atom)
     if program_id is None:
-        program_id = _content_program_id(c, r, a, (n_concepts, n_atoms, n_relations))
+        keys = (atom_keys, atom_kinds, relation_sctids, concept_codes)
+        program_id = _content_program_id(c, r, a, (n_concepts, n_atoms, n_relations), keys)
     kinds = relation_kinds or _default_relation_kinds(n_relations)
     tables = {
-        "atoms.parquet": _atoms_table(n_atoms),
-        "relations.parquet": _relations_table(kinds, r, slot, n_relations),
-        "concepts.parquet": _concepts_table(n_concepts),
+        "atoms.parquet": _atoms_table(n_atoms, atom_keys, atom_kinds),
+        "relations.parquet": _relations_table(kinds, r, slot, n_relations, relation_sctids),
+        "concepts.parquet": _concepts_table(n_concepts, concept_codes),
         "edges.parquet": _edges_table(c, r, a, slot),
         "slices.parquet": _slices_table(r, slot),
     }

@@ -16,7 +16,7 @@ PACKAGE_RULES = {
     "model": {"ontology_compiler", "pipelines"},
 }
 # pipelines rooms in import order: a room may import the rooms before it, never after it
-ROOM_ORDER = ["errors", "data", "train", "eval", "demo|qa|doctor2vec", "cli"]
+ROOM_ORDER = ["errors", "data", "train", "eval", "ontology", "demo|qa|doctor2vec", "cli"]
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

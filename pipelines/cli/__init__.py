@@ -3,7 +3,7 @@
 A thin layer: each command parses its options (shared ones from :mod:`.options`, run options
 generated from the config dataclasses), calls one API function and prints its summary. Commands are
 grouped by room (:mod:`.data`, :mod:`.train`, :mod:`.eval`, :mod:`.demo`, :mod:`.qa`,
-:mod:`.doctor2vec`); heavy modules (torch, the trainers) are imported inside the command bodies, so
+:mod:`.doctor2vec`; :mod:`.transfer`, :mod:`.explain` and :mod:`.diff` for the ontology room); heavy modules (torch, the trainers) are imported inside the command bodies, so
 ``hrrbert --help`` stays instant.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from . import data, demo, doctor2vec, eval, export, qa, train
+from . import data, demo, diff, doctor2vec, eval, explain, export, qa, train, transfer
 
 __all__ = ["main"]
 
@@ -22,7 +22,8 @@ def main() -> None:
     """hrrbert: ontology-structured (HRR) embeddings for transformers over ICD codes."""
 
 
-for _command in (*data.COMMANDS, *demo.COMMANDS, *train.COMMANDS, *eval.COMMANDS, *export.COMMANDS):
+_GROUPS = (data, demo, train, eval, export, transfer, explain, diff)
+for _command in (c for g in _GROUPS for c in g.COMMANDS):
     main.add_command(_command)
 main.add_command(qa.qa_group)
 main.add_command(doctor2vec.doctor2vec_group)

@@ -1,0 +1,3 @@
+"""`hrrbert diff`: see pipelines/ontology/diff.py."""
+
+COMMANDS: list = []

@@ -1,0 +1,3 @@
+"""`hrrbert explain`: see pipelines/ontology/explain.py."""
+
+COMMANDS: list = []

@@ -1,0 +1,3 @@
+"""`hrrbert transfer`: see pipelines/ontology/transfer.py."""
+
+COMMANDS: list = []
