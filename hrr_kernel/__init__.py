@@ -6,7 +6,9 @@ id, :data:`SPECIAL_TOKENS` lists them; ``Program.row("ICD10CM", "E11.9")`` / ``P
 codes up by vocabulary, ``Program.code(row)`` gives a row's :class:`ConceptCode`, an unknown code raises
 :class:`UnknownCodeError`), :func:`compose`, :class:`HRREmbedding`, and the pure HRR operations
 :func:`bind`, :func:`unbind`, :func:`inverse`, :func:`project_unitary`, :func:`bundle`,
-:func:`similarity`, :func:`cleanup`.
+:func:`similarity`, :func:`cleanup`; to follow a model to a new release, :func:`carry_parameters` (trained
+atoms and relations matched by key, new ones set by an initialisation rule), :func:`token_sources` and
+:func:`token_provenance`.
 """
 
 from .composer import compose
@@ -21,6 +23,15 @@ from .program import (
     load_program,
     normalize_code,
     resolve_program,
+)
+from .transfer import (
+    INIT_RULES,
+    PROVENANCE,
+    Carried,
+    carry_parameters,
+    match_keys,
+    token_provenance,
+    token_sources,
 )
 
 __all__ = [
@@ -40,6 +51,13 @@ __all__ = [
     "bundle",
     "similarity",
     "cleanup",
+    "carry_parameters",
+    "Carried",
+    "match_keys",
+    "token_sources",
+    "token_provenance",
+    "INIT_RULES",
+    "PROVENANCE",
     "HRRKernelError",
     "ProgramError",
     "FormatVersionError",
