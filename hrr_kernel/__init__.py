@@ -8,12 +8,22 @@ codes up by vocabulary, ``Program.code(row)`` gives a row's :class:`ConceptCode`
 :func:`bind`, :func:`unbind`, :func:`inverse`, :func:`project_unitary`, :func:`bundle`,
 :func:`similarity`, :func:`cleanup`; to follow a model to a new release, :func:`carry_parameters` (trained
 atoms and relations matched by key, new ones set by an initialisation rule), :func:`token_sources` and
-:func:`token_provenance`.
+:func:`token_provenance`; to take vectors apart (:mod:`hrr_kernel.explain`), :func:`unbind_relations`,
+:func:`unbind_pairs`, :func:`explain_vector`, :func:`unbinding_recall` (an :class:`UnbindingRecall`) and
+:func:`compose_query`.
 """
 
 from .composer import compose
 from .embedding import MODES, HRREmbedding
 from .errors import FormatVersionError, HashMismatchError, HRRKernelError, ProgramError, ShapeError
+from .explain import (
+    UnbindingRecall,
+    compose_query,
+    explain_vector,
+    unbind_pairs,
+    unbind_relations,
+    unbinding_recall,
+)
 from .ops import bind, bundle, cleanup, inverse, project_unitary, similarity, unbind
 from .program import (
     SPECIAL_TOKENS,
@@ -51,6 +61,12 @@ __all__ = [
     "bundle",
     "similarity",
     "cleanup",
+    "unbind_relations",
+    "unbind_pairs",
+    "explain_vector",
+    "unbinding_recall",
+    "UnbindingRecall",
+    "compose_query",
     "carry_parameters",
     "Carried",
     "match_keys",
