@@ -2,7 +2,8 @@
 
 Public API: :class:`HRRBert` (BERT with ``HRREmbedding`` tokens, a tied MLM head and pooled task
 heads), :class:`BertConfig` and its presets, the memory networks (:class:`MemN2N`, :class:`MemNN`), the
-visit-level :class:`VisitTransformer`, :class:`Doctor2Vec` (doctor-trial matching), and the package's errors.
+visit-level :class:`VisitTransformer`, :class:`Doctor2Vec` (doctor-trial matching), :func:`transfer_model`
+(carry a trained HRRBert over to a new program, :mod:`model.transfer`), and the package's errors.
 
 A saved :class:`HRRBert` folder is self-contained (``program/``, ``vocab.txt``, a model card ``README.md``;
 :mod:`model.card`: :func:`write_model_card`, :func:`read_vocab`). The Hugging Face ``transformers`` classes
@@ -17,6 +18,7 @@ from .card import read_vocab, write_model_card
 from .doctor2vec import Doctor2Vec, Doctor2VecConfig
 from .errors import ModelError, ModelWriteError, PretrainedFileError, ProgramMismatchError
 from .memory_network import MemN2N, MemN2NConfig, MemNN, MemNNConfig, TokenEmbedding
+from .transfer import transfer_model
 from .visit_transformer import VisitTransformer, VisitTransformerConfig, group_visits
 
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "Doctor2VecConfig",
     "read_vocab",
     "write_model_card",
+    "transfer_model",
 ]
 
 # model.hf needs transformers (the hf extra): its names are imported on first use only
