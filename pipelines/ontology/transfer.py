@@ -1,0 +1,225 @@
+"""Carry a trained model over to a new program (``hrrbert transfer``): :func:`transfer`.
+
+The source is a saved model folder (pretrained or fine-tuned; a pretraining run folder holding ``model/``
+also works) that carries its program (``program/``; else ``model_program`` names it). The new program is a
+program folder or a release folder (its newest program). :func:`model.transfer.transfer_model` builds the
+model on the new program: every weight that does not depend on the vocabulary copied, trained atoms and
+relations carried by key (new ones by ``init``: ``zero``, ``kind_mean`` or ``random``, seeded by
+``seed``), per-token rows carried by (vocabulary, code), and a new token's rows set by the rules that
+module documents (``unstructured``/``cat`` table and ``freq`` encoding: the trained ``[UNK]`` row; ``add``
+table: zero; MLM bias: the median trained bias).
+
+The output folder ``out`` is a normal saved model folder (``config.json``, ``model.safetensors``,
+``program/`` with a copy of the new program, ``vocab.txt``, the model card ``README.md``), so ``hrrbert
+finetune``, ``hrrbert evaluate`` and ``hrrbert export-embeddings`` take it as they take any model folder
+(with ``--program`` the new program and datasets tokenized against it). Its ``config.json`` keeps the
+source's extra keys (``run_id``, ``task``, ...) and adds ``transferred_from`` (the source folder, the old
+and new program ids, ``init``, ``seed``). A fine-tuned source's ``thresholds.json`` is copied along with
+its task head. ``transfer.json`` holds the report (:data:`REPORT_FILE`).
+
+The folder is written into a temporary folder beside ``out`` and renamed into place. An existing ``out``
+is refused unless it is an empty folder, or ``force`` is given and it holds an earlier transfer (its
+``transfer.json``); anything else is never replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines.errors import PipelineError
+
+__all__ = ["TransferResult", "transfer", "REPORT_FILE", "INIT_RULES"]
+
+log = logging.getLogger(__name__)
+
+REPORT_FILE = "transfer.json"
+THRESHOLDS_FILE = "thresholds.json"  # pipelines.train.finetune.THRESHOLDS_FILE (a fine-tuned model's)
+INIT_RULES = ("zero", "kind_mean", "random")  # hrr_kernel.INIT_RULES (light copy for the CLI)
+# config.json keys save_pretrained writes itself; every other key of the source is kept
+OWN_KEYS = ("kind", "model_type", "architectures", "config", "program_id", "n_concepts")
+
+
+@dataclass
+class TransferResult:
+    """What :func:`transfer` wrote."""
+
+    out: Path
+    source: Path  # the source model folder
+    new_program: Path  # the new program's folder
+    report: dict[str, Any]  # the report (also in transfer.json)
+    seconds: float
+    files: list[str] = field(default_factory=list)
+
+    def summary_lines(self) -> list[str]:
+        """What the command prints."""
+        r = self.report
+        t, atoms, rel = r["tokens"], r["atoms"], r["relations"]
+        kinds = ", ".join(f"{k} {v['matched']}/{v['new']}" for k, v in atoms["by_kind"].items())
+        rules = "; ".join(f"{k}: {v}" for k, v in r["new_token_rows"]["rules"].items())
+        lines = [
+            f"transferred {r['mode']} model {self.source} from program {r['old_program_id']} to "
+            f"{r['new_program_id']} (init {r['init']}) in {self.seconds:.1f} s",
+            f"  tokens: {r['new_tokens']} ({r['old_tokens']} before): carried {t['carried']} "
+            f"({r['carried_edges_unchanged']} with unchanged edges, {r['carried_edges_changed']} changed), "
+            f"composed from trained atoms {t['composed_trained']}, with some new atoms "
+            f"{t['composed_some_new']}, entirely new {t['entirely_new']}",
+            f"  new token rows: {r['new_token_rows']['count']} ({rules})",
+            f"  old tokens dropped: {r['old_tokens_dropped']}"
+            + (f" (e.g. {', '.join(r['dropped_examples'][:5])})" if r["dropped_examples"] else ""),
+            f"  atoms matched {atoms['matched']}, new {atoms['new']} (matched/new by kind: {kinds})"
+            + ("" if atoms["used"] else "; not used by an unstructured model"),
+            f"  relations matched {rel['matched']}, new {rel['new']}",
+            f"  wrote {self.out}: {', '.join(self.files)}",
+            f"  next: hrrbert finetune {self.out} --program {self.new_program} --dataset DATASET "
+            "(a dataset tokenized against the new program)",
+        ]
+        return lines
+
+
+def _check_out(out: Path, force: bool, source: Path) -> None:
+    """Refuse an existing ``out`` unless it is an empty folder or (``force``) an earlier transfer; refuse
+    ``out`` inside the source."""
+    if out.resolve() == source.resolve() or source.resolve() in out.resolve().parents:
+        raise PipelineError(f"{out}: is the source model {source} or inside it; choose another --out")
+    if not out.exists() and not out.is_symlink():
+        return
+    if not out.is_dir() or out.is_symlink():
+        raise PipelineError(f"{out}: exists and is not a folder; choose another --out")
+    if not any(out.iterdir()):
+        return
+    if not force:
+        raise PipelineError(
+            f"{out}: exists; a transfer is never written over anything: choose another --out, or pass "
+            "--force to replace an earlier transfer there"
+        )
+    if not (out / REPORT_FILE).is_file():
+        raise PipelineError(
+            f"{out}: exists and holds no {REPORT_FILE}, so it is not an earlier transfer; it is not "
+            "replaced, even with --force: choose another --out"
+        )
+
+
+def _load_source(model_dir: Path, model_program: str | None):
+    """``(folder, config.json, model)`` of the source; its program from ``model_program`` or its copy."""
+    from hrr_kernel import load_program
+    from model import HRRBert
+    from pipelines.train.finetune import model_dir as find_model
+
+    if not model_dir.is_dir():
+        raise PipelineError(f"{model_dir}: no such folder (expected a saved model folder)")
+    mdir = find_model(model_dir)
+    meta = HRRBert.read_config(mdir)
+    program = load_program(model_program) if model_program is not None else None
+    model = HRRBert.from_pretrained(mdir, program)  # checks the program id and the files
+    model.eval()
+    return mdir, meta, model
+
+
+def _extra(meta: dict[str, Any], mdir: Path, report: dict[str, Any]) -> dict[str, Any]:
+    """The source's own config.json keys plus ``transferred_from``."""
+    extra = {k: v for k, v in meta.items() if k not in OWN_KEYS and k != "transferred_from"}
+    history = [meta["transferred_from"]] if isinstance(meta.get("transferred_from"), dict) else []
+    extra["transferred_from"] = {
+        "model": str(mdir),
+        "program_id": report["old_program_id"],
+        "new_program_id": report["new_program_id"],
+        "init": report["init"],
+        "seed": report["seed"],
+        **({"earlier": history} if history else {}),
+    }
+    return extra
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Rename ``tmp`` to ``out``; an existing ``out`` (checked by :func:`_check_out`) is moved aside first and
+    removed after."""
+    old = None
+    if out.exists():
+        old = out.parent / f".old-{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
+        os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except OSError:
+        if old is not None:
+            os.rename(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write(tmp: Path, new_model, meta, mdir: Path, report, record) -> list[str]:
+    """The model folder into ``tmp``; returns the files written at its top level."""
+    from pipelines.train.runtime import write_json
+
+    new_model.save_pretrained(tmp, extra=_extra(meta, mdir, report))
+    if (mdir / THRESHOLDS_FILE).is_file():
+        shutil.copy2(mdir / THRESHOLDS_FILE, tmp / THRESHOLDS_FILE)
+    write_json(tmp / REPORT_FILE, record)
+    return sorted(p.name + ("/" if p.is_dir() else "") for p in tmp.iterdir())
+
+
+def transfer(
+    model_dir: str | Path,
+    program: str | Path,
+    out: str | Path,
+    *,
+    init: str = "zero",
+    seed: int = 0,
+    force: bool = False,
+    model_program: str | Path | None = None,
+) -> TransferResult:
+    """Carry the model in ``model_dir`` over to ``program`` and write it to ``out`` (see the module docstring).
+
+    Raises :class:`PipelineError` (or a ``model`` / ``hrr_kernel`` error) naming the path and what is wrong;
+    nothing is left under ``out`` on failure.
+    """
+    from hrr_kernel import load_program, resolve_program
+    from model.transfer import transfer_model
+    from pipelines.train.runtime import now_iso
+
+    if init not in INIT_RULES:
+        raise PipelineError(f"init must be one of {INIT_RULES}, got {init!r}")
+    start = time.perf_counter()
+    source, out = Path(model_dir), Path(out)
+    _check_out(out, force, source)  # before any work
+    mdir, meta, model = _load_source(source, None if model_program is None else str(model_program))
+    new_path = resolve_program(program)
+    new_program = load_program(new_path)
+    if new_program.program_id == model.program_id:
+        raise PipelineError(
+            f"{program}: is program {new_program.program_id}, the one the model {mdir} already has; "
+            "nothing to transfer"
+        )
+    new_model, report = transfer_model(model, new_program, init=init, seed=seed)
+    record = {
+        "kind": "transfer",
+        "model": str(mdir),
+        "program": str(new_path),
+        **report,
+        "created_at": now_iso(),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        os.mkdir(tmp)
+        files = _write(tmp, new_model, meta, mdir, report, record)
+        _publish(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PipelineError(
+            f"{out}: could not write the transferred model ({type(e).__name__}: {e}); nothing was left"
+        ) from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    seconds = time.perf_counter() - start
+    log.info("transferred %s to program %s: %s", mdir, new_program.program_id, out)
+    return TransferResult(out=out, source=mdir, new_program=new_path, report=report, seconds=seconds,
+                          files=files)  # fmt: skip

@@ -1,0 +1,133 @@
+"""pipelines.ontology.transfer and ``hrrbert transfer``: a saved model carried to a new program is written as a
+normal model folder (with transfer.json) that loads, keeps its extra config keys and fine-tunes as usual."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from click.testing import CliRunner
+from train_fixtures import write_dataset
+from transfer_fixtures import NEW_CODES, OLD_CODES, write_new_program, write_old_program
+
+from hrr_kernel import load_program
+from model import HRRBert, bert_tiny
+from pipelines.cli import main
+from pipelines.errors import PipelineError
+from pipelines.ontology.transfer import REPORT_FILE, transfer
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ontology_transfer")
+    old = write_old_program(root / "old")
+    new = write_new_program(root / "release" / "new")  # alone in its release folder
+    return old, new
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, programs):
+    """A fine-tuned-looking cat model on the old program: extra keys run_id and task, and thresholds.json."""
+    torch.manual_seed(0)
+    model = HRRBert(
+        bert_tiny(dim=16, n_layers=1, n_heads=2, ffn_dim=32, mode="cat"), load_program(programs[0])
+    )
+    d = tmp_path_factory.mktemp("models") / "ft-model"
+    model.save_pretrained(d, extra={"run_id": "pre-1", "task": "mortality"})
+    (d / "thresholds.json").write_text(json.dumps({"task": "mortality", "thresholds": [0.3]}))
+    return d
+
+
+def test_transfer_writes_a_loadable_model_folder(tmp_path, programs, saved, one_thread):
+    old_path, new_path = programs
+    r = transfer(saved, new_path.parent, tmp_path / "moved", init="kind_mean", seed=3)  # a release folder
+    out = tmp_path / "moved"
+    assert r.out == out and r.new_program == new_path
+    assert {"config.json", "model.safetensors", "program/", "vocab.txt", "README.md", REPORT_FILE,
+            "thresholds.json"} == set(r.files)  # fmt: skip
+    moved = HRRBert.from_pretrained(out)  # carries the new program
+    new = load_program(new_path)
+    assert moved.program_id == new.program_id and moved.n_concepts == len(NEW_CODES)
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["run_id"] == "pre-1" and meta["task"] == "mortality"
+    assert meta["transferred_from"] == {
+        "model": str(saved),
+        "program_id": load_program(old_path).program_id,
+        "new_program_id": new.program_id,
+        "init": "kind_mean",
+        "seed": 3,
+    }
+    report = json.loads((out / REPORT_FILE).read_text())
+    assert (
+        report["kind"] == "transfer"
+        and report["tokens"]["carried"] == 7
+        and report["old_tokens_dropped"] == 1
+    )
+    original = HRRBert.from_pretrained(saved)
+    a, b = original.state_dict(), moved.state_dict()
+    assert torch.equal(a["layers.0.ffn_in.weight"], b["layers.0.ffn_in.weight"])
+    assert torch.equal(a["heads.tasks.mortality.weight"], b["heads.tasks.mortality.weight"])
+    i, j = OLD_CODES.index("A003"), NEW_CODES.index("A003")
+    assert torch.equal(a["embeddings.token.table"][i], b["embeddings.token.table"][j])
+    assert not list(tmp_path.glob(".tmp-*"))
+    text = "\n".join(r.summary_lines())
+    assert "from program" in text and "carried 7 (6 with unchanged edges, 1 changed)" in text
+    assert "new token rows: 6 (table: [UNK] row; mlm_bias: median bias of the trained codes)" in text
+    assert "old tokens dropped: 1 (e.g. ICD10CM:A00.2)" in text
+
+
+def test_out_is_never_written_over(tmp_path, programs, saved):
+    _, new_path = programs
+    out = tmp_path / "moved"
+    transfer(saved, new_path, out)
+    with pytest.raises(PipelineError, match="pass --force"):
+        transfer(saved, new_path, out)
+    transfer(saved, new_path, out, force=True, init="random")  # replaces an earlier transfer
+    assert json.loads((out / REPORT_FILE).read_text())["init"] == "random"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(PipelineError, match="not an earlier transfer"):
+        transfer(saved, new_path, other, force=True)
+    assert (other / "notes.txt").read_text() == "mine"
+    with pytest.raises(PipelineError, match="inside it"):
+        transfer(saved, new_path, saved / "sub")
+
+
+def test_same_program_and_bad_init_are_refused(tmp_path, programs, saved):
+    old_path, new_path = programs
+    with pytest.raises(PipelineError, match="already has; nothing to transfer"):
+        transfer(saved, old_path, tmp_path / "x")
+    with pytest.raises(PipelineError, match="init must be one of"):
+        transfer(saved, new_path, tmp_path / "y", init="mean")
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_cli(tmp_path, programs, saved):
+    _, new_path = programs
+    out = tmp_path / "moved"
+    res = CliRunner().invoke(
+        main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "-q"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "transferred cat model" in res.output and f"wrote {out}" in res.output
+    res = CliRunner().invoke(
+        main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "-q"]
+    )
+    assert res.exit_code == 1 and "pass --force" in res.output
+    res = CliRunner().invoke(main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "--init",
+                                    "mean"])  # fmt: skip
+    assert res.exit_code == 2 and "'mean' is not one of" in res.output
+
+
+def test_transferred_folder_fine_tunes(tmp_path, programs, saved, one_thread):
+    from pipelines.train.finetune import finetune
+
+    _, new_path = programs
+    out = tmp_path / "moved"
+    transfer(saved, new_path, out)
+    ds = write_dataset(tmp_path / "ds", new_path)
+    r = finetune(out, ds, new_path, out=tmp_path / "ft", task="mortality", epochs=1, batch_size=8, device="cpu",
+                 progress=False)  # fmt: skip
+    assert len(r.trials) == 1 and "test" in r.trials[0]
