@@ -24,12 +24,30 @@ from .options import device_option, handle_errors, out_option, seed_option, thre
 @click.option(
     "--full", is_flag=True, help="Also train the freq, add and cat configurations (several times longer)."
 )
+@click.option(
+    "--transfer",
+    is_flag=True,
+    help="Instead: train on the release as of its first date, carry the models to the latest release "
+    "(hrrbert transfer) and score the codes it added (runs/<name>-transfer/transfer/).",
+)
 @device_option("cpu", help="cpu, cuda or auto.")
 @threads_option()
 @verbosity_options
 @handle_errors
-def demo_cmd(out: str, **kw) -> None:
+def demo_cmd(out: str, transfer: bool, **kw) -> None:
     """Build the demo data, then pretrain, fine-tune, evaluate and report the smallest experiment."""
+    if transfer:
+        from pipelines.demo.transfer import run_transfer_demo
+
+        if kw.pop("full"):
+            raise click.UsageError("--transfer compares unstructured and base only; drop --full")
+        threads = kw.pop("threads")
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        run_transfer_demo(out, **kw, show=click.echo)
+        return
     from pipelines.demo.run import run_demo
 
     sys.exit(run_demo(out, **kw, show=click.echo))
