@@ -1,0 +1,246 @@
+"""Explain a trained code vector by unbinding (``hrrbert explain MODEL CODE``).
+
+The code's trained vector ``v`` (the HRR part of its embedding row, see :mod:`pipelines.ontology.trained`)
+is unbound with each relation asked, ``v ⊛ r⁻¹``, and cleaned up against all trained atoms by cosine
+(:func:`hrr_kernel.explain_vector`). Relations asked: the distinct relations of the code's edges in the
+program (default), the ``relations`` named, or every relation (``all_relations``). For each, the result
+lists the top atoms (key, label, kind, similarity, whether the program holds that edge) and the program's
+own atoms for that relation with their rank among all atoms (0 = nearest; the number of atoms strictly
+more similar, as :func:`hrr_kernel.unbinding_recall` counts it).
+
+``drift`` says how far the trained vector is from its ontology composition ``C``:
+
+- ``base``: identical by construction (cosine 1, nothing beside ``C``);
+- ``freq``: cosine of the embedding ``C + PE`` with ``C``, and the share ``|PE|² / (|C|² + |PE|²)`` of the
+  fixed frequency encoding (explain itself unbinds ``C``);
+- ``add``: cosine of ``C + W`` with ``C``, and the share ``|W|² / (|C|² + |W|²)`` carried by the table;
+- ``cat``: the table half's share ``|W|² / (|C|² + |W|²)`` of the squared norm of ``[C, W]``, and the cosine
+  of ``[C, W]`` with ``[C, 0]`` (``sqrt(1 - share)``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipelines.errors import PipelineError
+
+from .trained import TrainedVectors, code_edges, load_trained, resolve_code, resolve_relation
+
+__all__ = [
+    "AtomHit",
+    "ProgramAtom",
+    "RelationExplanation",
+    "Drift",
+    "Explanation",
+    "explain",
+    "explain_code",
+    "drift_of",
+    "summary_lines",
+    "write_json",
+]
+
+DRIFT_NOTES = {
+    "base": "the embedding is the composition: identical by construction",
+    "freq": "the embedding adds a fixed frequency encoding to the composition; explain unbinds the composition",
+    "add": "the embedding is the composition plus a free table W; explain unbinds C + W",
+    "cat": "the embedding is [composition, table]; explain unbinds the composition half",
+}
+
+
+@dataclass
+class AtomHit:
+    """One atom of a cleanup: its id, key, label, kind, cosine with the unbound vector, and whether the
+    program binds it to the code by that relation."""
+
+    atom_id: int
+    key: str
+    label: str
+    kind: str
+    similarity: float
+    in_program: bool
+
+
+@dataclass
+class ProgramAtom:
+    """An atom the program binds to the code by the relation, with its rank among all atoms (0 = nearest)."""
+
+    atom_id: int
+    key: str
+    label: str
+    kind: str
+    similarity: float
+    rank: int
+
+
+@dataclass
+class RelationExplanation:
+    relation_id: int
+    key: str
+    label: str
+    kind: str
+    top: list[AtomHit]  # the top-k atoms after unbinding
+    program_atoms: list[ProgramAtom]  # the program's atoms for this relation and code (may be empty)
+
+
+@dataclass
+class Drift:
+    """How far the trained vector is from its composition ``C`` (see the module docstring)."""
+
+    mode: str
+    cosine: float  # cosine of the embedding row with C (cat: with [C, 0])
+    beside_share: float  # share of the squared norm carried by what the mode adds beside C
+    note: str
+
+
+@dataclass
+class Explanation:
+    model: str
+    mode: str
+    row: int
+    code: str  # VOCABULARY:dotted
+    title: str
+    exact: bool
+    top_k: int
+    relations: list[RelationExplanation] = field(default_factory=list)
+    drift: Drift | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def drift_of(trained: TrainedVectors, row: int) -> Drift:
+    """The :class:`Drift` of one code's trained vector from its composition."""
+    import torch
+
+    c = trained.composition[row].double()  # (H,)
+    if trained.mode == "base" or trained.extra is None:
+        return Drift(trained.mode, 1.0, 0.0, DRIFT_NOTES.get(trained.mode, ""))
+    w = trained.extra[row].double()  # (H,) or (D - H,)
+    cc, ww = float(c.dot(c)), float(w.dot(w))
+    share = ww / (cc + ww) if cc + ww > 0 else float("nan")
+    if trained.mode == "cat":
+        cosine = math.sqrt(1.0 - share) if cc + ww > 0 else float("nan")
+    else:
+        e = c + w
+        den = float(e.norm() * c.norm())
+        cosine = float(torch.dot(e, c)) / den if den > 0 else float("nan")
+    return Drift(trained.mode, cosine, share, DRIFT_NOTES[trained.mode])
+
+
+def _relations_asked(trained: TrainedVectors, row: int, names: tuple[str, ...], every: bool) -> list[int]:
+    program = trained.program
+    if every:
+        return list(range(program.n_relations))
+    if names:
+        return list(dict.fromkeys(resolve_relation(program, n) for n in names))
+    return sorted({r for r, _ in code_edges(program, row)})
+
+
+def _explain_relations(
+    trained: TrainedVectors, row: int, relations: list[int], k: int, exact: bool
+) -> list[RelationExplanation]:
+    """Unbind the code's vector with each relation; the top-k atoms and the ranks of the program's atoms."""
+    import torch
+    import torch.nn.functional as F
+
+    from hrr_kernel import explain_vector, unbind_pairs
+
+    p = trained.program
+    ids = torch.tensor(relations, dtype=torch.int64)
+    vector = trained.vectors[row]  # (H,)
+    values, indices = explain_vector(
+        vector, trained.atoms, trained.relations, ids, k=k, exact=exact
+    )  # (K, k)
+    q = unbind_pairs(vector.expand(len(relations), -1), trained.relations, ids, exact=exact)  # (K, H)
+    sims = F.normalize(q, dim=-1) @ F.normalize(trained.atoms, dim=-1).T  # (K, A)
+    edges = code_edges(p, row)
+    out = []
+    for i, j in enumerate(relations):
+        held = [a for r, a in edges if r == j]
+        top = [
+            AtomHit(a, p.atom_keys[a], p.atom_labels[a], p.atom_kinds[a], float(v), a in held)
+            for v, a in zip(values[i].tolist(), indices[i].tolist(), strict=True)
+        ]
+        own = [
+            ProgramAtom(
+                a,
+                p.atom_keys[a],
+                p.atom_labels[a],
+                p.atom_kinds[a],
+                float(sims[i, a]),
+                int((sims[i] > sims[i, a]).sum()),
+            )  # fmt: skip
+            for a in held
+        ]
+        out.append(
+            RelationExplanation(j, p.relation_keys[j], p.relation_labels[j], p.relation_kinds[j], top, own)
+        )
+    return out
+
+
+def explain_code(
+    trained: TrainedVectors,
+    code: str,
+    *,
+    relations: tuple[str, ...] = (),
+    all_relations: bool = False,
+    top: int = 5,
+    drift: bool = False,
+    exact: bool = False,
+) -> Explanation:
+    """Explain one code of an already loaded model (see the module docstring)."""
+    if top < 1:
+        raise PipelineError(f"top must be at least 1, got {top}")
+    if relations and all_relations:
+        raise PipelineError("give relations or all_relations, not both")
+    p = trained.program
+    row = resolve_code(p, code)
+    asked = _relations_asked(trained, row, tuple(relations), all_relations)
+    cc = p.code(row)
+    result = Explanation(
+        str(trained.folder), trained.mode, row, str(cc), cc.title, exact, min(top, p.n_atoms)
+    )
+    if asked:
+        result.relations = _explain_relations(trained, row, asked, result.top_k, exact)
+    if drift:
+        result.drift = drift_of(trained, row)
+    return result
+
+
+def explain(model: str | Path, code: str, *, device: str = "cpu", **options: Any) -> Explanation:
+    """Load the model folder ``model`` and explain ``code`` (options: see :func:`explain_code`)."""
+    return explain_code(load_trained(model, device=device), code, **options)
+
+
+def write_json(result: Any, path: str | Path) -> Path:
+    """Write a result (:class:`Explanation` or a query result) as JSON to ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.as_dict(), indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def summary_lines(result: Explanation) -> list[str]:
+    """What ``hrrbert explain`` prints: per relation the top atoms (``*`` the program holds the edge) and the
+    ranks of the program's own atoms."""
+    lines = [f"{result.code} {result.title}".rstrip(), f"model {result.model} ({result.mode})"]
+    if not result.relations:
+        lines.append("the code has no edges in the program; ask for --relation NAME or --all-relations")
+    for r in result.relations:
+        lines.append(f"{r.label}:")
+        for h in r.top:
+            mark = "*" if h.in_program else " "
+            lines.append(f"  {mark} {h.similarity:+.3f}  {h.label} [{h.kind} {h.key}]")
+        if r.program_atoms:
+            ranks = ", ".join(f"{a.label} #{a.rank + 1}" for a in r.program_atoms)
+            lines.append(f"    program: {ranks}")
+    if result.drift is not None:
+        d = result.drift
+        lines.append(
+            f"drift: cosine with the composition {d.cosine:.3f}, share beside it {d.beside_share:.3f} ({d.note})"
+        )
+    return lines
