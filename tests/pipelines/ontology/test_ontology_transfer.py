@@ -12,7 +12,7 @@ from train_fixtures import write_dataset
 from transfer_fixtures import NEW_CODES, OLD_CODES, write_new_program, write_old_program
 
 from hrr_kernel import load_program
-from model import HRRBert, bert_tiny
+from model import HRRBert, PretrainedFileError, bert_tiny
 from pipelines.cli import main
 from pipelines.errors import PipelineError
 from pipelines.ontology.transfer import REPORT_FILE, transfer
@@ -131,3 +131,16 @@ def test_transferred_folder_fine_tunes(tmp_path, programs, saved, one_thread):
     r = finetune(out, ds, new_path, out=tmp_path / "ft", task="mortality", epochs=1, batch_size=8, device="cpu",
                  progress=False)  # fmt: skip
     assert len(r.trials) == 1 and "test" in r.trials[0]
+
+
+def test_model_without_its_program_needs_model_program(tmp_path, programs):
+    old_path, new_path = programs
+    torch.manual_seed(0)
+    model = HRRBert(bert_tiny(dim=16, n_layers=1, n_heads=2, ffn_dim=32, mode="add"), load_program(old_path))
+    bare = model.save_pretrained(tmp_path / "run" / "model", carry_program=False, card=False)
+    with pytest.raises(PretrainedFileError, match="does not carry its program"):
+        transfer(bare, new_path, tmp_path / "a")
+    r = transfer(
+        tmp_path / "run", new_path, tmp_path / "b", model_program=old_path
+    )  # a run folder holding model/
+    assert r.source == bare and HRRBert.from_pretrained(tmp_path / "b").config.mode == "add"
