@@ -216,9 +216,9 @@ def _union_ids(index: KeyIndex, is_old: bool) -> np.ndarray:
     return index.old if is_old else index.new
 
 
-def edge_keys(side: Side, index: KeyIndex, atoms: KeyIndex, relations: KeyIndex, is_old: bool) -> np.ndarray:
+def edge_keys(side: Side, tokens: KeyIndex, atoms: KeyIndex, relations: KeyIndex, is_old: bool) -> np.ndarray:
     """One int64 per edge of ``side``: (token, relation, atom) in union ids, in ``side.edges`` order."""
-    c = _union_ids(index, is_old)[side.edges.column("concept_id").to_numpy().astype(np.int64)]
+    c = _union_ids(tokens, is_old)[side.edges.column("concept_id").to_numpy().astype(np.int64)]
     r = _union_ids(relations, is_old)[side.edges.column("relation_id").to_numpy().astype(np.int64)]
     a = _union_ids(atoms, is_old)[side.edges.column("atom_id").to_numpy().astype(np.int64)]
     return (c * relations.size + r) * atoms.size + a
@@ -233,7 +233,7 @@ def _split_key(key: np.ndarray, m: Match) -> tuple[np.ndarray, np.ndarray, np.nd
 
 @dataclass
 class EdgeDiff:
-    """Which edges of each program the other lacks, and per-token / per-relation tallies (union ids)."""
+    """Which edges of each program the other lacks (as rows of each program's ``edges`` table)."""
 
     old_keys: np.ndarray  # (E_old,) edge keys
     new_keys: np.ndarray  # (E_new,)
@@ -241,6 +241,7 @@ class EdgeDiff:
     gained_rows: np.ndarray  # rows of new.edges not in old
 
     def per(self, ids: np.ndarray, rows: np.ndarray, size: int) -> np.ndarray:
+        """How many of the edge ``rows`` fall on each union id, given ``ids`` (one union id per edge)."""
         return np.bincount(ids[rows], minlength=size) if rows.size else np.zeros(size, dtype=np.int64)
 
 
@@ -277,13 +278,13 @@ def _status(index: KeyIndex, changed: np.ndarray) -> list[str]:
 
 
 def tokens_table(old: Side, new: Side, m: Match, d: EdgeDiff, rel_labels: list[str]) -> pa.Table:
-    """One row per token of either program (see ``docs/diff-format.md``), in (vocabulary, code) order."""
+    """One row per token of either program (see ``docs/diff-format.md``), in union-id order (OLD's tokens,
+    then NEW's added ones), so that row ``u`` is ``m.tokens.keys[u]``."""
     t, n = m.tokens, m.tokens.size
     old_tok = m.tokens.old[old.edges.column("concept_id").to_numpy().astype(np.int64)]
     new_tok = m.tokens.new[new.edges.column("concept_id").to_numpy().astype(np.int64)]
     gained, lost = d.per(new_tok, d.gained_rows, n), d.per(old_tok, d.lost_rows, n)
-    old_edges = np.bincount(old_tok, minlength=n) * (t.old_row >= 0)
-    new_edges = np.bincount(new_tok, minlength=n) * (t.new_row >= 0)
+    old_edges, new_edges = np.bincount(old_tok, minlength=n), np.bincount(new_tok, minlength=n)
     changed_relations = _changed_relations(d, m, n, rel_labels)
     table = pa.table({
         "vocabulary": pa.array([k[0] for k in t.keys], pa.string()),
@@ -300,7 +301,7 @@ def tokens_table(old: Side, new: Side, m: Match, d: EdgeDiff, rel_labels: list[s
         "relations_changed": pa.array(changed_relations, pa.list_(pa.string())),
         "mapping_changed": pa.array(_mapping_changed(old, new, t), pa.bool_()),
     })  # fmt: skip
-    return table  # union order (diff_programs sorts it for the file)
+    return table
 
 
 def _concept_column(t: KeyIndex, old: Side, new: Side, name: str) -> list:
@@ -349,13 +350,7 @@ def mappings_table(old: Side, new: Side, m: Match) -> pa.Table:
     changed = _mapping_fields_changed(t, old, new)
     keep = [u for u, f in enumerate(changed) if t.keys[u][0] != SPECIAL and (f is None or f)]
     oc, nc = old.concepts, new.concepts
-
-    def side_col(table: pa.Table, rows: np.ndarray, name: str) -> list:
-        values = table.column(name).to_pylist()
-        return [values[rows[u]] if rows[u] >= 0 else None for u in keep]
-
-    titles = _by_union(t, oc.column("title").to_pylist(), nc.column("title").to_pylist())
-    dotted = _by_union(t, oc.column("code_dotted").to_pylist(), nc.column("code_dotted").to_pylist())
+    titles, dotted = _concept_column(t, old, new, "title"), _concept_column(t, old, new, "code_dotted")
     status = _status(t, np.zeros(t.size, dtype=bool))
     table = pa.table({
         "vocabulary": pa.array([t.keys[u][0] for u in keep], pa.string()),
@@ -364,7 +359,7 @@ def mappings_table(old: Side, new: Side, m: Match) -> pa.Table:
         "title": pa.array([titles[u] for u in keep], pa.string()),
         "change": pa.array([status[u] if changed[u] is None else "changed" for u in keep], pa.string()),
         "fields_changed": pa.array([changed[u] or [] for u in keep], pa.list_(pa.string())),
-        **{f"{p}_{name}": pa.array(side_col(tab, rows, name), tp)
+        **{f"{p}_{name}": pa.array(_at(rows, tab.column(name).to_pylist(), keep), tp)
            for name, tp in (("snomed_ids", pa.list_(pa.int64())), ("mapping_source", pa.string()),
                             ("mapping_kind", pa.string()))
            for p, tab, rows in (("old", oc, t.old_row), ("new", nc, t.new_row))},
@@ -384,7 +379,7 @@ def edges_table(old: Side, new: Side, m: Match, d: EdgeDiff, status: dict[tuple[
     )
 
 
-def take(table: pa.Table, name: str, rows: np.ndarray) -> pa.Array:
+def _take(table: pa.Table, name: str, rows: np.ndarray) -> pa.Array:
     """``table[name][rows]`` as one array."""
     return table.column(name).take(pa.array(rows, pa.int64())).combine_chunks()
 
@@ -397,19 +392,19 @@ def _edge_rows(side: Side, rows: np.ndarray, change: str, status: dict[tuple[str
     a = e.column("atom_id").to_numpy().astype(np.int64)
     cs, rs, at = side.concepts, side.relations, side.atoms
     keys = side.relation_keys()
-    voc, code = take(cs, "vocabulary", c), take(cs, "code", c)
+    voc, code = _take(cs, "vocabulary", c), _take(cs, "code", c)
     return pa.table({
         "change": pa.array([change] * len(rows), pa.string()),
         "vocabulary": voc,
         "code": code,
-        "code_dotted": take(cs, "code_dotted", c),
-        "title": take(cs, "title", c),
+        "code_dotted": _take(cs, "code_dotted", c),
+        "title": _take(cs, "title", c),
         "token_status": pa.array([status[k] for k in zip(voc.to_pylist(), code.to_pylist(), strict=True)], pa.string()),
         "relation_key": pa.array([keys[j] for j in r.tolist()], pa.string()),
-        "relation_label": take(rs, "label", r),
-        "atom_kind": take(at, "kind", a),
-        "atom_key": take(at, "key", a),
-        "atom_label": take(at, "label", a),
+        "relation_label": _take(rs, "label", r),
+        "atom_kind": _take(at, "kind", a),
+        "atom_key": _take(at, "key", a),
+        "atom_label": _take(at, "label", a),
         "role_group": e.column("role_group").cast(pa.int32()),
         "provenance": e.column("provenance").cast(pa.string()),
         "source_sctid": e.column("source_sctid").cast(pa.int64()),
