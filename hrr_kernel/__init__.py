@@ -9,8 +9,8 @@ codes up by vocabulary, ``Program.code(row)`` gives a row's :class:`ConceptCode`
 :func:`similarity`, :func:`cleanup`; to follow a model to a new release, :func:`carry_parameters` (trained
 atoms and relations matched by key, new ones set by an initialisation rule), :func:`token_sources` and
 :func:`token_provenance`; to take vectors apart (:mod:`hrr_kernel.explain`), :func:`unbind_relations`,
-:func:`unbind_pairs`, :func:`explain_vector`, :func:`unbinding_recall` (an :class:`UnbindingRecall`) and
-:func:`compose_query`.
+:func:`unbind_pairs`, :func:`explain_vector`, :func:`unbinding_recall` (an :class:`UnbindingRecall`),
+:func:`compose_query` and :func:`hrr_vectors`.
 """
 
 from .composer import compose
@@ -20,6 +20,7 @@ from .explain import (
     UnbindingRecall,
     compose_query,
     explain_vector,
+    hrr_vectors,
     unbind_pairs,
     unbind_relations,
     unbinding_recall,
@@ -67,6 +68,7 @@ __all__ = [
     "unbinding_recall",
     "UnbindingRecall",
     "compose_query",
+    "hrr_vectors",
     "carry_parameters",
     "Carried",
     "match_keys",

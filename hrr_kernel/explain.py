@@ -10,7 +10,9 @@ ones nearest to it by cosine. This module holds the pure tensor side of that:
 - :func:`unbinding_recall`: how many of a program's (relation, atom) edges of some rows come back in the
   top-k (overall, per relation kind, per relation), see :class:`UnbindingRecall`;
 - :func:`compose_query`: ``Σ r ⊛ a`` over given (relation, atom) pairs, the row the composer would build
-  for a concept with exactly those edges.
+  for a concept with exactly those edges;
+- :func:`hrr_vectors`: the trained code vectors of an :class:`~hrr_kernel.embedding.HRREmbedding`, its HRR
+  part (``base``, ``freq``, ``cat``: the composition ``C``; ``add``: ``C + W``).
 
 ``exact=False`` unbinds with Plate's approximate inverse (circular correlation); ``exact=True`` first
 projects the relation to unit spectral magnitude and uses its exact inverse (see
@@ -29,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .composer import compose
 from .errors import ShapeError
 from .ops import cleanup, unbind
 
@@ -39,6 +42,7 @@ __all__ = [
     "unbinding_recall",
     "UnbindingRecall",
     "compose_query",
+    "hrr_vectors",
 ]
 
 # bytes of the (pairs, atoms) similarity block scored at once by unbinding_recall
@@ -310,3 +314,31 @@ def unbinding_recall(
         edge_relation=rel,
         edge_row=pos,
     )
+
+
+def hrr_vectors(embedding, rows: Tensor | None = None) -> Tensor:
+    """The code vectors an :class:`~hrr_kernel.embedding.HRREmbedding` holds in HRR space, the ones to unbind.
+
+    ``base``: the composition ``C`` (the embedding itself); ``freq``: ``C``, without the fixed frequency
+    encoding the embedding adds (a function of the code's frequency, not of its edges); ``add``: ``C + W``,
+    the whole embedding; ``cat``: ``C``, the HRR half of ``[C, W]``. ``C`` is scaled to unit rows when the
+    embedding normalizes. Not differentiable (computed without gradients, detached).
+
+    Raises:
+        ShapeError: the embedding is ``unstructured`` (it has no HRR part).
+
+    Shapes:
+        - rows: ``(N,)`` concept ids, or None for all concepts
+        - output: ``(N, H)``
+    """
+    if embedding.mode == "unstructured":
+        raise ShapeError(
+            "an 'unstructured' embedding has no HRR part (no atoms or relations); got mode 'unstructured'"
+        )
+    with torch.no_grad():
+        c = compose(embedding.program, embedding.atoms.detach(), embedding.relations.detach(), rows)  # (N, H)
+        if embedding.normalize:
+            c = F.normalize(c, dim=1, eps=1e-12)
+        if embedding.mode == "add":
+            c = c + (embedding.table if rows is None else embedding.table[rows]).detach()
+    return c

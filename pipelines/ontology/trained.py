@@ -98,7 +98,7 @@ def load_trained(path: str | Path, device: str = "cpu") -> TrainedVectors:
     import torch
     import torch.nn.functional as F
 
-    from hrr_kernel import compose
+    from hrr_kernel import compose, hrr_vectors
     from model import HRRBert
 
     mdir = model_folder(path)
@@ -116,7 +116,7 @@ def load_trained(path: str | Path, device: str = "cpu") -> TrainedVectors:
             c = F.normalize(c, dim=1, eps=1e-12)
         extra = {"freq": token.freq_encoding, "add": token.table, "cat": token.table}.get(token.mode)
         extra = None if extra is None else extra.detach().float()
-        vectors = c + extra if token.mode == "add" else c
+    vectors = hrr_vectors(token).float()  # (N, H): C, or C + W for add
     return TrainedVectors(
         mdir, model.program, token.mode, token.normalize, atoms, relations, c, vectors, extra
     )

@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from hrr_kernel import (
+    HRREmbedding,
     ShapeError,
     bind,
     compose,
     compose_query,
     explain_vector,
+    hrr_vectors,
     load_program,
     project_unitary,
     unbind,
@@ -195,3 +197,28 @@ def test_recall_errors_name_what_was_given(tmp_path):
         unbinding_recall(p, v, atoms[:2], relations, torch.tensor([0, 1]))
     empty = unbinding_recall(p, v[:0], atoms, relations, torch.tensor([], dtype=torch.int64))
     assert empty.edges == 0 and math.isnan(empty.recall[1])
+
+
+@pytest.mark.parametrize("mode", ["base", "freq", "add", "cat"])
+def test_hrr_vectors_are_the_hrr_part_of_the_embedding(tmp_path, mode):
+    p = _program(tmp_path, [(0, 0, 1), (1, 1, 2), (2, 0, 0), (2, 2, 3)], 3, 4, 3)
+    logf = torch.tensor([0.0, -1.0, -2.0]) if mode == "freq" else None
+    emb = HRREmbedding(p, 10, mode, log_frequency=logf, dtype=torch.float64, normalize=mode == "cat")
+    full = emb.matrix().detach()  # (N, D)
+    c = compose(p, emb.atoms.detach(), emb.relations.detach())
+    want = full  # base, add: the embedding itself
+    if mode == "freq":
+        want = full - emb.freq_encoding
+    elif mode == "cat":
+        want = torch.nn.functional.normalize(c, dim=1)
+    torch.testing.assert_close(hrr_vectors(emb), want, atol=1e-12, rtol=0)
+    torch.testing.assert_close(hrr_vectors(emb, torch.tensor([2, 0])), want[[2, 0]], atol=1e-12, rtol=0)
+    assert not hrr_vectors(emb).requires_grad
+    if mode == "cat":
+        torch.testing.assert_close(full[:, :5], want, atol=1e-12, rtol=0)
+
+
+def test_hrr_vectors_refuse_an_unstructured_embedding(tmp_path):
+    p = _program(tmp_path, [(0, 0, 0)], 1, 1, 1)
+    with pytest.raises(ShapeError, match="'unstructured' embedding has no HRR part"):
+        hrr_vectors(HRREmbedding(p, 4, "unstructured"))
