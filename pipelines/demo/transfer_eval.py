@@ -19,6 +19,7 @@ import torch
 from pipelines.eval.markdown import table
 from pipelines.eval.stats import PatientScorer, bootstrap_patients, paired_bootstrap_diff
 
+from .release_model import ET1
 from .transfer import CONFIGURATIONS, MLM_K, NEIGHBOURS, TASK, TransferStudy, write_study
 
 __all__ = ["evaluate_transfer"]
@@ -39,8 +40,8 @@ def _carry_all(exp_dir: Path, new_dir: Path, study: Path, init: str) -> dict[str
         out[mode] = {
             "pretrain": transfer(
                 pre, new_dir, study / "models" / f"{mode}-pretrain", init=init, force=True
-            ).path,
-            TASK: transfer(fin, new_dir, study / "models" / f"{mode}-{TASK}", init=init, force=True).path,
+            ).out,
+            TASK: transfer(fin, new_dir, study / "models" / f"{mode}-{TASK}", init=init, force=True).out,
         }
     return out
 
@@ -174,7 +175,9 @@ def _markdown(rec: dict[str, Any]) -> str:
         [f"MLM top-{MLM_K} of old codes in the same patients, % (reference, {m['old_probes']} probes)",
          f"{100 * m[CONTROL][f'old_codes_top{MLM_K}']:.1f}", f"{100 * m[TREATED][f'old_codes_top{MLM_K}']:.1f}", ""],
     ]  # fmt: skip
-    carried = rec["transfer"][TREATED]
+    t = rec["transfer"][TREATED]["tokens"]
+    tokens = (f"tokens carried {t['carried']}, new and composed from trained atoms only {t['composed_trained']}, "
+              f"with some new atoms {t['composed_some_new']}, entirely new {t['entirely_new']}")  # fmt: skip
     return "\n".join([
         "## When a new release arrives: models carried to the new program",
         "",
@@ -182,7 +185,7 @@ def _markdown(rec: dict[str, Any]) -> str:
         f"{rec['new_codes']} new codes. Both models were pretrained and fine-tuned on patients without any new "
         f"code, then carried over (`hrrbert transfer`, init `{rec['init']}`): `unstructured` gives every new "
         "code the trained `[UNK]` row, `base` composes it from its trained atoms and relations "
-        f"({carried.get('tokens', {})}).",
+        f"({tokens}).",
         "",
         table(["measure", f"{CONTROL} (new codes at [UNK])", f"{TREATED} (composed)", f"{TREATED} − {CONTROL}"],
               rows),  # fmt: skip
@@ -215,7 +218,7 @@ def evaluate_transfer(
         "kind": "transfer_study",
         "experiment": str(exp_dir),
         "old_program_id": Path(old_id).name,
-        "old_as_of": "as of the release's first effective time",
+        "old_as_of": f"as of {ET1}",
         "new_program_id": new_p.program_id,
         "dataset_new": str(dataset_new),
         "new_codes": int(new_rows.size),
