@@ -25,6 +25,7 @@ class EvaluateConfig:
     neighbours: int = 4  # top-k neighbours scored (paper: 4)
     per_group: int = 10  # common / rare / random codes studied (paper: 10 rare)
     tsne_points: int = 2000  # codes in the t-SNE plot (0: no plot)
+    unbinding_rows: int = 500  # ICD codes sampled for the unbinding recall (HRR modes; 0: none)
     cost_steps: int = 3  # timed training steps for the cost figures (0: none)
     cost_batch: int = 32  # sequences per timed step
     batch_size: int = 128  # evaluation batch

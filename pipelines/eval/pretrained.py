@@ -7,6 +7,10 @@ What it runs (each part skipped when its input is not given):
 - (c) transfer: the mortality fine-tuning run on another dataset's ``test`` split (eICU layout);
 - (d) nearest neighbours with the ontology-relatedness score (:mod:`pipelines.eval.neighbours`);
 - (e) a t-SNE plot of the token embedding matrix (:mod:`pipelines.eval.tsne`);
+- unbinding recall (HRR modes only): a seeded sample of ``unbinding_rows`` ICD codes; each code's trained
+  vector (:func:`hrr_kernel.hrr_vectors`) unbound with the relation of each of its program edges and
+  cleaned up against all trained atoms; the share of edges whose atom is in the top 1 / top 5, overall,
+  per relation kind and per relation (:func:`hrr_kernel.unbinding_recall` says exactly what counts);
 - the cost figures of a training step (embedding build time, step time, tokens/s, peak memory).
 
 The statistics across trials and configurations (f) live in :mod:`pipelines.eval.stats` and are applied by
@@ -143,6 +147,9 @@ def _embedding_studies(record: dict[str, Any], model, ds: TokenizedDataset, prog
             )
         with _timed(record, "neighbours"):
             record["neighbours"] = _neighbours(model, ds, cfg)
+        if model.config.mode != "unstructured" and cfg.unbinding_rows > 0:
+            with _timed(record, "unbinding_recall"):
+                record["unbinding_recall"] = unbinding_study(model, cfg.unbinding_rows, cfg.seed)
         if cfg.tsne_points > 0:
             from .tsne import tsne_plot
 
@@ -215,6 +222,33 @@ def _count_train(ds: TokenizedDataset, n: int) -> np.ndarray:
     return c
 
 
+UNBINDING_KS = (1, 5)
+
+
+def unbinding_study(model, n_rows: int, seed: int) -> dict[str, Any]:
+    """Unbinding recall of an HRR model over a seeded sample of ``n_rows`` ICD codes (all when fewer): the
+    :class:`hrr_kernel.UnbindingRecall` record at top-1 and top-5, per relation keyed by its label, with the
+    HRR dimension and the sampled rows."""
+    import torch
+
+    from hrr_kernel import hrr_vectors, unbinding_recall
+
+    program, token = model.program, model.embeddings.token
+    icd = np.flatnonzero([v.upper().startswith("ICD") for v in program.concept_vocabularies])
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(icd, size=min(n_rows, icd.size), replace=False))
+    ids = torch.as_tensor(rows, dtype=torch.int64, device=program.device)
+    with torch.no_grad():
+        vectors = hrr_vectors(token, ids).float()  # (n, H)
+        res = unbinding_recall(program, vectors, token.atoms.detach().float(), token.relations.detach().float(),
+                               ids, ks=UNBINDING_KS)  # fmt: skip
+    out = res.as_dict()
+    out["per_relation"] = {program.relation_labels[int(j)]: v for j, v in out["per_relation"].items()}
+    out["dim"] = token.hrr_dim
+    out["sample"] = {"vocabularies": "ICD*", "seed": seed, "asked": n_rows}
+    return out
+
+
 def _neighbours(model, ds: TokenizedDataset, cfg: EvaluateConfig) -> dict[str, Any]:
     from .neighbours import Ontology, choose_codes, neighbour_study
 
@@ -263,6 +297,13 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         lines.append(f"bin       [{b['low']:.0f}, {b['high']:.0f}) {b['probes']} probes: {acc}")
     for g, v in record.get("neighbours", {}).get("groups", {}).items():
         lines.append(f"neighbours {g}: {v['related']}/{v['total']} related")
+    u = record.get("unbinding_recall")
+    if u:
+        kinds = ", ".join(f"{k} {v['recall']['5']:.3f}" for k, v in u["per_kind"].items())
+        lines.append(
+            f"unbinding {u['rows']} codes, {u['edges']} edges (H={u['dim']}): top-1 {u['recall']['1']:.3f}, "
+            f"top-5 {u['recall']['5']:.3f} (top-5 by kind: {kinds})"
+        )
     for t in record.get("rood", []):
         u = t["rood_unseen"]
         lines.append(
