@@ -6,7 +6,8 @@ with exactly those edges), and compared by cosine with every code's trained vect
 embedding, see :mod:`pipelines.ontology.trained`; special tokens and codes without edges are left out).
 With ``like=CODE`` the query starts from that code's trained vector: ``q = v(CODE) − Σ_minus r ⊛ a +
 Σ_plus r ⊛ a`` (the pairs given without ``--plus`` are added too), e.g. the same disorder at another site;
-``CODE`` itself is left out of the results. Each hit says how many of the wanted pairs (the added ones)
+``CODE`` itself is left out of the results, and so are the codes the program composes from the same edges
+(an ICD-9-CM twin, say), which would otherwise top the list. Each hit says how many of the wanted pairs (the added ones)
 the program gives it as edges.
 """
 
@@ -62,14 +63,19 @@ def _describe_pair(program, pair: tuple[int, int]) -> str:
 
 
 def _candidates(trained: TrainedVectors, exclude: int | None):
-    """Rows a query may return: not special tokens, a nonzero vector, not ``exclude``. ``(N,)`` bool."""
+    """Rows a query may return: not special tokens, a nonzero vector, not ``exclude`` nor a code with the same
+    composition (the same edges) as ``exclude``. ``(N,)`` bool."""
     import torch
+    import torch.nn.functional as F
 
     p = trained.program
     keep = trained.vectors.norm(dim=1) > 0  # (N,)
     special = torch.tensor([v == "SPECIAL" for v in p.concept_vocabularies], dtype=torch.bool)
     keep &= ~special.to(keep.device)
-    if exclude is not None:
+    if exclude is not None:  # the code and its twins: codes composed from the same edges
+        c = trained.composition
+        same = F.normalize(c, dim=1, eps=1e-12) @ F.normalize(c[exclude], dim=0, eps=1e-12) > 1 - 1e-6  # (N,)
+        keep &= ~same
         keep[exclude] = False
     return keep
 
