@@ -9,7 +9,8 @@ codes up by vocabulary, ``Program.code(row)`` gives a row's :class:`ConceptCode`
 :func:`similarity`, :func:`cleanup`; to follow a model to a new release, :func:`carry_parameters` (trained
 atoms and relations matched by key, new ones set by an initialisation rule), :func:`token_sources` and
 :func:`token_provenance`; to take vectors apart (:mod:`hrr_kernel.explain`), :func:`unbind_relations`,
-:func:`unbind_pairs`, :func:`explain_vector`, :func:`unbinding_recall` (an :class:`UnbindingRecall`),
+:func:`unbind_pairs`, :func:`explain_vector`, :func:`relation_range` (each relation's cleanup memory),
+:func:`unbinding_recall` (an :class:`UnbindingRecall`),
 :func:`compose_query` and :func:`hrr_vectors`.
 """
 
@@ -21,6 +22,7 @@ from .explain import (
     compose_query,
     explain_vector,
     hrr_vectors,
+    relation_range,
     unbind_pairs,
     unbind_relations,
     unbinding_recall,
@@ -65,6 +67,7 @@ __all__ = [
     "unbind_relations",
     "unbind_pairs",
     "explain_vector",
+    "relation_range",
     "unbinding_recall",
     "UnbindingRecall",
     "compose_query",

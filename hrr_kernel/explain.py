@@ -39,6 +39,7 @@ __all__ = [
     "unbind_relations",
     "unbind_pairs",
     "explain_vector",
+    "relation_range",
     "unbinding_recall",
     "UnbindingRecall",
     "compose_query",
@@ -101,6 +102,21 @@ def unbind_pairs(vectors: Tensor, relations: Tensor, relation_ids: Tensor, *, ex
     return unbind(vectors, relations.index_select(0, ids), exact=exact)  # (P, H)
 
 
+def relation_range(program) -> Tensor:
+    """Which atoms fill each relation somewhere in the program: the role's cleanup memory.
+
+    A finding site is a body structure, never a description word; cleaning an unbound vector up against
+    the atoms its relation takes anywhere in the program (instead of all atoms) is the usual role-specific
+    item memory of HRR decoding, and uses no knowledge of the code being explained.
+
+    Shapes:
+        - output: ``(R, A)`` bool
+    """
+    out = torch.zeros(program.n_relations, program.n_atoms, dtype=torch.bool)
+    out[program.edge_relation.cpu(), program.edge_atom.cpu()] = True
+    return out
+
+
 def explain_vector(
     vector: Tensor,
     atoms: Tensor,
@@ -109,11 +125,14 @@ def explain_vector(
     *,
     k: int = 5,
     exact: bool = False,
+    memory: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """For each relation asked, the ``k`` atoms nearest (cosine) to ``vector ⊛ relation⁻¹``.
 
     Row ``i`` of the output belongs to ``relation_ids[i]``; values are sorted descending (ties in
-    ``torch.topk`` order).
+    ``torch.topk`` order). ``memory`` (``(R, A)`` bool, e.g. :func:`relation_range`) restricts each
+    relation's cleanup to its atoms; ``k`` is then capped at the smallest memory asked (values of atoms
+    outside it never appear).
 
     Shapes:
         - vector: ``(H,)``; atoms: ``(A, H)``; relations: ``(R, H)``; relation_ids: ``(K,)``
@@ -124,7 +143,24 @@ def explain_vector(
     _check_matrix("atoms", atoms, vector.shape[0])
     ids = torch.as_tensor(relation_ids, dtype=torch.int64)
     queries = unbind_pairs(vector.expand(ids.numel(), -1), relations, ids, exact=exact)  # (K, H)
-    return cleanup(queries, atoms, k=k)
+    if memory is None:
+        return cleanup(queries, atoms, k=k)
+    allowed = _memory_rows(memory, relations.shape[0], atoms.shape[0], ids).to(vector.device)  # (K, A)
+    k = min(k, int(allowed.sum(1).min()))
+    if k < 1:
+        raise ShapeError(
+            "a relation asked has no atom in its memory (no edge of that relation in the program)"
+        )
+    sims = F.normalize(queries, dim=-1, eps=1e-12) @ F.normalize(atoms, dim=-1, eps=1e-12).T  # (K, A)
+    return sims.masked_fill(~allowed, -float("inf")).topk(k, dim=-1)
+
+
+def _memory_rows(memory: Tensor, n_relations: int, n_atoms: int, ids: Tensor) -> Tensor:
+    """The ``(R, A)`` bool ``memory``'s rows for relation ids ``ids``: ``(K, A)``."""
+    if memory.dtype != torch.bool or tuple(memory.shape) != (n_relations, n_atoms):
+        raise ShapeError(f"memory must be a ({n_relations}, {n_atoms}) bool tensor, got {memory.dtype} "
+                         f"{tuple(memory.shape)}")  # fmt: skip
+    return memory.index_select(0, ids.to(memory.device))
 
 
 def compose_query(atoms: Tensor, relations: Tensor, pairs: Sequence[tuple[int, int]]) -> Tensor:
@@ -168,6 +204,7 @@ class UnbindingRecall:
     per_kind: dict[str, dict] = field(default_factory=dict)
     per_relation: dict[int, dict] = field(default_factory=dict)
     exact: bool = False
+    memory: str = "range"  # the cleanup memory: range (each relation's atoms) or all
     ranks: Tensor | None = field(default=None, repr=False)
     edge_relation: Tensor | None = field(default=None, repr=False)
     edge_row: Tensor | None = field(default=None, repr=False)
@@ -184,6 +221,7 @@ class UnbindingRecall:
             "rows_with_edges": self.rows_with_edges,
             "edges": self.edges,
             "exact": self.exact,
+            "memory": self.memory,
             "recall": {str(k): v for k, v in self.recall.items()},
             "per_kind": {name: part(d) for name, d in self.per_kind.items()},
             "per_relation": {str(j): part(d) for j, d in self.per_relation.items()},
@@ -200,7 +238,12 @@ def _row_edges(program, rows: Tensor, device: torch.device) -> tuple[Tensor, Ten
 
 
 def _edge_ranks(
-    vectors: Tensor, atoms: Tensor, relations: Tensor, edges: tuple[Tensor, Tensor, Tensor], exact: bool
+    vectors: Tensor,
+    atoms: Tensor,
+    relations: Tensor,
+    edges: tuple[Tensor, Tensor, Tensor],
+    exact: bool,
+    memory: Tensor | None = None,
 ) -> Tensor:
     """Rank of each edge's atom among all atoms: how many atoms are strictly more similar (cosine) to
     ``vectors[row] ⊛ relation⁻¹`` than it is. Each (row, relation) pair is unbound once; pairs are scored
@@ -213,6 +256,7 @@ def _edge_ranks(
     pos, rel, atom = edges
     n_rel = relations.shape[0]
     pair_key, pair_of_edge = torch.unique(pos * n_rel + rel, return_inverse=True)  # (P,), (E,)
+    allowed = None if memory is None else memory.to(pos.device)  # (R, A)
     memory = F.normalize(atoms, dim=-1, eps=1e-12)  # (A, H)
     order = torch.argsort(pair_of_edge, stable=True)  # edges grouped by pair
     bounds = torch.searchsorted(pair_of_edge[order], torch.arange(pair_key.numel() + 1, device=pos.device))
@@ -225,6 +269,8 @@ def _edge_ranks(
             vectors.index_select(0, keys // n_rel), relations, keys % n_rel, exact=exact
         )  # (p, H)
         sims = F.normalize(q, dim=-1, eps=1e-12) @ memory.T  # (p, A)
+        if allowed is not None:  # atoms outside the relation's memory never outrank
+            sims = sims.masked_fill(~allowed.index_select(0, keys % n_rel), -float("inf"))
         idx = order[int(bounds[s]) : int(bounds[e])]  # edges of these pairs
         local = pair_of_edge[idx] - s  # (e,)
         own = sims[local, atom[idx]]  # (e,)
@@ -246,12 +292,14 @@ def unbinding_recall(
     ks: Sequence[int] = (1, 5),
     *,
     exact: bool = False,
+    memory: str = "range",
 ) -> UnbindingRecall:
     """How many of the program's edges of ``rows`` unbinding recovers from the rows' vectors.
 
     What counts: every edge ``(c, r, a)`` of the program whose concept ``c`` is in ``rows`` is scored once.
-    Its query is ``vectors[i] ⊛ r⁻¹`` (``i``: the position of ``c`` in ``rows``); the cleanup memory is all
-    ``A`` atoms of the program; the atom's rank is the number of atoms whose cosine with the query is
+    Its query is ``vectors[i] ⊛ r⁻¹`` (``i``: the position of ``c`` in ``rows``); the cleanup memory is
+    ``memory``: ``range`` (the default), the atoms that fill ``r`` anywhere in the program
+    (:func:`relation_range`), or ``all``, every atom of the program; the atom's rank is the number of atoms whose cosine with the query is
     strictly greater than ``a``'s (0 = nearest; ties are resolved in the atom's favour). The edge is
     recovered at ``k`` when its rank is below ``k``. A relation with ``m`` edges on one concept gives
     ``m`` scored edges against the same query, each ranked among all atoms (the other ``m - 1`` true atoms
@@ -266,6 +314,7 @@ def unbinding_recall(
         rows: distinct concept ids.
         ks: the cut-offs, each at least 1 (one above ``A`` recovers every edge).
         exact: unbind with the exact inverse of the unitary-projected relation.
+        memory: ``range`` or ``all`` (see above).
 
     Shapes:
         - vectors: ``(N, H)``; atoms: ``(A, H)``; relations: ``(R, H)``; rows: ``(N,)``
@@ -288,8 +337,11 @@ def unbinding_recall(
     ks = tuple(int(k) for k in ks)
     if not ks or any(k < 1 for k in ks):
         raise ShapeError(f"ks must be positive cut-offs (top-k), got {ks}")
+    if memory not in ("range", "all"):
+        raise ShapeError(f"memory must be 'range' or 'all', got {memory!r}")
     edges = _row_edges(program, rows, dev)
-    ranks = _edge_ranks(vectors, atoms.to(dev), relations.to(dev), edges, exact)  # (E,)
+    allowed = relation_range(program) if memory == "range" else None
+    ranks = _edge_ranks(vectors, atoms.to(dev), relations.to(dev), edges, exact, allowed)  # (E,)
     pos, rel, _ = edges
     kinds = program.relation_kinds
     per_relation = {
@@ -310,6 +362,7 @@ def unbinding_recall(
         per_kind=per_kind,
         per_relation=per_relation,
         exact=exact,
+        memory=memory,
         ranks=ranks,
         edge_relation=rel,
         edge_row=pos,

@@ -37,19 +37,24 @@ def _emit(result, lines: list[str], as_json: bool, out: str | None) -> None:
 @click.option(
     "--exact", is_flag=True, help="Unbind with the exact inverse of the unitary-projected relation."
 )
+@click.option(
+    "--any-atom",
+    is_flag=True,
+    help="Clean up against every atom (default: the atoms each relation takes anywhere in the program).",
+)
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help=_OUT_HELP)
 @device_option("cpu", "cpu or cuda.")
 @verbosity_options
 @handle_errors
 def explain_cmd(model: str, code: str, relations: tuple[str, ...], all_relations: bool, top: int, drift: bool,
-                exact: bool, as_json: bool, out: str | None, device: str) -> None:  # fmt: skip
+                exact: bool, any_atom: bool, as_json: bool, out: str | None, device: str) -> None:  # fmt: skip
     """Explain CODE (E11.9, E119 or ICD10CM:E11.9) in MODEL: its trained vector unbound with each relation
     and cleaned up against the trained atoms (* marks an edge the program holds)."""
     from pipelines.ontology.explain import explain, summary_lines
 
     result = explain(model, code, relations=relations, all_relations=all_relations, top=top, drift=drift,
-                     exact=exact, device=device)  # fmt: skip
+                     exact=exact, any_atom=any_atom, device=device)  # fmt: skip
     _emit(result, summary_lines(result), as_json, out)
 
 

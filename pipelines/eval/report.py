@@ -456,7 +456,8 @@ def _unbinding_section(exp: Experiment) -> list[str]:
     ]
     return ["## Unbinding recall", "",
             "A seeded sample of ICD codes per pretraining seed: each code's trained HRR vector unbound with the "
-            "relation of each of its program edges and cleaned up against all trained atoms; the share of edges "
+            "relation of each of its program edges and cleaned up against the trained atoms that relation takes "
+            "anywhere in the program (its role's memory: body structures for a finding site); the share of edges "
             "whose atom ranks in the top 1 / top 5 (mean over seeds; codes and edges summed). A relation with m "
             "atoms on one code is m edges ranked against the same query.", "", table(header, rows), ""]  # fmt: skip
 

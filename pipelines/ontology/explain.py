@@ -1,11 +1,12 @@
 """Explain a trained code vector by unbinding (``hrrbert explain MODEL CODE``).
 
 The code's trained vector ``v`` (the HRR part of its embedding row, see :mod:`pipelines.ontology.trained`)
-is unbound with each relation asked, ``v ⊛ r⁻¹``, and cleaned up against all trained atoms by cosine
-(:func:`hrr_kernel.explain_vector`). Relations asked: the distinct relations of the code's edges in the
+is unbound with each relation asked, ``v ⊛ r⁻¹``, and cleaned up by cosine against the trained atoms
+that fill that relation anywhere in the program (:func:`hrr_kernel.relation_range`: a finding site is a
+body structure, never a word), or against all atoms with ``any_atom`` (:func:`hrr_kernel.explain_vector`). Relations asked: the distinct relations of the code's edges in the
 program (default), the ``relations`` named, or every relation (``all_relations``). For each, the result
 lists the top atoms (key, label, kind, similarity, whether the program holds that edge) and the program's
-own atoms for that relation with their rank among all atoms (0 = nearest; the number of atoms strictly
+own atoms for that relation with their rank in the same memory (0 = nearest; the number of atoms strictly
 more similar, as :func:`hrr_kernel.unbinding_recall` counts it).
 
 ``drift`` says how far the trained vector is from its ontology composition ``C``:
@@ -105,6 +106,7 @@ class Explanation:
     title: str
     exact: bool
     top_k: int
+    memory: str = "range"  # cleanup memory: range (the relation's atoms) or all
     relations: list[RelationExplanation] = field(default_factory=list)
     drift: Drift | None = None
 
@@ -141,22 +143,27 @@ def _relations_asked(trained: TrainedVectors, row: int, names: tuple[str, ...], 
 
 
 def _explain_relations(
-    trained: TrainedVectors, row: int, relations: list[int], k: int, exact: bool
+    trained: TrainedVectors, row: int, relations: list[int], k: int, exact: bool, any_atom: bool = False
 ) -> list[RelationExplanation]:
     """Unbind the code's vector with each relation; the top-k atoms and the ranks of the program's atoms."""
     import torch
     import torch.nn.functional as F
 
-    from hrr_kernel import explain_vector, unbind_pairs
+    from hrr_kernel import explain_vector, relation_range, unbind_pairs
 
     p = trained.program
+    memory = None if any_atom else relation_range(p).to(trained.atoms.device)
+    if memory is not None:  # a relation without edges in the program (--all-relations) gets every atom
+        memory[memory.sum(1) == 0] = True
     ids = torch.tensor(relations, dtype=torch.int64)
     vector = trained.vectors[row]  # (H,)
     values, indices = explain_vector(
-        vector, trained.atoms, trained.relations, ids, k=k, exact=exact
+        vector, trained.atoms, trained.relations, ids, k=k, exact=exact, memory=memory
     )  # (K, k)
     q = unbind_pairs(vector.expand(len(relations), -1), trained.relations, ids, exact=exact)  # (K, H)
     sims = F.normalize(q, dim=-1) @ F.normalize(trained.atoms, dim=-1).T  # (K, A)
+    if memory is not None:  # atoms outside a relation's memory never outrank its own
+        sims = sims.masked_fill(~memory.index_select(0, ids), -float("inf"))
     edges = code_edges(p, row)
     out = []
     for i, j in enumerate(relations):
@@ -191,6 +198,7 @@ def explain_code(
     top: int = 5,
     drift: bool = False,
     exact: bool = False,
+    any_atom: bool = False,
 ) -> Explanation:
     """Explain one code of an already loaded model (see the module docstring)."""
     if top < 1:
@@ -202,10 +210,11 @@ def explain_code(
     asked = _relations_asked(trained, row, tuple(relations), all_relations)
     cc = p.code(row)
     result = Explanation(
-        str(trained.folder), trained.mode, row, str(cc), cc.title, exact, min(top, p.n_atoms)
-    )
+        str(trained.folder), trained.mode, row, str(cc), cc.title, exact, min(top, p.n_atoms),
+        "all" if any_atom else "range",
+    )  # fmt: skip
     if asked:
-        result.relations = _explain_relations(trained, row, asked, result.top_k, exact)
+        result.relations = _explain_relations(trained, row, asked, result.top_k, exact, any_atom)
     if drift:
         result.drift = drift_of(trained, row)
     return result
@@ -227,7 +236,11 @@ def write_json(result: Any, path: str | Path) -> Path:
 def summary_lines(result: Explanation) -> list[str]:
     """What ``hrrbert explain`` prints: per relation the top atoms (``*`` the program holds the edge) and the
     ranks of the program's own atoms."""
-    lines = [f"{result.code} {result.title}".rstrip(), f"model {result.model} ({result.mode})"]
+    memory = "every atom" if result.memory == "all" else "the atoms each relation takes in the program"
+    lines = [
+        f"{result.code} {result.title}".rstrip(),
+        f"model {result.model} ({result.mode}); cleanup: {memory}",
+    ]
     if not result.relations:
         lines.append("the code has no edges in the program; ask for --relation NAME or --all-relations")
     for r in result.relations:

@@ -125,7 +125,8 @@ def test_recall_falls_as_the_superposition_grows(tmp_path):
     assert recall[-1][32] < recall[1][32]  # 32 atoms in 64 dimensions: many are lost
 
 
-def test_recall_against_a_per_edge_reference(tmp_path):
+@pytest.mark.parametrize("memory", ["all", "range"])
+def test_recall_against_a_per_edge_reference(tmp_path, memory):
     rng = np.random.default_rng(4)
     edges = sorted(
         {
@@ -139,7 +140,8 @@ def test_recall_against_a_per_edge_reference(tmp_path):
     atoms, relations = _vectors(25, 4, 24, seed=5, unitary=False)
     rows = torch.tensor([9, 2, 5, 0, 11])
     vectors = compose(p, atoms, relations, rows)
-    res = unbinding_recall(p, vectors, atoms, relations, rows, ks=(1, 3))
+    res = unbinding_recall(p, vectors, atoms, relations, rows, ks=(1, 3), memory=memory)
+    fills = {r: {a for _, rr, a in edges if rr == r} for r in range(4)}  # each relation's range
     ref_ranks, ref_rel = [], []
     for i, c in enumerate(rows.tolist()):
         for cc, r, a in edges:
@@ -147,7 +149,8 @@ def test_recall_against_a_per_edge_reference(tmp_path):
                 continue
             q = unbind(vectors[i], relations[r])
             sims = torch.nn.functional.cosine_similarity(q.unsqueeze(0), atoms, dim=1)
-            ref_ranks.append(int((sims > sims[a]).sum()))
+            pool = range(25) if memory == "all" else fills[r]
+            ref_ranks.append(sum(1 for b in pool if sims[b] > sims[a]))
             ref_rel.append(r)
     assert res.edges == len(ref_ranks)
     assert sorted(res.ranks.tolist()) == sorted(ref_ranks)
@@ -158,7 +161,7 @@ def test_recall_against_a_per_edge_reference(tmp_path):
         assert part["edges"] == len(mine)
         assert part["recall"][3] == pytest.approx(sum(x < 3 for x in mine) / len(mine))
     d = res.as_dict()
-    assert d["recall"]["1"] == res.recall[1] and "ranks" not in d
+    assert d["recall"]["1"] == res.recall[1] and "ranks" not in d and d["memory"] == memory
 
 
 def test_recall_chunking_gives_the_same_ranks(tmp_path, monkeypatch):
@@ -222,3 +225,26 @@ def test_hrr_vectors_refuse_an_unstructured_embedding(tmp_path):
     p = _program(tmp_path, [(0, 0, 0)], 1, 1, 1)
     with pytest.raises(ShapeError, match="'unstructured' embedding has no HRR part"):
         hrr_vectors(HRREmbedding(p, 4, "unstructured"))
+
+
+def test_relation_range_and_a_restricted_explain(tmp_path):
+    from hrr_kernel import explain_vector, relation_range
+
+    edges = [(0, 0, 1), (0, 1, 2), (1, 0, 3), (2, 1, 4), (2, 1, 0)]
+    p = _program(tmp_path, edges, 3, 5, 3)
+    rng = relation_range(p)
+    assert rng.dtype == torch.bool and rng.shape == (3, 5)
+    assert rng[0].nonzero().flatten().tolist() == [1, 3] and rng[1].nonzero().flatten().tolist() == [0, 2, 4]
+    assert not rng[2].any()
+    atoms, relations = _vectors(5, 3, 16, seed=2, unitary=False)
+    v = compose(p, atoms, relations, torch.tensor([0]))[0]
+    values, indices = explain_vector(v, atoms, relations, [0, 1], k=5, memory=rng)
+    assert indices.shape == (2, 2)  # k capped at the smallest memory asked (relation 0 takes 2 atoms)
+    assert set(indices[0].tolist()) == {1, 3} and set(indices[1].tolist()) <= {0, 2, 4}
+    q = unbind(v, relations[0])
+    cos = torch.nn.functional.cosine_similarity(q.unsqueeze(0), atoms[[1, 3]], dim=1)
+    assert values[0].tolist() == pytest.approx(sorted(cos.tolist(), reverse=True))
+    with pytest.raises(ShapeError, match="no atom in its memory"):
+        explain_vector(v, atoms, relations, [2], k=1, memory=rng)
+    with pytest.raises(ShapeError, match="bool tensor"):
+        explain_vector(v, atoms, relations, [0], k=1, memory=rng.float())

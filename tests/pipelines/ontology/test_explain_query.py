@@ -186,7 +186,9 @@ def test_explain_recovers_every_edge_of_the_code(base):
 
 
 def test_explain_matches_a_brute_force_unbinding(base):
-    e = explain_code(base, "E10.8", relations=(str(FINDING_SITE),), top=len(ATOM_KEYS), exact=True)
+    e = explain_code(
+        base, "E10.8", relations=(str(FINDING_SITE),), top=len(ATOM_KEYS), exact=True, any_atom=True
+    )
     v = base.vectors[1].double()
     r = base.relations[SITE].double()
     q = torch.fft.irfft(torch.fft.rfft(v) / torch.fft.rfft(r), n=v.numel())  # unitary: exact inverse
@@ -195,6 +197,13 @@ def test_explain_matches_a_brute_force_unbinding(base):
     got = e.relations[0].top
     assert [h.atom_id for h in got] == order.tolist()
     np.testing.assert_allclose([h.similarity for h in got], sims[order].numpy(), atol=1e-5)
+    # the default cleanup memory: only the atoms some code takes as a finding site, in the same order
+    from hrr_kernel import relation_range
+
+    fills = relation_range(base.program)[SITE]
+    ranged = explain_code(base, "E10.8", relations=(str(FINDING_SITE),), top=len(ATOM_KEYS), exact=True)
+    assert ranged.memory == "range" and e.memory == "all"
+    assert [h.atom_id for h in ranged.relations[0].top] == [a for a in order.tolist() if fills[a]]
 
 
 def test_a_code_without_edges_explains_nothing_unless_asked(base):
