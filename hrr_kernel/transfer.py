@@ -10,6 +10,10 @@ vector: the trained one where the key matches, else one set by the initialisatio
   the trained vectors it shares with the old program and nothing else; training moves it from zero.
 - ``kind_mean``: the mean of the trained atoms of the same kind (relations: of all trained relations).
 - ``random``: N(0, ``std``) draws, as a fresh model starts (``generator`` makes them reproducible).
+- ``parents``: a new concept atom starts at the mean of its is-a parents' vectors (``atom_parents``, from
+  the new release's is-a graph; parents that are new themselves are set first), so a concept the release
+  added sits where the ontology puts it; atoms without known parents (words, roots) start at zero, as do
+  new relations.
 
 Dimension legend: A atoms, R relations, N concepts (tokens), H HRR dimension.
 """
@@ -35,7 +39,7 @@ __all__ = [
     "PROVENANCE",
 ]
 
-INIT_RULES = ("zero", "kind_mean", "random")
+INIT_RULES = ("zero", "kind_mean", "random", "parents")
 # what a token of the new program is, relative to the old one (token_provenance's codes, in order)
 PROVENANCE = ("carried", "composed_trained", "composed_some_new", "entirely_new")
 
@@ -131,6 +135,22 @@ def _fill(
     return out
 
 
+def _from_parents(atoms: Tensor, source: Tensor, parents: Sequence[Sequence[int]]) -> None:
+    """Set each new atom (``source < 0``) with parents to the mean of its parents, in place, once all its
+    parents are set (trained, or new and already resolved); atoms left unresolved (no parents, or a cycle of
+    new atoms) stay as they are. Shapes: atoms ``(A, H)``, source ``(A,)``."""
+    done = (source >= 0).tolist()
+    todo = [i for i, d in enumerate(done) if not d and len(parents[i])]
+    while todo:
+        ready = [i for i in todo if all(done[p] for p in parents[i])]
+        if not ready:
+            return
+        for i in ready:
+            atoms[i] = atoms[torch.as_tensor(list(parents[i]), device=atoms.device)].mean(0)
+            done[i] = True
+        todo = [i for i in todo if not done[i]]
+
+
 def carry_parameters(
     old: Program,
     new: Program,
@@ -140,8 +160,12 @@ def carry_parameters(
     init: str = "zero",
     std: float = 0.02,
     generator: torch.Generator | None = None,
+    atom_parents: Sequence[Sequence[int]] | None = None,
 ) -> Carried:
     """The new program's atoms and relations: trained vectors where keys match, ``init`` elsewhere.
+
+    ``atom_parents`` (for ``init="parents"``, required then): per atom of ``new``, the ids (in ``new``) of its
+    is-a parents; only the entries of new atoms are read.
 
     Shapes:
         - atoms: ``(old.n_atoms, H)``; relations: ``(old.n_relations, H)``
@@ -160,19 +184,17 @@ def carry_parameters(
     relation_source = match_keys(
         old.relation_keys or old.relation_labels, new.relation_keys or new.relation_labels
     )
+    if init == "parents" and (atom_parents is None or len(atom_parents) != new.n_atoms):
+        raise ShapeError(f"init 'parents' needs atom_parents with one entry per new atom ({new.n_atoms})")
+    rule = "zero" if init == "parents" else init
     with torch.no_grad():
-        a = _fill(
-            atoms.detach(),
-            atom_source,
-            [k for k, _ in new_atoms],
-            [k for k, _ in old_atoms],
-            init,
-            std,
-            generator,
-        )
+        kinds_new, kinds_old = [k for k, _ in new_atoms], [k for k, _ in old_atoms]
+        a = _fill(atoms.detach(), atom_source, kinds_new, kinds_old, rule, std, generator)
+        if init == "parents":
+            _from_parents(a, atom_source, atom_parents)
         one = ["relation"] * new.n_relations
         r = _fill(
-            relations.detach(), relation_source, one, ["relation"] * old.n_relations, init, std, generator
+            relations.detach(), relation_source, one, ["relation"] * old.n_relations, rule, std, generator
         )
     return Carried(a, r, atom_source, relation_source, init, [k for k, _ in new_atoms])
 

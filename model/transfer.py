@@ -7,7 +7,7 @@
   the pooled task heads (so a fine-tuned model keeps its task head).
 - **Atoms and relations** (modes ``base``, ``freq``, ``add``, ``cat``) come from
   :func:`hrr_kernel.carry_parameters`: the trained vector where the key matches (an atom by kind and key, a
-  relation by its SCTID key), else the ``init`` rule (``zero``, ``kind_mean`` or ``random``).
+  relation by its SCTID key), else the ``init`` rule (``zero``, ``kind_mean``, ``random`` or ``parents``).
 - **Per-token tensors** are carried by (vocabulary, code) (:func:`hrr_kernel.token_sources`): a token of
   both programs keeps its trained row. A token only the new program has gets:
 
@@ -124,7 +124,7 @@ def _token_tensors(model: HRRBert, sources: Tensor, has_new: bool) -> dict[str, 
     return out
 
 
-def _carry_hrr(model: HRRBert, new: Program, init: str, seed: int):
+def _carry_hrr(model: HRRBert, new: Program, init: str, seed: int, atom_parents=None):
     """:func:`hrr_kernel.carry_parameters` on the model's atoms and relations (an unstructured model has none:
     its matching is computed on placeholder vectors, for the report)."""
     token = model.embeddings.token
@@ -132,7 +132,9 @@ def _carry_hrr(model: HRRBert, new: Program, init: str, seed: int):
     atoms = token.atoms if token.atoms is not None else torch.zeros(old.n_atoms, 1)
     relations = token.relations if token.relations is not None else torch.zeros(old.n_relations, 1)
     g = torch.Generator().manual_seed(seed)
-    return carry_parameters(old, new, atoms.detach(), relations.detach(), init=init, generator=g)
+    return carry_parameters(
+        old, new, atoms.detach(), relations.detach(), init=init, generator=g, atom_parents=atom_parents
+    )
 
 
 def _edge_key_sets(program: Program, relation_ids: dict, atom_ids: dict) -> list[tuple[int, ...]]:
@@ -216,18 +218,24 @@ def _report(model: HRRBert, new: Program, carried, sources: Tensor, init: str, s
 
 
 def transfer_model(
-    model: HRRBert, new_program: Program, *, init: str = "zero", seed: int = 0
+    model: HRRBert,
+    new_program: Program,
+    *,
+    init: str = "zero",
+    seed: int = 0,
+    atom_parents: list[list[int]] | None = None,
 ) -> tuple[HRRBert, dict[str, Any]]:
     """A new :class:`HRRBert` with ``model``'s config on ``new_program``, and the report of the transfer.
 
     See the module docstring for what is copied and the rule of each new row. ``seed`` seeds the
-    ``random`` initialisation of new atoms and relations (the only random draw). The new model has the
+    ``random`` initialisation of new atoms and relations (the only random draw); ``atom_parents`` (per atom
+    of ``new_program``, its is-a parents' atom ids) is what ``init="parents"`` reads. The new model has the
     dtype of ``model`` and lives on ``new_program``'s device; ``model`` is not changed.
     """
     old = model.program
     mode = model.config.mode
     sources = token_sources(old, new_program)  # (N_new,)
-    carried = _carry_hrr(model, new_program, init, seed)
+    carried = _carry_hrr(model, new_program, init, seed, atom_parents)
     with torch.random.fork_rng(devices=[]):  # the throwaway initialisation leaves the global RNG alone
         placeholder = torch.zeros(new_program.n_concepts) if mode == "freq" else None
         new = HRRBert(model.config, new_program, log_frequency=placeholder)

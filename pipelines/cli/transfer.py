@@ -14,8 +14,9 @@ from .options import INPUT_DIR, force_option, handle_errors, seed_option, verbos
 @click.option("--program", required=True, type=INPUT_DIR,
               help="The new program folder, or a release folder (its newest program).")  # fmt: skip
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The new model folder to write.")
-@click.option("--init", type=click.Choice(INIT_RULES), default="zero", show_default=True,
-              help="New atoms and relations: zero, the mean of the trained ones of their kind, or random.")  # fmt: skip
+@click.option("--init", type=click.Choice(INIT_RULES), default="parents", show_default=True,
+              help="New atoms: the mean of their is-a parents (words and the rest: zero), zero, the mean of the "
+              "trained ones of their kind, or random.")  # fmt: skip
 @click.option("--model-program", type=INPUT_DIR, default=None,
               help="The program MODEL was trained with, when the folder carries no program/ copy.")  # fmt: skip
 @seed_option(help="Seed of --init random.")

@@ -152,7 +152,7 @@ def run_transfer_demo(
     train_steps: int | None = None,
     trials: int | None = None,
     device: str = "cpu",
-    init: str = "zero",
+    init: str = "parents",
     show: Callable[[str], None] = log.info,
 ) -> TransferStudy | None:
     """Run the study (see the module docstring) into ``out``; returns its folder, record and headline

@@ -199,7 +199,7 @@ def _markdown(rec: dict[str, Any]) -> str:
 
 
 def evaluate_transfer(
-    exp_dir: Path, new_dir: Path, dataset_new: Path, new_rows: np.ndarray, *, init: str = "zero",
+    exp_dir: Path, new_dir: Path, dataset_new: Path, new_rows: np.ndarray, *, init: str = "parents",
     seed: int = 0, device: str = "cpu", show: Callable[[str], None] = print,
 ) -> TransferStudy:  # fmt: skip
     """Carry the experiment's models to ``new_dir``, score them on the new codes, write ``transfer/``."""

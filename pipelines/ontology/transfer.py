@@ -4,8 +4,9 @@ The source is a saved model folder (pretrained or fine-tuned; a pretraining run 
 also works) that carries its program (``program/``; else ``model_program`` names it). The new program is a
 program folder or a release folder (its newest program). :func:`model.transfer.transfer_model` builds the
 model on the new program: every weight that does not depend on the vocabulary copied, trained atoms and
-relations carried by key (new ones by ``init``: ``zero``, ``kind_mean`` or ``random``, seeded by
-``seed``), per-token rows carried by (vocabulary, code), and a new token's rows set by the rules that
+relations carried by key (new ones by ``init``: ``parents`` (the default: a new concept atom starts at the
+mean of its is-a parents, read from the new program's ``graph/snomed_relationships.parquet``; words and
+atoms without parents start at zero), ``zero``, ``kind_mean`` or ``random``, seeded by ``seed``), per-token rows carried by (vocabulary, code), and a new token's rows set by the rules that
 module documents (``unstructured``/``cat`` table and ``freq`` encoding: the trained ``[UNK]`` row; ``add``
 table: zero; MLM bias: the median trained bias).
 
@@ -35,13 +36,17 @@ from typing import Any
 
 from pipelines.errors import PipelineError
 
-__all__ = ["TransferResult", "transfer", "REPORT_FILE", "INIT_RULES"]
+__all__ = ["TransferResult", "transfer", "is_a_parents", "REPORT_FILE", "INIT_RULES"]
 
 log = logging.getLogger(__name__)
 
 REPORT_FILE = "transfer.json"
 THRESHOLDS_FILE = "thresholds.json"  # pipelines.train.finetune.THRESHOLDS_FILE (a fine-tuned model's)
-INIT_RULES = ("zero", "kind_mean", "random")  # hrr_kernel.INIT_RULES (light copy for the CLI)
+INIT_RULES = ("parents", "zero", "kind_mean", "random")  # hrr_kernel.INIT_RULES (light copy for the CLI)
+IS_A = 116680003
+GRAPH_RELATIONSHIPS = (
+    "graph/snomed_relationships.parquet"  # the program's copy of the release's relationships
+)
 # config.json keys save_pretrained writes itself; every other key of the source is kept
 OWN_KEYS = ("kind", "model_type", "architectures", "config", "program_id", "n_concepts")
 
@@ -81,6 +86,27 @@ class TransferResult:
             "(a dataset tokenized against the new program)",
         ]
         return lines
+
+
+def is_a_parents(program) -> list[list[int]]:
+    """Per atom of ``program``, the atom ids of its is-a parents (concept atoms whose SCTIDs the program's
+    ``graph/snomed_relationships.parquet`` links by is-a); empty lists when the program has no such table
+    (then ``parents`` leaves every new atom at zero, said in a log line)."""
+    import pyarrow.parquet as pq
+
+    out: list[list[int]] = [[] for _ in range(program.n_atoms)]
+    path = Path(program.path) / GRAPH_RELATIONSHIPS
+    if not path.is_file():
+        log.warning("%s: missing; init 'parents' has no is-a graph, so new atoms start at zero", path)
+        return out
+    rel = pq.read_table(path, columns=["source_id", "destination_id", "type_id"]).to_pydict()
+    atom = {k: i for i, (k, kind) in enumerate(zip(program.atom_keys, program.atom_kinds, strict=True))
+            if kind == "concept"}  # fmt: skip
+    for s, d, t in zip(rel["source_id"], rel["destination_id"], rel["type_id"], strict=True):
+        child, parent = atom.get(str(s)), atom.get(str(d))
+        if t == IS_A and child is not None and parent is not None and parent not in out[child]:
+            out[child].append(parent)
+    return out
 
 
 def _check_out(out: Path, force: bool, source: Path) -> None:
@@ -170,7 +196,7 @@ def transfer(
     program: str | Path,
     out: str | Path,
     *,
-    init: str = "zero",
+    init: str = "parents",
     seed: int = 0,
     force: bool = False,
     model_program: str | Path | None = None,
@@ -197,7 +223,8 @@ def transfer(
             f"{program}: is program {new_program.program_id}, the one the model {mdir} already has; "
             "nothing to transfer"
         )
-    new_model, report = transfer_model(model, new_program, init=init, seed=seed)
+    parents = is_a_parents(new_program) if init == "parents" else None
+    new_model, report = transfer_model(model, new_program, init=init, seed=seed, atom_parents=parents)
     record = {
         "kind": "transfer",
         "model": str(mdir),

@@ -96,6 +96,31 @@ def test_kind_mean_rule(pair, trained):
     torch.testing.assert_close(c.relations[3], relations.mean(0))
 
 
+def test_parents_rule(pair, trained):
+    old, new = pair
+    atoms, relations = trained
+    c300, c100, c200 = (NEW_ATOMS.index(("concept", k)) for k in ("300", "100", "200"))
+    parents = [[] for _ in NEW_ATOMS]
+    parents[c300] = [c100, c200]  # the new concept 300 is-a 100 and is-a 200
+    c = carry_parameters(old, new, atoms, relations, init="parents", atom_parents=parents)
+    mean = atoms[[OLD_ATOMS.index(("concept", "100")), OLD_ATOMS.index(("concept", "200"))]].mean(0)
+    torch.testing.assert_close(c.atoms[c300], mean)
+    assert torch.count_nonzero(c.atoms[NEW_ATOMS.index(("word", "cough"))]) == 0  # no parents: zero
+    assert torch.count_nonzero(c.relations[3]) == 0 and c.counts()["init_rule"] == "parents"
+    # a new parent is set before its child; a cycle of new atoms stays at zero
+    cough = NEW_ATOMS.index(("word", "cough"))
+    chained = [[] for _ in NEW_ATOMS]
+    chained[cough], chained[c300] = [c300], [c100]
+    c = carry_parameters(old, new, atoms, relations, init="parents", atom_parents=chained)
+    torch.testing.assert_close(c.atoms[cough], atoms[OLD_ATOMS.index(("concept", "100"))])
+    cycle = [[] for _ in NEW_ATOMS]
+    cycle[cough], cycle[c300] = [c300], [cough]
+    c = carry_parameters(old, new, atoms, relations, init="parents", atom_parents=cycle)
+    assert torch.count_nonzero(c.atoms[[cough, c300]]) == 0
+    with pytest.raises(ShapeError, match="atom_parents"):
+        carry_parameters(old, new, atoms, relations, init="parents")
+
+
 def test_random_rule_is_seeded_and_keeps_trained_rows(pair, trained):
     old, new = pair
 

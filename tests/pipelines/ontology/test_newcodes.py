@@ -117,3 +117,25 @@ def test_cohort_without_drops_every_carrier(tmp_path):
     assert read["diagnoses_icd"][0] == "subject_id,hadm_id,seq_num,icd_code,icd_version"
     assert len(read["diagnoses_icd"]) == 4 and len(read["admissions"]) == 3
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_is_a_parents_follow_the_programs_graph(program, tmp_path):
+    import pyarrow.parquet as pq
+
+    from pipelines.ontology.transfer import IS_A, is_a_parents
+
+    parents = is_a_parents(program)
+    assert len(parents) == program.n_atoms
+    rel = pq.read_table(program.path / "graph" / "snomed_relationships.parquet").to_pylist()
+    atom = {
+        k: i
+        for i, (k, kind) in enumerate(zip(program.atom_keys, program.atom_kinds, strict=True))
+        if kind == "concept"
+    }
+    expect = {
+        (atom[str(r["source_id"])], atom[str(r["destination_id"])])
+        for r in rel
+        if r["type_id"] == IS_A and str(r["source_id"]) in atom and str(r["destination_id"]) in atom
+    }
+    assert expect and {(c, p) for c, ps in enumerate(parents) for p in ps} == expect
+    assert all(not ps for ps, kind in zip(parents, program.atom_kinds, strict=True) if kind != "concept")
