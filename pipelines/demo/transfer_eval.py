@@ -24,6 +24,7 @@ from .transfer import CONFIGURATIONS, MLM_K, NEIGHBOURS, TASK, TransferStudy, wr
 
 __all__ = ["evaluate_transfer"]
 
+MLM_WIDE = 100  # a second, wider cut-off: new codes are rare, and no model ranks rare codes first
 OLD_PROBES = 5000  # old-code MLM probes sampled in the same patients (the reference)
 CONTROL, TREATED = CONFIGURATIONS  # unstructured, base
 
@@ -70,20 +71,24 @@ def _mlm(models, ds, new_rows: np.ndarray, seed: int, device) -> dict[str, Any]:
             mlm_ranks(model, seqs, old, device=device),
         )
         hits = {k: patient_hits(probes, ranks, k)[1] for k in TOPK}
-        per_patient[mode] = hits[MLM_K]
+        per_patient[mode] = hits
         n = hits[MLM_K].size
         out[mode] = {
-            f"top{MLM_K}": bootstrap_patients(
-                lambda r, h=hits[MLM_K]: h[r].mean(-1), n, vectorized=True
-            ).as_dict(),
+            **{
+                f"top{k}": bootstrap_patients(
+                    lambda r, h=hits[k]: h[r].mean(-1), n, vectorized=True
+                ).as_dict()
+                for k in (MLM_K, MLM_WIDE)
+            },
             **{f"top{k}_point": float(hits[k].mean()) for k in TOPK},
             f"old_codes_top{MLM_K}": float(patient_hits(old, old_ranks, MLM_K)[1].mean()),
             "median_rank": float(np.median(ranks)),
         }
-    a, b = per_patient[TREATED], per_patient[CONTROL]
-    out["diff"] = paired_bootstrap_diff(
-        lambda r: a[r].mean(-1), lambda r: b[r].mean(-1), a.size, vectorized=True
-    ).as_dict()
+    for k in (MLM_K, MLM_WIDE):
+        a, b = per_patient[TREATED][k], per_patient[CONTROL][k]
+        out[f"diff_top{k}"] = paired_bootstrap_diff(
+            lambda r, a=a: a[r].mean(-1), lambda r, b=b: b[r].mean(-1), a.size, vectorized=True
+        ).as_dict()
     return out
 
 
@@ -163,7 +168,11 @@ def _markdown(rec: dict[str, Any]) -> str:
     m, c, n = rec["mlm"], rec["chapters"], rec["neighbours"]
     rows = [
         [f"MLM top-{MLM_K} of new codes, % ({m['probes']} probes, {m['patients']} patients)",
-         _pct(m[CONTROL][f"top{MLM_K}"]), _pct(m[TREATED][f"top{MLM_K}"]), _pct(m["diff"], signed=True)],
+         _pct(m[CONTROL][f"top{MLM_K}"]), _pct(m[TREATED][f"top{MLM_K}"]), _pct(m[f"diff_top{MLM_K}"], signed=True)],
+        [f"MLM top-{MLM_WIDE} of new codes, %", _pct(m[CONTROL][f"top{MLM_WIDE}"]),
+         _pct(m[TREATED][f"top{MLM_WIDE}"]), _pct(m[f"diff_top{MLM_WIDE}"], signed=True)],
+        [f"MLM median rank of new codes (of {rec['new_tokens']} tokens; ties count half)",
+         f"{m[CONTROL]['median_rank']:.0f}", f"{m[TREATED]['median_rank']:.0f}", ""],
         [f"chapters F1 ×100, patients with a new code in their history ({c['patients']})",
          _pct(c[CONTROL]["f1"]), _pct(c[TREATED]["f1"]), _pct(c["diff"]["f1"], signed=True)],
         ["chapters AUROC ×100", _pct(c[CONTROL]["auroc"]), _pct(c[TREATED]["auroc"]),
@@ -222,6 +231,7 @@ def evaluate_transfer(
         "new_program_id": new_p.program_id,
         "dataset_new": str(dataset_new),
         "new_codes": int(new_rows.size),
+        "new_tokens": int(new_p.n_concepts),
         "init": init,
         "transfer": {
             mode: json.loads((models[mode]["pretrain"] / "transfer.json").read_text(encoding="utf-8"))
