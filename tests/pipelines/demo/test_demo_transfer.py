@@ -1,0 +1,48 @@
+"""``hrrbert demo --transfer`` at toy size: old program as of the first effective time, the cohort without
+the carriers of new codes, both datasets, the old models carried to the new program and scored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipelines.cli import main as hrrbert_main
+
+
+@pytest.mark.slow  # about 2 minutes on 2 cores: two compiles, a cohort, two datasets, two tiny experiments
+def test_demo_transfer_at_toy_size(tmp_path):
+    args = ["demo", "--transfer", "--out", str(tmp_path), "--size", "small", "--patients", "300",
+            "--train-steps", "2", "--trials", "1"]  # fmt: skip
+    res = CliRunner().invoke(hrrbert_main, args)
+    assert res.exit_code == 0, res.output
+    assert "new codes" in res.output and "| MLM top-10 of new codes" in res.output
+    study = tmp_path / "runs" / "demo-small-n300-s2-t1-transfer" / "transfer"
+    rec = json.loads((study / "transfer.json").read_text())
+    assert rec["new_codes"] > 0 and rec["mlm"]["probes"] > 0 and rec["chapters"]["patients"] > 0
+    for mode in ("unstructured", "base"):
+        for kind in ("pretrain", "chapters"):
+            carried = json.loads((study / "models" / f"{mode}-{kind}" / "config.json").read_text())
+            assert carried["program_id"] == rec["new_program_id"]
+            assert carried["transferred_from"]["new_program_id"] == rec["new_program_id"]
+    # the carried base model composes every new code; the unstructured one has them all at [UNK]
+    assert (
+        rec["transfer"]["base"]["tokens"]["carried"] + rec["new_codes"]
+        == rec["transfer"]["base"]["new_tokens"]
+    )
+    # no patient carrying a new code was trained on: the old dataset lacks them all
+    old = json.loads((tmp_path / "runs" / "demo-small-n300-s2-t1-transfer" / "experiment.json").read_text())
+    manifest = json.loads((Path(old["config"]["dataset"]) / "manifest.json").read_text())
+    new_manifest = json.loads((Path(rec["dataset_new"]) / "manifest.json").read_text())
+    kept_old = manifest["counts"]["patients"]["kept"]
+    assert (
+        kept_old + new_manifest["counts"]["patients"]["by_split"]["rood"]
+        == new_manifest["counts"]["patients"]["kept"]
+    )
+
+
+def test_demo_transfer_refuses_full(tmp_path):
+    res = CliRunner().invoke(hrrbert_main, ["demo", "--transfer", "--full", "--out", str(tmp_path)])
+    assert res.exit_code != 0 and "drop --full" in res.output
