@@ -26,7 +26,14 @@ DOCS = ROOT / "docs"
 DATA = ROOT / "tests" / "data"
 PROGRAM_PAGE = DOCS / "program-format.md"
 DATASET_PAGE = DOCS / "dataset-format.md"
-PAGES = ("architecture.md", "program-format.md", "dataset-format.md", "input-formats.md", "demo.md")
+PAGES = (
+    "architecture.md",
+    "program-format.md",
+    "dataset-format.md",
+    "input-formats.md",
+    "demo.md",
+    "diff-format.md",
+)
 
 COLUMN_HEADER = ("column", "type", "meaning")
 KEY_HEADER = ("key", "type", "meaning")
