@@ -18,7 +18,8 @@ from .options import INPUT_DIR, config_options, force_option, handle_errors, ver
 @verbosity_options
 @handle_errors
 def evaluate_cmd(**kw) -> None:
-    """Evaluate a PRETRAINED run: frequency bins, neighbours, t-SNE, ROOD, transfer, cost."""
+    """Evaluate a PRETRAINED run: frequency bins, neighbours, t-SNE, ROOD, transfer, cost, and a MEDS label
+    task (--labels DIR --labels-run RUN of `finetune --labels`)."""
     from pipelines.eval.pretrained import evaluate_pretrained, summary_lines
 
     click.echo("\n".join(summary_lines(evaluate_pretrained(**kw))))

@@ -33,7 +33,7 @@ from pipelines.data.tasks import TASKS
 from pipelines.doctor2vec.config import CRITERIA as D2V_CRITERIA
 from pipelines.doctor2vec.config import EMBEDDINGS as D2V_EMBEDDINGS
 from pipelines.doctor2vec.config import D2VOptions, D2VTrainConfig
-from pipelines.eval.config import EvaluateConfig, ExperimentConfig
+from pipelines.eval.config import LABEL_SPLITS, EvaluateConfig, ExperimentConfig
 from pipelines.qa.config import EMBEDDINGS as QA_EMBEDDINGS
 from pipelines.qa.config import MODELS as QA_MODELS
 from pipelines.qa.config import QAOptions, QATrainConfig
@@ -77,10 +77,12 @@ _PER_CONFIG: dict[tuple[type, str], tuple[str, ...]] = {
     (QATrainConfig, "model"): QA_MODELS,
     (QATrainConfig, "embedding"): QA_EMBEDDINGS,
     (D2VTrainConfig, "embedding"): D2V_EMBEDDINGS,
+    (EvaluateConfig, "labels_split"): LABEL_SPLITS,
 }
 INPUT_DIR = click.Path(exists=True, file_okay=False)  # an input folder argument: it must exist
 # fields naming an input folder that must exist
-_INPUT_DIRS = {"dataset", "program", "pretrained", "mortality", "chapters", "transfer_dataset", "qa", "data"}
+_INPUT_DIRS = {"dataset", "program", "pretrained", "mortality", "chapters", "transfer_dataset", "qa", "data",
+               "labels_run", "labels_dataset"}  # fmt: skip
 # fields naming one folder created under --out: a single path component (ontology_compiler.artifact.safe_component)
 _COMPONENTS = {"name", "run_id"}
 CONFIGS = (PretrainConfig, FinetuneConfig, EvaluateConfig, ExperimentConfig, QATrainConfig, D2VTrainConfig,

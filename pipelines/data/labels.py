@@ -72,6 +72,7 @@ class PlacedLabels:
     label: np.ndarray  # (N,) bool boolean_value
     split: np.ndarray  # (N,) object the patient's split
     counts: dict = field(default_factory=dict)
+    prediction_time: np.ndarray = field(default_factory=lambda: np.zeros(0, "datetime64[us]"))  # (N,)
 
 
 def read_label_task(path: str | Path, *, threads: int | None = None) -> LabelTask:
@@ -183,6 +184,7 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
     label = np.asarray(task.rows["boolean_value"].to_numpy(zero_copy_only=False), bool)[known]
     keep = has_history
     placed = PlacedLabels(task, row[keep], length[keep], label[keep], split_names[row[keep]])
+    placed.prediction_time = lab_t[known][keep].astype("datetime64[us]")
     unknown_subjects = np.unique(lab_subj[~known])
     placed.counts = {
         "rows": int(len(lab_subj)),

@@ -197,10 +197,11 @@ class TokenizedDataset:
     ) -> Sequences:
         """The label rows of ``split`` as padded tensors: each its patient's sequence cut after the last visit
         at or before its ``prediction_time``, labels ``(P, 1)`` the rows' ``boolean_value``. A patient with
-        several label rows appears once per row."""
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
-        sel = placed.split == split
+        several label rows appears once per row. ``split="all"``: the rows of every split (in the order of
+        ``placed``)."""
+        if split not in (*SPLITS, "all"):
+            raise ValueError(f"unknown split {split!r}; choose one of {SPLITS} or 'all'")
+        sel = placed.split == split if split != "all" else np.ones(len(placed.split), bool)
         labels = torch.from_numpy(placed.label[sel].astype(np.float32))[:, None]  # (P, 1)
         return self._padded(placed.row[sel], split, max_len=max_len, max_segments=max_segments,
                             cut=placed.length[sel], labels=labels)  # fmt: skip

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.data.splits import SPLITS
 from pipelines.data.tasks import TASKS
 
-__all__ = ["EvaluateConfig", "ExperimentConfig"]
+__all__ = ["EvaluateConfig", "ExperimentConfig", "LABEL_SPLITS"]
+
+LABEL_SPLITS = (*SPLITS, "all")  # the label rows scored: those of one split, or all (another hospital)
 
 
 @dataclass
@@ -32,6 +35,24 @@ class EvaluateConfig:
     seed: int = 0  # seed of the code samples and the probes
     device: str = "auto"  # auto, cpu, cuda
     label: str | None = None  # configuration name shown in plots (default: the embedding mode)
+    labels: str | None = None  # MEDS label folder (one binary task) to score the --labels-run model on
+    labels_run: str | None = None  # fine-tuning run made with `finetune --labels` (trial-*/model)
+    labels_dataset: str | None = None  # dataset the label rows are placed in (default: --dataset)
+    labels_split: str = "test"  # label rows scored: those of this split, or all (a dataset never trained on)
+
+    def __post_init__(self) -> None:
+        if (self.labels is None) != (self.labels_run is None):
+            given, missing = ("--labels", "--labels-run") if self.labels else ("--labels-run", "--labels")
+            raise ValueError(
+                f"{given} needs {missing}: a MEDS label task is scored with both the label folder (--labels "
+                "DIR) and the run fine-tuned on it (--labels-run RUN, made by `hrrbert finetune --labels`)"
+            )
+        if self.labels_dataset is not None and self.labels is None:
+            raise ValueError(
+                "--labels-dataset places the rows of --labels; give --labels and --labels-run too"
+            )
+        if self.labels_split not in LABEL_SPLITS:
+            raise ValueError(f"labels_split must be one of {LABEL_SPLITS}, got {self.labels_split!r}")
 
 
 @dataclass

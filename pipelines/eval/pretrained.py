@@ -5,6 +5,10 @@ What it runs (each part skipped when its input is not given):
 - (a) the frequency-bin MLM test (:mod:`pipelines.eval.frequency`), on the pretrained model;
 - (b) ROOD: the chapters fine-tuning run on ``rood`` and ``rood_unseen`` (:mod:`pipelines.eval.finetuned`);
 - (c) transfer: the mortality fine-tuning run on another dataset's ``test`` split (eICU layout);
+- a MEDS label task: the run of ``finetune --labels`` (``labels_run``) on the rows of the label folder
+  ``labels`` placed in ``labels_dataset`` (default ``dataset``) as the fine-tuning placed them, those of
+  ``labels_split`` (default ``test``) or all (:mod:`pipelines.eval.labels`); a label-task run given as the
+  mortality or chapters run, or one of ``labels`` / ``labels_run`` without the other, is refused;
 - (d) nearest neighbours with the ontology-relatedness score (:mod:`pipelines.eval.neighbours`);
 - (e) a t-SNE plot of the token embedding matrix (:mod:`pipelines.eval.tsne`);
 - unbinding recall (HRR modes only): a seeded sample of ``unbinding_rows`` ICD codes; each code's trained
@@ -16,8 +20,9 @@ What it runs (each part skipped when its input is not given):
 The statistics across trials and configurations (f) live in :mod:`pipelines.eval.stats` and are applied by
 :mod:`pipelines.eval.report`. Everything lands in ``<out>/evaluation.json`` (+ ``tsne.png``); the
 per-patient predictions of (b) and (c) in ``<out>/predictions.parquet`` (:mod:`pipelines.train.predictions`;
-splits ``rood``, ``rood_unseen``, ``transfer``; model = the label; trial = the fine-tuning trial), each
-scored at the thresholds kept with the trial's model. Every input is checked against the program first: a
+splits ``rood``, ``rood_unseen``, ``transfer``, ``labels`` (one row per label row); model = the label; trial =
+the fine-tuning trial), each scored at the thresholds kept with the trial's model; the label rows'
+predictions also in ``labels_predictions.parquet`` with their ``prediction_time``. Every input is checked against the program first: a
 dataset tokenized against another program, a missing or corrupt model folder, or a task without labels
 raises an error naming the file and what differs. An ``out`` folder that exists and holds anything is
 refused before any work, unless ``force`` (then the previous evaluation's files are replaced).
@@ -48,12 +53,14 @@ from pipelines.train.runtime import (
 )
 
 from .config import EvaluateConfig
+from .labels import LABELS_PREDICTIONS_FILE, check_runs
 
 log = logging.getLogger(__name__)
 
 EVALUATION_FILE = "evaluation.json"
 TSNE_FILE = "tsne.png"
-OUTPUTS = (EVALUATION_FILE, TSNE_FILE, PREDICTIONS_FILE)  # what an evaluation writes into its folder
+# what an evaluation writes into its folder
+OUTPUTS = (EVALUATION_FILE, TSNE_FILE, PREDICTIONS_FILE, LABELS_PREDICTIONS_FILE)
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -83,6 +90,7 @@ def evaluate_pretrained(
     """
     cfg = config_from(EvaluateConfig, config, options, "evaluate")
     check_out(Path(cfg.out), force)  # before any work
+    check_runs(mortality=cfg.mortality, chapters=cfg.chapters, labels_run=cfg.labels_run)
     from hrr_kernel import load_program
     from model import HRRBert
     from pipelines.train.finetune import model_dir
@@ -100,6 +108,9 @@ def evaluate_pretrained(
         transfer_ds = TokenizedDataset(
             cfg.transfer_dataset, program.program_id, program.n_concepts, model.pad_id
         )
+    labels_ds = ds
+    if cfg.labels_dataset:
+        labels_ds = TokenizedDataset(cfg.labels_dataset, program.program_id, program.n_concepts, model.pad_id)
     label = cfg.label or model.config.mode
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -116,7 +127,7 @@ def evaluate_pretrained(
         "timings_s": {},
     }
     _embedding_studies(record, model, ds, program, cfg, out, device)
-    _finetuned_studies(record, ds, transfer_ds, program, cfg, device, out)
+    _finetuned_studies(record, ds, transfer_ds, labels_ds, program, cfg, device, out)
     if cfg.cost_steps > 0:
         record["cost"] = _cost(model, ds, cfg, device)
         record["cost"]["training_seq_per_s"] = _training_throughput(Path(cfg.pretrained))
@@ -169,10 +180,14 @@ def _embedding_studies(record: dict[str, Any], model, ds: TokenizedDataset, prog
 
 
 def _finetuned_studies(record: dict[str, Any], ds: TokenizedDataset, transfer_ds: TokenizedDataset | None,
-                       program, cfg: EvaluateConfig, device, out: Path) -> None:  # fmt: skip
-    """(b) ROOD on the chapters fine-tuning run and (c) transfer of the mortality run to another dataset;
-    their per-patient predictions go to ``<out>/predictions.parquet`` (when there are any)."""
+                       labels_ds: TokenizedDataset, program, cfg: EvaluateConfig, device, out: Path) -> None:  # fmt: skip
+    """(b) ROOD on the chapters fine-tuning run, (c) transfer of the mortality run to another dataset and
+    the label-task run on its label rows; their per-patient predictions go to ``<out>/predictions.parquet``
+    (when there are any), the label rows' also to ``<out>/labels_predictions.parquet``."""
+    import pyarrow.parquet as pq
+
     from .finetuned import rood_eval, transfer_eval
+    from .labels import labels_eval
 
     label, blocks = record["label"], []
     if cfg.chapters:
@@ -188,6 +203,17 @@ def _finetuned_studies(record: dict[str, Any], ds: TokenizedDataset, transfer_ds
                                                          batch_size=cfg.batch_size, label=label)  # fmt: skip
             record["transfer_dataset_id"] = transfer_ds.dataset_id
             blocks += transfer
+    if cfg.labels and cfg.labels_run:
+        with _timed(record, "labels"):
+            record["labels"], lab, table = labels_eval(
+                cfg.labels, cfg.labels_run, labels_ds, program, split=cfg.labels_split, device=device,
+                batch_size=cfg.batch_size, label=label, seed=cfg.seed,
+            )  # fmt: skip
+            blocks += lab
+            tmp = out / f".{LABELS_PREDICTIONS_FILE}.tmp"
+            pq.write_table(table, tmp)
+            tmp.replace(out / LABELS_PREDICTIONS_FILE)
+            record["labels"]["predictions"] = LABELS_PREDICTIONS_FILE
     if blocks:
         write_predictions(out / PREDICTIONS_FILE, blocks)
         record["predictions"] = PREDICTIONS_FILE
@@ -312,6 +338,10 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         )
     for t in record.get("transfer", []):
         lines.append(f"transfer  trial {t['trial']}: F1 {t['test'].get('f1', float('nan')):.3f}")
+    if record.get("labels"):
+        from .labels import summary_lines as label_lines
+
+        lines += label_lines(record["labels"])
     if record.get("tsne"):
         lines.append(f"t-SNE     {Path(record['config']['out']) / record['tsne']['path']}")
     if record.get("cost"):

@@ -14,7 +14,9 @@ Which interval answers which question:
 
 :class:`PatientScorer` computes the task metrics of :mod:`pipelines.train.metrics` on a resample from
 per-patient counts (a resample is a multiset of patient rows), without re-sorting: thousands of
-resamples of a 22-label head take seconds.
+resamples of a 22-label head take seconds. When a patient has several rows (MEDS label tasks: one row
+per prediction time), ``groups`` makes a resample a multiset of *patients*, each bringing all its rows
+(a cluster bootstrap): :meth:`PatientScorer.metric` and :func:`trial_mean` take it.
 
 NaN policy: NaN and None values are dropped before an interval or a test; a resample on which a metric is
 undefined (AUROC of a resample with one class) is dropped from the bootstrap distribution; too few values
@@ -41,7 +43,8 @@ __all__ = [
 N_BOOT = 2000  # bootstrap resamples of patients
 SEED = 0  # bootstrap seed (intervals are reproducible)
 CONSTANT_PTP = 1e-6  # a head whose probabilities span less than this across patients predicts a constant
-METRICS = ("accuracy", "precision", "recall", "f1", "auroc")  # what PatientScorer computes
+METRICS = ("accuracy", "precision", "recall", "f1", "auroc")  # what PatientScorer.scores computes
+SCORABLE = (*METRICS, "auprc")  # what PatientScorer.metric computes (AUPRC: average precision)
 TOO_FEW = "n too small for a test"
 ONE_SEED = "1 seed: no interval over seeds"
 
@@ -321,21 +324,42 @@ class PatientScorer:
         c = self.counts(rows)
         return {m: float(self._metric(m, c)) for m in METRICS}
 
-    def metric(self, name: str) -> Callable[[np.ndarray], float | np.ndarray]:
-        """``rows -> value`` of one metric: ``(n,)`` -> float, ``(B, n)`` -> ``(B,)`` (vectorized)."""
-        if name not in METRICS:
-            raise ValueError(f"unknown metric {name!r}; expected one of {METRICS}")
+    def metric(
+        self, name: str, groups: np.ndarray | None = None
+    ) -> Callable[[np.ndarray], float | np.ndarray]:
+        """``rows -> value`` of one metric of :data:`SCORABLE`: ``(n,)`` -> float, ``(B, n)`` -> ``(B,)``
+        (vectorized). With ``groups`` (``(P,)`` ints in ``[0, G)``, each row's patient), ``rows`` are
+        patients (``n`` of ``G``), and each patient drawn brings all its rows."""
+        if name not in SCORABLE:
+            raise ValueError(f"unknown metric {name!r}; expected one of {SCORABLE}")
 
         def f(rows: np.ndarray):
-            v = self._metric(name, self.counts(rows))
+            v = self._metric(name, self.group_counts(rows, groups))
             return float(v) if np.ndim(rows) == 1 else v
 
         return f
 
+    def group_counts(self, rows: np.ndarray | None, groups: np.ndarray | None) -> np.ndarray:
+        """How often each row occurs when ``rows`` are drawn: rows themselves (``groups`` None), else
+        patients (``groups (P,)``: each row's patient), whose rows all count as often as the patient."""
+        if groups is None or rows is None:
+            return self.counts(rows)
+        g = np.asarray(groups, dtype=np.int64)
+        if g.shape != (self.n,):
+            raise ValueError(f"groups must be ({self.n},), got {g.shape}")
+        r = np.asarray(rows)
+        n_groups = int(g.max(initial=-1)) + 1
+        if r.ndim == 1:
+            per = np.bincount(r, minlength=n_groups).astype(np.float64)
+        else:
+            flat = (r + n_groups * np.arange(r.shape[0])[:, None]).ravel()
+            per = np.bincount(flat, minlength=r.shape[0] * n_groups).reshape(r.shape[0], n_groups)
+        return per[..., g].astype(np.float64)  # (P,) or (B, P)
+
     def _metric(self, name: str, c: np.ndarray) -> np.ndarray:
         """Metric ``name`` from counts ``c`` ``(P,)`` or ``(B, P)``: ``()`` or ``(B,)``."""
-        if name == "auroc":
-            return self._auroc(c)
+        if name in ("auroc", "auprc"):
+            return self._ranked(c, self._auroc_chunk if name == "auroc" else self._auprc_chunk)
         tp, fp, fn = c @ self._tp, c @ self._fp, c @ self._fn  # (..., L) each
         if name == "accuracy":
             cells = c.sum(-1) * self.n_labels
@@ -347,11 +371,30 @@ class PatientScorer:
         ]
         return np.divide(num, den, out=np.zeros_like(num), where=den > 0).mean(-1)
 
-    def _auroc(self, c: np.ndarray) -> np.ndarray:
+    def _ranked(self, c: np.ndarray, chunk: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
         if c.ndim == 1:
-            return self._auroc(c[None])[0]
+            return self._ranked(c[None], chunk)[0]
         step = max(1, 2_000_000 // (self.n * self.n_labels))  # resamples per chunk (bounded memory)
-        return np.concatenate([self._auroc_chunk(c[i : i + step]) for i in range(0, c.shape[0], step)])
+        return np.concatenate([chunk(c[i : i + step]) for i in range(0, c.shape[0], step)])
+
+    def _auprc_chunk(self, c: np.ndarray) -> np.ndarray:
+        """Average precision (``sklearn.metrics.average_precision_score`` with the counts as sample
+        weights): per label, each positive weighs the precision among the rows scored at least its score
+        (its tie group included); macro over the labels with positives, NaN when none."""
+        b = c.shape[0]
+        w = c[:, self._order]  # (B, L*P)
+        wp = w * self._y_sorted
+        before_p, before_w = np.cumsum(wp, axis=1) - wp, np.cumsum(w, axis=1) - w
+        n_pos = wp.reshape(b, self.n_labels, -1).sum(-1)  # (B, L)
+        n_all = w.reshape(b, self.n_labels, -1).sum(-1)  # (B, L)
+        pos_ge = np.repeat(n_pos, self.n, axis=1) - (before_p[:, self._start] - before_p[:, self._row_start])
+        all_ge = np.repeat(n_all, self.n, axis=1) - (before_w[:, self._start] - before_w[:, self._row_start])
+        prec = np.divide(pos_ge, all_ge, out=np.zeros_like(pos_ge), where=all_ge > 0)
+        ap = (wp * prec).reshape(b, self.n_labels, -1).sum(-1)  # (B, L)
+        ok = n_pos > 0
+        ap = np.divide(ap, n_pos, out=np.zeros_like(ap), where=ok)
+        k = ok.sum(-1)
+        return np.divide((ap * ok).sum(-1), k, out=np.full(b, np.nan), where=k > 0)
 
     def _auroc_chunk(self, c: np.ndarray) -> np.ndarray:
         b = c.shape[0]
@@ -370,16 +413,20 @@ class PatientScorer:
         return np.divide((auc * ok).sum(-1), k, out=np.full(b, np.nan), where=k > 0)
 
 
-def trial_mean(scorers: Sequence[PatientScorer], name: str) -> Callable[[np.ndarray], float | np.ndarray]:
+def trial_mean(
+    scorers: Sequence[PatientScorer], name: str, groups: np.ndarray | None = None
+) -> Callable[[np.ndarray], float | np.ndarray]:
     """``rows -> mean over trials`` of metric ``name`` (rows ``(n,)`` or ``(B, n)``): one model with several
-    fine-tuning trials (scorers of the same patients) scored on the same resampled patients."""
-    if name not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; expected one of {METRICS}")
+    fine-tuning trials (scorers of the same patients) scored on the same resampled patients; with
+    ``groups`` (each row's patient) ``rows`` are patients, each bringing all its rows
+    (:meth:`PatientScorer.metric`)."""
+    if name not in SCORABLE:
+        raise ValueError(f"unknown metric {name!r}; expected one of {SCORABLE}")
     if len({s.n for s in scorers}) != 1:
         raise ValueError(f"the trials score different numbers of patients: {[s.n for s in scorers]}")
 
     def f(rows: np.ndarray):
-        c = scorers[0].counts(rows)  # (P,) or (B, P), shared by the trials
+        c = scorers[0].group_counts(rows, groups)  # (P,) or (B, P), shared by the trials
         v = np.mean([s._metric(name, c) for s in scorers], axis=0)
         return float(v) if np.ndim(rows) == 1 else v
 
