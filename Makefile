@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-all lint bench venv clean
+.PHONY: demo test test-slow test-readme test-all lint bench venv clean
 
 venv: $(STAMP)
 
@@ -25,6 +25,10 @@ test: $(STAMP)
 # the slow and multi-process tests (CI runs them after `make test`)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m "slow or distributed"
+
+# every code block of README.md, run as written after the demo's job (about 40 min on 2 cores)
+test-readme: $(STAMP)
+	$(BIN)/python -m pytest -q -m readme tests/test_readme.py
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
