@@ -39,13 +39,11 @@ Light on import (torch and pyarrow are imported inside the functions), so the CL
 from __future__ import annotations
 
 import logging
-import os
-import secrets
-import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipelines.data.folders import check_out, folder_written
 from pipelines.errors import InputFileError, PipelineError
 
 __all__ = [
@@ -109,26 +107,6 @@ def escape_tsv(value: object) -> str:
     """A metadata value for a TSV cell: None -> ``""``; backslash, tab, newline, CR escaped as ``\\\\``,
     ``\\t``, ``\\n``, ``\\r`` (the projector splits rows on newlines and cells on tabs, with no quoting)."""
     return "" if value is None else str(value).translate(_ESCAPES)
-
-
-def _check_out(out: Path, force: bool) -> None:
-    """Refuse an existing ``out`` unless it is an empty folder or (``force``) an earlier export."""
-    if not out.exists() and not out.is_symlink():
-        return
-    if not out.is_dir() or out.is_symlink():
-        raise PipelineError(f"{out}: exists and is not a folder; choose another OUT")
-    if not any(out.iterdir()):
-        return
-    if not force:
-        raise PipelineError(
-            f"{out}: exists; an export is never written over anything: choose another OUT, or pass --force "
-            "to replace an earlier export there"
-        )
-    if not (out / RECORD_FILE).is_file():
-        raise PipelineError(
-            f"{out}: exists and holds no {RECORD_FILE}, so it is not an earlier export; it is not replaced, "
-            "even with --force: choose another OUT"
-        )
 
 
 def _is_model(src: Path) -> bool:
@@ -299,23 +277,6 @@ def _write_projector(tmp: Path, table, vec, name: str) -> None:
     )
 
 
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing ``out`` (checked by :func:`_check_out`) is moved aside first and
-    removed after."""
-    old = None
-    if out.exists():
-        old = out.parent / f".old-{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except OSError:
-        if old is not None:
-            os.rename(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def export_embeddings(
     config: ExportConfig | None = None, *, force: bool = False, **options: Any
 ) -> ExportResult:
@@ -331,7 +292,7 @@ def export_embeddings(
 
     cfg = config_from(ExportConfig, config, options, "export")
     src, out = Path(cfg.source), Path(cfg.out)
-    _check_out(out, force)  # before any work
+    check_out(out, force, record=RECORD_FILE, what="export", option="OUT")  # before any work
     if not src.is_dir():
         raise PipelineError(f"{src}: no such folder (expected a saved model or a program)")
     dataset = Path(cfg.dataset) if cfg.dataset is not None else None
@@ -357,10 +318,7 @@ def export_embeddings(
         files=[EMBEDDINGS_FILE, RECORD_FILE, *(PROJECTOR_FILES if cfg.projector else ())],
     )  # fmt: skip
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        os.mkdir(tmp)
+    with folder_written(out, "export") as tmp:
         pq.write_table(table, tmp / EMBEDDINGS_FILE, compression="zstd")
         if cfg.projector:
             name = f"model {mdir} ({mode})" if mdir is not None else f"program {program.program_id}, {mode}"
@@ -372,15 +330,6 @@ def export_embeddings(
             "created_at": now_iso(),
         }
         write_json(tmp / RECORD_FILE, record)
-        _publish(tmp, out)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise PipelineError(
-            f"{out}: could not write the export ({type(e).__name__}: {e}); nothing was left"
-        ) from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     log.info("exported %d code vectors of program %s to %s", len(rows), program.program_id, out)
     return result
 

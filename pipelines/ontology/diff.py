@@ -33,9 +33,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import os
-import secrets
-import shutil
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipelines.data.folders import check_out, folder_written
 from pipelines.errors import InputFileError, PipelineError
 
 __all__ = ["DiffResult", "diff_programs", "summary_lines", "default_out", "DIFF_FILES", "RECORD_FILE"]
@@ -643,26 +641,6 @@ def default_out(old_id: str, new_id: str) -> Path:
     return DEFAULT_ROOT / f"{old_id}__{new_id}"
 
 
-def _check_out(out: Path, force: bool) -> None:
-    """Refuse an existing ``out`` unless it is an empty folder or (``force``) an earlier diff."""
-    if not out.exists() and not out.is_symlink():
-        return
-    if not out.is_dir() or out.is_symlink():
-        raise PipelineError(f"{out}: exists and is not a folder; choose another --out")
-    if not any(out.iterdir()):
-        return
-    if not force:
-        raise PipelineError(
-            f"{out}: exists; a diff is never written over anything: choose another --out, or pass --force to "
-            "replace an earlier diff there"
-        )
-    if not (out / RECORD_FILE).is_file():
-        raise PipelineError(
-            f"{out}: exists and holds no {RECORD_FILE}, so it is not an earlier diff; it is not replaced, even "
-            "with --force: choose another --out"
-        )
-
-
 def _write_folder(out: Path, tables: dict[str, pa.Table], record: dict[str, Any]) -> None:
     """Write the tables and ``diff.json`` into a temporary folder beside ``out``, then rename it into place
     (an earlier diff there is moved aside first and removed after)."""
@@ -670,31 +648,10 @@ def _write_folder(out: Path, tables: dict[str, pa.Table], record: dict[str, Any]
 
     meta = {b"old_program_id": record["old"]["program_id"].encode(),
             b"new_program_id": record["new"]["program_id"].encode()}  # fmt: skip
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
-    aside = None
-    try:
-        os.mkdir(tmp)
+    with folder_written(out, "diff") as tmp:
         for name, table in tables.items():
             pq.write_table(table.replace_schema_metadata(meta), tmp / name, compression="zstd")
         write_json(tmp / RECORD_FILE, record)
-        if out.exists():
-            aside = out.parent / f".old-{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
-            os.rename(out, aside)
-        os.rename(tmp, out)
-    except OSError as e:
-        if aside is not None and not out.exists():
-            os.rename(aside, out)
-            aside = None
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise PipelineError(
-            f"{out}: could not write the diff ({type(e).__name__}: {e}); nothing was left"
-        ) from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if aside is not None:
-        shutil.rmtree(aside, ignore_errors=True)
 
 
 # --- the diff ---------------------------------------------------------------------------------------
@@ -741,7 +698,7 @@ def diff_programs(
     start = time.perf_counter()
     a, b = read_side(old), read_side(new)
     target = Path(out) if out is not None else default_out(a.program_id, b.program_id)
-    _check_out(target, force)  # before any work
+    check_out(target, force, record=RECORD_FILE, what="diff")  # before any work
     mdir, record = _model_record(model, a, b) if model is not None else (None, None)
     m = match(a, b)
     d = diff_edges(a, b, m)

@@ -26,14 +26,13 @@ is refused unless it is an empty folder, or ``force`` is given and it holds an e
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipelines.data.folders import check_out, folder_written
 from pipelines.errors import PipelineError
 
 __all__ = ["TransferResult", "transfer", "is_a_parents", "REPORT_FILE", "INIT_RULES"]
@@ -110,26 +109,11 @@ def is_a_parents(program) -> list[list[int]]:
 
 
 def _check_out(out: Path, force: bool, source: Path) -> None:
-    """Refuse an existing ``out`` unless it is an empty folder or (``force``) an earlier transfer; refuse
-    ``out`` inside the source."""
+    """Refuse ``out`` inside the source, and an existing ``out`` unless it is an empty folder or (``force``)
+    an earlier transfer."""
     if out.resolve() == source.resolve() or source.resolve() in out.resolve().parents:
         raise PipelineError(f"{out}: is the source model {source} or inside it; choose another --out")
-    if not out.exists() and not out.is_symlink():
-        return
-    if not out.is_dir() or out.is_symlink():
-        raise PipelineError(f"{out}: exists and is not a folder; choose another --out")
-    if not any(out.iterdir()):
-        return
-    if not force:
-        raise PipelineError(
-            f"{out}: exists; a transfer is never written over anything: choose another --out, or pass "
-            "--force to replace an earlier transfer there"
-        )
-    if not (out / REPORT_FILE).is_file():
-        raise PipelineError(
-            f"{out}: exists and holds no {REPORT_FILE}, so it is not an earlier transfer; it is not "
-            "replaced, even with --force: choose another --out"
-        )
+    check_out(out, force, record=REPORT_FILE, what="transfer")
 
 
 def _load_source(model_dir: Path, model_program: str | None):
@@ -161,23 +145,6 @@ def _extra(meta: dict[str, Any], mdir: Path, report: dict[str, Any]) -> dict[str
         **({"earlier": history} if history else {}),
     }
     return extra
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing ``out`` (checked by :func:`_check_out`) is moved aside first and
-    removed after."""
-    old = None
-    if out.exists():
-        old = out.parent / f".old-{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
-        os.rename(out, old)
-    try:
-        os.rename(tmp, out)
-    except OSError:
-        if old is not None:
-            os.rename(old, out)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _write(tmp: Path, new_model, meta, mdir: Path, report, record) -> list[str]:
@@ -232,20 +199,8 @@ def transfer(
         **report,
         "created_at": now_iso(),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        os.mkdir(tmp)
+    with folder_written(out, "transferred model") as tmp:
         files = _write(tmp, new_model, meta, mdir, report, record)
-        _publish(tmp, out)
-    except OSError as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise PipelineError(
-            f"{out}: could not write the transferred model ({type(e).__name__}: {e}); nothing was left"
-        ) from e
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     seconds = time.perf_counter() - start
     log.info("transferred %s to program %s: %s", mdir, new_program.program_id, out)
     return TransferResult(out=out, source=mdir, new_program=new_path, report=report, seconds=seconds,
