@@ -15,6 +15,7 @@ is reported with its README line and the end of its output.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -30,7 +31,6 @@ README = ROOT / "README.md"
 RUN_LANGUAGES = ("bash", "python")
 SKIP_REASONS = ("make", "gpu", "licensed-data")
 SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s+(\S+)\s*(.*?)\s*-->")
-DEMO_PARTS = ("releases", "programs", "ehr", "datasets", "runs/demo-default")
 BLOCK_TIMEOUT_S = 40 * 60
 
 
@@ -84,6 +84,18 @@ def test_every_block_is_run_or_skipped_for_a_known_reason():
     assert len(run) >= 10
 
 
+def _demo_parts(artifacts: Path) -> list[str]:
+    """What ``make demo`` leaves under ``artifacts/``, taken from a finished demo there: its release, its
+    program, its cohort, its two datasets and its run (nothing another run added beside them)."""
+    cfg = json.loads((artifacts / "runs" / "demo-default" / "experiment.json").read_text(encoding="utf-8"))
+    tail = lambda p, n: "/".join(Path(p).parts[-n:])  # noqa: E731 - "datasets/demo-mimic/<id>"
+    datasets = [tail(cfg["config"][k], 3) for k in ("dataset", "transfer_dataset")]
+    manifest = json.loads((artifacts / datasets[0] / "manifest.json").read_text(encoding="utf-8"))
+    cohort = "ehr/" + Path(manifest["source"]["path"]).name
+    return ["releases/demo_icd10cm_default", tail(cfg["config"]["program"], 3), cohort, *datasets,
+            "runs/demo-default"]  # fmt: skip
+
+
 def _scratch(tmp: Path) -> Path:
     """A folder that looks like a clone after ``make demo``."""
     work = tmp / "clone"
@@ -92,7 +104,7 @@ def _scratch(tmp: Path) -> Path:
     (work / "tests").symlink_to(ROOT / "tests")
     given = os.environ.get("HRRBERT_README_ARTIFACTS")
     if given:
-        for part in DEMO_PARTS:
+        for part in _demo_parts(Path(given)):
             shutil.copytree(Path(given) / part, work / "artifacts" / part, symlinks=False)
     else:
         subprocess.run([str(work / ".venv" / "bin" / "hrrbert"), "demo"], cwd=work, check=True,
