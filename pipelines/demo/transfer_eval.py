@@ -127,7 +127,9 @@ def _chapters(models, ds, new_rows: np.ndarray, device) -> dict[str, Any]:
 
 
 def _neighbours(models, new_dir: Path, new_rows: np.ndarray, seed: int) -> dict[str, Any]:
-    """Share of the new codes' (and as many old codes') nearest trained codes that are related."""
+    """Share of the new codes' nearest codes that are related: among the codes the model trained with
+    (``new``), and among every code of the new program, new ones included (``new_all``: new codes of one
+    family sit next to each other); as many old codes among every code are the reference (``old``)."""
     from model import HRRBert
     from pipelines.eval.neighbours import Ontology
     from pipelines.ontology.newcodes import neighbour_relatedness
@@ -135,7 +137,8 @@ def _neighbours(models, new_dir: Path, new_rows: np.ndarray, seed: int) -> dict[
     ont = Ontology(new_dir)
     mapped = np.array([bool(s) and v != "SPECIAL" for s, v in zip(ont.snomed, ont.vocabulary, strict=True)])
     queries = new_rows[mapped[new_rows]]
-    pool = np.setdiff1d(np.flatnonzero(mapped), new_rows)
+    everything = np.flatnonzero(mapped)
+    pool = np.setdiff1d(everything, new_rows)
     ref = np.sort(
         np.random.default_rng([seed, 18]).choice(pool, size=min(queries.size, pool.size), replace=False)
     )
@@ -144,8 +147,12 @@ def _neighbours(models, new_dir: Path, new_rows: np.ndarray, seed: int) -> dict[
         with torch.no_grad():
             matrix = HRRBert.from_pretrained(models[mode]["pretrain"]).token_matrix().detach()
         rec = {}
-        for name, q in (("new", queries), ("old", ref)):
-            rel = neighbour_relatedness(matrix, ont, q, pool, k=NEIGHBOURS) / NEIGHBOURS
+        for name, q, among in (
+            ("new", queries, pool),
+            ("new_all", queries, everything),
+            ("old", ref, everything),
+        ):
+            rel = neighbour_relatedness(matrix, ont, q, among, k=NEIGHBOURS) / NEIGHBOURS
             rec[name] = bootstrap_patients(
                 lambda r, x=rel: x[r].mean(-1), rel.size, vectorized=True
             ).as_dict()
@@ -177,9 +184,11 @@ def _markdown(rec: dict[str, Any]) -> str:
          _pct(c[CONTROL]["f1"]), _pct(c[TREATED]["f1"]), _pct(c["diff"]["f1"], signed=True)],
         ["chapters AUROC ×100", _pct(c[CONTROL]["auroc"]), _pct(c[TREATED]["auroc"]),
          _pct(c["diff"]["auroc"], signed=True)],
-        [f"neighbours related, new codes, % (top {n['k']} of {n['new_codes']} codes)",
+        [f"neighbours related, new codes among the trained codes, % (top {n['k']} of {n['new_codes']} codes)",
          _pct(n[CONTROL]["new"]), _pct(n[TREATED]["new"]), ""],
-        [f"neighbours related, old codes (reference, {n['old_codes']} codes), %",
+        ["neighbours related, new codes among all codes, %",
+         _pct(n[CONTROL]["new_all"]), _pct(n[TREATED]["new_all"]), ""],
+        [f"neighbours related, old codes among all codes (reference, {n['old_codes']} codes), %",
          _pct(n[CONTROL]["old"]), _pct(n[TREATED]["old"]), ""],
         [f"MLM top-{MLM_K} of old codes in the same patients, % (reference, {m['old_probes']} probes)",
          f"{100 * m[CONTROL][f'old_codes_top{MLM_K}']:.1f}", f"{100 * m[TREATED][f'old_codes_top{MLM_K}']:.1f}", ""],
