@@ -8,7 +8,10 @@ For each (preset, mode) it measures, on a synthetic paper-scale program (25,493 
 * tokens per second (batch x 128 / step time);
 * the embedding-matrix share: the time to build the matrix and back-propagate through it
   (``token_matrix()`` + ``backward``), measured separately, divided by the step time;
-* ratios against the ``unstructured`` baseline of the same preset, measured in the same run.
+* ratios against the ``unstructured`` baseline of the same preset, measured in the same run;
+* every HRR mode twice: the tied decoder on the signal-domain matrix (``decoder`` ``matrix``) and in the
+  spectral domain (``spectral``: ``BertConfig.spectral_decoder``, inputs composed for the batch's rows only,
+  no full-matrix ``irfft``; same logits up to float rounding).
 
 Goal (issue 6): the matrix share at most 15 % for BERT-base at paper scale on the 2-core CPU. Times are
 medians. The default run takes a few minutes on 2 cores::
@@ -87,14 +90,16 @@ def median_seconds(fn, warmup: int, steps: int, device: torch.device) -> float:
 
 
 def bench_one(
-    program, preset: str, mode: str, batch: int, steps: int, warmup: int, device, bf16: bool
-) -> dict:
+    program, preset: str, mode: str, batch: int, steps: int, warmup: int, device, bf16: bool,
+    spectral: bool = False,
+) -> dict:  # fmt: skip
     from model import HRRBert
     from model import preset as make_preset
 
     torch.manual_seed(0)
     logf = torch.linspace(-14, 0, program.n_concepts) if mode == "freq" else None
-    model = HRRBert(make_preset(preset, mode=mode), program, log_frequency=logf).train()
+    cfg = make_preset(preset, mode=mode, spectral_decoder=spectral)
+    model = HRRBert(cfg, program, log_frequency=logf).train()
     model.heads.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4)
@@ -121,6 +126,7 @@ def bench_one(
     return {
         "preset": preset,
         "mode": mode,
+        "decoder": "spectral" if spectral else "matrix",
         "batch": batch,
         "step_ms": 1000 * step_s,
         "tokens_per_s": batch * SEQ / step_s,
@@ -132,15 +138,15 @@ def bench_one(
 
 
 def table(rows: list[dict]) -> str:
-    head = "| preset | mode | batch | params (M) | step (ms) | tokens/s | seq/s | matrix build+bwd (ms) | matrix share | step vs unstructured | tokens/s vs unstructured |"
-    out = [head, "|" + "---|" * 11]
+    head = "| preset | mode | decoder | batch | params (M) | step (ms) | tokens/s | seq/s | matrix build+bwd (ms) | matrix share | step vs unstructured | tokens/s vs unstructured |"
+    out = [head, "|" + "---|" * 12]
     base = {r["preset"]: r for r in rows if r["mode"] == "unstructured"}
     for r in rows:
         b = base.get(r["preset"])
         ratio = f"{r['step_ms'] / b['step_ms']:.2f}x" if b else "-"
         tratio = f"{r['tokens_per_s'] / b['tokens_per_s']:.2f}x" if b else "-"
         out.append(
-            f"| {r['preset']} | {r['mode']} | {r['batch']} | {r['params_m']:.1f} | {r['step_ms']:.0f} | "
+            f"| {r['preset']} | {r['mode']} | {r.get('decoder', 'matrix')} | {r['batch']} | {r['params_m']:.1f} | {r['step_ms']:.0f} | "
             f"{r['tokens_per_s']:.0f} | {r['seq_per_s']:.1f} | {r['embed_ms']:.1f} | {100 * r['embed_share']:.1f} % | "
             f"{ratio} | {tratio} |"
         )
@@ -175,6 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (CUDA)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
+    ap.add_argument(
+        "--decoders",
+        nargs="+",
+        default=["matrix", "spectral"],
+        choices=["matrix", "spectral"],
+        help="tied decoder of the HRR modes: on the signal-domain matrix, in the spectral domain",
+    )
     a = ap.parse_args(argv)
 
     from hrr_kernel import load_program
@@ -192,12 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     for p in a.presets:
         steps = a.steps or DEFAULT_STEPS[p]
         for m in modes:
-            r = bench_one(program, p, m, batch[p], steps, a.warmup, device, a.bf16)
-            rows.append(r)
-            print(
-                f"  {p:9s} {m:12s} step {r['step_ms']:8.0f} ms  matrix {100 * r['embed_share']:5.1f} %",
-                flush=True,
-            )
+            for dec in ["matrix"] if m == "unstructured" else a.decoders:
+                r = bench_one(program, p, m, batch[p], steps, a.warmup, device, a.bf16, dec == "spectral")
+                rows.append(r)
+                print(f"  {p:9s} {m:12s} {dec:8s} step {r['step_ms']:8.0f} ms  matrix {100 * r['embed_share']:5.1f} %",
+                      flush=True)  # fmt: skip
     print(f"\n{table(rows)}\n\nwall time {time.perf_counter() - t0:.0f} s")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=2))

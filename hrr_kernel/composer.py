@@ -19,6 +19,13 @@ cancels exactly (both only rescale the non-self-conjugate bins, in opposite dire
 so backward costs about what forward costs. Scratch buffers come from the program's
 :class:`~hrr_kernel.plan.Workspace` and are reused across steps.
 
+Spectral output (:func:`compose_spectrum`): the same forward stops before the ``irfft`` and returns the
+half spectrum ``C_hat[row_map]`` as its real view ``(N, 2F)`` (real and imaginary part of each bin,
+interleaved). Its adjoint starts from ``dL/dC_hat`` directly: since ``dL/dC_hat_k = (w_k / D) rfft(G)_k``
+for a loss of ``C = irfft(C_hat)`` (``w_k`` = 1 at the DC and, for even ``D``, the Nyquist bin, else 2),
+the backward above runs unchanged on ``G_hat = dL/dC_hat · D / w_k`` (:func:`bin_weights`), and the
+``rfft`` of the gradient disappears with the forward's ``irfft``.
+
 Dimension legend: N output rows, U distinct computed rows, P (relation, atom) pairs, A atoms,
 R relations, D dimension, F = D // 2 + 1 frequencies.
 """
@@ -34,7 +41,7 @@ from torch.autograd.function import once_differentiable
 from .errors import ShapeError
 from .plan import ComposePlan, Workspace
 
-__all__ = ["compose", "compose_plan"]
+__all__ = ["compose", "compose_plan", "compose_spectrum", "bin_weights"]
 
 _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 # Pair-table work runs in blocks of this many bytes: few enough parallel regions that a busy shared CPU
@@ -105,6 +112,20 @@ def _scale_by_conj_relation(gb: Tensor, r_hat: Tensor, plan: ComposePlan, ws: Wo
     ws.give("block", tmp)
 
 
+def bin_weights(d: int, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
+    """``w_k`` of the half spectrum of a real length-``d`` signal: 1 at the DC bin and (even ``d``) the
+    Nyquist bin, 2 elsewhere, so that ``<x, y> = Σ_k (w_k / d) Re(conj(X_k) Y_k)`` (Parseval).
+
+    Shapes:
+        - output: ``(F,)`` with ``F = d // 2 + 1``
+    """
+    w = torch.full((d // 2 + 1,), 2.0, dtype=dtype, device=device)
+    w[0] = 1.0
+    if d % 2 == 0:
+        w[-1] = 1.0
+    return w
+
+
 def _give_back(ws: Workspace, a_hat: Tensor, held: dict) -> None:
     """Return the forward's atom spectrum to the pool once (after backward, or when the graph dies)."""
     if not held["given"]:
@@ -114,7 +135,9 @@ def _give_back(ws: Workspace, a_hat: Tensor, held: dict) -> None:
 
 class _Compose(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, atoms: Tensor, relations: Tensor, plan: ComposePlan, ws: Workspace) -> Tensor:
+    def forward(
+        ctx, atoms: Tensor, relations: Tensor, plan: ComposePlan, ws: Workspace, spectral: bool = False
+    ) -> Tensor:
         d = atoms.shape[1]
         f = d // 2 + 1
         cdt = _COMPLEX[atoms.dtype]
@@ -130,7 +153,10 @@ class _Compose(torch.autograd.Function):
         c_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
         torch.addmm(_real2d(c_hat), m, _real2d(b), beta=0, out=_real2d(c_hat))
         ws.give("pairs", b)
-        if plan.row_map is None:
+        if spectral:  # (N, 2F) real view, fresh: the caller owns it
+            rows = c_hat.clone() if plan.row_map is None else c_hat.index_select(0, plan.row_map)  # (N, F)
+            out = _real2d(rows)
+        elif plan.row_map is None:
             out = torch.fft.irfft(c_hat, n=d, dim=1)  # (N, D), fresh: the caller owns it
         else:
             c_u = ws.take("rows", (plan.n_rows, d), atoms.dtype, dev)  # (U, D)
@@ -141,7 +167,7 @@ class _Compose(torch.autograd.Function):
         need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if need_a or need_r:
             ctx.save_for_backward(atoms)  # version-checked; a_hat is recomputed from it if reclaimed
-            ctx.plan, ctx.ws, ctx.d = plan, ws, d
+            ctx.plan, ctx.ws, ctx.d, ctx.spectral = plan, ws, d, spectral
             ctx.a_hat, ctx.r_hat = a_hat, r_hat
             # the spectrum goes back to the pool after the first backward, or when the graph is freed
             ctx.held = {"given": False, "takes": 0}
@@ -173,7 +199,14 @@ class _Compose(torch.autograd.Function):
         cdt, f = a_hat.dtype, a_hat.shape[1]
         _, mt, q = plan.matrices(dtype)
         g_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
-        if plan.row_map is None:
+        if ctx.spectral:  # dL/dC_hat -> the G_hat of a signal-domain loss (module docstring)
+            g = torch.view_as_complex(grad.reshape(grad.shape[0], f, 2).contiguous())  # (N, F)
+            g = g * (d / bin_weights(d, dtype, dev))
+            if plan.row_map is None:
+                g_hat.copy_(g)
+            else:
+                g_hat.zero_().index_add_(0, plan.row_map, g)
+        elif plan.row_map is None:
             torch.fft.rfft(grad.contiguous(), dim=1, out=g_hat)
         else:
             g_u = ws.take("rows", (plan.n_rows, d), dtype, dev).zero_()  # (U, D)
@@ -202,7 +235,7 @@ class _Compose(torch.autograd.Function):
                     grad_a.index_copy_(0, plan.atoms_used, torch.fft.irfft(ga_hat, n=d, dim=1))
             ws.give("atoms_hat", ga_hat)
         ws.give("pairs", gb)
-        return grad_a, grad_r, None, None
+        return grad_a, grad_r, None, None, None
 
 
 def _validate(plan: ComposePlan, atoms: Tensor, relations: Tensor) -> None:
@@ -229,14 +262,20 @@ def _validate(plan: ComposePlan, atoms: Tensor, relations: Tensor) -> None:
 
 
 def compose_plan(
-    plan: ComposePlan, atoms: Tensor, relations: Tensor, workspace: Workspace | None = None
+    plan: ComposePlan,
+    atoms: Tensor,
+    relations: Tensor,
+    workspace: Workspace | None = None,
+    *,
+    spectral: bool = False,
 ) -> Tensor:
-    """Compose the rows a plan describes (see :func:`compose`)."""
+    """Compose the rows a plan describes (see :func:`compose`; ``spectral``: :func:`compose_spectrum`)."""
     _validate(plan, atoms, relations)
     ws = workspace if workspace is not None else Workspace()
     if plan.n_out == 0:
-        return atoms[:0] * 0  # (0, D), still attached to the graph
-    return _Compose.apply(atoms.contiguous(), relations.contiguous(), plan, ws)
+        width = 2 * (atoms.shape[1] // 2 + 1) if spectral else atoms.shape[1]
+        return atoms.new_zeros((0, width)) + atoms.sum() * 0  # (0, width), still attached to the graph
+    return _Compose.apply(atoms.contiguous(), relations.contiguous(), plan, ws, spectral)
 
 
 def compose(program, atoms: Tensor, relations: Tensor, rows: Tensor | None = None) -> Tensor:
@@ -252,3 +291,18 @@ def compose(program, atoms: Tensor, relations: Tensor, rows: Tensor | None = Non
     """
     plan = program.plan_for(rows)
     return compose_plan(plan, atoms, relations, program.workspace)
+
+
+def compose_spectrum(program, atoms: Tensor, relations: Tensor, rows: Tensor | None = None) -> Tensor:
+    """The half spectrum ``rfft(C, dim=1)`` of :func:`compose`'s rows, as its real view, without the
+    ``irfft``: what a decoder that works in the spectral domain reads (``<h, C[i]>`` is
+    ``(rfft(h) weighted by bin_weights / D) · C_hat[i]`` on the real views; Parseval).
+
+    Differentiable in ``atoms`` and ``relations`` with the same explicit adjoints as :func:`compose`.
+
+    Shapes:
+        - atoms: ``(A, D)``; relations: ``(R, D)``; rows: ``(N,)`` or None
+        - output: ``(N, 2F)``, ``F = D // 2 + 1``: ``[Re C_hat_0, Im C_hat_0, Re C_hat_1, ...]`` per row
+    """
+    plan = program.plan_for(rows)
+    return compose_plan(plan, atoms, relations, program.workspace, spectral=True)

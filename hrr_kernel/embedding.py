@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .composer import compose
+from .composer import bin_weights, compose, compose_spectrum
 from .errors import ShapeError
 from .program import Program
 
@@ -112,6 +112,8 @@ class HRREmbedding(nn.Module):
             self.freq_encoding = None
         self._cache: Tensor | None = None
         self._cache_key: tuple | None = None
+        self._spec_cache: Tensor | None = None
+        self._spec_key: tuple | None = None
 
     def extra_repr(self) -> str:
         return f"program={self.program.program_id}, n={self.program.n_concepts}, dim={self.dim}, mode={self.mode}, normalize={self.normalize}"
@@ -153,6 +155,57 @@ class HRREmbedding(nn.Module):
         if self._cache is None or self._cache_key != key:
             self._cache, self._cache_key = self._build(None), key
         return self._cache
+
+    def spectrum(self) -> Tensor:
+        """The half spectrum of every concept's HRR part (``rfft`` of the composition ``C``, before any
+        normalisation) as its real view, for :meth:`decode`; cached like :meth:`matrix`.
+
+        Shapes: output ``(N, 2F)``, ``F = H // 2 + 1``.
+        """
+        if self.hrr_dim == 0:
+            raise ShapeError("mode 'unstructured' has no HRR part, so no spectrum")
+        if not self._cacheable():
+            self._spec_cache = self._spec_key = None
+            return compose_spectrum(self.program, self.atoms, self.relations)
+        key = self._key()
+        if self._spec_cache is None or self._spec_key != key:
+            self._spec_cache, self._spec_key = compose_spectrum(self.program, self.atoms, self.relations), key
+        return self._spec_cache
+
+    def decode(self, h: Tensor) -> Tensor:
+        """Scores ``h @ E.T`` of every concept against the embedding matrix ``E`` (a tied decoder), with
+        the HRR part computed in the spectral domain: ``<h, C[i]> = Σ_k (w_k / H) Re(conj(rfft(h)_k)
+        C_hat[i, k])`` (Parseval; :func:`~hrr_kernel.composer.bin_weights`), so neither ``C`` nor the
+        ``irfft`` of the whole matrix (nor, backward, the ``rfft`` of its gradient) is formed. Equal to
+        ``h @ self.matrix().T`` up to float rounding, in every mode (``normalize`` divides by each row's
+        norm, computed from its spectrum).
+
+        Shapes:
+            - h: ``(M, D)``
+            - output: ``(M, N)``
+        """
+        if h.dim() != 2 or h.shape[1] != self.dim:
+            raise ShapeError(f"h must be (M, {self.dim}), got shape {tuple(h.shape)}")
+        if self.mode == "unstructured":
+            return h @ self.table.to(h.dtype).t()
+        hdim = self.hrr_dim
+        spec = self.spectrum()  # (N, 2F)
+        with torch.autocast(h.device.type, enabled=False):
+            w = bin_weights(hdim, spec.dtype, spec.device) / hdim  # (F,)
+            hh = torch.fft.rfft(h[:, :hdim].to(spec.dtype), dim=1) * w  # (M, F)
+            hw = torch.view_as_real(hh).reshape(h.shape[0], -1)  # (M, 2F)
+        out = hw.to(h.dtype) @ spec.to(h.dtype).t()  # (M, N)
+        if self.normalize:
+            power = spec.reshape(spec.shape[0], -1, 2).square().sum(-1)  # (N, F)
+            norm = (power * w).sum(-1).sqrt()  # (N,)
+            out = out / norm.clamp_min(1e-12).to(out.dtype)
+        if self.mode == "freq":
+            out = out + h @ self.freq_encoding.to(h.dtype).t()
+        elif self.mode == "add":
+            out = out + h @ self.table.to(h.dtype).t()
+        elif self.mode == "cat":
+            out = out + h[:, hdim:] @ self.table.to(h.dtype).t()
+        return out
 
     def rows(self, ids: Tensor) -> Tensor:
         """Embedding rows for concept ids, composing only the rows needed.

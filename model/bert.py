@@ -62,6 +62,9 @@ class BertConfig(ConfigDict):
     mode: str = "base"  # token embedding: unstructured, base, freq, add or cat (HRREmbedding)
     normalize: bool = False  # scale each HRR concept vector to unit L2 norm
     freq_resolution: float = 10.0  # bins per unit of log frequency (mode freq)
+    spectral_decoder: bool = (
+        False  # MLM logits from the HRR half spectra (HRREmbedding.decode), inputs by row
+    )
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -182,6 +185,12 @@ class MLMHead(nn.Module):
     def forward(self, h: Tensor, token_matrix: Tensor) -> Tensor:
         h = self.norm(F.gelu(self.dense(h)))  # (M, D)
         return h @ token_matrix.to(h.dtype).t() + self.bias  # (M, N)
+
+    def decode(self, h: Tensor, token: HRREmbedding) -> Tensor:
+        """The same logits as :meth:`forward` with the token embedding's matrix, computed by
+        :meth:`hrr_kernel.HRREmbedding.decode` (the HRR part in the spectral domain). ``(M, D) -> (M, N)``."""
+        h = self.norm(F.gelu(self.dense(h)))  # (M, D)
+        return token.decode(h) + self.bias  # (M, N)
 
 
 class PooledHead(nn.Module):
@@ -311,6 +320,11 @@ class HRRBert(nn.Module):
             raise ValueError(
                 f"mlm_mask shape {tuple(mlm_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
             )
+        if self.config.spectral_decoder and self.config.mode != "unstructured":
+            # no full signal-domain matrix: the batch's rows are composed for the input, the tied decoder
+            # reads the half spectra (equal logits up to float rounding)
+            h = self.encode(input_ids, segment_ids, attention_mask)  # (B, T, D)
+            return self.mlm.decode(h[mlm_mask.bool()], self.embeddings.token)  # (M, N)
         e = self.token_matrix()  # (N, D), used for the lookup and the decoder
         h = self.encode(input_ids, segment_ids, attention_mask, token_matrix=e)  # (B, T, D)
         return self.mlm(h[mlm_mask.bool()], e)  # (M, D) -> (M, N)

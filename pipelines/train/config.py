@@ -47,6 +47,9 @@ class PretrainConfig:
     model: str = "small"  # model preset: tiny, mini, small or bert-base
     mode: str = "base"  # token embedding: unstructured, base, freq, add, cat
     normalize: bool = False  # unit-norm HRR concept vectors
+    spectral_decoder: bool = (
+        False  # tied MLM decoder in the spectral domain (same logits, no full-matrix irfft)
+    )
     epochs: int = 100  # passes over pretrain_train (paper: 100)
     max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
     batch_size: int = 96  # global batch (paper: 96), split over ranks

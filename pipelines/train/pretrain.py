@@ -62,7 +62,12 @@ def build_model(cfg: PretrainConfig, program, ds: TokenizedDataset):
     from model import HRRBert, preset
 
     bert_cfg = preset(
-        cfg.model, mode=cfg.mode, normalize=cfg.normalize, dropout=cfg.dropout, attn_dropout=cfg.dropout
+        cfg.model,
+        mode=cfg.mode,
+        normalize=cfg.normalize,
+        spectral_decoder=cfg.spectral_decoder,
+        dropout=cfg.dropout,
+        attn_dropout=cfg.dropout,
     )
     logf = ds.log_frequency() if cfg.mode == "freq" else None
     return HRRBert(bert_cfg, program, log_frequency=logf)

@@ -165,3 +165,21 @@ def test_eval_forward_keeps_the_state_dict_clean(program, mode):
 def test_pad_id_is_the_programs_pad_concept_or_zero(program, other_program):
     assert make(program).pad_id == program.special_id("[PAD]")
     assert "[PAD]" not in other_program.concept_codes and make(other_program).pad_id == 0
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "unstructured"])
+def test_spectral_decoder_gives_the_same_mlm_logits_and_gradients(program, mode):
+    ids, seg, att = batch(program)
+    mlm = torch.zeros_like(att)
+    mlm[:, 2] = mlm[1:, 5] = True
+    out = {}
+    for spectral in (False, True):
+        model = make(program, mode, spectral_decoder=spectral).double().eval()
+        logits = model(ids, seg, att, mlm_mask=mlm)
+        grads = torch.autograd.grad(logits.square().mean(), list(model.parameters()), allow_unused=True)
+        out[spectral] = (logits, grads)
+    torch.testing.assert_close(out[True][0], out[False][0], rtol=1e-10, atol=1e-10)
+    for a, b in zip(out[True][1], out[False][1], strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
