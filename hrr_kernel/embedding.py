@@ -172,13 +172,39 @@ class HRREmbedding(nn.Module):
             self._spec_cache, self._spec_key = compose_spectrum(self.program, self.atoms, self.relations), key
         return self._spec_cache
 
-    def decode(self, h: Tensor) -> Tensor:
+    def rows_from_spectrum(self, ids: Tensor, spectrum: Tensor) -> Tensor:
+        """Embedding rows for concept ids, their HRR part taken from ``spectrum`` (:meth:`spectrum`) by an
+        ``irfft`` of those rows only: the input side of a step whose tied decoder reads the same spectrum
+        (one composition serves both; equal to :meth:`rows` up to float rounding).
+
+        Shapes:
+            - ids: ``(U,)``; spectrum: ``(N, 2F)``
+            - output: ``(U, D)``
+        """
+        hdim = self.hrr_dim
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.program.n_concepts):
+            raise ShapeError(
+                f"ids must lie in [0, {self.program.n_concepts - 1}], got [{int(ids.min())}, {int(ids.max())}]"
+            )
+        sel = spectrum.index_select(0, ids)  # (U, 2F)
+        z = torch.view_as_complex(sel.reshape(sel.shape[0], -1, 2).contiguous())  # (U, F)
+        c = torch.fft.irfft(z, n=hdim, dim=1)  # (U, H)
+        if self.normalize:
+            c = F.normalize(c, dim=1, eps=1e-12)
+        if self.mode == "base":
+            return c
+        if self.mode == "freq":
+            return c + self.freq_encoding[ids]
+        w = self.table[ids]
+        return c + w if self.mode == "add" else torch.cat([c, w], dim=1)
+
+    def decode(self, h: Tensor, spectrum: Tensor | None = None) -> Tensor:
         """Scores ``h @ E.T`` of every concept against the embedding matrix ``E`` (a tied decoder), with
         the HRR part computed in the spectral domain: ``<h, C[i]> = Σ_k (w_k / H) Re(conj(rfft(h)_k)
         C_hat[i, k])`` (Parseval; :func:`~hrr_kernel.composer.bin_weights`), so neither ``C`` nor the
         ``irfft`` of the whole matrix (nor, backward, the ``rfft`` of its gradient) is formed. Equal to
         ``h @ self.matrix().T`` up to float rounding, in every mode (``normalize`` divides by each row's
-        norm, computed from its spectrum).
+        norm, computed from its spectrum). ``spectrum``: :meth:`spectrum` when the caller already has it.
 
         Shapes:
             - h: ``(M, D)``
@@ -189,7 +215,7 @@ class HRREmbedding(nn.Module):
         if self.mode == "unstructured":
             return h @ self.table.to(h.dtype).t()
         hdim = self.hrr_dim
-        spec = self.spectrum()  # (N, 2F)
+        spec = self.spectrum() if spectrum is None else spectrum  # (N, 2F)
         with torch.autocast(h.device.type, enabled=False):
             w = bin_weights(hdim, spec.dtype, spec.device) / hdim  # (F,)
             hh = torch.fft.rfft(h[:, :hdim].to(spec.dtype), dim=1) * w  # (M, F)

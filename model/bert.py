@@ -122,9 +122,17 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
         self.drop = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids: Tensor, segment_ids: Tensor, token_matrix: Tensor | None) -> Tensor:
+    def forward(
+        self,
+        input_ids: Tensor,
+        segment_ids: Tensor,
+        token_matrix: Tensor | None,
+        tokens: Tensor | None = None,
+    ) -> Tensor:
         t = input_ids.shape[1]
-        if token_matrix is None:
+        if tokens is not None:
+            tok = tokens  # (B, T, D), given by the caller
+        elif token_matrix is None:
             tok = self.token(input_ids)  # (B, T, D), composing only the rows present
         else:
             tok = F.embedding(input_ids, token_matrix)  # (B, T, D)
@@ -186,11 +194,11 @@ class MLMHead(nn.Module):
         h = self.norm(F.gelu(self.dense(h)))  # (M, D)
         return h @ token_matrix.to(h.dtype).t() + self.bias  # (M, N)
 
-    def decode(self, h: Tensor, token: HRREmbedding) -> Tensor:
+    def decode(self, h: Tensor, token: HRREmbedding, spectrum: Tensor | None = None) -> Tensor:
         """The same logits as :meth:`forward` with the token embedding's matrix, computed by
         :meth:`hrr_kernel.HRREmbedding.decode` (the HRR part in the spectral domain). ``(M, D) -> (M, N)``."""
         h = self.norm(F.gelu(self.dense(h)))  # (M, D)
-        return token.decode(h) + self.bias  # (M, N)
+        return token.decode(h, spectrum) + self.bias  # (M, N)
 
 
 class PooledHead(nn.Module):
@@ -277,8 +285,9 @@ class HRRBert(nn.Module):
         segment_ids: Tensor,
         attention_mask: Tensor | None = None,
         token_matrix: Tensor | None = None,
+        tokens: Tensor | None = None,
     ) -> Tensor:
-        """Contextual code representations.
+        """Contextual code representations (``tokens``: the token embeddings ``(B, T, D)``, already built).
 
         Shapes:
             - input_ids, segment_ids, attention_mask (True/1 = real code): ``(B, T)``
@@ -288,7 +297,7 @@ class HRRBert(nn.Module):
         self._check_inputs(input_ids, segment_ids, attention_mask)
         if attention_mask is None:
             attention_mask = input_ids != self.pad_id
-        x = self.embeddings(input_ids.long(), segment_ids.long(), token_matrix)  # (B, T, D)
+        x = self.embeddings(input_ids.long(), segment_ids.long(), token_matrix, tokens)  # (B, T, D)
         attn_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
         for layer in self.layers:
             x = layer(x, attn_mask)  # (B, T, D)
@@ -323,8 +332,13 @@ class HRRBert(nn.Module):
         if self.config.spectral_decoder and self.config.mode != "unstructured":
             # no full signal-domain matrix: the batch's rows are composed for the input, the tied decoder
             # reads the half spectra (equal logits up to float rounding)
-            h = self.encode(input_ids, segment_ids, attention_mask)  # (B, T, D)
-            return self.mlm.decode(h[mlm_mask.bool()], self.embeddings.token)  # (M, N)
+            token = self.embeddings.token
+            with torch.autocast(self.program.device.type, enabled=False):
+                spec = token.spectrum()  # (N, 2F): one composition for the inputs and the decoder
+                uniq, inv = torch.unique(input_ids.long().reshape(-1), return_inverse=True)
+                tokens = token.rows_from_spectrum(uniq, spec)[inv].view(*input_ids.shape, -1)  # (B, T, D)
+            h = self.encode(input_ids, segment_ids, attention_mask, tokens=tokens)  # (B, T, D)
+            return self.mlm.decode(h[mlm_mask.bool()], token, spec)  # (M, N)
         e = self.token_matrix()  # (N, D), used for the lookup and the decoder
         h = self.encode(input_ids, segment_ids, attention_mask, token_matrix=e)  # (B, T, D)
         return self.mlm(h[mlm_mask.bool()], e)  # (M, D) -> (M, N)

@@ -66,6 +66,11 @@ def test_decode_equals_the_tied_matrix_product(program, mode, normalize, d):
     h = torch.randn(5, d, dtype=torch.float64, requires_grad=True)
     got, ref = emb.decode(h), h @ emb.matrix().t()
     torch.testing.assert_close(got, ref, rtol=1e-12, atol=1e-12)
+    if mode != "unstructured":
+        ids = torch.tensor([4, 0, 11, 4])
+        torch.testing.assert_close(
+            emb.rows_from_spectrum(ids, emb.spectrum()), emb.rows(ids), rtol=1e-12, atol=1e-12
+        )
     params = [h, *emb.parameters()]
     ga = torch.autograd.grad(got.square().sum(), params)
     gb = torch.autograd.grad(ref.square().sum(), params)
