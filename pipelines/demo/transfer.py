@@ -23,9 +23,7 @@ folder: ``transfer.json`` (every number, with how its interval was made) and ``t
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -67,14 +65,12 @@ def cohort_without(ehr: Path, codes: pa.Table, dest: Path) -> Path:
     ``dest`` (atomic rename)."""
     import duckdb
 
-    from ontology_compiler.sqlsafe import quote_literal
+    from pipelines.data.folders import folder_written
 
     if (dest / "hosp" / "diagnoses_icd.csv.gz").is_file():
         return dest
-    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "hosp").mkdir(parents=True)
-    try:
+    with folder_written(dest, "cohort copy") as tmp:
+        (tmp / "hosp").mkdir()
         con = duckdb.connect()
         con.register("new_codes", codes.select(["vocabulary", "code"]))
         src = {t: str(ehr / "hosp" / f"{t}.csv.gz") for t in HOSP_TABLES}
@@ -86,20 +82,15 @@ def cohort_without(ehr: Path, codes: pa.Table, dest: Path) -> Path:
         )
         for t in HOSP_TABLES:
             rel = con.sql(
-                f"SELECT * FROM read_csv({quote_literal(src[t])}, all_varchar = true) "
-                "WHERE subject_id NOT IN (SELECT subject_id FROM carriers)"
+                "SELECT * FROM read_csv($1, all_varchar = true) "
+                "WHERE subject_id NOT IN (SELECT subject_id FROM carriers)",
+                params=[src[t]],
             )
             rel.write_csv(str(tmp / "hosp" / f"{t}.csv.gz"), header=True, compression="gzip")
         for extra in ("d_icd_diagnoses.csv.gz",):
             if (ehr / "hosp" / extra).is_file():
                 shutil.copy2(ehr / "hosp" / extra, tmp / "hosp" / extra)
         con.close()
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.rename(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dest
 
 
@@ -191,12 +182,10 @@ def run_transfer_demo(
 
 
 def write_study(folder: Path, record: dict[str, Any], markdown: str) -> None:
-    """``transfer.json`` and ``transfer.md`` into ``folder`` (each written to a temp file, then renamed)."""
+    """``transfer.json`` and ``transfer.md`` into ``folder``, each written atomically."""
+    from pipelines.train.runtime import write_file_atomically, write_json
+
     folder.mkdir(parents=True, exist_ok=True)
-    for name, text in (
-        ("transfer.json", json.dumps(record, indent=2, default=float)),
-        ("transfer.md", markdown),
-    ):
-        tmp = folder / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, folder / name)
+    write_json(folder / "transfer.json", record)
+    write_file_atomically(folder / "transfer.md", lambda tmp: tmp.write_text(markdown, encoding="utf-8"),
+                          what="report")  # fmt: skip
