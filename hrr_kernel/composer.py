@@ -56,6 +56,20 @@ def _real2d(z: Tensor) -> Tensor:
     return torch.view_as_real(z).view(z.shape[0], 2 * z.shape[1])
 
 
+def _complex2d(x: Tensor) -> Tensor:
+    """(n, 2F) real view -> (n, F) complex (a view when ``x`` is contiguous)."""
+    return torch.view_as_complex(x.contiguous().view(x.shape[0], x.shape[1] // 2, 2))
+
+
+def _to_input(g_hat: Tensor, d: int, spectral_in: bool, scale: Tensor | None) -> Tensor:
+    """A parameter's gradient from its spectral adjoint: ``irfft`` (signal-domain parameters), or the
+    real view of ``g_hat`` (times ``scale`` when given) for parameters given as half spectra; fresh."""
+    if not spectral_in:
+        return torch.fft.irfft(g_hat, n=d, dim=1)  # (n, D)
+    out = g_hat * scale if scale is not None else g_hat.clone()  # (n, F)
+    return _real2d(out)  # (n, 2F)
+
+
 def _blocks(plan: ComposePlan, f: int, elem: int):
     """``(start, end)`` ranges over the pair table, about ``_CHUNK_BYTES`` of ``(n, F)`` values each."""
     step = max(_MIN_BLOCK_ROWS, _CHUNK_BYTES // max(1, f * elem))
@@ -136,18 +150,29 @@ def _give_back(ws: Workspace, a_hat: Tensor, held: dict) -> None:
 class _Compose(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, atoms: Tensor, relations: Tensor, plan: ComposePlan, ws: Workspace, spectral: bool = False
+        ctx,
+        atoms: Tensor,
+        relations: Tensor,
+        plan: ComposePlan,
+        ws: Workspace,
+        spectral: bool = False,
+        spectral_inputs: bool = False,
+        dim: int = 0,
     ) -> Tensor:
-        d = atoms.shape[1]
+        d = dim if spectral_inputs else atoms.shape[1]
         f = d // 2 + 1
         cdt = _COMPLEX[atoms.dtype]
         dev = atoms.device
         m, _, _ = plan.matrices(atoms.dtype)
-        src = _used_atoms(plan, atoms)  # (A', D)
-        a_hat = ws.take("a_hat", (src.shape[0], f), cdt, dev)  # (A', F)
-        if src.shape[0]:  # MKL refuses empty transforms
-            torch.fft.rfft(src, dim=1, out=a_hat)
-        r_hat = torch.fft.rfft(relations, dim=1)  # (R, F)
+        src = _used_atoms(plan, atoms)  # (A', D), or (A', 2F) given as spectra
+        if spectral_inputs:  # the half spectra are the parameters: no transform at all
+            a_hat = _complex2d(src)  # (A', F), a view (of the parameter, or of the selected copy)
+            r_hat = _complex2d(relations)  # (R, F)
+        else:
+            a_hat = ws.take("a_hat", (src.shape[0], f), cdt, dev)  # (A', F)
+            if src.shape[0]:  # MKL refuses empty transforms
+                torch.fft.rfft(src, dim=1, out=a_hat)
+            r_hat = torch.fft.rfft(relations, dim=1)  # (R, F)
         b = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
         _gather_bind(a_hat, r_hat, plan, ws, b)
         c_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
@@ -168,11 +193,13 @@ class _Compose(torch.autograd.Function):
         if need_a or need_r:
             ctx.save_for_backward(atoms)  # version-checked; a_hat is recomputed from it if reclaimed
             ctx.plan, ctx.ws, ctx.d, ctx.spectral = plan, ws, d, spectral
+            ctx.spectral_inputs = spectral_inputs
             ctx.a_hat, ctx.r_hat = a_hat, r_hat
             # the spectrum goes back to the pool after the first backward, or when the graph is freed
-            ctx.held = {"given": False, "takes": 0}
-            weakref.finalize(ctx, _give_back, ws, a_hat, ctx.held)
-        else:
+            ctx.held = {"given": spectral_inputs, "takes": 0}
+            if not spectral_inputs:
+                weakref.finalize(ctx, _give_back, ws, a_hat, ctx.held)
+        elif not spectral_inputs:
             ws.give("a_hat", a_hat)
         return out
 
@@ -183,6 +210,8 @@ class _Compose(torch.autograd.Function):
         (atoms,) = ctx.saved_tensors
         a_hat = ctx.a_hat
         held = ctx.held
+        if ctx.spectral_inputs:  # a view of the (version-checked) parameter itself
+            return a_hat
         if held["given"] and ctx.ws.takes("a_hat", a_hat.dtype, a_hat.device) != held["takes"]:
             plan = ctx.plan
             a_hat = ctx.a_hat = torch.fft.rfft(_used_atoms(plan, atoms), dim=1)  # (A', F), not pooled
@@ -199,20 +228,29 @@ class _Compose(torch.autograd.Function):
         cdt, f = a_hat.dtype, a_hat.shape[1]
         _, mt, q = plan.matrices(dtype)
         g_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
+        spectral_in = ctx.spectral_inputs
+        # G_hat below is rfft(dL/dC) (signal-domain inputs: the irfft at the end gives their gradient); with
+        # spectral inputs the gradient is dL/dC_hat carried straight through, so scale = w / D turns an
+        # rfft(dL/dC) into it, and a spectral output's gradient is used as it comes
+        scale = None
         if ctx.spectral:  # dL/dC_hat -> the G_hat of a signal-domain loss (module docstring)
             g = torch.view_as_complex(grad.reshape(grad.shape[0], f, 2).contiguous())  # (N, F)
-            g = g * (d / bin_weights(d, dtype, dev))
+            if not spectral_in:
+                g = g * (d / bin_weights(d, dtype, dev))
             if plan.row_map is None:
                 g_hat.copy_(g)
             else:
                 g_hat.zero_().index_add_(0, plan.row_map, g)
-        elif plan.row_map is None:
-            torch.fft.rfft(grad.contiguous(), dim=1, out=g_hat)
         else:
-            g_u = ws.take("rows", (plan.n_rows, d), dtype, dev).zero_()  # (U, D)
-            g_u.index_add_(0, plan.row_map, grad)
-            torch.fft.rfft(g_u, dim=1, out=g_hat)
-            ws.give("rows", g_u)
+            if plan.row_map is None:
+                torch.fft.rfft(grad.contiguous(), dim=1, out=g_hat)
+            else:
+                g_u = ws.take("rows", (plan.n_rows, d), dtype, dev).zero_()  # (U, D)
+                g_u.index_add_(0, plan.row_map, grad)
+                torch.fft.rfft(g_u, dim=1, out=g_hat)
+                ws.give("rows", g_u)
+            if spectral_in:
+                scale = bin_weights(d, dtype, dev) / d  # (F,)
         gb = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
         torch.addmm(_real2d(gb), mt, _real2d(g_hat), beta=0, out=_real2d(gb))
         ws.give("rows_hat", g_hat)
@@ -220,37 +258,49 @@ class _Compose(torch.autograd.Function):
         if need_r:
             gr_hat = torch.zeros_like(r_hat)  # (R, F)
             _relation_grads(a_hat, gb, plan, ws, gr_hat)
-            grad_r = torch.fft.irfft(gr_hat, n=d, dim=1)  # (R, D)
+            grad_r = _to_input(gr_hat, d, spectral_in, scale)  # (R, D) or (R, 2F)
         if not ctx.held["given"]:
             _give_back(ws, a_hat, ctx.held)
         if need_a:
             _scale_by_conj_relation(gb, r_hat, plan, ws)
             ga_hat = ws.take("atoms_hat", (plan.n_atoms_used, f), cdt, dev)  # (A', F)
             torch.addmm(_real2d(ga_hat), q, _real2d(gb), beta=0, out=_real2d(ga_hat))
+            width = 2 * f if spectral_in else d
             if plan.atoms_used is None:
-                grad_a = torch.fft.irfft(ga_hat, n=d, dim=1)  # (A, D)
+                grad_a = _to_input(ga_hat, d, spectral_in, scale)  # (A, D) or (A, 2F)
             else:
-                grad_a = torch.zeros((plan.n_atoms, d), dtype=dtype, device=dev)  # (A, D)
+                grad_a = torch.zeros((plan.n_atoms, width), dtype=dtype, device=dev)  # (A, D) or (A, 2F)
                 if ga_hat.shape[0]:
-                    grad_a.index_copy_(0, plan.atoms_used, torch.fft.irfft(ga_hat, n=d, dim=1))
+                    grad_a.index_copy_(0, plan.atoms_used, _to_input(ga_hat, d, spectral_in, scale))
             ws.give("atoms_hat", ga_hat)
         ws.give("pairs", gb)
-        return grad_a, grad_r, None, None, None
+        return grad_a, grad_r, None, None, None, None, None
 
 
-def _validate(plan: ComposePlan, atoms: Tensor, relations: Tensor) -> None:
+def _validate(plan: ComposePlan, atoms: Tensor, relations: Tensor, dim: int | None) -> None:
+    """Shapes, dtypes and devices; ``dim``: the signal dimension D when the inputs are half spectra."""
     for name, x, n in (("atoms", atoms, plan.n_atoms), ("relations", relations, plan.n_relations)):
         if not isinstance(x, Tensor) or x.dim() != 2:
             raise ShapeError(
-                f"{name} must be a 2-D tensor ({n}, D), got shape {tuple(getattr(x, 'shape', ()))}"
+                f"{name} must be a 2-D tensor ({n}, {'2F' if dim else 'D'}), got shape "
+                f"{tuple(getattr(x, 'shape', ()))}"
             )
         if x.shape[0] != n:
             raise ShapeError(f"{name} must have {n} rows (the program's count), got {x.shape[0]}")
         if x.dtype not in _COMPLEX:
             raise ShapeError(f"{name} must be float32 or float64, got {x.dtype}")
     if atoms.shape[1] != relations.shape[1]:
-        raise ShapeError(f"atoms have D={atoms.shape[1]} but relations have D={relations.shape[1]}")
-    if atoms.shape[1] < 1:
+        what = "width " if dim else "D="
+        raise ShapeError(f"atoms have {what}{atoms.shape[1]} but relations have {what}{relations.shape[1]}")
+    if dim is not None:
+        if not isinstance(dim, int) or dim < 1:
+            raise ShapeError(f"dim must be an int >= 1 for half-spectrum inputs, got {dim!r}")
+        if atoms.shape[1] != 2 * (dim // 2 + 1):
+            raise ShapeError(
+                f"half-spectrum inputs of D={dim} must be (n, {2 * (dim // 2 + 1)}) real views, "
+                f"got width {atoms.shape[1]}"
+            )
+    elif atoms.shape[1] < 1:
         raise ShapeError(f"D must be at least 1, got {atoms.shape[1]}")
     if atoms.dtype != relations.dtype:
         raise ShapeError(f"atoms are {atoms.dtype} but relations are {relations.dtype}")
@@ -268,41 +318,57 @@ def compose_plan(
     workspace: Workspace | None = None,
     *,
     spectral: bool = False,
+    dim: int | None = None,
 ) -> Tensor:
-    """Compose the rows a plan describes (see :func:`compose`; ``spectral``: :func:`compose_spectrum`)."""
-    _validate(plan, atoms, relations)
+    """Compose the rows a plan describes (see :func:`compose`; ``spectral``: :func:`compose_spectrum`;
+    ``dim``: the inputs are half spectra of signals of this dimension, see :func:`compose`)."""
+    _validate(plan, atoms, relations, dim)
     ws = workspace if workspace is not None else Workspace()
+    d = atoms.shape[1] if dim is None else dim
     if plan.n_out == 0:
-        width = 2 * (atoms.shape[1] // 2 + 1) if spectral else atoms.shape[1]
+        width = 2 * (d // 2 + 1) if spectral else d
         return atoms.new_zeros((0, width)) + atoms.sum() * 0  # (0, width), still attached to the graph
-    return _Compose.apply(atoms.contiguous(), relations.contiguous(), plan, ws, spectral)
+    return _Compose.apply(atoms.contiguous(), relations.contiguous(), plan, ws, spectral, dim is not None, d)
 
 
-def compose(program, atoms: Tensor, relations: Tensor, rows: Tensor | None = None) -> Tensor:
+def compose(
+    program, atoms: Tensor, relations: Tensor, rows: Tensor | None = None, *, dim: int | None = None
+) -> Tensor:
     """The HRR concept matrix ``C[i] = Σ_{(j,k) ∈ G_i} r_j ⊛ a_k`` of a loaded program.
 
     Differentiable in ``atoms`` and ``relations`` (custom backward with explicit adjoints); float32 or
     float64; any device the program was loaded on. Concepts without edges give zero rows.
 
+    ``dim``: when given, ``atoms`` and ``relations`` are the half spectra ``rfft(x)`` of signals of that
+    dimension, as real views ``(n, 2F)`` (see :func:`compose_spectrum` for the layout), and their
+    gradients come back in the same layout (``dL/dRe``, ``dL/dIm`` of each bin); the ``rfft`` of the
+    atoms (and the ``irfft`` of their gradients) is then skipped. The imaginary parts of the DC and (even
+    ``D``) Nyquist bins of a real signal are zero; inputs that keep them zero give the composition of
+    the signals ``irfft(x)``, and the gradient keeps them zero.
+
     Shapes:
-        - atoms: ``(A, D)``; relations: ``(R, D)``
+        - atoms: ``(A, D)`` or, with ``dim``, ``(A, 2F)``; relations: ``(R, D)`` or ``(R, 2F)``
         - rows: ``(N,)`` concept ids (any order, repeats allowed) or None for all concepts
         - output: ``(N, D)`` (``N = n_concepts`` when ``rows`` is None)
     """
     plan = program.plan_for(rows)
-    return compose_plan(plan, atoms, relations, program.workspace)
+    return compose_plan(plan, atoms, relations, program.workspace, dim=dim)
 
 
-def compose_spectrum(program, atoms: Tensor, relations: Tensor, rows: Tensor | None = None) -> Tensor:
+def compose_spectrum(
+    program, atoms: Tensor, relations: Tensor, rows: Tensor | None = None, *, dim: int | None = None
+) -> Tensor:
     """The half spectrum ``rfft(C, dim=1)`` of :func:`compose`'s rows, as its real view, without the
     ``irfft``: what a decoder that works in the spectral domain reads (``<h, C[i]>`` is
     ``(rfft(h) weighted by bin_weights / D) · C_hat[i]`` on the real views; Parseval).
 
     Differentiable in ``atoms`` and ``relations`` with the same explicit adjoints as :func:`compose`.
+    With ``dim`` the inputs are half spectra too (see :func:`compose`): neither an ``rfft`` nor an
+    ``irfft`` is left, forward or backward, only the sparse product.
 
     Shapes:
-        - atoms: ``(A, D)``; relations: ``(R, D)``; rows: ``(N,)`` or None
+        - atoms: ``(A, D)`` or ``(A, 2F)``; relations: ``(R, D)`` or ``(R, 2F)``; rows: ``(N,)`` or None
         - output: ``(N, 2F)``, ``F = D // 2 + 1``: ``[Re C_hat_0, Im C_hat_0, Re C_hat_1, ...]`` per row
     """
     plan = program.plan_for(rows)
-    return compose_plan(plan, atoms, relations, program.workspace, spectral=True)
+    return compose_plan(plan, atoms, relations, program.workspace, spectral=True, dim=dim)

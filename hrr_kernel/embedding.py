@@ -12,6 +12,15 @@ Modes (Kang et al., HRR-ontology paper):
 All parameters start N(0, 0.02). ``normalize=True`` rescales each HRR row (each concept vector) to unit
 L2 norm; rows without edges stay zero.
 
+``spectral_atoms=True`` stores the atoms and relations as half spectra instead of signals: the parameter
+of a vector ``x`` is ``rfft(x) * sqrt(w / H)`` as its real view ``(n, 2F)`` (``w``:
+:func:`~hrr_kernel.composer.bin_weights`), an orthogonal change of coordinates (its squared norm is
+``x``'s), initialised from the same N(0, 0.02) draws, so the composer skips the atoms' ``rfft`` and the
+``irfft`` of their gradients. ``atoms`` / ``relations`` are then None and :meth:`atom_vectors` /
+:meth:`relation_vectors` give the signals; ``state_dict`` always holds the signals under the usual
+``atoms`` / ``relations`` keys (a saved model does not depend on how it was trained), and loading one
+converts them back.
+
 Dimension legend: N concepts, B batch, T codes per sequence, A atoms, R relations, D dimension,
 H = HRR part dimension (D, or D // 2 in ``cat``).
 """
@@ -34,6 +43,29 @@ MODES = ("unstructured", "base", "freq", "add", "cat")
 INIT_STD = 0.02
 # fraction of the vocabulary above which a lookup builds the full matrix instead of selected rows
 FULL_MATRIX_FRACTION = 0.5
+
+
+def _spectral_scale(h: int, dtype: torch.dtype, device) -> Tensor:
+    """``sqrt(w_k / H)`` per real-view column ``(2F,)``: the spectral coordinates' isometric scale."""
+    return (bin_weights(h, torch.float64) / h).sqrt().repeat_interleave(2).to(dtype=dtype, device=device)
+
+
+def _signals_in_state_dict(module: HRREmbedding, state: dict, prefix: str, _meta) -> None:
+    """``state_dict`` hook: the spectral parameters are saved as the signals they stand for."""
+    for name in ("atoms", "relations"):
+        p = state.pop(prefix + name + "_spectrum")
+        state[prefix + name] = module._from_spectrum(p.detach())
+
+
+def _spectra_from_state_dict(module: HRREmbedding, state: dict, prefix: str, *_args) -> None:
+    """``load_state_dict`` pre-hook: signals saved under ``atoms`` / ``relations`` become spectra."""
+    for name in ("atoms", "relations"):
+        key = prefix + name
+        if key in state:
+            x = state.pop(key)
+            if x.dim() == 2 and x.shape[1] == module.hrr_dim:
+                x = module._to_spectrum(x.to(module.spectral_scale))
+            state[key + "_spectrum"] = x
 
 
 def sinusoidal_encoding(positions: Tensor, dim: int) -> Tensor:
@@ -64,6 +96,7 @@ class HRREmbedding(nn.Module):
         log_frequency: ``(N,)`` log code frequencies, required for ``freq``.
         freq_resolution: bins per unit of log frequency when discretizing for ``freq``.
         dtype: parameter dtype (float32 default; float64 for checks).
+        spectral_atoms: keep atoms and relations as (scaled) half spectra (module docstring).
 
     In eval mode with gradients disabled the full matrix is cached until a parameter changes
     (tracked by each parameter's in-place version counter and storage).
@@ -79,6 +112,7 @@ class HRREmbedding(nn.Module):
         log_frequency: Tensor | None = None,
         freq_resolution: float = 10.0,
         dtype: torch.dtype = torch.float32,
+        spectral_atoms: bool = False,
     ) -> None:
         super().__init__()
         if mode not in MODES:
@@ -98,8 +132,18 @@ class HRREmbedding(nn.Module):
         def param(rows: int, cols: int) -> nn.Parameter:
             return nn.Parameter(torch.randn(rows, cols, dtype=dtype, device=dev) * INIT_STD)
 
+        self.spectral_atoms = bool(spectral_atoms) and self.hrr_dim > 0
         self.atoms = param(program.n_atoms, self.hrr_dim) if self.hrr_dim else None
         self.relations = param(program.n_relations, self.hrr_dim) if self.hrr_dim else None
+        if self.spectral_atoms:  # the same draws, moved to the spectral coordinates
+            self.register_buffer(
+                "spectral_scale", _spectral_scale(self.hrr_dim, dtype, dev), persistent=False
+            )
+            self.atoms_spectrum = nn.Parameter(self._to_spectrum(self.atoms.detach()))
+            self.relations_spectrum = nn.Parameter(self._to_spectrum(self.relations.detach()))
+            self.atoms = self.relations = None
+            self._register_state_dict_hook(_signals_in_state_dict)
+            self._register_load_state_dict_pre_hook(_spectra_from_state_dict, with_module=True)
         self.table = param(n, table_dim) if table_dim else None
         if mode == "freq":
             if log_frequency is None:
@@ -116,10 +160,45 @@ class HRREmbedding(nn.Module):
         self._spec_key: tuple | None = None
 
     def extra_repr(self) -> str:
-        return f"program={self.program.program_id}, n={self.program.n_concepts}, dim={self.dim}, mode={self.mode}, normalize={self.normalize}"
+        return (
+            f"program={self.program.program_id}, n={self.program.n_concepts}, dim={self.dim}, mode={self.mode}, "
+            f"normalize={self.normalize}" + (", spectral_atoms=True" if self.spectral_atoms else "")
+        )
+
+    # --- spectral parameters ---------------------------------------------------------------------------
+
+    def _to_spectrum(self, x: Tensor) -> Tensor:
+        """Signals ``(n, H)`` -> the spectral parameters ``(n, 2F)``."""
+        z = torch.view_as_real(torch.fft.rfft(x, dim=1)).reshape(x.shape[0], -1)  # (n, 2F)
+        return z * self.spectral_scale
+
+    def _from_spectrum(self, p: Tensor) -> Tensor:
+        """The spectral parameters ``(n, 2F)`` -> signals ``(n, H)`` (differentiable)."""
+        z = torch.view_as_complex((p / self.spectral_scale).reshape(p.shape[0], -1, 2).contiguous())  # (n, F)
+        return torch.fft.irfft(z, n=self.hrr_dim, dim=1)
+
+    def _inputs(self) -> tuple[Tensor, Tensor, int | None]:
+        """What the composer takes: signals, or half spectra and the dimension they belong to."""
+        if self.spectral_atoms:
+            s = self.spectral_scale
+            return self.atoms_spectrum / s, self.relations_spectrum / s, self.hrr_dim
+        return self.atoms, self.relations, None
+
+    def atom_vectors(self) -> Tensor:
+        """The atom vectors as signals, whatever the parameterisation. Shapes: output ``(A, H)``."""
+        if self.hrr_dim == 0:
+            raise ShapeError("mode 'unstructured' has no atoms")
+        return self._from_spectrum(self.atoms_spectrum) if self.spectral_atoms else self.atoms
+
+    def relation_vectors(self) -> Tensor:
+        """The relation vectors as signals, whatever the parameterisation. Shapes: output ``(R, H)``."""
+        if self.hrr_dim == 0:
+            raise ShapeError("mode 'unstructured' has no relations")
+        return self._from_spectrum(self.relations_spectrum) if self.spectral_atoms else self.relations
 
     def _hrr(self, rows: Tensor | None) -> Tensor:
-        c = compose(self.program, self.atoms, self.relations, rows)  # (N, H)
+        a, r, dim = self._inputs()
+        c = compose(self.program, a, r, rows, dim=dim)  # (N, H)
         return F.normalize(c, dim=1, eps=1e-12) if self.normalize else c
 
     def _build(self, rows: Tensor | None) -> Tensor:
@@ -166,10 +245,11 @@ class HRREmbedding(nn.Module):
             raise ShapeError("mode 'unstructured' has no HRR part, so no spectrum")
         if not self._cacheable():
             self._spec_cache = self._spec_key = None
-            return compose_spectrum(self.program, self.atoms, self.relations)
+            return compose_spectrum(self.program, *self._inputs()[:2], dim=self._inputs()[2])
         key = self._key()
         if self._spec_cache is None or self._spec_key != key:
-            self._spec_cache, self._spec_key = compose_spectrum(self.program, self.atoms, self.relations), key
+            a, r, dim = self._inputs()
+            self._spec_cache, self._spec_key = compose_spectrum(self.program, a, r, dim=dim), key
         return self._spec_cache
 
     def rows_from_spectrum(self, ids: Tensor, spectrum: Tensor) -> Tensor:

@@ -389,7 +389,8 @@ def hrr_vectors(embedding, rows: Tensor | None = None) -> Tensor:
             "an 'unstructured' embedding has no HRR part (no atoms or relations); got mode 'unstructured'"
         )
     with torch.no_grad():
-        c = compose(embedding.program, embedding.atoms.detach(), embedding.relations.detach(), rows)  # (N, H)
+        a, r = embedding.atom_vectors().detach(), embedding.relation_vectors().detach()  # (A, H), (R, H)
+        c = compose(embedding.program, a, r, rows)  # (N, H)
         if embedding.normalize:
             c = F.normalize(c, dim=1, eps=1e-12)
         if embedding.mode == "add":

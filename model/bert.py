@@ -65,6 +65,7 @@ class BertConfig(ConfigDict):
     spectral_decoder: bool = (
         False  # MLM logits from the HRR half spectra (HRREmbedding.decode), inputs by row
     )
+    spectral_atoms: bool = False  # atoms and relations stored as half spectra (HRREmbedding spectral_atoms)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -116,6 +117,7 @@ class Embeddings(nn.Module):
             normalize=config.normalize,
             log_frequency=log_frequency,
             freq_resolution=config.freq_resolution,
+            spectral_atoms=config.spectral_atoms,
         )
         self.position = nn.Embedding(config.max_len, config.dim)
         self.segment = nn.Embedding(config.max_segments, config.dim)

@@ -129,8 +129,9 @@ def _carry_hrr(model: HRRBert, new: Program, init: str, seed: int, atom_parents=
     its matching is computed on placeholder vectors, for the report)."""
     token = model.embeddings.token
     old = model.program
-    atoms = token.atoms if token.atoms is not None else torch.zeros(old.n_atoms, 1)
-    relations = token.relations if token.relations is not None else torch.zeros(old.n_relations, 1)
+    hrr = token.hrr_dim > 0
+    atoms = token.atom_vectors() if hrr else torch.zeros(old.n_atoms, 1)
+    relations = token.relation_vectors() if hrr else torch.zeros(old.n_relations, 1)
     g = torch.Generator().manual_seed(seed)
     return carry_parameters(
         old, new, atoms.detach(), relations.detach(), init=init, generator=g, atom_parents=atom_parents
@@ -242,7 +243,7 @@ def transfer_model(
     new.to(dtype=next(model.parameters()).dtype)
     state = {k: v.to(new_program.device) for k, v in model.state_dict().items()}
     replaced = _token_tensors(model, sources, bool((sources < 0).any()))
-    if model.embeddings.token.atoms is not None:
+    if model.embeddings.token.hrr_dim > 0:
         replaced[ATOMS], replaced[RELATIONS] = carried.atoms, carried.relations
     target = new.state_dict()
     for key, value in target.items():

@@ -266,7 +266,7 @@ def unbinding_study(model, n_rows: int, seed: int) -> dict[str, Any]:
     ids = torch.as_tensor(rows, dtype=torch.int64, device=program.device)
     with torch.no_grad():
         vectors = hrr_vectors(token, ids).float()  # (n, H)
-        res = unbinding_recall(program, vectors, token.atoms.detach().float(), token.relations.detach().float(),
+        res = unbinding_recall(program, vectors, token.atom_vectors().detach().float(), token.relation_vectors().detach().float(),
                                ids, ks=UNBINDING_KS)  # fmt: skip
     out = res.as_dict()
     out["per_relation"] = {program.relation_labels[int(j)]: v for j, v in out["per_relation"].items()}

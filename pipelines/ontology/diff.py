@@ -109,7 +109,7 @@ def composed_vectors(mdir: Path, record: dict[str, Any], old: Side, new: Side):
     other = "new" if trained_on == "old" else "old"
     token = HRRBert.from_pretrained(mdir, programs[trained_on]).embeddings.token
     with torch.no_grad():
-        atoms, relations = token.atoms.detach().double(), token.relations.detach().double()
+        atoms, relations = token.atom_vectors().detach().double(), token.relation_vectors().detach().double()
         carried = carry_parameters(programs[trained_on], programs[other], atoms, relations, init=INIT_RULE)
         out = {
             trained_on: compose(programs[trained_on], atoms, relations),

@@ -110,7 +110,7 @@ def load_trained(path: str | Path, device: str = "cpu") -> TrainedVectors:
             "unbind or compose; explain and query need an HRR mode (base, freq, add, cat)"
         )
     with torch.no_grad():
-        atoms, relations = token.atoms.detach().float(), token.relations.detach().float()
+        atoms, relations = token.atom_vectors().detach().float(), token.relation_vectors().detach().float()
         c = compose(model.program, atoms, relations)  # (N, H)
         if token.normalize:
             c = F.normalize(c, dim=1, eps=1e-12)

@@ -50,6 +50,7 @@ class PretrainConfig:
     spectral_decoder: bool = (
         False  # tied MLM decoder in the spectral domain (same logits, no full-matrix irfft)
     )
+    spectral_atoms: bool = False  # atoms and relations trained as half spectra (no atom rfft in the step)
     epochs: int = 100  # passes over pretrain_train (paper: 100)
     max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
     batch_size: int = 96  # global batch (paper: 96), split over ranks

@@ -66,6 +66,7 @@ def build_model(cfg: PretrainConfig, program, ds: TokenizedDataset):
         mode=cfg.mode,
         normalize=cfg.normalize,
         spectral_decoder=cfg.spectral_decoder,
+        spectral_atoms=cfg.spectral_atoms,
         dropout=cfg.dropout,
         attn_dropout=cfg.dropout,
     )

@@ -183,3 +183,29 @@ def test_spectral_decoder_gives_the_same_mlm_logits_and_gradients(program, mode)
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("mode", ["base", "cat"])
+def test_spectral_atoms_train_the_same_function_and_save_a_plain_folder(program, tmp_path, mode):
+    ids, seg, att = batch(program)
+    mlm = torch.zeros_like(att)
+    mlm[:, 2] = True
+    plain = make(program, mode).double().eval()
+    spec = make(program, mode, spectral_atoms=True, spectral_decoder=True).double().eval()
+    assert spec.embeddings.token.atoms is None and spec.embeddings.token.atoms_spectrum.requires_grad
+    # the same draws: the same logits at initialisation, and one optimizer's worth of gradient
+    torch.testing.assert_close(spec(ids, seg, att, mlm_mask=mlm), plain(ids, seg, att, mlm_mask=mlm))
+    spec(ids, seg, att, mlm_mask=mlm).square().mean().backward()
+    assert float(spec.embeddings.token.atoms_spectrum.grad.abs().sum()) > 0
+    # the saved folder holds signal-domain atoms under the usual keys; loading converts them back
+    spec.save_pretrained(tmp_path / "m", card=False)
+    from safetensors.torch import load_file
+
+    saved = load_file(tmp_path / "m" / "model.safetensors")
+    assert "embeddings.token.atoms" in saved and not any(k.endswith("_spectrum") for k in saved)
+    back = HRRBert.from_pretrained(tmp_path / "m", program).double().eval()
+    assert back.config.spectral_atoms and back.embeddings.token.atoms is None
+    torch.testing.assert_close(back(ids, seg, att, mlm_mask=mlm), spec(ids, seg, att, mlm_mask=mlm))
+    with torch.no_grad():
+        back.embeddings.token.atoms_spectrum.mul_(0)
+    assert not torch.allclose(back(ids, seg, att, mlm_mask=mlm), spec(ids, seg, att, mlm_mask=mlm))
