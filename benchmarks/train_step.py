@@ -11,7 +11,9 @@ For each (preset, mode) it measures, on a synthetic paper-scale program (25,493 
 * ratios against the ``unstructured`` baseline of the same preset, measured in the same run;
 * every HRR mode twice: the tied decoder on the signal-domain matrix (``decoder`` ``matrix``) and in the
   spectral domain (``spectral``: ``BertConfig.spectral_decoder``, inputs composed for the batch's rows only,
-  no full-matrix ``irfft``; same logits up to float rounding).
+  no full-matrix ``irfft``; same logits up to float rounding), and a third time with the atoms and
+  relations trained as half spectra as well (``spectral-atoms``: ``BertConfig.spectral_atoms``; no
+  ``rfft`` of the atoms either, only the sparse product is left of the composition).
 
 Goal (issue 6): the matrix share at most 15 % for BERT-base at paper scale on the 2-core CPU. Times are
 medians. The default run takes a few minutes on 2 cores::
@@ -41,6 +43,7 @@ import torch.nn.functional as F  # noqa: E402
 CACHE = ROOT / "benchmarks" / "_cache"
 PAPER_CONCEPTS = 25_493  # hrr_kernel.synthetic.PAPER["n_concepts"]
 MODES = ("unstructured", "base", "freq", "add", "cat")
+DECODERS = ("matrix", "spectral", "spectral-atoms")
 PRESETS = ("tiny", "small", "bert-base")
 DEFAULT_BATCH = {"tiny": 32, "small": 16, "bert-base": 4}
 DEFAULT_STEPS = {"tiny": 5, "small": 4, "bert-base": 3}
@@ -91,14 +94,16 @@ def median_seconds(fn, warmup: int, steps: int, device: torch.device) -> float:
 
 def bench_one(
     program, preset: str, mode: str, batch: int, steps: int, warmup: int, device, bf16: bool,
-    spectral: bool = False,
+    decoder: str = "matrix",
 ) -> dict:  # fmt: skip
     from model import HRRBert
     from model import preset as make_preset
 
     torch.manual_seed(0)
     logf = torch.linspace(-14, 0, program.n_concepts) if mode == "freq" else None
-    cfg = make_preset(preset, mode=mode, spectral_decoder=spectral)
+    cfg = make_preset(
+        preset, mode=mode, spectral_decoder=decoder != "matrix", spectral_atoms=decoder == "spectral-atoms"
+    )
     model = HRRBert(cfg, program, log_frequency=logf).train()
     model.heads.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -126,7 +131,7 @@ def bench_one(
     return {
         "preset": preset,
         "mode": mode,
-        "decoder": "spectral" if spectral else "matrix",
+        "decoder": decoder,
         "batch": batch,
         "step_ms": 1000 * step_s,
         "tokens_per_s": batch * SEQ / step_s,
@@ -184,9 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--decoders",
         nargs="+",
-        default=["matrix", "spectral"],
-        choices=["matrix", "spectral"],
-        help="tied decoder of the HRR modes: on the signal-domain matrix, in the spectral domain",
+        default=list(DECODERS),
+        choices=DECODERS,
+        help="tied decoder of the HRR modes: on the signal-domain matrix, in the spectral domain, and in "
+        "the spectral domain with the atoms and relations trained as half spectra",
     )
     a = ap.parse_args(argv)
 
@@ -206,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = a.steps or DEFAULT_STEPS[p]
         for m in modes:
             for dec in ["matrix"] if m == "unstructured" else a.decoders:
-                r = bench_one(program, p, m, batch[p], steps, a.warmup, device, a.bf16, dec == "spectral")
+                r = bench_one(program, p, m, batch[p], steps, a.warmup, device, a.bf16, dec)
                 rows.append(r)
                 print(f"  {p:9s} {m:12s} {dec:8s} step {r['step_ms']:8.0f} ms  matrix {100 * r['embed_share']:5.1f} %",
                       flush=True)  # fmt: skip
