@@ -3,21 +3,38 @@
 (a) ``paper``: faithful re-implementation of the original slice loop, plain autograd.
 (b) ``torchhd``: torchhd HRR ``bind`` of every edge pair, then ``index_add`` (PyPI ``torch-hd``).
 (c) ``ours``: ``hrr_kernel.compose`` (relation-atom pair table, explicit adjoints, pooled buffers).
+(d) ``spectral``: ``compose_spectrum`` of every concept, the half spectrum as its real view ``(N, 2F)``
+without the final ``irfft`` (and, backward, without the gradient's ``rfft``): the matrix work of an MLM
+step on the spectral path (``BertConfig.spectral_decoder``).
+(e) ``batch_rows``: the rows of one fine-tuning batch of ``BATCH x SEQ`` codes, as
+``HRREmbedding.forward`` composes them: ``torch.unique`` of the ids, ``compose(rows=unique)``, then
+``[inverse]`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).
 ``fft_floor``: only the unavoidable transforms, rfft of the atoms and irfft of the concepts, into reused
 buffers (forward), and the same again for backward.
 
-Dimension legend: N concepts, A atoms, R relations, E edges, D dimension, F = D // 2 + 1.
+:func:`measure` runs on the CPU (peak extra resident memory) or on a CUDA device (synchronised timings,
+peak extra GPU memory).
+
+Dimension legend: N concepts, A atoms, R relations, E edges, D dimension, F = D // 2 + 1, B batch rows.
 """
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from hrr_kernel import compose
+from hrr_kernel.composer import compose_spectrum
 from hrr_kernel.embedding import INIT_STD  # the parameters' scale in training (N(0, 0.02))
 from hrr_kernel.program import Program
+
+# (e): one fine-tuning batch, 32 sequences of 128 codes (the paper's max_len)
+BATCH, SEQ = 32, 128
+# Zipf exponent of the batch's code frequencies: rank k drawn with P ~ 1 / k^s (s = 1: a few codes in
+# most visits, a long tail of rare ones, as in claims and EHR data)
+ZIPF_S = 1.0
 
 
 def rss_kib() -> dict[str, int]:
@@ -56,7 +73,7 @@ def paper_method(program: Program):
         d = atoms.shape[1]
         a_hat = torch.fft.rfft(atoms, dim=1)  # (A, F)
         r_hat = torch.fft.rfft(relations, dim=1)  # (R, F)
-        c_hat = torch.zeros(program.n_concepts, d // 2 + 1, dtype=a_hat.dtype)  # (N, F)
+        c_hat = torch.zeros(program.n_concepts, d // 2 + 1, dtype=a_hat.dtype, device=a_hat.device)  # (N, F)
         for j, dest, src in slices:
             c_hat[dest] += r_hat[j] * a_hat[src]
         return torch.fft.irfft(c_hat, n=d, dim=1)  # (N, D)
@@ -72,7 +89,9 @@ def torchhd_method(program: Program):
 
     def run(atoms, relations):
         bound = torchhd.bind(atoms[ea].as_subclass(HRRTensor), relations[er].as_subclass(HRRTensor))  # (E, D)
-        out = torch.zeros(program.n_concepts, atoms.shape[1], dtype=atoms.dtype)  # (N, D)
+        out = torch.zeros(
+            program.n_concepts, atoms.shape[1], dtype=atoms.dtype, device=atoms.device
+        )  # (N, D)
         return out.index_add(0, ec, bound.as_subclass(torch.Tensor))
 
     return run
@@ -85,16 +104,47 @@ def ours_method(program: Program):
     return run
 
 
+def spectral_method(program: Program):
+    def run(atoms, relations):
+        return compose_spectrum(program, atoms, relations)  # (N, 2F)
+
+    return run
+
+
+def batch_ids(n_concepts: int, n: int = BATCH * SEQ, seed: int = 0, s: float = ZIPF_S) -> torch.Tensor:
+    """``n`` concept ids drawn Zipf-like: a seeded random ranking of ``0..n_concepts-1``, rank ``k``
+    drawn with probability proportional to ``1 / k^s`` (``s = 0``: uniform). ``(n,)`` int64."""
+    rng = np.random.default_rng(seed)
+    w = 1.0 / np.arange(1, n_concepts + 1, dtype=np.float64) ** s
+    ranks = rng.choice(n_concepts, size=n, p=w / w.sum())
+    return torch.from_numpy(rng.permutation(n_concepts)[ranks].astype(np.int64))
+
+
+def batch_rows_method(program: Program, seed: int = 0):
+    """One batch's rows, the way ``HRREmbedding.forward`` composes them (unique, compose, inverse)."""
+    ids = batch_ids(program.n_concepts, seed=seed).to(program.device)  # (B,)
+
+    def run(atoms, relations):
+        uniq, inv = torch.unique(ids, return_inverse=True)  # (U,), (B,)
+        return compose(program, atoms, relations, rows=uniq)[inv]  # (B, D)
+
+    run.ids = ids
+    return run
+
+
 def fft_floor_method(program: Program):
     bufs: dict[str, torch.Tensor] = {}
 
     def run(atoms, relations):
         d, f = atoms.shape[1], atoms.shape[1] // 2 + 1
-        a_hat = bufs.setdefault("a", torch.empty(atoms.shape[0], f, dtype=torch.complex64))
-        c = bufs.setdefault("c", torch.empty(program.n_concepts, d))
+        dev = atoms.device
+        a_hat = bufs.setdefault("a", torch.empty(atoms.shape[0], f, dtype=torch.complex64, device=dev))
+        c = bufs.setdefault("c", torch.empty(program.n_concepts, d, device=dev))
         with torch.no_grad():
             torch.fft.rfft(atoms, dim=1, out=a_hat)
-            c_hat = bufs.setdefault("ch", torch.zeros(program.n_concepts, f, dtype=torch.complex64))
+            c_hat = bufs.setdefault(
+                "ch", torch.zeros(program.n_concepts, f, dtype=torch.complex64, device=dev)
+            )
             torch.fft.irfft(c_hat, n=d, dim=1, out=c)
         return _FloorOut.apply(atoms, c, bufs)
 
@@ -111,13 +161,13 @@ class _FloorOut(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        bufs = ctx.bufs
+        bufs, dev = ctx.bufs, grad.device
         g_hat = bufs.setdefault(
-            "gh", torch.empty(grad.shape[0], grad.shape[1] // 2 + 1, dtype=torch.complex64)
+            "gh", torch.empty(grad.shape[0], grad.shape[1] // 2 + 1, dtype=torch.complex64, device=dev)
         )
         torch.fft.rfft(grad, dim=1, out=g_hat)
         ga_hat = bufs.setdefault(
-            "gah", torch.zeros(ctx.shape[0], ctx.shape[1] // 2 + 1, dtype=torch.complex64)
+            "gah", torch.zeros(ctx.shape[0], ctx.shape[1] // 2 + 1, dtype=torch.complex64, device=dev)
         )
         ga = torch.fft.irfft(ga_hat, n=ctx.shape[1], dim=1)
         return ga, None, None
@@ -127,19 +177,63 @@ METHODS = {
     "paper": paper_method,
     "torchhd": torchhd_method,
     "ours": ours_method,
+    "spectral": spectral_method,
+    "batch_rows": batch_rows_method,
     "fft_floor": fft_floor_method,
 }
 
 
-def measure(program: Program, method: str, dim: int, reps: int, warmup: int, seed: int = 0) -> dict:
-    """Median forward and forward+backward times (ms) and peak extra resident memory (MiB)."""
+def output_shape(program: Program, method: str, dim: int) -> tuple[int, int]:
+    """The shape of a method's output (and so of the gradient fed to its backward)."""
+    rows = BATCH * SEQ if method == "batch_rows" else program.n_concepts
+    return rows, 2 * (dim // 2 + 1) if method == "spectral" else dim
+
+
+def _median(ts: list[float]) -> float:
+    ts = sorted(ts)
+    mid = len(ts) // 2
+    return ts[mid] if len(ts) % 2 else (ts[mid - 1] + ts[mid]) / 2
+
+
+def measure(
+    program: Program,
+    method: str,
+    dim: int,
+    reps: int,
+    warmup: int,
+    seed: int = 0,
+    device: str | torch.device = "cpu",
+) -> dict:
+    """Median forward and forward+backward times (ms) and peak extra memory (MiB).
+
+    On the CPU the memory is resident memory (VmHWM above the RSS after setup); on a CUDA device it is
+    GPU memory (``torch.cuda.max_memory_allocated`` above the memory allocated after setup), and every
+    timing is synchronised. The program is moved to ``device`` if it was loaded elsewhere.
+    """
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    if cuda and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if program.edge_concept.device != device:
+        program = program.to(device)
     torch.manual_seed(seed)
-    atoms = (torch.randn(program.n_atoms, dim) * INIT_STD).requires_grad_()
-    relations = (torch.randn(program.n_relations, dim) * INIT_STD).requires_grad_()
-    grad_out = torch.randn(program.n_concepts, dim)
+    atoms = (torch.randn(program.n_atoms, dim, device=device) * INIT_STD).requires_grad_()
+    relations = (torch.randn(program.n_relations, dim, device=device) * INIT_STD).requires_grad_()
+    grad_out = torch.randn(*output_shape(program, method, dim), device=device)
     run = METHODS[method](program)
-    base = rss_kib()["VmRSS"]
-    peak_ok = reset_peak()
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    sync()
+    if cuda:
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        peak_ok = True
+    else:
+        base = rss_kib()["VmRSS"] * 1024
+        peak_ok = reset_peak()
 
     def fwd():
         return run(atoms, relations)
@@ -155,19 +249,32 @@ def measure(program: Program, method: str, dim: int, reps: int, warmup: int, see
             fn()
         ts = []
         for _ in range(reps):
+            sync()
             t0 = time.perf_counter()
             r = fn()
+            sync()
             ts.append(time.perf_counter() - t0)
             del r
-        ts.sort()
-        times[name] = (
-            1e3 * ts[len(ts) // 2] if len(ts) % 2 else 1e3 * (ts[len(ts) // 2 - 1] + ts[len(ts) // 2]) / 2
-        )
-        times[name + "_all"] = [round(1e3 * t, 1) for t in ts]
-    peak = rss_kib()["VmHWM"]
-    return {
+        times[name] = 1e3 * _median(ts)
+        times[name + "_all"] = [round(1e3 * t, 3 if cuda else 2) for t in sorted(ts)]
+    sync()
+    peak = torch.cuda.max_memory_allocated(device) if cuda else rss_kib()["VmHWM"] * 1024
+    out = {
         "method": method,
         **times,
-        "peak_extra_mib": (peak - base) / 1024 if peak_ok else float("nan"),
+        "peak_extra_mib": (peak - base) / 2**20 if peak_ok else float("nan"),
+        "memory": "gpu" if cuda else "rss",
+        "device": str(device),
         "threads": torch.get_num_threads(),
+        "output_shape": list(grad_out.shape),
+        "grad_shapes": [
+            list(atoms.grad.shape) if atoms.grad is not None else None,
+            list(relations.grad.shape) if relations.grad is not None else None,
+        ],
     }
+    if method == "batch_rows":
+        out["rows"] = int(run.ids.numel())
+        out["distinct_rows"] = int(torch.unique(run.ids).numel())
+    if cuda:
+        out["gpu"] = torch.cuda.get_device_name(device)
+    return out

@@ -6,14 +6,20 @@ Usage::
     python benchmarks/kernel.py --quick         # small and fast (smoke run)
     python benchmarks/kernel.py --no-350k       # sweep without the 350k point
     python benchmarks/kernel.py --program artifacts/programs/<release>/<id>   # also a compiled program
+    python benchmarks/kernel.py --device cuda --no-sweep --json out.json       # on a GPU, rows as JSON
 
 Every number is measured in this run; each (program, method) runs in a fresh process so that peak
-resident memory (VmHWM above the post-setup RSS) is attributable to it. Times are medians.
+resident memory (VmHWM above the post-setup RSS) is attributable to it; on ``--device cuda`` the memory
+is GPU memory (peak allocated above the allocation after setup) and timings are synchronised. Times are
+medians. Below the main table a short list says which goals of issue #15 the run met: on the CPU (2
+cores) (d) fwd+bwd <= 100 ms, (e) fwd+bwd <= 10 ms, peak extra <= 512 MiB for (c) and <= 150 MiB for (d);
+on CUDA also (c) forward <= 1 ms and fwd+bwd <= 3 ms.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -30,6 +36,17 @@ CACHE = ROOT / "benchmarks" / "_cache"
 PAPER_CONCEPTS = 25_493  # hrr_kernel.synthetic.PAPER["n_concepts"]
 SWEEP = (5_000, 25_000, 100_000, 350_000)
 QUICK_SWEEP = (2_000, 5_000)
+WORKER_METHODS = ("paper", "torchhd", "ours", "spectral", "batch_rows", "fft_floor")
+BATCH_LABEL = "32 x 128 codes"  # _kernel_methods.BATCH x SEQ
+# issue #15: (method, measured key, limit, unit, devices the goal is stated for, what it says)
+GOALS = (
+    ("spectral", "forward_backward", 100.0, "ms", ("cpu",), "(d) spectral fwd+bwd (2 cores)"),
+    ("batch_rows", "forward_backward", 10.0, "ms", ("cpu", "cuda"), "(e) batch rows fwd+bwd"),
+    ("ours", "peak_extra_mib", 512.0, "MiB", ("cpu", "cuda"), "(c) peak extra memory"),
+    ("spectral", "peak_extra_mib", 150.0, "MiB", ("cpu", "cuda"), "(d) peak extra memory"),
+    ("ours", "forward", 1.0, "ms", ("cuda",), "(c) full forward"),
+    ("ours", "forward_backward", 3.0, "ms", ("cuda",), "(c) full fwd+bwd"),
+)
 
 
 def synthetic_program(n_concepts: int, shared: float = 0.0, seed: int = 0) -> Path:
@@ -39,9 +56,11 @@ def synthetic_program(n_concepts: int, shared: float = 0.0, seed: int = 0) -> Pa
     return cached_paper_program(CACHE, n_concepts, shared=shared, seed=seed)
 
 
-def run_worker(program: Path, method: str, dim: int, reps: int, warmup: int, timeout: float) -> dict:
+def run_worker(
+    program: Path, method: str, dim: int, reps: int, warmup: int, timeout: float, device: str = "cpu"
+) -> dict:
     cmd = [sys.executable, __file__, "--worker", method, "--program", str(program), "--dim", str(dim)]
-    cmd += ["--reps", str(reps), "--warmup", str(warmup)]
+    cmd += ["--reps", str(reps), "--warmup", str(warmup), "--device", device]
     try:
         res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -60,8 +79,8 @@ def worker(args: argparse.Namespace) -> None:
     from hrr_kernel import load_program
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
-    program = load_program(args.program)
-    result = measure(program, args.worker, args.dim, args.reps, args.warmup)
+    program = load_program(args.program, device=args.device)
+    result = measure(program, args.worker, args.dim, args.reps, args.warmup, device=args.device)
     result["counts"] = program.counts
     print(json.dumps(result))
 
@@ -81,9 +100,15 @@ def fmt(x: float | None, nd: int = 0) -> str:
     return "–" if x is None or x != x else f"{x:,.{nd}f}"
 
 
-def table(rows: list[dict], ref: dict | None) -> list[str]:
+def memory_label(device: str) -> str:
+    return "peak extra GPU memory (MiB)" if device.startswith("cuda") else "peak extra RSS (MiB)"
+
+
+def table(rows: list[dict], ref: dict | None, device: str = "cpu") -> list[str]:
+    memory = memory_label(device)
+    nd = 3 if device.startswith("cuda") else 1  # GPU times are fractions of a millisecond
     out = [
-        "| method | forward (ms) | fwd+bwd (ms) | bwd/fwd | peak extra (MiB) | fwd speed-up vs (a) | fwd+bwd speed-up vs (a) |",
+        f"| method | forward (ms) | fwd+bwd (ms) | bwd/fwd | {memory} | fwd speed-up vs (a) | fwd+bwd speed-up vs (a) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -91,16 +116,18 @@ def table(rows: list[dict], ref: dict | None) -> list[str]:
             out.append(f"| {r['label']} | {r['error']} | | | | | |")
             continue
         f, fb = r["forward"], r["forward_backward"]
-        ratio_f = ref["forward"] / f if ref and "forward" in ref else None
-        ratio_fb = ref["forward_backward"] / fb if ref and "forward_backward" in ref else None
+        comparable = ref and r["method"] != "batch_rows"  # (e) computes a batch's rows, not the matrix
+        ratio_f = ref["forward"] / f if comparable else None
+        ratio_fb = ref["forward_backward"] / fb if comparable else None
         out.append(
-            f"| {r['label']} | {fmt(f, 1)} | {fmt(fb, 1)} | {fmt((fb - f) / f, 2)} | {fmt(r['peak_extra_mib'])} | "
+            f"| {r['label']} | {fmt(f, nd)} | {fmt(fb, nd)} | {fmt((fb - f) / f, 2)} | {fmt(r['peak_extra_mib'])} | "
             f"{fmt(ratio_f, 1) + 'x' if ratio_f else '–'} | {fmt(ratio_fb, 1) + 'x' if ratio_fb else '–'} |"
         )
     return out
 
 
-def compare(root: Path, title: str, args, baselines: bool) -> list[str]:
+def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], dict]:
+    """One program's table; returns its lines and ``{"title", "program", "stats", "rows"}``."""
     stats = program_stats(root)
     lines = [
         f"### {title}",
@@ -108,7 +135,7 @@ def compare(root: Path, title: str, args, baselines: bool) -> list[str]:
         f"program {root.name}: {stats['concepts']:,} concepts, {stats['atoms']:,} atoms, {stats['relations']} relations, "
         f"{stats['edges']:,} edges, {stats['slices']} slices, {stats['pairs']:,} (relation, atom) pairs, "
         f"{stats['concept_relation_pairs']:,} (concept, relation) pairs, {stats['distinct_rows']:,} distinct rows, "
-        f"max multiplicity {stats['max_multiplicity']}; D = {args.dim}, float32",
+        f"max multiplicity {stats['max_multiplicity']}; D = {args.dim}, float32, device {args.device}",
         "",
     ]
     rows = []
@@ -117,13 +144,30 @@ def compare(root: Path, title: str, args, baselines: bool) -> list[str]:
         if baselines and "paper" not in args.skip
         else []
     )
+    notes = []
     if baselines and "torchhd" not in args.skip:
-        plan.append(("(b) torchhd bind + index_add", "torchhd", args.baseline_reps, 1))
+        if importlib.util.find_spec("torchhd") is None:
+            notes.append("(b) torchhd skipped: not installed (`pip install -e '.[bench]'`).")
+        else:
+            plan.append(("(b) torchhd bind + index_add", "torchhd", args.baseline_reps, 1))
     plan.append(("(c) ours: hrr_kernel.compose", "ours", args.reps, args.warmup))
+    plan.append(
+        ("(d) ours, spectral output (no irfft): compose_spectrum", "spectral", args.reps, args.warmup)
+    )
+    plan.append(
+        (
+            f"(e) ours, batch rows ({BATCH_LABEL}, Zipf): unique + compose(rows) + [inverse]",
+            "batch_rows",
+            args.reps,
+            args.warmup,
+        )
+    )
     plan.append(("floor: rfft(atoms) + irfft(all N concepts) only", "fft_floor", args.reps, args.warmup))
     for label, method, reps, warmup in plan:
         t0 = time.perf_counter()
-        r = run_worker(root, method, args.dim, reps, warmup, args.timeout)
+        r = run_worker(root, method, args.dim, reps, warmup, args.timeout, args.device)
+        if "distinct_rows" in r:
+            label += f", {r['distinct_rows']:,} distinct"
         r["label"] = label
         print(
             f"  {label}: {json.dumps({k: v for k, v in r.items() if k not in ('counts', 'label')})} "
@@ -132,33 +176,70 @@ def compare(root: Path, title: str, args, baselines: bool) -> list[str]:
         )
         rows.append(r)
     ref = next((r for r in rows if r.get("method") == "paper" and "error" not in r), None)
-    return lines + table(rows, ref) + [""]
+    lines += table(rows, ref, args.device) + [""]
+    if notes:
+        lines += notes + [""]
+    return lines, {"title": title, "program": str(root), "stats": stats, "rows": rows}
 
 
-def sweep(args) -> list[str]:
+def goals(rows: list[dict], device: str, n_concepts: int) -> tuple[list[str], list[dict]]:
+    """The issue's goals for this device, each with the measured value and met / not met."""
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    by_method = {r["method"]: r for r in rows if "error" not in r}
+    threads = next((r["threads"] for r in by_method.values()), None)
+    where = f"{threads} CPU threads" if kind == "cpu" else device
+    scale = (
+        ""
+        if n_concepts == PAPER_CONCEPTS
+        else f"; {n_concepts:,} codes, not the paper scale they are stated for"
+    )
+    lines = [f"Goals (issue #15; main table, {where}{scale}):", ""]
+    out = []
+    for method, key, limit, unit, devices, what in GOALS:
+        if kind not in devices:
+            continue
+        r = by_method.get(method)
+        value = r.get(key) if r else None
+        if value is None or value != value:
+            verdict, shown = "not measured", "–"
+        else:
+            verdict = "met" if value <= limit else "not met"
+            shown = f"{fmt(value, 2 if unit == 'ms' else 0)} {unit}"
+        lines.append(f"- {what} <= {limit:g} {unit}: {shown} — {verdict}")
+        out.append({"goal": what, "method": method, "key": key, "limit": limit, "unit": unit,
+                    "value": value, "verdict": verdict})  # fmt: skip
+    return lines + [""], out
+
+
+def sweep(args) -> tuple[list[str], list[dict]]:
     points = QUICK_SWEEP if args.quick else tuple(n for n in SWEEP if n != 350_000 or not args.no_350k)
+    nd = 3 if args.device.startswith("cuda") else 1
     lines = [
         "### Scale sweep of ours (synthetic, paper-shaped)",
         "",
-        "| concepts | edges | pairs | forward (ms) | fwd+bwd (ms) | fwd ns/edge | fwd+bwd ns/edge | peak extra (MiB) |",
+        "| concepts | edges | pairs | forward (ms) | fwd+bwd (ms) | fwd ns/edge | fwd+bwd ns/edge | "
+        f"{memory_label(args.device)} |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    rows = []
     for n in points:
         root = synthetic_program(n)
-        r = run_worker(root, "ours", args.dim, args.reps, args.warmup, args.timeout)
+        r = run_worker(root, "ours", args.dim, args.reps, args.warmup, args.timeout, args.device)
+        r["concepts"] = n
+        rows.append(r)
         print(f"  sweep {n}: {json.dumps({k: v for k, v in r.items() if k != 'counts'})}", file=sys.stderr)
         if "error" in r:
             lines.append(f"| {n:,} | {r['error']} | | | | | | |")
             continue
         e = r["counts"]["edges"]
         lines.append(
-            f"| {n:,} | {e:,} | {r['counts']['pairs']:,} | {fmt(r['forward'], 1)} | {fmt(r['forward_backward'], 1)} | "
+            f"| {n:,} | {e:,} | {r['counts']['pairs']:,} | {fmt(r['forward'], nd)} | {fmt(r['forward_backward'], nd)} | "
             f"{fmt(1e6 * r['forward'] / e)} | {fmt(1e6 * r['forward_backward'] / e)} | {fmt(r['peak_extra_mib'])} |"
         )
-    return lines + [""]
+    return lines + [""], rows
 
 
-def machine() -> str:
+def machine(device: str = "cpu") -> str:
     import torch
 
     cpu = "unknown CPU"
@@ -173,6 +254,11 @@ def machine() -> str:
     return (
         f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, {mem:.0f} GiB, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads, Python {platform.python_version()}"
+        + (
+            f", {torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+            if device.startswith("cuda")
+            else ""
+        )
     )
 
 
@@ -197,32 +283,59 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--worker", choices=["paper", "torchhd", "ours", "fft_floor"], help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (every method runs on the GPU)")
+    ap.add_argument("--json", type=Path, default=None, help="also write every row (and the goals) as JSON")
+    ap.add_argument("--worker", choices=WORKER_METHODS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         args.program = args.program[0]
         return worker(args)
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit(f"--device {args.device}: torch {torch.__version__} sees no CUDA device")
     if args.quick:
         args.reps, args.warmup, args.baseline_reps = 3, 1, 1
         args.skip = sorted(set(args.skip) | {"torchhd"})
-    out = [f"## hrr_kernel benchmark — {machine()}", ""]
+    out = [f"## hrr_kernel benchmark — {machine(args.device)}", ""]
     n_main = 5_000 if args.quick else PAPER_CONCEPTS
-    out += compare(
+    lines, main_section = compare(
         synthetic_program(n_main), f"Synthetic paper-scale program ({n_main:,} codes)", args, baselines=True
     )
+    goal_lines, goal_rows = goals(main_section["rows"], args.device, n_main)
+    out += lines + goal_lines
+    sections = [main_section]
     if args.shared > 0:
         root = synthetic_program(n_main, shared=args.shared)
-        out += compare(
+        lines, section = compare(
             root,
             f"Same shape, {args.shared:.0%} of codes sharing another code's edge set (ICD codes mapping to one SNOMED concept)",
             args,
             baselines=not args.quick,
         )
+        out += lines
+        sections.append(section)
     for p in args.program:
-        out += compare(Path(p), f"Compiled program {p}", args, baselines=True)
+        lines, section = compare(Path(p), f"Compiled program {p}", args, baselines=True)
+        out += lines
+        sections.append(section)
+    sweep_rows = []
     if not args.no_sweep:
-        out += sweep(args)
+        lines, sweep_rows = sweep(args)
+        out += lines
     print("\n".join(out))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        report = {
+            "machine": machine(args.device),
+            "device": args.device,
+            "dim": args.dim,
+            "sections": sections,
+            "goals": goal_rows,
+            "sweep": sweep_rows,
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":
