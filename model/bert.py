@@ -62,9 +62,7 @@ class BertConfig(ConfigDict):
     mode: str = "base"  # token embedding: unstructured, base, freq, add or cat (HRREmbedding)
     normalize: bool = False  # scale each HRR concept vector to unit L2 norm
     freq_resolution: float = 10.0  # bins per unit of log frequency (mode freq)
-    spectral_decoder: bool = (
-        False  # MLM logits from the HRR half spectra (HRREmbedding.decode), inputs by row
-    )
+    spectral_decoder: bool = True  # MLM logits from the HRR half spectra (HRREmbedding.decode), inputs by row
     spectral_atoms: bool = False  # atoms and relations stored as half spectra (HRREmbedding spectral_atoms)
 
     def __post_init__(self) -> None:

@@ -33,6 +33,7 @@ PAGES = (
     "input-formats.md",
     "demo.md",
     "diff-format.md",
+    "kernel.md",
 )
 
 COLUMN_HEADER = ("column", "type", "meaning")

@@ -48,7 +48,7 @@ class PretrainConfig:
     mode: str = "base"  # token embedding: unstructured, base, freq, add, cat
     normalize: bool = False  # unit-norm HRR concept vectors
     spectral_decoder: bool = (
-        False  # tied MLM decoder in the spectral domain (same logits, no full-matrix irfft)
+        True  # tied MLM decoder in the spectral domain (same logits, no full-matrix irfft)
     )
     spectral_atoms: bool = False  # atoms and relations trained as half spectra (no atom rfft in the step)
     epochs: int = 100  # passes over pretrain_train (paper: 100)

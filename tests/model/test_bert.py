@@ -78,14 +78,22 @@ def test_decoder_is_tied_to_the_embedding_matrix(program):
     assert not any(p.shape == (program.n_concepts, m.config.dim) for n, p in m.mlm.named_parameters())
 
 
-def test_matrix_built_once_per_mlm_step(program, monkeypatch):
-    m = make(program, "base")
-    calls = []
-    orig = type(m.embeddings.token).matrix
-    monkeypatch.setattr(type(m.embeddings.token), "matrix", lambda self: calls.append(1) or orig(self))
+@pytest.mark.parametrize("spectral", [False, True])
+def test_one_composition_per_mlm_step(program, monkeypatch, spectral):
+    """Matrix decoder: the matrix is built once and serves the lookup and the decoder; spectral decoder
+    (the default): the half spectra are composed once and nothing builds the signal-domain matrix."""
+    m = make(program, "base", spectral_decoder=spectral)
+    calls = {"matrix": 0, "spectrum": 0}
+    cls = type(m.embeddings.token)
+    for name in calls:
+        orig = getattr(cls, name)
+        monkeypatch.setattr(
+            cls, name, lambda self, _n=name, _o=orig: calls.__setitem__(_n, calls[_n] + 1) or _o(self)
+        )
     ids, seg, att = batch(program)
     m(ids, seg, att, mlm_mask=att)
-    assert len(calls) == 1
+    assert calls == ({"matrix": 0, "spectrum": 1} if spectral else {"matrix": 1, "spectrum": 0})
+    assert make(program, "base").config.spectral_decoder  # the default
 
 
 def test_post_layer_norm_and_padding_is_ignored(program):
