@@ -204,13 +204,13 @@ class HRREmbedding(nn.Module):
     def _build(self, rows: Tensor | None) -> Tensor:
         """Embedding rows (all when ``rows`` is None). Shapes: rows ``(N,)`` -> ``(N, D)``."""
         if self.mode == "unstructured":
-            return self.table if rows is None else self.table[rows]
+            return self.table if rows is None else F.embedding(rows, self.table)
         c = self._hrr(rows)  # (N, H)
         if self.mode == "base":
             return c
         if self.mode == "freq":
             return c + (self.freq_encoding if rows is None else self.freq_encoding[rows])
-        w = self.table if rows is None else self.table[rows]  # (N, D) or (N, D - H)
+        w = self.table if rows is None else F.embedding(rows, self.table)  # (N, D) or (N, D - H)
         return c + w if self.mode == "add" else torch.cat([c, w], dim=1)
 
     def _key(self) -> tuple:
@@ -275,7 +275,7 @@ class HRREmbedding(nn.Module):
             return c
         if self.mode == "freq":
             return c + self.freq_encoding[ids]
-        w = self.table[ids]
+        w = F.embedding(ids, self.table)
         return c + w if self.mode == "add" else torch.cat([c, w], dim=1)
 
     def decode(self, h: Tensor, spectrum: Tensor | None = None) -> Tensor:
@@ -343,5 +343,6 @@ class HRREmbedding(nn.Module):
             if uniq.numel() > FULL_MATRIX_FRACTION * self.program.n_concepts:
                 out = F.embedding(flat, self._build(None))
             else:
-                out = self._build(uniq)[inv]  # (B*T, D)
+                # embedding's backward sums the repeats faster than indexing's (index_put with accumulate)
+                out = F.embedding(inv, self._build(uniq))  # (B*T, D)
         return out.view(*ids.shape, self.dim)  # (*, D)
