@@ -62,8 +62,17 @@ class BertConfig(ConfigDict):
     mode: str = "base"  # token embedding: unstructured, base, freq, add or cat (HRREmbedding)
     normalize: bool = False  # scale each HRR concept vector to unit L2 norm
     freq_resolution: float = 10.0  # bins per unit of log frequency (mode freq)
-    spectral_decoder: bool = True  # MLM logits from the HRR half spectra (HRREmbedding.decode), inputs by row
+    # MLM logits from the HRR half spectra (HRREmbedding.decode), inputs by row; None: where it is one
+    # matmul (mode base); add, cat and freq would add a second decoder matmul for their table
+    spectral_decoder: bool | None = None
     spectral_atoms: bool = False  # atoms and relations stored as half spectra (HRREmbedding spectral_atoms)
+
+    @property
+    def uses_spectral_decoder(self) -> bool:
+        """Whether MLM logits are computed in the spectral domain (``spectral_decoder``, resolved)."""
+        if self.mode == "unstructured":
+            return False
+        return self.mode == "base" if self.spectral_decoder is None else bool(self.spectral_decoder)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -329,7 +338,7 @@ class HRRBert(nn.Module):
             raise ValueError(
                 f"mlm_mask shape {tuple(mlm_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
             )
-        if self.config.spectral_decoder and self.config.mode != "unstructured":
+        if self.config.uses_spectral_decoder:
             # no full signal-domain matrix: the batch's rows are composed for the input, the tied decoder
             # reads the half spectra (equal logits up to float rounding)
             token = self.embeddings.token

@@ -47,9 +47,7 @@ class PretrainConfig:
     model: str = "small"  # model preset: tiny, mini, small or bert-base
     mode: str = "base"  # token embedding: unstructured, base, freq, add, cat
     normalize: bool = False  # unit-norm HRR concept vectors
-    spectral_decoder: bool = (
-        True  # tied MLM decoder in the spectral domain (same logits, no full-matrix irfft)
-    )
+    spectral_decoder: bool | None = None  # MLM decoder on the half spectra (same logits); unset: base only
     spectral_atoms: bool = False  # atoms and relations trained as half spectra (no atom rfft in the step)
     epochs: int = 100  # passes over pretrain_train (paper: 100)
     max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)

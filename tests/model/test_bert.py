@@ -81,7 +81,7 @@ def test_decoder_is_tied_to_the_embedding_matrix(program):
 @pytest.mark.parametrize("spectral", [False, True])
 def test_one_composition_per_mlm_step(program, monkeypatch, spectral):
     """Matrix decoder: the matrix is built once and serves the lookup and the decoder; spectral decoder
-    (the default): the half spectra are composed once and nothing builds the signal-domain matrix."""
+    (the default of base): the half spectra are composed once and nothing builds the signal-domain matrix."""
     m = make(program, "base", spectral_decoder=spectral)
     calls = {"matrix": 0, "spectrum": 0}
     cls = type(m.embeddings.token)
@@ -93,7 +93,11 @@ def test_one_composition_per_mlm_step(program, monkeypatch, spectral):
     ids, seg, att = batch(program)
     m(ids, seg, att, mlm_mask=att)
     assert calls == ({"matrix": 0, "spectrum": 1} if spectral else {"matrix": 1, "spectrum": 0})
-    assert make(program, "base").config.spectral_decoder  # the default
+    # the default: spectral where the decoder stays one matmul (base), the matrix where a table adds one
+    assert make(program, "base").config.uses_spectral_decoder
+    assert not any(
+        make(program, m).config.uses_spectral_decoder for m in ("unstructured", "add", "cat", "freq")
+    )
 
 
 def test_post_layer_norm_and_padding_is_ignored(program):
