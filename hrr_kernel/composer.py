@@ -175,12 +175,19 @@ class _Compose(torch.autograd.Function):
             r_hat = torch.fft.rfft(relations, dim=1)  # (R, F)
         b = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
         _gather_bind(a_hat, r_hat, plan, ws, b)
-        c_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
+        # a spectral output of every row in order is the product itself: fresh, not pooled (the caller owns it)
+        direct = spectral and plan.row_map is None
+        c_hat = (
+            torch.empty((plan.n_rows, f), dtype=cdt, device=dev)
+            if direct
+            else ws.take("rows_hat", (plan.n_rows, f), cdt, dev)
+        )  # (U, F)
         torch.addmm(_real2d(c_hat), m, _real2d(b), beta=0, out=_real2d(c_hat))
         ws.give("pairs", b)
-        if spectral:  # (N, 2F) real view, fresh: the caller owns it
-            rows = c_hat.clone() if plan.row_map is None else c_hat.index_select(0, plan.row_map)  # (N, F)
-            out = _real2d(rows)
+        if direct:
+            out = _real2d(c_hat)  # (N, 2F)
+        elif spectral:  # (N, 2F) real view, fresh: the caller owns it
+            out = _real2d(c_hat.index_select(0, plan.row_map))
         elif plan.row_map is None:
             out = torch.fft.irfft(c_hat, n=d, dim=1)  # (N, D), fresh: the caller owns it
         else:
@@ -188,7 +195,8 @@ class _Compose(torch.autograd.Function):
             torch.fft.irfft(c_hat, n=d, dim=1, out=c_u)
             out = c_u.index_select(0, plan.row_map)  # (N, D)
             ws.give("rows", c_u)
-        ws.give("rows_hat", c_hat)
+        if not direct:
+            ws.give("rows_hat", c_hat)
         need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if need_a or need_r:
             ctx.save_for_backward(atoms)  # version-checked; a_hat is recomputed from it if reclaimed
@@ -235,12 +243,13 @@ class _Compose(torch.autograd.Function):
         scale = None
         if ctx.spectral:  # dL/dC_hat -> the G_hat of a signal-domain loss (module docstring)
             g = torch.view_as_complex(grad.reshape(grad.shape[0], f, 2).contiguous())  # (N, F)
-            if not spectral_in:
-                g = g * (d / bin_weights(d, dtype, dev))
-            if plan.row_map is None:
-                g_hat.copy_(g)
-            else:
+            if plan.row_map is not None:
                 g_hat.zero_().index_add_(0, plan.row_map, g)
+            elif spectral_in:
+                g_hat.copy_(g)
+            if not spectral_in:  # scaled in place: no (N, F) temporary
+                w = d / bin_weights(d, dtype, dev)  # (F,)
+                torch.mul(g if plan.row_map is None else g_hat, w, out=g_hat)
         else:
             if plan.row_map is None:
                 torch.fft.rfft(grad.contiguous(), dim=1, out=g_hat)
