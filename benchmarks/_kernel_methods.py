@@ -8,7 +8,9 @@ without the final ``irfft`` (and, backward, without the gradient's ``rfft``): th
 step on the spectral path (``BertConfig.spectral_decoder``).
 (e) ``batch_rows``: the rows of one fine-tuning batch of ``BATCH x SEQ`` codes, as
 ``HRREmbedding.forward`` composes them: ``torch.unique`` of the ids, ``compose(rows=unique)``, then
-``[inverse]`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).
+``embedding(inverse)`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).
+(f) ``spectral_atoms``: (d) with the atoms and relations given as half spectra (``--spectral-atoms``):
+no Fourier transform left, forward or backward, only the pair table and the sparse product.
 ``fft_floor``: only the unavoidable transforms, rfft of the atoms and irfft of the concepts, into reused
 buffers (forward), and the same again for backward.
 
@@ -111,6 +113,16 @@ def spectral_method(program: Program):
     return run
 
 
+def spectral_atoms_method(program: Program):
+    """``compose_spectrum`` with the atoms and relations given as half spectra (``--spectral-atoms``):
+    no Fourier transform left, forward or backward."""
+
+    def run(atoms, relations):
+        return compose_spectrum(program, atoms, relations, dim=run.dim)  # (N, 2F)
+
+    return run
+
+
 def batch_ids(n_concepts: int, n: int = BATCH * SEQ, seed: int = 0, s: float = ZIPF_S) -> torch.Tensor:
     """``n`` concept ids drawn Zipf-like: a seeded random ranking of ``0..n_concepts-1``, rank ``k``
     drawn with probability proportional to ``1 / k^s`` (``s = 0``: uniform). ``(n,)`` int64."""
@@ -126,7 +138,7 @@ def batch_rows_method(program: Program, seed: int = 0):
 
     def run(atoms, relations):
         uniq, inv = torch.unique(ids, return_inverse=True)  # (U,), (B,)
-        return compose(program, atoms, relations, rows=uniq)[inv]  # (B, D)
+        return torch.nn.functional.embedding(inv, compose(program, atoms, relations, rows=uniq))  # (B, D)
 
     run.ids = ids
     return run
@@ -178,6 +190,7 @@ METHODS = {
     "torchhd": torchhd_method,
     "ours": ours_method,
     "spectral": spectral_method,
+    "spectral_atoms": spectral_atoms_method,
     "batch_rows": batch_rows_method,
     "fft_floor": fft_floor_method,
 }
@@ -186,7 +199,7 @@ METHODS = {
 def output_shape(program: Program, method: str, dim: int) -> tuple[int, int]:
     """The shape of a method's output (and so of the gradient fed to its backward)."""
     rows = BATCH * SEQ if method == "batch_rows" else program.n_concepts
-    return rows, 2 * (dim // 2 + 1) if method == "spectral" else dim
+    return rows, 2 * (dim // 2 + 1) if method in ("spectral", "spectral_atoms") else dim
 
 
 def _median(ts: list[float]) -> float:
@@ -219,8 +232,14 @@ def measure(
     torch.manual_seed(seed)
     atoms = (torch.randn(program.n_atoms, dim, device=device) * INIT_STD).requires_grad_()
     relations = (torch.randn(program.n_relations, dim, device=device) * INIT_STD).requires_grad_()
+    if method == "spectral_atoms":  # the parameters are the half spectra (real view (n, 2F))
+        atoms, relations = (
+            torch.view_as_real(torch.fft.rfft(x.detach(), dim=1)).reshape(x.shape[0], -1).requires_grad_()
+            for x in (atoms, relations)
+        )
     grad_out = torch.randn(*output_shape(program, method, dim), device=device)
     run = METHODS[method](program)
+    run.dim = dim
 
     def sync():
         if cuda:

@@ -36,7 +36,7 @@ CACHE = ROOT / "benchmarks" / "_cache"
 PAPER_CONCEPTS = 25_493  # hrr_kernel.synthetic.PAPER["n_concepts"]
 SWEEP = (5_000, 25_000, 100_000, 350_000)
 QUICK_SWEEP = (2_000, 5_000)
-WORKER_METHODS = ("paper", "torchhd", "ours", "spectral", "batch_rows", "fft_floor")
+WORKER_METHODS = ("paper", "torchhd", "ours", "spectral", "spectral_atoms", "batch_rows", "fft_floor")
 BATCH_LABEL = "32 x 128 codes"  # _kernel_methods.BATCH x SEQ
 # issue #15: (method, measured key, limit, unit, devices the goal is stated for, what it says)
 GOALS = (
@@ -156,8 +156,16 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
     )
     plan.append(
         (
-            f"(e) ours, batch rows ({BATCH_LABEL}, Zipf): unique + compose(rows) + [inverse]",
+            f"(e) ours, batch rows ({BATCH_LABEL}, Zipf): unique + compose(rows) + embedding(inverse)",
             "batch_rows",
+            args.reps,
+            args.warmup,
+        )
+    )
+    plan.append(
+        (
+            "(f) ours, spectral inputs and output (no FFT at all): compose_spectrum(dim=D)",
+            "spectral_atoms",
             args.reps,
             args.warmup,
         )

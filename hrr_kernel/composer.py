@@ -272,16 +272,24 @@ class _Compose(torch.autograd.Function):
             _give_back(ws, a_hat, ctx.held)
         if need_a:
             _scale_by_conj_relation(gb, r_hat, plan, ws)
-            ga_hat = ws.take("atoms_hat", (plan.n_atoms_used, f), cdt, dev)  # (A', F)
-            torch.addmm(_real2d(ga_hat), q, _real2d(gb), beta=0, out=_real2d(ga_hat))
+            # spectral inputs, every atom: the adjoint is the gradient itself (fresh, scaled in place)
+            own = spectral_in and plan.atoms_used is None
+            shape = (plan.n_atoms_used, f)
+            ga_hat = (
+                torch.empty(shape, dtype=cdt, device=dev) if own else ws.take("atoms_hat", shape, cdt, dev)
+            )
+            torch.addmm(_real2d(ga_hat), q, _real2d(gb), beta=0, out=_real2d(ga_hat))  # (A', F)
             width = 2 * f if spectral_in else d
-            if plan.atoms_used is None:
-                grad_a = _to_input(ga_hat, d, spectral_in, scale)  # (A, D) or (A, 2F)
+            if own:
+                grad_a = _real2d(ga_hat.mul_(scale) if scale is not None else ga_hat)  # (A, 2F)
+            elif plan.atoms_used is None:
+                grad_a = _to_input(ga_hat, d, spectral_in, scale)  # (A, D)
             else:
                 grad_a = torch.zeros((plan.n_atoms, width), dtype=dtype, device=dev)  # (A, D) or (A, 2F)
                 if ga_hat.shape[0]:
                     grad_a.index_copy_(0, plan.atoms_used, _to_input(ga_hat, d, spectral_in, scale))
-            ws.give("atoms_hat", ga_hat)
+            if not own:
+                ws.give("atoms_hat", ga_hat)
         ws.give("pairs", gb)
         return grad_a, grad_r, None, None, None, None, None
 
