@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from hrr_kernel import compose
 from hrr_kernel.composer import compose_spectrum
@@ -59,7 +60,7 @@ def reset_peak() -> bool:
         return False
 
 
-def paper_method(program: Program):
+def paper_method(program: Program, dim: int):
     """The original composer: rfft atoms, loop over (relation, slot) slices, irfft (with n=D)."""
     slices = [
         (int(j), program.edge_concept[s : s + n], program.edge_atom[s : s + n])
@@ -83,7 +84,7 @@ def paper_method(program: Program):
     return run
 
 
-def torchhd_method(program: Program):
+def torchhd_method(program: Program, dim: int):
     import torchhd
     from torchhd.tensors.hrr import HRRTensor
 
@@ -99,26 +100,26 @@ def torchhd_method(program: Program):
     return run
 
 
-def ours_method(program: Program):
+def ours_method(program: Program, dim: int):
     def run(atoms, relations):
         return compose(program, atoms, relations)
 
     return run
 
 
-def spectral_method(program: Program):
+def spectral_method(program: Program, dim: int):
     def run(atoms, relations):
         return compose_spectrum(program, atoms, relations)  # (N, 2F)
 
     return run
 
 
-def spectral_atoms_method(program: Program):
+def spectral_atoms_method(program: Program, dim: int):
     """``compose_spectrum`` with the atoms and relations given as half spectra (``--spectral-atoms``):
     no Fourier transform left, forward or backward."""
 
     def run(atoms, relations):
-        return compose_spectrum(program, atoms, relations, dim=run.dim)  # (N, 2F)
+        return compose_spectrum(program, atoms, relations, dim=dim)  # (N, 2F)
 
     return run
 
@@ -132,7 +133,7 @@ def batch_ids(n_concepts: int, n: int = BATCH * SEQ, seed: int = 0, s: float = Z
     return torch.from_numpy(rng.permutation(n_concepts)[ranks].astype(np.int64))
 
 
-def batch_rows_method(program: Program, seed: int = 0):
+def batch_rows_method(program: Program, dim: int, seed: int = 0):
     """One batch's rows, the way ``HRREmbedding.forward`` composes them (unique, compose, inverse)."""
     ids = batch_ids(program.n_concepts, seed=seed).to(program.device)  # (B,)
 
@@ -144,7 +145,7 @@ def batch_rows_method(program: Program, seed: int = 0):
     return run
 
 
-def fft_floor_method(program: Program):
+def fft_floor_method(program: Program, dim: int):
     bufs: dict[str, torch.Tensor] = {}
 
     def run(atoms, relations):
@@ -208,6 +209,33 @@ def _median(ts: list[float]) -> float:
     return ts[mid] if len(ts) % 2 else (ts[mid - 1] + ts[mid]) / 2
 
 
+def _parameters(program: Program, method: str, dim: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Atoms and relations N(0, INIT_STD) as leaves; for ``spectral_atoms`` their half spectra (real view
+    ``(n, 2F)``), which are then the parameters."""
+    atoms = torch.randn(program.n_atoms, dim, device=device) * INIT_STD
+    relations = torch.randn(program.n_relations, dim, device=device) * INIT_STD
+    if method == "spectral_atoms":
+        atoms, relations = (
+            torch.view_as_real(torch.fft.rfft(x, dim=1)).reshape(x.shape[0], -1) for x in (atoms, relations)
+        )
+    return atoms.requires_grad_(), relations.requires_grad_()
+
+
+def _timed(fn, warmup: int, reps: int, sync) -> list[float]:
+    """Seconds of ``reps`` synchronised calls of ``fn`` after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        r = fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+        del r
+    return ts
+
+
 def measure(
     program: Program,
     method: str,
@@ -230,16 +258,9 @@ def measure(
     if program.edge_concept.device != device:
         program = program.to(device)
     torch.manual_seed(seed)
-    atoms = (torch.randn(program.n_atoms, dim, device=device) * INIT_STD).requires_grad_()
-    relations = (torch.randn(program.n_relations, dim, device=device) * INIT_STD).requires_grad_()
-    if method == "spectral_atoms":  # the parameters are the half spectra (real view (n, 2F))
-        atoms, relations = (
-            torch.view_as_real(torch.fft.rfft(x.detach(), dim=1)).reshape(x.shape[0], -1).requires_grad_()
-            for x in (atoms, relations)
-        )
+    atoms, relations = _parameters(program, method, dim, device)
     grad_out = torch.randn(*output_shape(program, method, dim), device=device)
-    run = METHODS[method](program)
-    run.dim = dim
+    run = METHODS[method](program, dim)
 
     def sync():
         if cuda:
@@ -254,26 +275,13 @@ def measure(
         base = rss_kib()["VmRSS"] * 1024
         peak_ok = reset_peak()
 
-    def fwd():
-        return run(atoms, relations)
-
     def fwd_bwd():
         atoms.grad = relations.grad = None
-        out = run(atoms, relations)
-        out.backward(grad_out)
+        run(atoms, relations).backward(grad_out)
 
     times = {}
-    for name, fn in (("forward", fwd), ("forward_backward", fwd_bwd)):
-        for _ in range(warmup):
-            fn()
-        ts = []
-        for _ in range(reps):
-            sync()
-            t0 = time.perf_counter()
-            r = fn()
-            sync()
-            ts.append(time.perf_counter() - t0)
-            del r
+    for name, fn in (("forward", lambda: run(atoms, relations)), ("forward_backward", fwd_bwd)):
+        ts = _timed(fn, warmup, reps, sync)
         times[name] = 1e3 * _median(ts)
         times[name + "_all"] = [round(1e3 * t, 3 if cuda else 2) for t in sorted(ts)]
     sync()
@@ -286,10 +294,7 @@ def measure(
         "device": str(device),
         "threads": torch.get_num_threads(),
         "output_shape": list(grad_out.shape),
-        "grad_shapes": [
-            list(atoms.grad.shape) if atoms.grad is not None else None,
-            list(relations.grad.shape) if relations.grad is not None else None,
-        ],
+        "grad_shapes": [None if x.grad is None else list(x.grad.shape) for x in (atoms, relations)],
     }
     if method == "batch_rows":
         out["rows"] = int(run.ids.numel())

@@ -62,12 +62,14 @@ def _complex2d(x: Tensor) -> Tensor:
 
 
 def _to_input(g_hat: Tensor, d: int, spectral_in: bool, scale: Tensor | None) -> Tensor:
-    """A parameter's gradient from its spectral adjoint: ``irfft`` (signal-domain parameters), or the
-    real view of ``g_hat`` (times ``scale`` when given) for parameters given as half spectra; fresh."""
+    """A parameter's gradient from its spectral adjoint: a fresh ``irfft`` (signal-domain parameters), or,
+    for parameters given as half spectra, the real view of ``g_hat`` itself, scaled in place by ``scale``
+    when given (so ``g_hat`` must not be a buffer the pool hands out again while the gradient lives)."""
     if not spectral_in:
         return torch.fft.irfft(g_hat, n=d, dim=1)  # (n, D)
-    out = g_hat * scale if scale is not None else g_hat.clone()  # (n, F)
-    return _real2d(out)  # (n, 2F)
+    if scale is not None:
+        g_hat.mul_(scale)
+    return _real2d(g_hat)  # (n, 2F)
 
 
 def _blocks(plan: ComposePlan, f: int, elem: int):
@@ -280,11 +282,9 @@ class _Compose(torch.autograd.Function):
             )
             torch.addmm(_real2d(ga_hat), q, _real2d(gb), beta=0, out=_real2d(ga_hat))  # (A', F)
             width = 2 * f if spectral_in else d
-            if own:
-                grad_a = _real2d(ga_hat.mul_(scale) if scale is not None else ga_hat)  # (A, 2F)
-            elif plan.atoms_used is None:
-                grad_a = _to_input(ga_hat, d, spectral_in, scale)  # (A, D)
-            else:
+            if plan.atoms_used is None:  # a fresh irfft, or (own) the adjoint itself
+                grad_a = _to_input(ga_hat, d, spectral_in, scale)  # (A, D) or (A, 2F)
+            else:  # copied out of the pooled adjoint
                 grad_a = torch.zeros((plan.n_atoms, width), dtype=dtype, device=dev)  # (A, D) or (A, 2F)
                 if ga_hat.shape[0]:
                     grad_a.index_copy_(0, plan.atoms_used, _to_input(ga_hat, d, spectral_in, scale))

@@ -196,22 +196,29 @@ class HRREmbedding(nn.Module):
             raise ShapeError("mode 'unstructured' has no relations")
         return self._from_spectrum(self.relations_spectrum) if self.spectral_atoms else self.relations
 
-    def _hrr(self, rows: Tensor | None) -> Tensor:
-        a, r, dim = self._inputs()
-        c = compose(self.program, a, r, rows, dim=dim)  # (N, H)
-        return F.normalize(c, dim=1, eps=1e-12) if self.normalize else c
-
     def _build(self, rows: Tensor | None) -> Tensor:
         """Embedding rows (all when ``rows`` is None). Shapes: rows ``(N,)`` -> ``(N, D)``."""
         if self.mode == "unstructured":
             return self.table if rows is None else F.embedding(rows, self.table)
-        c = self._hrr(rows)  # (N, H)
+        a, r, dim = self._inputs()
+        return self._finish(compose(self.program, a, r, rows, dim=dim), rows)
+
+    def _finish(self, c: Tensor, rows: Tensor | None) -> Tensor:
+        """Embedding rows from their composed HRR part ``c``: normalised when asked, then the mode's
+        frequency encoding or table added or concatenated. Shapes: c ``(N, H)`` -> ``(N, D)``."""
+        if self.normalize:
+            c = F.normalize(c, dim=1, eps=1e-12)
         if self.mode == "base":
             return c
         if self.mode == "freq":
             return c + (self.freq_encoding if rows is None else self.freq_encoding[rows])
         w = self.table if rows is None else F.embedding(rows, self.table)  # (N, D) or (N, D - H)
         return c + w if self.mode == "add" else torch.cat([c, w], dim=1)
+
+    def _check_ids(self, ids: Tensor) -> None:
+        n = self.program.n_concepts
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            raise ShapeError(f"ids must lie in [0, {n - 1}], got [{int(ids.min())}, {int(ids.max())}]")
 
     def _key(self) -> tuple:
         return tuple((p._version, p.data_ptr(), p.dtype, p.device) for p in self.parameters()) + (
@@ -245,7 +252,8 @@ class HRREmbedding(nn.Module):
             raise ShapeError("mode 'unstructured' has no HRR part, so no spectrum")
         if not self._cacheable():
             self._spec_cache = self._spec_key = None
-            return compose_spectrum(self.program, *self._inputs()[:2], dim=self._inputs()[2])
+            a, r, dim = self._inputs()
+            return compose_spectrum(self.program, a, r, dim=dim)
         key = self._key()
         if self._spec_cache is None or self._spec_key != key:
             a, r, dim = self._inputs()
@@ -261,22 +269,10 @@ class HRREmbedding(nn.Module):
             - ids: ``(U,)``; spectrum: ``(N, 2F)``
             - output: ``(U, D)``
         """
-        hdim = self.hrr_dim
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.program.n_concepts):
-            raise ShapeError(
-                f"ids must lie in [0, {self.program.n_concepts - 1}], got [{int(ids.min())}, {int(ids.max())}]"
-            )
+        self._check_ids(ids)
         sel = spectrum.index_select(0, ids)  # (U, 2F)
         z = torch.view_as_complex(sel.reshape(sel.shape[0], -1, 2).contiguous())  # (U, F)
-        c = torch.fft.irfft(z, n=hdim, dim=1)  # (U, H)
-        if self.normalize:
-            c = F.normalize(c, dim=1, eps=1e-12)
-        if self.mode == "base":
-            return c
-        if self.mode == "freq":
-            return c + self.freq_encoding[ids]
-        w = F.embedding(ids, self.table)
-        return c + w if self.mode == "add" else torch.cat([c, w], dim=1)
+        return self._finish(torch.fft.irfft(z, n=self.hrr_dim, dim=1), ids)  # (U, H) -> (U, D)
 
     def decode(self, h: Tensor, spectrum: Tensor | None = None) -> Tensor:
         """Scores ``h @ E.T`` of every concept against the embedding matrix ``E`` (a tied decoder), with
@@ -332,10 +328,7 @@ class HRREmbedding(nn.Module):
         if ids.dtype.is_floating_point or ids.is_complex():
             raise ShapeError(f"ids must be an integer tensor, got dtype {ids.dtype}")
         flat = ids.reshape(-1).to(torch.int64)  # (B*T,)
-        if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= self.program.n_concepts):
-            raise ShapeError(
-                f"ids must lie in [0, {self.program.n_concepts - 1}], got [{int(flat.min())}, {int(flat.max())}]"
-            )
+        self._check_ids(flat)
         if self._cacheable() or self.mode == "unstructured":
             out = F.embedding(flat, self.matrix())  # (B*T, D)
         else:

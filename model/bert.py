@@ -345,7 +345,7 @@ class HRRBert(nn.Module):
             with torch.autocast(self.program.device.type, enabled=False):
                 spec = token.spectrum()  # (N, 2F): one composition for the inputs and the decoder
                 uniq, inv = torch.unique(input_ids.long().reshape(-1), return_inverse=True)
-                tokens = token.rows_from_spectrum(uniq, spec)[inv].view(*input_ids.shape, -1)  # (B, T, D)
+                tokens = F.embedding(inv, token.rows_from_spectrum(uniq, spec)).view(*input_ids.shape, -1)
             h = self.encode(input_ids, segment_ids, attention_mask, tokens=tokens)  # (B, T, D)
             return self.mlm.decode(h[mlm_mask.bool()], token, spec)  # (M, N)
         e = self.token_matrix()  # (N, D), used for the lookup and the decoder

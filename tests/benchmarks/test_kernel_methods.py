@@ -63,7 +63,7 @@ def test_batch_rows_are_the_matrix_rows(methods, program, one_thread):
     g = torch.Generator().manual_seed(0)
     a = torch.randn(program.n_atoms, 8, dtype=torch.float64, generator=g)
     r = torch.randn(program.n_relations, 8, dtype=torch.float64, generator=g)
-    run = methods.batch_rows_method(program)
+    run = methods.batch_rows_method(program, 8)
     torch.testing.assert_close(run(a, r), compose(program, a, r)[run.ids])
 
 
