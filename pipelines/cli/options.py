@@ -37,8 +37,8 @@ from pipelines.eval.config import LABEL_SPLITS, EvaluateConfig, ExperimentConfig
 from pipelines.qa.config import EMBEDDINGS as QA_EMBEDDINGS
 from pipelines.qa.config import MODELS as QA_MODELS
 from pipelines.qa.config import QAOptions, QATrainConfig
+from pipelines.train.config import MLM_VOCABULARIES, SELECT_BY, FinetuneConfig, PretrainConfig
 from pipelines.train.config import MODELS as FINETUNE_MODELS
-from pipelines.train.config import SELECT_BY, FinetuneConfig, PretrainConfig
 
 __all__ = [
     "CHOICES", "INPUT_DIR", "HRR_MODES", "MODEL_PRESETS", "api_errors", "config_fields", "config_options", "device_option", "force_option",
@@ -78,6 +78,7 @@ _PER_CONFIG: dict[tuple[type, str], tuple[str, ...]] = {
     (QATrainConfig, "embedding"): QA_EMBEDDINGS,
     (D2VTrainConfig, "embedding"): D2V_EMBEDDINGS,
     (EvaluateConfig, "labels_split"): LABEL_SPLITS,
+    (PretrainConfig, "mlm_vocabulary"): MLM_VOCABULARIES,
 }
 INPUT_DIR = click.Path(exists=True, file_okay=False)  # an input folder argument: it must exist
 # fields naming an input folder that must exist

@@ -3,7 +3,9 @@
 Codes are binned by their log frequency in pretraining (``code_counts.parquet``) into the paper's 7 bins
 of width 2 from -14 to 0. For up to ``per_bin`` codes of each bin (a seeded sample) one probe is made:
 a patient sequence that holds the code, from the splits MLM never trained on, with that one occurrence
-replaced by ``[MASK]``; the probe is a hit at k when the code is among the model's top-k predictions.
+replaced by ``[MASK]``; the probe is a hit at k when the code is among the model's top-k predictions, and
+``median_rank`` is the median over the bin's probes of the code's rank among all ``ranked`` concepts (1 =
+first; a random ranking puts a code in the top 100 with probability 100 / ``ranked``).
 Our datasets' log frequency is ln(count / tokens), about -13 to -3.5, so the top bins stay empty; they
 are reported as empty (``probes`` 0, accuracies None) rather than dropped.
 
@@ -102,6 +104,7 @@ def frequency_bin_test(
     for b in probes["bins"]:
         n = len(b["code"])
         hits = {k: 0 for k in TOPK}
+        ranks: list[torch.Tensor] = []
         for s in range(0, n, batch_size):
             r = torch.as_tensor(b["row"][s : s + batch_size])
             c = torch.as_tensor(b["col"][s : s + batch_size])
@@ -116,6 +119,7 @@ def frequency_bin_test(
             )  # (B, T, D)
             logits = model.mlm(h[mlm[:, :t].to(device)], e)  # (B, N)
             target = torch.as_tensor(b["code"][s : s + batch_size], device=device)
+            ranks.append(1 + (logits > logits.gather(1, target[:, None])).sum(1).cpu())  # (B,) 1 = best
             top = logits.topk(min(max(TOPK), logits.shape[1]), dim=1).indices  # (B, 100)
             hit = top == target[:, None]
             for k in TOPK:
@@ -127,6 +131,8 @@ def frequency_bin_test(
                 "codes_in_bin": b["codes_in_bin"],
                 "probes": n,
                 **{f"top{k}": (hits[k] / n if n else None) for k in TOPK},
+                "median_rank": float(torch.cat(ranks).double().median()) if n else None,
+                "ranked": int(model.n_concepts),
             }
         )
     model.train(was)

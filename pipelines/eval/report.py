@@ -142,6 +142,7 @@ def _headline_values(exp: Experiment) -> dict[str, Any]:
             "rood_unseen_f1_minus_control": diff[1] or next(iter(diff[0].values()), None),
             "rare_neighbours": {"related": rel, "total": tot} if tot else None,
             "rarest_bin_top100": V.bin_interval(runs, j) if j is not None else None,
+            "rarest_bin_median_rank": V.bin_median_rank(runs, j) if j is not None else None,
             "transfer_mortality_auroc": V.conf_interval(runs, "mortality", "transfer", "auroc"),
         }
     for m in BASELINE_MODELS:
@@ -197,7 +198,9 @@ def headline_caption(exp: Experiment) -> str:
         how += " (1 seed: no interval over seeds; MLM top-1 is one value per run)"
     how += (f". `unseen F1 − {exp.control}`: paired {ONE_SEED} on the same ROOD-unseen patients per seed, "
             "t interval over seeds when more than one. Rare-code neighbours: related of scored, summed over seeds; "
-            "rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds).")  # fmt: skip
+            "rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds)")  # fmt: skip
+    n = V.ranked_codes(exp.configurations)
+    how += f"; a random ranking of the {n:,} codes would find {100 * 100 / n:.2f} %." if n else "."
     if exp.baselines is None:
         how += (
             " No baselines in this experiment (`baselines/baselines.json` missing): model rows stand alone."
@@ -344,14 +347,17 @@ def _freq_section(exp: Experiment, plots: Path) -> list[str]:
                  if r.evaluation.get("frequency_bins")), None)  # fmt: skip
     if not bins:
         return []
-    cols, data = [], {}
+    cols, data, ranks = [], {}, {}
     for k, runs in confs.items():
         for key in ("top10", "top100"):
             cols.append(f"{k} {NAMES['val_' + key]}")
             data[cols[-1]] = [V.bin_interval(runs, j, key) for j in range(len(bins))]
+        ranks[f"{k} median rank"] = [V.bin_median_rank(runs, j) for j in range(len(bins))]
+    ranks = {c: v for c, v in ranks.items() if any(x is not None for x in v)}
     best = _best_baseline_bins(exp, len(bins))
     rows = [[f"[{b['low']:.0f}, {b['high']:.0f})", str(b["codes_in_bin"]), str(b["probes"])]
             + [("empty" if not b["probes"] else _pct(data[c][j])) for c in cols]
+            + [("–" if v[j] is None else f"{v[j]:,.0f}") for v in ranks.values()]
             + ([f"{100 * best[j][1]:.1f} ({MLM_BASELINE_NAMES.get(best[j][0], best[j][0])}; {best[j][2]} masked)"
                 if best[j] else "–"] if best else []) for j, b in enumerate(bins)]  # fmt: skip
     from .plots import frequency_plot
@@ -365,8 +371,11 @@ def _freq_section(exp: Experiment, plots: Path) -> list[str]:
              "over the bin's probes (one seed), " + OVER_SEEDS + " (several)."
              + (" Best baseline: the best MLM baseline's top-100 accuracy on the validation positions masked for "
                 "MLM accuracy whose target falls in the bin (other positions than the probes; no interval)."
-                if best else ""), "",
-             table(["log frequency", "codes", "probes"] + cols + (["best baseline top-100"] if best else []), rows)]  # fmt: skip
+                if best else "")
+             + (" Median rank: the probes' median rank of the masked code among all "
+                f"{V.ranked_codes(confs):,} codes (1 = first; mean over seeds), where a random ranking finds a "
+                f"code among the top 100 {100 * 100 / V.ranked_codes(confs):.2f} % of the time." if ranks else ""), "",
+             table(["log frequency", "codes", "probes"] + cols + list(ranks) + (["best baseline top-100"] if best else []), rows)]  # fmt: skip
     if p:
         lines += ["", f"![top-100 accuracy by frequency bin](plots/{p.name})"]
     return lines + [""]

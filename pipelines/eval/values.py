@@ -156,6 +156,19 @@ def bin_interval(runs: list[Run], j: int, key: str = "top100") -> Interval | Non
     return over_seeds(per)
 
 
+def bin_median_rank(runs: list[Run], j: int) -> float | None:
+    """Median rank of bin ``j``'s probes (mean over seeds; None where no run recorded it)."""
+    per = [float(b[j]["median_rank"]) for r in runs
+           if j < len(b := r.evaluation.get("frequency_bins") or []) and _finite(b[j].get("median_rank"))]  # fmt: skip
+    return sum(per) / len(per) if per else None
+
+
+def ranked_codes(runs_by_conf: dict[str, list[Run]]) -> int | None:
+    """How many concepts the frequency-bin probes were ranked among (None where no run recorded it)."""
+    return next((int(b["ranked"]) for runs in runs_by_conf.values() for r in runs
+                 for b in r.evaluation.get("frequency_bins") or [] if b.get("ranked")), None)  # fmt: skip
+
+
 def rare_neighbours(runs: list[Run], group: str = "rare") -> tuple[int, int]:
     """Related neighbours and neighbours scored in ``group``, summed over seeds."""
     gs = [r.evaluation["neighbours"]["groups"].get(group, {}) for r in runs if "neighbours" in r.evaluation]

@@ -10,6 +10,7 @@ __all__ = [
     "EMBEDDINGS",
     "LABELS_HEAD",
     "LoopFields",
+    "MLM_VOCABULARIES",
     "FinetuneConfig",
     "MODELS",
     "POS_WEIGHTS",
@@ -60,6 +61,7 @@ class PretrainConfig:
     beta2: float = 0.999  # AdamW beta2
     clip: float = 1.0  # max gradient L2 norm (0: no clipping)
     mask_prob: float = 0.15  # share of codes chosen for MLM (80 % [MASK], 10 % random, 10 % kept)
+    mlm_vocabulary: str = "all"  # codes the MLM softmax trains on: all, or train (those in pretrain_train)
     dropout: float = 0.1  # dropout of the model
     topk: tuple[int, ...] = (10, 100)  # validation top-k accuracies besides top-1
     seed: int = 0  # seed of initialisation, data order, masking and dropout
@@ -77,6 +79,8 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         self.topk = tuple(int(k) for k in self.topk)
+        if self.mlm_vocabulary not in MLM_VOCABULARIES:
+            raise ValueError(f"mlm_vocabulary must be one of {MLM_VOCABULARIES}, got {self.mlm_vocabulary!r}")
         if not 0.0 < self.mask_prob < 1.0:
             raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         if self.batch_size < 1 or self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
@@ -86,6 +90,7 @@ class PretrainConfig:
 
 
 MODELS = ("bert", "visit-transformer")
+MLM_VOCABULARIES = ("all", "train")  # the MLM training softmax over every code, or the pretrain_train codes
 
 
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")

@@ -32,6 +32,7 @@ class Tokens:
     mask_id: int
     special: Tensor  # (S,)
     candidates: Tensor  # (C,) ids a random replacement draws from
+    scored: Tensor | None = None  # (N,) bool: codes the training softmax ranks (None: every code)
 
     def mask(self, batch: dict[str, Tensor], prob: float, generator: torch.Generator):
         """:func:`mask_tokens` of a batch (``input_ids``, ``attention_mask``) with these tokens."""
@@ -39,14 +40,28 @@ class Tokens:
                            candidates=self.candidates, prob=prob, generator=generator)  # fmt: skip
 
 
-def tokens_of(program) -> Tokens:
-    """The special tokens of ``program`` (never masked) and the codes a random replacement draws from."""
+def tokens_of(program, train: Sequences | None = None) -> Tokens:
+    """The special tokens of ``program`` (never masked) and the codes a random replacement draws from.
+
+    With ``train`` (vocabulary ``train``), the training softmax scores only the codes that occur in those
+    sequences, and a random replacement draws only from them: a code pretraining never sees then gets no
+    gradient at all (its row, or in HRR modes its composition, keeps what initialisation and the shared
+    atoms give it) instead of being pushed down as a negative at every step.
+    """
     try:
         spec = sorted(program.special_id(t) for t in SPECIAL_TOKENS)
     except ProgramError as e:
         raise PipelineError(f"program {program.program_id} lacks a special token ({e}); recompile it") from e
-    cand = torch.tensor(sorted(set(range(program.n_concepts)) - set(spec)), dtype=torch.int64)
-    return Tokens(program.special_id("[MASK]"), torch.tensor(spec, dtype=torch.int64), cand)
+    special = torch.tensor(spec, dtype=torch.int64)
+    if train is None:
+        cand = torch.tensor(sorted(set(range(program.n_concepts)) - set(spec)), dtype=torch.int64)
+        return Tokens(program.special_id("[MASK]"), special, cand)
+    scored = torch.zeros(program.n_concepts, dtype=torch.bool)
+    scored[train.input_ids[train.attention_mask.bool()].unique()] = True
+    scored[special] = False
+    if not scored.any():
+        raise PipelineError("the pretraining sequences hold no codes; nothing for the MLM softmax to score")
+    return Tokens(program.special_id("[MASK]"), special, torch.nonzero(scored).flatten(), scored)
 
 
 def mask_tokens(
@@ -143,5 +158,8 @@ def mlm_step(net, batch, tok: Tokens, cfg, step: int, ctx: DistContext, device) 
         mlm_mask=chosen.to(device),
     )  # (M, N)
     n = int(targets.numel())
-    loss_sum = F.cross_entropy(logits.float(), targets.to(device), reduction="sum")
+    logits = logits.float()
+    if tok.scored is not None:  # codes outside the training vocabulary: no logit, hence no gradient
+        logits = logits.masked_fill(~tok.scored.to(device), float("-inf"))
+    loss_sum = F.cross_entropy(logits, targets.to(device), reduction="sum")
     return StepOutput(loss_sum / max(n, 1), float(n), int(batch["input_ids"].shape[0]))

@@ -165,6 +165,12 @@ def _run_record(cfg: PretrainConfig, run_id: str, model, program, ds, task: MLMT
         "world_size": ctx.world_size,
         "n_parameters": model.num_parameters(),
         "n_train": len(task.train),
+        "mlm_vocabulary": {
+            "scored": cfg.mlm_vocabulary,
+            "codes": int(task.tok.scored.sum())
+            if task.tok.scored is not None
+            else int(len(task.tok.candidates)),
+        },
         "n_val": len(task.val),
         "versions": versions(),
         "created_at": now_iso(),
@@ -187,7 +193,8 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     bs = min(cfg.batch_size, len(train))
     if bs < ctx.world_size:
         raise PipelineError(f"batch size {bs} is smaller than the number of processes {ctx.world_size}")
-    task = MLMTask(cfg, train, val, tokens_of(program), ctx, device, bs)
+    tok = tokens_of(program, train if cfg.mlm_vocabulary == "train" else None)
+    task = MLMTask(cfg, train, val, tok, ctx, device, bs)
     total = cfg.max_steps or cfg.epochs * task.per_epoch
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)

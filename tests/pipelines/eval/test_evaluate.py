@@ -6,6 +6,7 @@ import json
 import shutil
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
@@ -83,6 +84,12 @@ def test_evaluate_all_parts(tmp_path, runs, dataset_dir, program_dir):  # noqa: 
         assert (b["top10"] is None) == (b["probes"] == 0)
         if b["probes"]:
             assert 0 <= b["top10"] <= b["top100"] <= 1
+            assert (
+                1
+                <= b["median_rank"]
+                <= b["ranked"]
+                == pq.read_metadata(program_dir / "concepts.parquet").num_rows
+            )
     groups = saved["neighbours"]["groups"]
     assert set(groups) == {"case_studies", "common", "rare", "random"}
     for g in groups.values():

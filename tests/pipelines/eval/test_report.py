@@ -32,7 +32,8 @@ def _w(p: Path, obj) -> None:
 
 def _evaluation(conf: str, related: int) -> dict:
     bins = [{"low": lo, "high": lo + 2.0, "codes_in_bin": 5, "probes": 40 if lo < -4 else 0,
-             "top10": 0.2 if lo < -4 else None, "top100": (0.5 if conf == "base" else 0.1) if lo < -4 else None}
+             "top10": 0.2 if lo < -4 else None, "top100": (0.5 if conf == "base" else 0.1) if lo < -4 else None,
+             "median_rank": (120.0 if conf == "base" else 9000.0) if lo < -4 else None, "ranked": 20000}
             for lo in range(-14, 0, 2)]  # fmt: skip
     code = {"code": "2724 (ICD-9)", "title": "Lipidemia", "neighbours": [
         {"code": "2721 (ICD-9)", "title": "Other lipidemia", "related": True}]}  # fmt: skip
@@ -220,6 +221,10 @@ def test_report_baselines_constant_heads_and_rood_difference(experiment):
     rb = res["configurations"]["base"]["rarest_bin_top100"]
     ref = sps.binomtest(20, 40).proportion_ci(method="exact")
     assert (rb["estimate"], rb["low"], rb["high"]) == pytest.approx((0.5, ref.low, ref.high))
+    assert res["configurations"]["base"]["rarest_bin_median_rank"] == 120.0
+    assert "a random ranking of the 20,000 codes would find 0.50 %" in text  # the headline's chance level
+    assert "| base median rank |" in text.replace("unstructured median rank | ", "")
+    assert "| [-14, -12) | 5 | 40 |" in text and "| 9,000 | 120 |" in text
     assert "unstructured seed 0: mortality/test" in res["constant_heads"][0]
     # plots and the t-SNE by chapter
     assert (experiment / "plots" / "rood.png").is_file() and (

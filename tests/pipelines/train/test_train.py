@@ -216,3 +216,94 @@ def test_bucketed_pretraining_batches_cover_whole_batches_once_and_group_lengths
             plain = epoch_order(len(train), 0, 0)[: task.per_epoch * 4].split(4)
             spread = sum(int(lengths[b].max() - lengths[b].min()) for b in batches)
             assert spread <= sum(int(lengths[b].max() - lengths[b].min()) for b in plain)
+
+
+@pytest.fixture(scope="module")
+def narrow_dataset(tmp_path_factory, program_dir):  # noqa: F811
+    """Patients coded from three quarters of the program's codes: the last quarter never occurs."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from train_fixtures import write_dataset
+
+    sizes = {
+        "pretrain_train": 40,
+        "pretrain_val": 10,
+        "finetune_train": 4,
+        "finetune_val": 4,
+        "test": 4,
+        "rood": 4,
+    }
+    ds = write_dataset(tmp_path_factory.mktemp("narrow") / "ds", program_dir, sizes=sizes)
+    t = pq.read_table(ds / "patients.parquet")
+    codes = pq.read_table(program_dir / "concepts.parquet").column("code").to_pylist()
+    used = np.array([i for i, c in enumerate(codes) if not c.startswith("[")])
+    used = used[: 3 * len(used) // 4]
+    rng = np.random.default_rng(0)
+    ids = [[r[0]] + rng.choice(used, size=len(r) - 1).tolist() for r in t["input_ids"].to_pylist()]
+    t = t.set_column(t.column_names.index("input_ids"), "input_ids", pa.array(ids, pa.list_(pa.int32())))
+    pq.write_table(t, ds / "patients.parquet")
+    return ds
+
+
+def test_train_vocabulary_scores_only_the_codes_pretraining_sees(narrow_dataset, program_dir):  # noqa: F811
+    from hrr_kernel import load_program
+    from pipelines.train.mlm import tokens_of
+
+    program = load_program(program_dir)
+    ds = TokenizedDataset(narrow_dataset, program.program_id, program.n_concepts, program.special_id("[PAD]"))
+    train = ds.sequences("pretrain_train", max_len=32, max_segments=8)
+    every, tok = tokens_of(program), tokens_of(program, train)
+    assert every.scored is None
+    seen = set(train.input_ids[train.attention_mask.bool()].tolist()) - set(every.special.tolist())
+    assert set(torch.nonzero(tok.scored).flatten().tolist()) == seen
+    assert tok.candidates.tolist() == sorted(seen)  # random replacements draw only scored codes
+    assert len(seen) < len(every.candidates)  # the fixture has codes pretraining never sees
+
+
+@pytest.mark.parametrize("vocabulary", ["train", "all"])
+def test_codes_outside_the_train_vocabulary_get_no_gradient(
+    tmp_path,
+    narrow_dataset,
+    program_dir,  # noqa: F811
+    vocabulary,
+):
+    from hrr_kernel import load_program
+    from pipelines.train.config import PretrainConfig
+    from pipelines.train.mlm import tokens_of
+    from pipelines.train.pretrain import build_model
+    from pipelines.train.runtime import seed_everything
+
+    r = pretrain(narrow_dataset, program_dir, out=tmp_path, mode="unstructured", max_steps=3, mlm_vocabulary=vocabulary,
+                 **TINY)  # fmt: skip
+    record = json.loads((r.run_dir / "config.json").read_text())["mlm_vocabulary"]
+    program = load_program(program_dir)
+    ds = TokenizedDataset(narrow_dataset, program.program_id, program.n_concepts, program.special_id("[PAD]"))
+    mc = r.model.config
+    train = ds.sequences("pretrain_train", max_len=mc.max_len, max_segments=mc.max_segments)
+    seen = torch.zeros(program.n_concepts, dtype=torch.bool)
+    seen[train.input_ids[train.attention_mask.bool()].unique()] = True
+    seed_everything(0)
+    init = build_model(
+        PretrainConfig(str(narrow_dataset), str(program_dir), model="tiny", mode="unstructured"), program, ds
+    )
+    table, table0 = r.model.embeddings.token.table.detach(), init.embeddings.token.table.detach()
+    bias = r.model.mlm.bias.detach()
+    special = torch.isin(torch.arange(program.n_concepts), tokens_of(program).special)
+    never = ~seen & ~special
+    assert never.any() and not torch.equal(table[seen], table0[seen])  # trained codes moved
+    if vocabulary == "train":
+        assert record == {"scored": "train", "codes": int((seen & ~special).sum())}
+        assert torch.equal(table[never], table0[never])  # never seen: never scored, never an input
+        assert torch.equal(bias[never], torch.zeros_like(bias[never]))
+    else:
+        assert record == {"scored": "all", "codes": int((~special).sum())}
+        assert (bias[never] < 0).all()  # pushed down as negatives at every step
+
+
+def test_mlm_vocabulary_is_checked():
+    from pipelines.train.config import PretrainConfig
+
+    assert PretrainConfig("d", "p").mlm_vocabulary == "all"  # the paper's softmax over every code
+    with pytest.raises(ValueError, match="mlm_vocabulary"):
+        PretrainConfig("d", "p", mlm_vocabulary="seen")
