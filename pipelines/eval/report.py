@@ -205,6 +205,10 @@ def headline_caption(exp: Experiment) -> str:
         how += (
             " No baselines in this experiment (`baselines/baselines.json` missing): model rows stand alone."
         )
+    collapsed = [c for c, _ in _collapsed(exp)]
+    if collapsed:
+        how += (f" **Collapsed pretraining: {', '.join(collapsed)}** (MLM top-1 no better than the most frequent "
+                "code; see the masked-code section): its rows are not evidence about its configuration.")  # fmt: skip
     return how
 
 
@@ -262,7 +266,27 @@ def _mlm_section(exp: Experiment) -> list[str]:
              table(["model", "seeds", "MLM top-1", "top-10", "top-100"], rows)]  # fmt: skip
     tests = [(NAMES[key], {k: {r.seed: r.mlm[key] for r in runs if V._finite(r.mlm.get(key))}
                            for k, runs in exp.configurations.items()}) for key, _ in MLM_KEYS]  # fmt: skip
+    collapsed = [f"{c} (MLM top-1 {100 * a:.1f} %)" for c, a in _collapsed(exp)]
+    if collapsed:
+        floor = 100 * exp.baselines.mlm("top1")["most_frequent"]
+        lines += ["", f"Note: no better than the most-frequent-code baseline ({floor:.1f} %): "
+                  f"{', '.join(collapsed)}. Such a run did not learn to use the context (its masked-code "
+                  "predictions are the code frequencies), and every result fine-tuned from it is that of a "
+                  "collapsed model, not of its configuration."]  # fmt: skip
     return lines + _tests_lines(exp, tests) + [""]
+
+
+COLLAPSE_MARGIN = 0.002  # MLM top-1 within 0.2 points of the most-frequent-code baseline counts as collapsed
+
+
+def _collapsed(exp: Experiment) -> list[tuple[str, float]]:
+    """``(configuration seed N, MLM top-1)`` of each pretraining run whose last validation top-1 is no better
+    than the most-frequent-code baseline (plus :data:`COLLAPSE_MARGIN`); [] without that baseline."""
+    floor = exp.baselines.mlm("top1").get("most_frequent") if exp.baselines is not None else None
+    if floor is None:
+        return []
+    return [(f"{k} seed {r.seed}", float(r.mlm["val_mlm_acc"])) for k, runs in exp.configurations.items()
+            for r in runs if V._finite(r.mlm.get("val_mlm_acc")) and r.mlm["val_mlm_acc"] <= floor + COLLAPSE_MARGIN]  # fmt: skip
 
 
 def _task_section(exp: Experiment, task: str, split: str, title: str) -> list[str]:
@@ -571,6 +595,7 @@ def _results(exp: Experiment, hv: dict[str, Any], rood: dict[str, Any]) -> dict[
         "baselines": base,
         "rood_differences": rood,
         "constant_heads": constant,
+        "collapsed_pretraining": [c for c, _ in _collapsed(exp)],
         "notes": [] if exp.baselines is not None else ["no baselines in this experiment"],
     }
 

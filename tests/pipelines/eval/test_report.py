@@ -71,13 +71,15 @@ def _block(model: str, task: str, split: str, trial: int, seed: int = 0) -> Pred
                        np.full(y.shape[1], 0.5, np.float32))  # fmt: skip
 
 
-def _experiment(root: Path, seeds: int = 1, predictions: bool = True, baselines: bool = True) -> Path:
+def _experiment(
+    root: Path, seeds: int = 1, predictions: bool = True, baselines: bool = True, mlm: dict | None = None
+) -> Path:
     runs = []
     for conf, related in (("unstructured", 4), ("base", 28)):
         for seed in range(seeds):
             tag = f"{conf}-seed{seed}"
             (root / "pretrain" / tag).mkdir(parents=True)
-            acc = (0.33 if conf == "unstructured" else 0.17) + 0.01 * seed
+            acc = (mlm or {}).get(conf, (0.33 if conf == "unstructured" else 0.17) + 0.01 * seed)
             (root / "pretrain" / tag / "metrics.jsonl").write_text(
                 json.dumps({"step": 1, "loss": 3.0})
                 + "\n"
@@ -226,6 +228,8 @@ def test_report_baselines_constant_heads_and_rood_difference(experiment):
     assert "| base median rank |" in text.replace("unstructured median rank | ", "")
     assert "| [-14, -12) | 5 | 40 |" in text and "| 9,000 | 120 |" in text
     assert "unstructured seed 0: mortality/test" in res["constant_heads"][0]
+    assert res["collapsed_pretraining"] == [] and "did not learn to use the context" not in text
+    assert "Collapsed pretraining" not in text
     # plots and the t-SNE by chapter
     assert (experiment / "plots" / "rood.png").is_file() and (
         experiment / "plots" / "frequency_bins.png"
@@ -309,3 +313,14 @@ def test_tsne_by_chapter_marks_rare_codes(tmp_path):
         tsne_plot(
             m, np.zeros(len(codes)), codes, tmp_path / "x.png", title="x", points=30, chapters=[1, 2, 3]
         )
+
+
+def test_report_flags_a_pretraining_run_no_better_than_the_most_frequent_code(tmp_path):
+    exp = _experiment(tmp_path / "exp", mlm={"unstructured": 0.021})  # baseline most_frequent: 0.02
+    text = write_report(exp).path.read_text()
+    res = json.loads((exp / "results.json").read_text())
+    assert res["collapsed_pretraining"] == ["unstructured seed 0"]
+    assert (
+        "Note: no better than the most-frequent-code baseline (2.0 %): unstructured seed 0 (MLM top-1 2.1 %)"
+        in text
+    )
