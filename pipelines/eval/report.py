@@ -200,7 +200,7 @@ def headline_caption(exp: Experiment) -> str:
             "t interval over seeds when more than one. Rare-code neighbours: related of scored, summed over seeds; "
             "rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds)")  # fmt: skip
     n = V.ranked_codes(exp.configurations)
-    how += f"; a random ranking of the {n:,} codes would find {100 * 100 / n:.2f} %." if n else "."
+    how += f"; a random ranking of the {n:,} codes would find {_chance_top100(n)}." if n else "."
     if exp.baselines is None:
         how += (
             " No baselines in this experiment (`baselines/baselines.json` missing): model rows stand alone."
@@ -371,7 +371,7 @@ def _freq_section(exp: Experiment, plots: Path) -> list[str]:
                  if r.evaluation.get("frequency_bins")), None)  # fmt: skip
     if not bins:
         return []
-    cols, data, ranks = [], {}, {}
+    cols, data, ranks, n = [], {}, {}, V.ranked_codes(confs)
     for k, runs in confs.items():
         for key in ("top10", "top100"):
             cols.append(f"{k} {NAMES['val_' + key]}")
@@ -396,13 +396,18 @@ def _freq_section(exp: Experiment, plots: Path) -> list[str]:
              + (" Best baseline: the best MLM baseline's top-100 accuracy on the validation positions masked for "
                 "MLM accuracy whose target falls in the bin (other positions than the probes; no interval)."
                 if best else "")
-             + (" Median rank: the probes' median rank of the masked code among all "
-                f"{V.ranked_codes(confs):,} codes (1 = first; mean over seeds), where a random ranking finds a "
-                f"code among the top 100 {100 * 100 / V.ranked_codes(confs):.2f} % of the time." if ranks else ""), "",
+             + (f" Median rank: the probes' median rank of the masked code among all {n:,} codes (1 = first; "
+                f"mean over seeds), where a random ranking finds a code among the top 100 {_chance_top100(n)} "
+                "of the time." if ranks else ""), "",
              table(["log frequency", "codes", "probes"] + cols + list(ranks) + (["best baseline top-100"] if best else []), rows)]  # fmt: skip
     if p:
         lines += ["", f"![top-100 accuracy by frequency bin](plots/{p.name})"]
     return lines + [""]
+
+
+def _chance_top100(n: int) -> str:
+    """How often a random ranking of ``n`` codes puts a given code among its top 100, in %."""
+    return f"{100 * min(100, n) / n:.2f} %"
 
 
 def _best_baseline_bins(exp: Experiment, n_bins: int) -> list[tuple[str, float, int] | None]:

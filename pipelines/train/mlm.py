@@ -32,7 +32,7 @@ class Tokens:
     mask_id: int
     special: Tensor  # (S,)
     candidates: Tensor  # (C,) ids a random replacement draws from
-    scored: Tensor | None = None  # (N,) bool: codes the training softmax ranks (None: every code)
+    scored: Tensor | None = None  # (N,) bool on the model's device: codes the softmax trains on (None: all)
 
     def mask(self, batch: dict[str, Tensor], prob: float, generator: torch.Generator):
         """:func:`mask_tokens` of a batch (``input_ids``, ``attention_mask``) with these tokens."""
@@ -160,6 +160,6 @@ def mlm_step(net, batch, tok: Tokens, cfg, step: int, ctx: DistContext, device) 
     n = int(targets.numel())
     logits = logits.float()
     if tok.scored is not None:  # codes outside the training vocabulary: no logit, hence no gradient
-        logits = logits.masked_fill(~tok.scored.to(device), float("-inf"))
+        logits = logits.masked_fill(~tok.scored, float("-inf"))
     loss_sum = F.cross_entropy(logits, targets.to(device), reduction="sum")
     return StepOutput(loss_sum / max(n, 1), float(n), int(batch["input_ids"].shape[0]))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +165,7 @@ def _run_record(cfg: PretrainConfig, run_id: str, model, program, ds, task: MLMT
         "world_size": ctx.world_size,
         "n_parameters": model.num_parameters(),
         "n_train": len(task.train),
-        "mlm_vocabulary": {
-            "scored": cfg.mlm_vocabulary,
-            "codes": int(task.tok.scored.sum())
-            if task.tok.scored is not None
-            else int(len(task.tok.candidates)),
-        },
+        "mlm_vocabulary": {"scored": cfg.mlm_vocabulary, "codes": len(task.tok.candidates)},
         "n_val": len(task.val),
         "versions": versions(),
         "created_at": now_iso(),
@@ -194,6 +189,8 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     if bs < ctx.world_size:
         raise PipelineError(f"batch size {bs} is smaller than the number of processes {ctx.world_size}")
     tok = tokens_of(program, train if cfg.mlm_vocabulary == "train" else None)
+    if tok.scored is not None:  # the step masks logits on the device: move the mask there once
+        tok = replace(tok, scored=tok.scored.to(device))
     task = MLMTask(cfg, train, val, tok, ctx, device, bs)
     total = cfg.max_steps or cfg.epochs * task.per_epoch
     params = [p for p in model.parameters() if p.requires_grad]

@@ -225,7 +225,7 @@ def test_report_baselines_constant_heads_and_rood_difference(experiment):
     assert (rb["estimate"], rb["low"], rb["high"]) == pytest.approx((0.5, ref.low, ref.high))
     assert res["configurations"]["base"]["rarest_bin_median_rank"] == 120.0
     assert "a random ranking of the 20,000 codes would find 0.50 %" in text  # the headline's chance level
-    assert "| base median rank |" in text.replace("unstructured median rank | ", "")
+    assert "| unstructured median rank | base median rank |" in text
     assert "| [-14, -12) | 5 | 40 |" in text and "| 9,000 | 120 |" in text
     assert "unstructured seed 0: mortality/test" in res["constant_heads"][0]
     assert res["collapsed_pretraining"] == [] and "did not learn to use the context" not in text

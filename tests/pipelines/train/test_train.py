@@ -95,14 +95,37 @@ def test_pretrain_writes_run_folder(tmp_path, dataset_dir, program_dir):  # noqa
         pretrain(dataset_dir, program_dir, out=tmp_path, mode="base", max_steps=4, **TINY)
 
 
+def _ordinary_codes(program_dir):  # noqa: F811
+    """The program's concept ids that are not special tokens."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    codes = pq.read_table(program_dir / "concepts.parquet").column("code").to_pylist()
+    return np.array([i for i, c in enumerate(codes) if not c.startswith("[")])
+
+
+def _recoded_dataset(folder, program_dir, sizes, draw):  # noqa: F811
+    """A fixture dataset whose patients keep their first token and get ``draw(rng, n)`` codes after it
+    (``rng`` seeded once); returns the folder."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from train_fixtures import write_dataset
+
+    ds = write_dataset(folder, program_dir, sizes=sizes)
+    t = pq.read_table(ds / "patients.parquet")
+    rng = np.random.default_rng(0)
+    ids = [[r[0]] + draw(rng, len(r) - 1).tolist() for r in t["input_ids"].to_pylist()]
+    t = t.set_column(t.column_names.index("input_ids"), "input_ids", pa.array(ids, pa.list_(pa.int32())))
+    pq.write_table(t, ds / "patients.parquet")
+    return ds
+
+
 @pytest.fixture(scope="module")
 def grouped_dataset(tmp_path_factory, program_dir):  # noqa: F811
     """Patients whose codes all come from one of 4 groups of the program's codes: a masked code's group is
     known from its context, so top-5 accuracy can reach ~5/6.5, against 5/26 for the unigram baseline."""
     import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from train_fixtures import write_dataset
 
     sizes = {
         "pretrain_train": 400,
@@ -112,17 +135,9 @@ def grouped_dataset(tmp_path_factory, program_dir):  # noqa: F811
         "test": 4,
         "rood": 4,
     }
-    ds = write_dataset(tmp_path_factory.mktemp("grouped") / "ds", program_dir, sizes=sizes)
-    t = pq.read_table(ds / "patients.parquet")
-    codes = pq.read_table(program_dir / "concepts.parquet").column("code").to_pylist()
-    groups = np.array_split(np.array([i for i, c in enumerate(codes) if not c.startswith("[")]), 4)
-    rng = np.random.default_rng(0)
-    ids = [
-        [r[0]] + rng.choice(groups[rng.integers(4)], size=len(r) - 1).tolist()
-        for r in t["input_ids"].to_pylist()
-    ]
-    t = t.set_column(t.column_names.index("input_ids"), "input_ids", pa.array(ids, pa.list_(pa.int32())))
-    pq.write_table(t, ds / "patients.parquet")
+    groups = np.array_split(_ordinary_codes(program_dir), 4)
+    ds = _recoded_dataset(tmp_path_factory.mktemp("grouped") / "ds", program_dir, sizes,
+                          lambda rng, n: rng.choice(groups[rng.integers(4)], size=n))  # fmt: skip
     return ds, groups
 
 
@@ -221,11 +236,6 @@ def test_bucketed_pretraining_batches_cover_whole_batches_once_and_group_lengths
 @pytest.fixture(scope="module")
 def narrow_dataset(tmp_path_factory, program_dir):  # noqa: F811
     """Patients coded from three quarters of the program's codes: the last quarter never occurs."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from train_fixtures import write_dataset
-
     sizes = {
         "pretrain_train": 40,
         "pretrain_val": 10,
@@ -234,16 +244,10 @@ def narrow_dataset(tmp_path_factory, program_dir):  # noqa: F811
         "test": 4,
         "rood": 4,
     }
-    ds = write_dataset(tmp_path_factory.mktemp("narrow") / "ds", program_dir, sizes=sizes)
-    t = pq.read_table(ds / "patients.parquet")
-    codes = pq.read_table(program_dir / "concepts.parquet").column("code").to_pylist()
-    used = np.array([i for i, c in enumerate(codes) if not c.startswith("[")])
+    used = _ordinary_codes(program_dir)
     used = used[: 3 * len(used) // 4]
-    rng = np.random.default_rng(0)
-    ids = [[r[0]] + rng.choice(used, size=len(r) - 1).tolist() for r in t["input_ids"].to_pylist()]
-    t = t.set_column(t.column_names.index("input_ids"), "input_ids", pa.array(ids, pa.list_(pa.int32())))
-    pq.write_table(t, ds / "patients.parquet")
-    return ds
+    return _recoded_dataset(tmp_path_factory.mktemp("narrow") / "ds", program_dir, sizes,
+                            lambda rng, n: rng.choice(used, size=n))  # fmt: skip
 
 
 def test_train_vocabulary_scores_only_the_codes_pretraining_sees(narrow_dataset, program_dir):  # noqa: F811
