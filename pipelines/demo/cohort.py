@@ -22,7 +22,10 @@ is censored one year after the last discharge.
 
 Reserved codes. About a third of the siblings of each condition's most common code (never that code, never
 a twin of an ordinary code) are reserved: only the flagged MIMIC-IV patients (:data:`RESERVED_PATIENTS`)
-have them, and they have nothing else; they have two visits or more, all after the ICD-10 switch.
+have them, and they have nothing else; they have two visits or more, all after the ICD-10 switch. Their
+conditions come from those with reserved codes, but by the ordinary chapter mix (:func:`flagged_chapter_mix`):
+a body system, or a draw outside the systems, takes its chapter with the ordinary weights, then a condition
+with reserved codes within it, so their last visits follow their histories as ordinary patients' do.
 ``ground_truth/task_probabilities.parquet`` holds the true label probabilities (``cohort_truth``). Every
 per-row step is vectorised numpy; strings are formatted by DuckDB.
 """
@@ -51,7 +54,7 @@ SPAN_YEARS = 14.5  # first admissions spread over 2108-2122
 # the extra MIMIC-IV tables draw from default_rng([seed, EXTRA_TABLES_STREAM]), never from the main stream
 EXTRA_TABLES_STREAM = 220
 GENERATOR_VERSION = (
-    "2"  # ground_truth/README.json "version"; a cached cohort of another version is regenerated
+    "3"  # ground_truth/README.json "version"; a cached cohort of another version is regenerated
 )
 RESERVED_PATIENTS = 0.025  # share of MIMIC patients coded with reserved codes only
 SYSTEM_SHARE_CHRONIC = 0.7  # chance that a chronic condition is drawn within one of the patient's systems
@@ -167,7 +170,7 @@ class _Draws:
             ("chronic", True): prevalence * space.chronic * res,
             ("acute", True): prevalence * (1 - space.chronic) * res,
         }
-        self.cdf, self.cdf_all, self.mass = {}, {}, {}
+        self.cdf, self.cdf_all, self.mass, self.flagged_chapters = {}, {}, {}, {}
         for key, w in self.weights.items():
             ws = w[self.order]
             self.mass[key] = np.bincount(self.chapter, weights=w, minlength=N_CHAPTERS + 1)
@@ -177,10 +180,13 @@ class _Draws:
             before = np.concatenate([[0.0], csum])[self.bounds[ch_sorted]]
             self.cdf[key] = ch_sorted + np.minimum(csum - before, 1.0 - 1e-12)
             self.cdf_all[key] = np.minimum(np.cumsum(ws) / max(ws.sum(), 1e-300), 1.0 - 1e-12)
+        for kind in ("chronic", "acute"):
+            self.flagged_chapters[kind] = flagged_chapter_mix(self.mass[kind, False], self.mass[kind, True])
 
     def draw(self, kind: str, flagged: np.ndarray, chapter: np.ndarray, u: np.ndarray) -> np.ndarray:
         """One condition per element: from ``chapter`` (its patient's system) where it is > 0, else from all
-        conditions; ``flagged`` elements draw among the conditions that have reserved codes."""
+        conditions; ``flagged`` elements draw among the conditions that have reserved codes, in a chapter drawn
+        by the ordinary mix where no system is given (:func:`flagged_chapter_mix`)."""
         u = u * (1 - 1e-9)
         out = np.empty(len(u), dtype=np.int64)
         for f in (False, True):
@@ -188,6 +194,8 @@ class _Draws:
             if not sel.any():
                 continue
             ch, uu = chapter[sel], u[sel]
+            if f:  # a chapter by the ordinary mix first, then a condition with reserved codes within it
+                ch, uu = _split_uniform(self.flagged_chapters[kind], ch, uu)
             i_sys = np.searchsorted(self.cdf[kind, f], ch + uu, side="right")
             i_sys = np.clip(i_sys, self.bounds[ch], self.bounds[ch + 1] - 1)
             i_all = np.minimum(np.searchsorted(self.cdf_all[kind, f], uu, side="right"), len(self.order) - 1)
@@ -195,18 +203,43 @@ class _Draws:
         return out
 
 
+def flagged_chapter_mix(ordinary: np.ndarray, flagged: np.ndarray) -> np.ndarray:
+    """(H,) chapter distribution of a flagged patient's draw that no system constrains: the ordinary
+    patients' chapter mass, over the chapters that have conditions with reserved codes. Flagged patients
+    thereby get each chapter as often as ordinary ones do (the outcomes read chapters), and only the
+    conditions within a chapter are limited to those with reserved codes."""
+    m = np.where(flagged > 0, ordinary, 0.0)
+    m[0] = 0.0
+    return m / m.sum()
+
+
+def _split_uniform(mix: np.ndarray, chapter: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``chapter`` is 0 (no system): a chapter drawn from ``mix`` with ``u``, and ``u`` rescaled to a
+    fresh uniform within that chapter's share (one uniform serves both draws)."""
+    cdf = np.cumsum(mix)
+    c = np.minimum(np.searchsorted(cdf, u, side="right"), len(mix) - 1)
+    c = np.where(mix[c] > 0, c, np.flatnonzero(mix)[-1])  # u at the top edge: the last chapter with mass
+    lo = cdf[c] - mix[c]
+    fresh = np.clip((u - lo) / mix[c], 0.0, 1.0 - 1e-9)
+    free = chapter == 0
+    return np.where(free, c, chapter), np.where(free, fresh, u)
+
+
 def _systems(
     draws: _Draws, age: np.ndarray, flagged: np.ndarray, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each patient's 1-3 body systems (ICD-10 chapters), drawn without replacement by the chapter's
-    prevalence (square root) and age; CSR (offsets, chapters)."""
+    prevalence (square root) and age, the ordinary prevalence for flagged patients too (over the chapters
+    that have conditions with reserved codes); CSR (offsets, chapters)."""
     n = len(age)
     x = (age[:, None] - 55) / 20.0
     slope = np.array([SYSTEM_AGE_SLOPE.get(c, 0.0) for c in range(N_CHAPTERS + 1)])
     keys = np.empty((n, N_CHAPTERS + 1))
     for f in (False, True):
         sel = flagged == f
-        mass = draws.mass["chronic", f] + draws.mass["acute", f]
+        mass = draws.mass["chronic", False] + draws.mass["acute", False]
+        if f:  # the ordinary patients' mix, over the chapters flagged patients can be coded in
+            mass = np.where(draws.mass["chronic", True] + draws.mass["acute", True] > 0, mass, 0.0)
         with np.errstate(divide="ignore"):
             base = np.where(mass > 0, 0.5 * np.log(np.where(mass > 0, mass, 1.0)), -np.inf)
         base[0] = -np.inf

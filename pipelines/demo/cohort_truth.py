@@ -87,5 +87,8 @@ def _acute_chapter_mass(space: CodeSpace, draws: _Draws, flagged: bool, icd9: bo
     )
     per_system = np.zeros((h, h))
     np.add.at(per_system, draws.chapter, within[:, None] * by_condition)
-    overall = (w / w.sum()) @ by_condition
+    if flagged:  # a chapter by the ordinary mix, then a condition within it (cohort.flagged_chapter_mix)
+        overall = draws.flagged_chapters["acute"] @ per_system
+    else:
+        overall = (w / w.sum()) @ by_condition
     return per_system, overall

@@ -70,6 +70,8 @@ class ExperimentConfig:
     trials: int = 10  # fine-tunings per pretraining run and task (paper: 10)
     tasks: tuple[str, ...] = TASKS  # fine-tuning tasks
     pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides (epochs, lr, ...)
+    # per configuration, on top of ``pretrain`` (e.g. {"unstructured": {"lr": 1e-3}}); recorded in experiment.json
+    pretrain_by_configuration: dict[str, dict[str, Any]] = field(default_factory=dict)
     finetune: dict[str, Any] = field(default_factory=dict)  # FinetuneConfig overrides
     evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides
     device: str = "auto"  # auto, cpu, cuda
@@ -77,6 +79,10 @@ class ExperimentConfig:
     ground_truth: str | None = None  # cohort ground_truth/ folder (task_probabilities.parquet): the ceiling
     baselines: bool = True  # compute the baselines and ceilings once, into <experiment>/baselines/
     workers: int = 1  # (configuration, seed) runs side by side in this many processes, one torch thread each
+
+    def pretrain_options(self, configuration: str) -> dict[str, Any]:
+        """The PretrainConfig overrides of one configuration: ``pretrain``, then its own entries."""
+        return {**self.pretrain, **self.pretrain_by_configuration.get(configuration, {})}
 
     def __post_init__(self) -> None:
         from hrr_kernel import MODES
@@ -93,6 +99,12 @@ class ExperimentConfig:
         if self.pretrain_seeds < 1 or self.trials < 1:
             raise ValueError(
                 f"pretrain_seeds and trials must be >= 1, got {self.pretrain_seeds}, {self.trials}"
+            )
+        extra = sorted(set(self.pretrain_by_configuration) - set(self.configurations))
+        if extra:
+            raise ValueError(
+                f"pretrain_by_configuration names {extra}, which are not among the configurations "
+                f"{self.configurations}"
             )
         bad_tasks = [t for t in self.tasks if t not in TASKS]
         if bad_tasks:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,9 @@ def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
         raise PipelineError(f"{p}: not valid JSON ({e}); remove it or choose another --name") from e
     now = json.loads(json.dumps(asdict(cfg)))
     # a field added since the experiment was written compares as its default
-    saved = {**{f.name: f.default for f in fields(ExperimentConfig) if f.name in _ADDED}, **saved}
+    defaults = {f.name: f.default if f.default is not MISSING else f.default_factory()
+                for f in fields(ExperimentConfig) if f.name in _ADDED}  # fmt: skip
+    saved = {**{k: v for k, v in defaults.items() if k in _ADDED}, **saved}
     ignore = {"progress", "device", "out", "workers"}  # none of them changes a result
     diffs = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
     if diffs:
@@ -111,6 +113,7 @@ _ADDED = {
     "ground_truth",
     "baselines",
     "workers",
+    "pretrain_by_configuration",
 }  # ExperimentConfig fields newer than some experiment.json files
 
 
@@ -141,7 +144,7 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
         resume = resumable(pre_dir)
         pretrain(cfg.dataset, cfg.program, out=root / "pretrain", run_id=tag, resume=resume,
                  model=cfg.model, mode=conf, seed=seed, device=cfg.device, progress=cfg.progress,
-                 **cfg.pretrain)  # fmt: skip
+                 **cfg.pretrain_options(conf))  # fmt: skip
         log.info("pretrained %s in %.0f s", tag, time.perf_counter() - t)
     ft: dict[str, str] = {}
     for task in cfg.tasks:

@@ -201,3 +201,54 @@ def test_ensure_cohort_regenerates_a_cohort_of_another_version(tmp_path, program
     readme.write_text(json.dumps({**json.loads(readme.read_text()), "version": "0"}))
     ensure_cohort(tmp_path, program, n_patients=60, seed=0)
     assert json.loads(readme.read_text())["version"] == GENERATOR_VERSION
+
+
+def test_flagged_chapter_mix_is_the_ordinary_one_where_flagged_patients_can_go():
+    from pipelines.demo.cohort import flagged_chapter_mix
+
+    ordinary = np.array([5.0, 4.0, 3.0, 2.0, 1.0])  # chapter 0 is "no chapter" and never drawn
+    flagged = np.array([1.0, 0.1, 0.0, 7.0, 0.2])  # chapter 2 has no condition with reserved codes
+    np.testing.assert_allclose(flagged_chapter_mix(ordinary, flagged), [0, 4 / 7, 0, 2 / 7, 1 / 7])
+
+
+def test_one_uniform_draws_the_chapter_and_a_fresh_uniform_within_it():
+    from scipy.stats import chisquare, kstest
+
+    from pipelines.demo.cohort import _split_uniform
+
+    mix = np.array([0.0, 0.5, 0.0, 0.3, 0.2])
+    u = np.random.default_rng(3).random(60_000)
+    system = np.where(np.arange(u.size) % 3 == 0, 2, 0)  # a third have a system chapter: kept as drawn
+    ch, fresh = _split_uniform(mix, system, u)
+    assert (ch[system == 2] == 2).all() and np.array_equal(fresh[system == 2], u[system == 2])
+    free = system == 0
+    counts = np.bincount(ch[free], minlength=mix.size)
+    assert counts[0] == counts[2] == 0
+    assert chisquare(counts[[1, 3, 4]], mix[[1, 3, 4]] * free.sum()).pvalue > 1e-3
+    for c in (1, 3, 4):  # within each chapter the rescaled uniform is uniform on [0, 1)
+        assert kstest(fresh[free & (ch == c)], "uniform").pvalue > 1e-3
+    assert ((0 <= fresh) & (fresh < 1)).all()
+    edge, f_edge = _split_uniform(mix, np.zeros(1, dtype=np.int64), np.array([1.0 - 1e-12]))
+    assert edge[0] == 4 and 0 <= f_edge[0] < 1
+
+
+def test_flagged_draws_keep_the_ordinary_chapter_mix(program):
+    """Draws outside a system: flagged patients get each chapter as often as ordinary ones (over the chapters
+    where conditions with reserved codes exist), and only conditions with reserved codes."""
+    from pipelines.demo.cohort import _Draws
+    from pipelines.demo.cohort_program import read_program
+    from pipelines.demo.cohort_space import build_code_space
+
+    facts = read_program(program, 0)
+    space = build_code_space(0, facts.universe, facts=facts)
+    draws = _Draws(space, space.prevalence)
+    n = 200_000
+    u = np.random.default_rng(5).random(n)
+    for kind in ("chronic", "acute"):
+        ordinary = draws.draw(kind, np.zeros(n, dtype=bool), np.zeros(n, dtype=np.int64), u)
+        flagged = draws.draw(kind, np.ones(n, dtype=bool), np.zeros(n, dtype=np.int64), u)
+        assert space.has_reserved[flagged].all() and not space.has_reserved[ordinary].all()
+        can = draws.mass[kind, True] > 0
+        ch_o = np.bincount(space.chapter[ordinary], minlength=can.size)[can] / n
+        ch_f = np.bincount(space.chapter[flagged], minlength=can.size)[can] / n
+        np.testing.assert_allclose(ch_f, ch_o / ch_o.sum(), atol=0.01)

@@ -83,3 +83,36 @@ def test_demo_experiment_at_toy_size(tmp_path):
     assert "report    " in res.output and "| unstructured |" in res.output and "| base |" in res.output
     text = (tmp_path / "runs" / "demo-small-n300-s2-t1" / "report.md").read_text()
     assert "## ROOD" in text and "## eICU" in text and "## Cost" in text
+    # each configuration pretrains with its own overrides on top of the shared ones (the demo's lr per mode)
+    from pipelines.demo.defaults import DEMO_EXPERIMENT, DEMO_PRETRAIN
+
+    for conf in ("unstructured", "base"):
+        saved = json.loads(
+            (
+                tmp_path / "runs" / "demo-small-n300-s2-t1" / "pretrain" / f"{conf}-seed0" / "config.json"
+            ).read_text()
+        )
+        want = DEMO_EXPERIMENT["pretrain_by_configuration"].get(conf, {}).get("lr", DEMO_PRETRAIN["lr"])
+        assert saved["config"]["lr"] == want
+    assert DEMO_EXPERIMENT["pretrain_by_configuration"]["unstructured"]["lr"] != DEMO_PRETRAIN["lr"]
+
+
+def test_per_configuration_pretraining_options(tmp_path):
+    cfg = ExperimentConfig(dataset="d", program="p", pretrain={"lr": 2e-3, "max_steps": 5},
+                           pretrain_by_configuration={"unstructured": {"lr": 1e-3}})  # fmt: skip
+    assert cfg.pretrain_options("unstructured") == {"lr": 1e-3, "max_steps": 5}
+    assert cfg.pretrain_options("base") == {"lr": 2e-3, "max_steps": 5}
+    with pytest.raises(ValueError, match=r"names \['cat'\], which are not among the configurations"):
+        ExperimentConfig(dataset="d", program="p", pretrain_by_configuration={"cat": {"lr": 1e-3}})
+    # an experiment.json written before the field existed continues when the field is left at its default
+    from dataclasses import asdict
+
+    from pipelines.eval.experiment import _check_same_config
+
+    old = {k: v for k, v in asdict(ExperimentConfig(dataset="d", program="p")).items()
+           if k != "pretrain_by_configuration"}  # fmt: skip
+    (tmp_path / "experiment.json").write_text(json.dumps({"config": old}))
+    _check_same_config(tmp_path, ExperimentConfig(dataset="d", program="p"))
+    with pytest.raises(PipelineError, match="pretrain_by_configuration: experiment has {}"):
+        _check_same_config(tmp_path, cfg.__class__(dataset="d", program="p",
+                                                   pretrain_by_configuration={"base": {"lr": 1e-3}}))  # fmt: skip
