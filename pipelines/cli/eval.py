@@ -55,6 +55,9 @@ def report_cmd(runs_dir: str) -> None:
     "batch_size": "fine-tuning batch (paper: 80)",
 })  # fmt: skip
 @config_options(EvaluateConfig, include=["per_bin", "tsne_points"])
+@click.option("--lr-for", "lr_for", multiple=True, metavar="CONFIG=LR",
+              help="Pretraining peak learning rate of one configuration instead of --lr (repeatable), e.g. "
+                   "unstructured=1e-3: ExperimentConfig.pretrain_by_configuration.")  # fmt: skip
 @verbosity_options
 @handle_errors
 def experiment_cmd(**kw) -> None:

@@ -188,9 +188,22 @@ def options_to_config(
     finetune_batch_size: int,
     per_bin: int,
     tsne_points: int,
+    lr_for: tuple[str, ...] = (),
     **kw: Any,
 ) -> ExperimentConfig:
-    """An :class:`ExperimentConfig` from the flat options of ``hrrbert experiment``."""
+    """An :class:`ExperimentConfig` from the flat options of ``hrrbert experiment`` (``lr_for``: ``CONFIG=LR``
+    items, each configuration's own pretraining lr)."""
+    by_conf: dict[str, dict[str, Any]] = {}
+    for item in lr_for:
+        conf, eq, value = item.partition("=")
+        try:
+            if not eq or not conf.strip():
+                raise ValueError
+            by_conf[conf.strip()] = {"lr": float(value)}
+        except ValueError:
+            raise ValueError(f"--lr-for {item!r}: expected CONFIG=LR, e.g. unstructured=1e-3") from None
+    if by_conf:
+        kw["pretrain_by_configuration"] = by_conf
     pre = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "bf16": bf16}
     if max_steps is not None:
         pre["max_steps"] = max_steps

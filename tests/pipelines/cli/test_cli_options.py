@@ -29,7 +29,13 @@ CONFIG_COMMANDS = {
     ("pretrain",): (PretrainConfig, "", {"dataset"}, {}),
     ("finetune",): (FinetuneConfig, "", {"pretrained"}, {}),
     ("evaluate",): (EvaluateConfig, "", {"pretrained"}, {}),
-    ("experiment",): (ExperimentConfig, "", {"pretrain", "finetune", "evaluate"}, {}),
+    # pretrain_by_configuration: the --lr-for CONFIG=LR items (test_experiment.py)
+    ("experiment",): (
+        ExperimentConfig,
+        "",
+        {"pretrain", "finetune", "evaluate", "pretrain_by_configuration"},
+        {},
+    ),
     ("qa", "train"): (QATrainConfig, "", {"qa"}, {}),
     ("doctor2vec", "train"): (D2VTrainConfig, "", {"data"}, {}),
     ("prepare",): (SplitOptions, "", set(), {}),

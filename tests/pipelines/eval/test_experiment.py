@@ -116,3 +116,21 @@ def test_per_configuration_pretraining_options(tmp_path):
     with pytest.raises(PipelineError, match="pretrain_by_configuration: experiment has {}"):
         _check_same_config(tmp_path, cfg.__class__(dataset="d", program="p",
                                                    pretrain_by_configuration={"base": {"lr": 1e-3}}))  # fmt: skip
+
+
+def test_lr_for_gives_each_configuration_its_pretraining_lr(tmp_path):
+    from pipelines.eval.experiment import options_to_config
+
+    flat = dict(dataset="d", program="p", epochs=1, max_steps=None, batch_size=8, lr=2e-3, bf16=False,
+                finetune_epochs=1, finetune_lr=1e-3, finetune_batch_size=8, per_bin=10, tsne_points=0)  # fmt: skip
+    cfg = options_to_config(**flat, lr_for=("unstructured=1e-3",))
+    assert cfg.pretrain_options("unstructured")["lr"] == 1e-3 and cfg.pretrain_options("base")["lr"] == 2e-3
+    assert options_to_config(**flat).pretrain_by_configuration == {}
+    for bad in ("unstructured", "=1e-3", "unstructured=fast"):
+        with pytest.raises(ValueError, match="expected CONFIG=LR"):
+            options_to_config(**flat, lr_for=(bad,))
+    with pytest.raises(ValueError, match="not among the configurations"):
+        options_to_config(**flat, lr_for=("cat=1e-3",))
+    d = str(tmp_path)
+    res = CliRunner().invoke(main, ["experiment", "--dataset", d, "--program", d, "--lr-for", "x"])
+    assert res.exit_code != 0 and "expected CONFIG=LR" in res.output
