@@ -179,7 +179,8 @@ class _Draws:
             csum = np.cumsum(within)
             before = np.concatenate([[0.0], csum])[self.bounds[ch_sorted]]
             self.cdf[key] = ch_sorted + np.minimum(csum - before, 1.0 - 1e-12)
-            self.cdf_all[key] = np.minimum(np.cumsum(ws) / max(ws.sum(), 1e-300), 1.0 - 1e-12)
+            if not key[1]:  # flagged draws always have a chapter (their system, or one from the mix below)
+                self.cdf_all[key] = np.minimum(np.cumsum(ws) / max(ws.sum(), 1e-300), 1.0 - 1e-12)
         for kind in ("chronic", "acute"):
             self.flagged_chapters[kind] = flagged_chapter_mix(self.mass[kind, False], self.mass[kind, True])
 
@@ -198,8 +199,10 @@ class _Draws:
                 ch, uu = _split_uniform(self.flagged_chapters[kind], ch, uu)
             i_sys = np.searchsorted(self.cdf[kind, f], ch + uu, side="right")
             i_sys = np.clip(i_sys, self.bounds[ch], self.bounds[ch + 1] - 1)
-            i_all = np.minimum(np.searchsorted(self.cdf_all[kind, f], uu, side="right"), len(self.order) - 1)
-            out[sel] = self.order[np.where(ch > 0, i_sys, i_all)]
+            if not f:
+                i_all = np.searchsorted(self.cdf_all[kind, f], uu, side="right")
+                i_sys = np.where(ch > 0, i_sys, np.minimum(i_all, len(self.order) - 1))
+            out[sel] = self.order[i_sys]
         return out
 
 
@@ -239,7 +242,7 @@ def _systems(
         sel = flagged == f
         mass = draws.mass["chronic", False] + draws.mass["acute", False]
         if f:  # the ordinary patients' mix, over the chapters flagged patients can be coded in
-            mass = np.where(draws.mass["chronic", True] + draws.mass["acute", True] > 0, mass, 0.0)
+            mass = flagged_chapter_mix(mass, draws.mass["chronic", True] + draws.mass["acute", True])
         with np.errstate(divide="ignore"):
             base = np.where(mass > 0, 0.5 * np.log(np.where(mass > 0, mass, 1.0)), -np.inf)
         base[0] = -np.inf

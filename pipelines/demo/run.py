@@ -149,16 +149,15 @@ def run_demo_experiment(
     if train_steps is not None:
         pre["max_steps"] = train_steps
         pre["save_every"] = min(pre["save_every"], train_steps)
+    pre_o, fin_o, eval_o = (overrides.pop(k, {}) for k in ("pretrain", "finetune", "evaluate"))
     exp = {**DEMO_EXPERIMENT, **({"trials": trials} if trials else {}), **overrides}
     exp["pretrain_by_configuration"] = {  # only for the configurations this run trains
         c: o for c, o in exp["pretrain_by_configuration"].items() if c in exp["configurations"]
     }
     cfg = ExperimentConfig(
         dataset=str(dataset), program=str(program), transfer_dataset=str(transfer) if transfer else None,
-        name=name, out=str(Path(out) / "runs"), device=device, pretrain={**pre, **overrides.pop("pretrain", {})},
-        finetune={**DEMO_FINETUNE, **overrides.pop("finetune", {})},
-        evaluate={**DEMO_EVALUATE, **overrides.pop("evaluate", {})},
-        **{k: v for k, v in exp.items() if k not in ("pretrain", "finetune", "evaluate")},
+        name=name, out=str(Path(out) / "runs"), device=device, pretrain={**pre, **pre_o},
+        finetune={**DEMO_FINETUNE, **fin_o}, evaluate={**DEMO_EVALUATE, **eval_o}, **exp,
     )  # fmt: skip
     return run_experiment(cfg)
 

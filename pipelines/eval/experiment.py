@@ -98,7 +98,7 @@ def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
     # a field added since the experiment was written compares as its default
     defaults = {f.name: f.default if f.default is not MISSING else f.default_factory()
                 for f in fields(ExperimentConfig) if f.name in _ADDED}  # fmt: skip
-    saved = {**{k: v for k, v in defaults.items() if k in _ADDED}, **saved}
+    saved = {**defaults, **saved}
     ignore = {"progress", "device", "out", "workers"}  # none of them changes a result
     diffs = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
     if diffs:
@@ -197,11 +197,12 @@ def options_to_config(
     for item in lr_for:
         conf, eq, value = item.partition("=")
         try:
-            if not eq or not conf.strip():
-                raise ValueError
-            by_conf[conf.strip()] = {"lr": float(value)}
+            lr_conf = float(value)
         except ValueError:
-            raise ValueError(f"--lr-for {item!r}: expected CONFIG=LR, e.g. unstructured=1e-3") from None
+            lr_conf = None
+        if not eq or not conf.strip() or lr_conf is None:
+            raise ValueError(f"--lr-for {item!r}: expected CONFIG=LR, e.g. unstructured=1e-3")
+        by_conf[conf.strip()] = {"lr": lr_conf}
     if by_conf:
         kw["pretrain_by_configuration"] = by_conf
     pre = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "bf16": bf16}

@@ -114,8 +114,8 @@ def test_per_configuration_pretraining_options(tmp_path):
     (tmp_path / "experiment.json").write_text(json.dumps({"config": old}))
     _check_same_config(tmp_path, ExperimentConfig(dataset="d", program="p"))
     with pytest.raises(PipelineError, match="pretrain_by_configuration: experiment has {}"):
-        _check_same_config(tmp_path, cfg.__class__(dataset="d", program="p",
-                                                   pretrain_by_configuration={"base": {"lr": 1e-3}}))  # fmt: skip
+        _check_same_config(tmp_path, ExperimentConfig(dataset="d", program="p",
+                                                      pretrain_by_configuration={"base": {"lr": 1e-3}}))  # fmt: skip
 
 
 def test_lr_for_gives_each_configuration_its_pretraining_lr(tmp_path):
