@@ -8,7 +8,8 @@ codes up by vocabulary, ``Program.code(row)`` gives a row's :class:`ConceptCode`
 :func:`bind`, :func:`unbind`, :func:`inverse`, :func:`project_unitary`, :func:`bundle`,
 :func:`similarity`, :func:`cleanup`; to follow a model to a new release, :func:`carry_parameters` (trained
 atoms and relations matched by key, new ones set by an initialisation rule), :func:`token_sources` and
-:func:`token_provenance`; to take vectors apart (:mod:`hrr_kernel.explain`), :func:`unbind_relations`,
+:func:`token_provenance`; after training, :func:`settle_untrained` (atoms and relations no trained
+token uses set to the mean of the trained ones of their kind, :func:`trained_parts`); to take vectors apart (:mod:`hrr_kernel.explain`), :func:`unbind_relations`,
 :func:`unbind_pairs`, :func:`explain_vector`, :func:`relation_range` (each relation's cleanup memory),
 :func:`unbinding_recall` (an :class:`UnbindingRecall`),
 :func:`compose_query` and :func:`hrr_vectors`.
@@ -46,6 +47,7 @@ from .transfer import (
     token_provenance,
     token_sources,
 )
+from .untrained import SETTLED_KINDS, settle_untrained, trained_parts
 
 __all__ = [
     "load_program",
@@ -73,6 +75,9 @@ __all__ = [
     "compose_query",
     "hrr_vectors",
     "carry_parameters",
+    "settle_untrained",
+    "trained_parts",
+    "SETTLED_KINDS",
     "Carried",
     "match_keys",
     "token_sources",

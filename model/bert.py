@@ -40,6 +40,7 @@ __all__ = [
 ]
 
 MODEL_KIND = "hrrbert"
+UNTRAINED_KEY = "untrained_tokens"  # config.json: sorted ids of the tokens no training saw
 # task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per ICD-10 chapter)
 TASKS: dict[str, int] = {"mortality": 1, "chapters": 22}
 PAD_CODE = "[PAD]"  # the program's padding token (hrr_kernel.SPECIAL_TOKENS[0])
@@ -249,6 +250,9 @@ class HRRBert(nn.Module):
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.n_layers))
         self.mlm = MLMHead(config, program.n_concepts)
         self.heads = PooledHead(config)
+        # sorted ids of the tokens no training of this model has seen (None: not recorded); see
+        # :meth:`settle_untrained`, saved in ``config.json``
+        self.untrained_tokens: list[int] | None = None
         self._init_weights()
         self.to(program.device)
 
@@ -383,6 +387,7 @@ class HRRBert(nn.Module):
             "config": asdict(self.config),
             "program_id": self.program_id,
             "n_concepts": self.n_concepts,
+            **({UNTRAINED_KEY: self.untrained_tokens} if self.untrained_tokens is not None else {}),
             **extra,
         }
         d = Path(directory)
@@ -448,7 +453,71 @@ class HRRBert(nn.Module):
             model.load_state_dict(state)
         except RuntimeError as e:
             raise PretrainedFileError(w, f"weights do not fit the config: {e}") from e
+        untrained = meta.get(UNTRAINED_KEY)
+        if untrained is not None:
+            if not isinstance(untrained, list) or not all(
+                isinstance(i, int) and 0 <= i < program.n_concepts for i in untrained
+            ):
+                raise PretrainedFileError(
+                    d / CONFIG_FILE,
+                    f"{UNTRAINED_KEY!r} must be a list of token ids in [0, {program.n_concepts})",
+                )
+            model.untrained_tokens = untrained
         return model
+
+    def settle_untrained(self, trained: Tensor) -> dict[str, int]:
+        """After training: reset what no training reached, and record which tokens those were.
+
+        ``trained`` marks the tokens this training's data held; a token the model's earlier record
+        (``untrained_tokens``, e.g. from pretraining) does not list counts as trained too. Without a record,
+        ``trained`` alone counts: call it so only on a model whose whole training ``trained`` covers (the
+        end of pretraining); fine-tuning a model without a record leaves it unsettled. The rule:
+        atoms and relations that only untrained tokens use become the mean of the trained ones of their
+        kind (:func:`hrr_kernel.settle_untrained`); an untrained token's row of the ``unstructured`` or
+        ``cat`` table becomes the mean of the trained codes' rows (special tokens left out of the mean),
+        and of the ``add`` table zero (the token is its composition alone); :mod:`model.transfer` gives a
+        new release's new tokens the same (its ``[UNK]`` row is that mean when no data held ``[UNK]``).
+        The MLM bias is left alone. Returns the counts.
+
+        Shapes:
+            - trained: ``(N,)`` bool
+        """
+        from hrr_kernel import SPECIAL_TOKENS, settle_untrained
+
+        if trained.dtype != torch.bool or trained.shape != (self.n_concepts,):
+            raise ValueError(
+                f"trained must be a ({self.n_concepts},) bool tensor, got {trained.dtype} {tuple(trained.shape)}"
+            )
+        trained = trained.cpu().clone()
+        if self.untrained_tokens is not None:
+            before = torch.ones(self.n_concepts, dtype=torch.bool)
+            before[torch.tensor(self.untrained_tokens, dtype=torch.long)] = False
+            trained |= before
+        tok = self.embeddings.token
+        out = {
+            "tokens_untrained": int((~trained).sum()),
+            "atoms_settled": 0,
+            "relations_settled": 0,
+            "rows_settled": 0,
+        }
+        if tok.hrr_dim:
+            atoms = tok.atoms_spectrum if tok.spectral_atoms else tok.atoms
+            relations = tok.relations_spectrum if tok.spectral_atoms else tok.relations
+            counts = settle_untrained(self.program, atoms, relations, trained)
+            out.update(atoms_settled=counts["atoms_settled"], relations_settled=counts["relations_settled"])
+        if tok.table is not None:
+            todo = ~trained
+            if todo.any():
+                special = torch.tensor([c in SPECIAL_TOKENS for c in self.program.concept_codes])
+                known = trained & ~special
+                with torch.no_grad():
+                    if tok.mode == "add":
+                        tok.table[todo.to(tok.table.device)] = 0
+                    elif known.any():
+                        tok.table[todo.to(tok.table.device)] = tok.table[known.to(tok.table.device)].mean(0)
+                out["rows_settled"] = int(todo.sum())
+        self.untrained_tokens = torch.nonzero(~trained).flatten().tolist()
+        return out
 
     @staticmethod
     def folder_program(directory: str | Path, device: str | torch.device = "cpu") -> Program:

@@ -15,7 +15,9 @@
   tensor                     row of a new token
   ========================== ===============================================================================
   ``unstructured`` table     the trained ``[UNK]`` row: what the plain embedding model does with a code it
-                             never saw (it maps it to ``[UNK]``)
+                             never saw (it maps it to ``[UNK]``); when no training data held ``[UNK]``,
+                             training settled that row to the mean of the trained rows
+                             (:meth:`model.HRRBert.settle_untrained`)
   ``cat`` table half         the trained ``[UNK]`` row, for the same reason (its HRR half is composed)
   ``add`` table              zero: the new token is its composition and nothing else
   ``freq`` encoding          the trained ``[UNK]`` row, which is the encoding of the lowest frequency bin

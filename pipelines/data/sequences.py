@@ -71,6 +71,12 @@ class Sequences:
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def tokens(self, n_concepts: int) -> Tensor:
+        """Which tokens the sequences hold (padding left out). Shapes: output ``(n_concepts,)`` bool."""
+        out = torch.zeros(n_concepts, dtype=torch.bool)
+        out[self.input_ids[self.attention_mask.bool()].unique()] = True
+        return out
+
     def batch(self, idx: Tensor) -> dict[str, Tensor]:
         """Rows ``idx``, trimmed to the longest sequence among them. Shapes: values ``(B, T_b)``."""
         mask = self.attention_mask[idx]  # (B, T)

@@ -425,7 +425,9 @@ def _trial(
     res = run_loop(model, opt, sched, FinetuneTask(cfg, train, val, seed, ctx, device, pw), opts, tdir, ctx=ctx,
                    device=device, resume_from=ckpts[-1] if ckpts else None)  # fmt: skip
     best = {key.removeprefix("val_"): x for key, x in (res.best_validation or {}).items()}
-    # thresholds of the kept checkpoint, chosen on finetune_val
+    if getattr(model, "untrained_tokens", None) is not None:  # a BERT whose pretraining recorded its tokens
+        log.info("untrained after fine-tuning: %s", model.settle_untrained(train.tokens(model.n_concepts)))
+    # thresholds of the kept checkpoint (untrained parts settled), chosen on finetune_val
     p_val, _ = predict(model, val, cfg.task, device, cfg.eval_batch_size, cfg.bf16)
     y_val = val.labels.numpy()
     if cfg.tune_thresholds:

@@ -211,6 +211,8 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     res = run_loop(model, opt, sched, task, opts, run_dir, ctx=ctx, device=device, resume_from=resume_from,
                    stop_after=stop_after)  # fmt: skip
     if res.completed:
+        settled = model.settle_untrained(train.tokens(model.n_concepts))
+        log.info("untrained after pretraining: %s", settled)
         if ctx.is_main:
             model.save_pretrained(
                 run_dir / "model", extra={"run_id": run_id, "dataset_id": ds.dataset_id, "step": res.step}

@@ -79,11 +79,36 @@ def test_finetune_trials(tmp_path, pretrained, dataset_dir, program_dir, task): 
         assert [e["epoch"] for e in epochs] == [0, 1]
         best = min(epochs, key=lambda e: (e["val_loss"], e["epoch"]))  # select_by loss (the default)
         assert res["best_epoch"] == best["epoch"] and res["val"]["loss"] == best["val_loss"]
-        assert HRRBert.from_pretrained(d / "model", load_program(program_dir))
+        _check_untrained(pretrained, d, task, dataset_dir, program_dir)
         _check_thresholds_and_predictions(d, res, task, dataset_dir, program_dir, trial=k)
     assert r.trials[0]["test"] != r.trials[1]["test"] or r.trials[0]["val"] != r.trials[1]["val"]
     summary = json.loads((r.run_dir / "summary.json").read_text())
     assert summary["config"]["task"] == task and len(summary["trials"]) == 2
+
+
+def _check_untrained(pretrained, d, task, dataset_dir, program_dir):  # noqa: F811
+    """Pretraining recorded the tokens it never saw; fine-tuning strikes those its own data held, and what
+    still nobody saw is settled: its rows of the trained model's parameters hold the kind means."""
+    program = load_program(program_dir)
+    pre = HRRBert.from_pretrained(pretrained / "model", program)
+    fin = HRRBert.from_pretrained(d / "model", program)
+    assert pre.untrained_tokens  # the fixture's pretraining misses some codes
+    ds = TokenizedDataset(dataset_dir, program.program_id, program.n_concepts, pre.pad_id)
+    mc = pre.config
+    held = ds.sequences("finetune_train", max_len=mc.max_len, max_segments=mc.max_segments, task=task,
+                        before_last_visit=True).tokens(program.n_concepts)  # fmt: skip
+    assert fin.untrained_tokens == [i for i in pre.untrained_tokens if not held[i]]
+    trained = torch.ones(program.n_concepts, dtype=torch.bool)
+    trained[fin.untrained_tokens] = False
+    from hrr_kernel import trained_parts
+
+    reached, _ = trained_parts(program, trained)
+    assert (~reached).any()  # some atoms only untrained codes use
+    atoms, kinds = fin.embeddings.token.atoms.detach(), program.atom_kinds
+    for i in torch.nonzero(~reached).flatten().tolist():
+        if kinds[i] in ("concept", "word"):
+            same = [j for j in range(program.n_atoms) if kinds[j] == kinds[i] and reached[j]]
+            torch.testing.assert_close(atoms[i], atoms[same].mean(0))
 
 
 def _check_thresholds_and_predictions(d, res, task, dataset_dir, program_dir, trial):  # noqa: F811

@@ -1,0 +1,88 @@
+"""Atoms and relations that training never reached, and the rule that settles them.
+
+A model trains the atoms and relations on the edges of the tokens its data hold. An atom that only
+tokens absent from the training data use (a word of one rare code's title, the concept of a condition no
+training patient had) keeps its random start: composed into a token's vector it adds noise of the same
+size as a trained atom's contribution. :func:`settle_untrained` replaces such vectors, once training
+ends, by the ``kind_mean`` rule of :mod:`hrr_kernel.transfer`: an untrained ``concept`` or ``word`` atom
+becomes the mean of the trained atoms of its kind, an untrained relation the mean of the trained
+relations. So a token the model never saw is composed from what training taught about its other atoms,
+plus the typical vector of an atom it knows nothing about: the same rule a new release's new atoms get.
+``special`` atoms are left alone (a special token is trained wherever it occurs, and there are too few of
+them for a mean to mean anything).
+
+Dimension legend: N concepts (tokens), A atoms, R relations, E edges, H HRR dimension (or the width of
+whichever linear parameterisation of the rows is passed: the rule is a mean over rows, so it holds for
+spectra as well as signals).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .errors import ShapeError
+from .program import Program
+
+__all__ = ["SETTLED_KINDS", "trained_parts", "settle_untrained"]
+
+SETTLED_KINDS = ("concept", "word")  # atom kinds the rule settles
+
+
+def trained_parts(program: Program, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """Which atoms and relations lie on an edge of a trained token.
+
+    Shapes:
+        - tokens: ``(N,)`` bool, True for a token the training data held
+        - output: atoms ``(A,)`` bool, relations ``(R,)`` bool
+    """
+    if tokens.dtype != torch.bool or tokens.shape != (program.n_concepts,):
+        raise ShapeError(
+            f"tokens must be a ({program.n_concepts},) bool tensor, got {tokens.dtype} {tuple(tokens.shape)}"
+        )
+    on = tokens.cpu()[program.edge_concept.cpu()]  # (E,)
+    atoms = torch.zeros(program.n_atoms, dtype=torch.bool)
+    atoms[program.edge_atom.cpu()[on]] = True
+    relations = torch.zeros(program.n_relations, dtype=torch.bool)
+    relations[program.edge_relation.cpu()[on]] = True
+    return atoms, relations
+
+
+def _settle_rows(rows: Tensor, groups: list[str], trained: Tensor, settle: set[str]) -> int:
+    """Set each untrained row of a settled group to the mean of the trained rows of its group, in place;
+    returns how many rows changed. Shapes: rows ``(A, H)``, trained ``(A,)`` bool."""
+    changed = 0
+    dev = rows.device
+    for g in sorted(set(groups) & settle):
+        in_group = torch.tensor([x == g for x in groups], dtype=torch.bool)
+        todo, known = in_group & ~trained, in_group & trained
+        if not todo.any() or not known.any():
+            continue  # nothing to settle, or no trained row to take the mean of
+        rows[todo.to(dev)] = rows[known.to(dev)].mean(0)
+        changed += int(todo.sum())
+    return changed
+
+
+def settle_untrained(program: Program, atoms: Tensor, relations: Tensor, tokens: Tensor) -> dict[str, int]:
+    """Apply the rule in place to ``atoms`` and ``relations`` (parameters or their spectra); returns the
+    counts of atoms and relations set.
+
+    Shapes:
+        - atoms: ``(A, H)``; relations: ``(R, H)``; tokens: ``(N,)`` bool (the trained tokens)
+    """
+    if atoms.shape[0] != program.n_atoms or relations.shape[0] != program.n_relations:
+        raise ShapeError(
+            f"atoms and relations must have {program.n_atoms} and {program.n_relations} rows, got "
+            f"{tuple(atoms.shape)} and {tuple(relations.shape)}"
+        )
+    trained_atoms, trained_relations = trained_parts(program, tokens)
+    kinds = program.atom_kinds or ["concept"] * program.n_atoms
+    with torch.no_grad():
+        n_atoms = _settle_rows(atoms, kinds, trained_atoms, set(SETTLED_KINDS))
+        n_rel = _settle_rows(relations, ["relation"] * program.n_relations, trained_relations, {"relation"})
+    return {
+        "atoms_settled": n_atoms,
+        "relations_settled": n_rel,
+        "atoms_trained": int(trained_atoms.sum()),
+        "relations_trained": int(trained_relations.sum()),
+    }
