@@ -510,12 +510,12 @@ class HRRBert(nn.Module):
             if todo.any():
                 special = torch.tensor([c in SPECIAL_TOKENS for c in self.program.concept_codes])
                 known = trained & ~special
-                with torch.no_grad():
-                    if tok.mode == "add":
-                        tok.table[todo.to(tok.table.device)] = 0
-                    elif known.any():
-                        tok.table[todo.to(tok.table.device)] = tok.table[known.to(tok.table.device)].mean(0)
-                out["rows_settled"] = int(todo.sum())
+                dev = tok.table.device
+                if tok.mode == "add" or known.any():  # no trained code to take a mean of: left as it is
+                    with torch.no_grad():
+                        fill = 0 if tok.mode == "add" else tok.table[known.to(dev)].mean(0)
+                        tok.table[todo.to(dev)] = fill
+                    out["rows_settled"] = int(todo.sum())
         self.untrained_tokens = torch.nonzero(~trained).flatten().tolist()
         return out
 
