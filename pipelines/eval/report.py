@@ -340,7 +340,10 @@ def _rood_section(exp: Experiment, plots: Path) -> tuple[list[str], dict[str, An
     lines = ["## ROOD: disease chapters of patients with held-out codes", "",
              f"Chapters macro-F1 on the test split (seen codes), on `rood` ({n['rood'] or '?'} patients with codes no "
              f"model trained on) and on `rood_unseen` ({n['rood_unseen'] or 'no'} patients whose codes are mostly "
-             f"held-out). Intervals: {INTERVALS}.", "",
+             f"held-out). A code no training saw has, in a model saved by this version, what training settled "
+             "for it (`untrained_tokens` in the model's `config.json`): an HRR configuration composes it from "
+             "trained atoms, with any atom no trained code uses at the mean of its kind; a table row is the "
+             f"mean of the trained codes' rows (`add`: zero). Intervals: {INTERVALS}.", "",
              table(["model", "seen (test) F1", "ROOD F1", "ROOD-unseen F1"], rows)]  # fmt: skip
     diffs: dict[str, Any] = {}
     drows = []
