@@ -129,10 +129,12 @@ def _chapters(models, ds, new_rows: np.ndarray, device) -> dict[str, Any]:
 def _neighbours(models, new_dir: Path, new_rows: np.ndarray, seed: int) -> dict[str, Any]:
     """Share of the new codes' nearest codes that are related: among the codes the model trained with
     (``new``), and among every code of the new program, new ones included (``new_all``: new codes of one
-    family sit next to each other); as many old codes among every code are the reference (``old``)."""
+    family sit next to each other); as many old codes among every code are the reference (``old``), and
+    old codes with the new codes' share of twins the like-for-like one (``old_matched``,
+    :func:`pipelines.ontology.newcodes.matched_sample`)."""
     from model import HRRBert
     from pipelines.eval.neighbours import Ontology
-    from pipelines.ontology.newcodes import neighbour_relatedness
+    from pipelines.ontology.newcodes import has_twin, matched_sample, neighbour_relatedness
 
     ont = Ontology(new_dir)
     mapped = np.array([bool(s) and v != "SPECIAL" for s, v in zip(ont.snomed, ont.vocabulary, strict=True)])
@@ -142,7 +144,10 @@ def _neighbours(models, new_dir: Path, new_rows: np.ndarray, seed: int) -> dict[
     ref = np.sort(
         np.random.default_rng([seed, 18]).choice(pool, size=min(queries.size, pool.size), replace=False)
     )
-    out: dict[str, Any] = {"k": NEIGHBOURS, "new_codes": int(queries.size), "old_codes": int(ref.size)}
+    twin = has_twin(ont, queries, everything)
+    matched = matched_sample(twin, pool, has_twin(ont, pool, everything), np.random.default_rng([seed, 19]))
+    out: dict[str, Any] = {"k": NEIGHBOURS, "new_codes": int(queries.size), "old_codes": int(ref.size),
+                           "new_with_twin": int(twin.sum()), "matched_codes": int(matched.size)}  # fmt: skip
     for mode in CONFIGURATIONS:
         with torch.no_grad():
             matrix = HRRBert.from_pretrained(models[mode]["pretrain"]).token_matrix().detach()
@@ -151,6 +156,7 @@ def _neighbours(models, new_dir: Path, new_rows: np.ndarray, seed: int) -> dict[
             ("new", queries, pool),
             ("new_all", queries, everything),
             ("old", ref, everything),
+            ("old_matched", matched, everything),
         ):
             rel = neighbour_relatedness(matrix, ont, q, among, k=NEIGHBOURS) / NEIGHBOURS
             rec[name] = bootstrap_patients(
@@ -190,6 +196,9 @@ def _markdown(rec: dict[str, Any]) -> str:
          _pct(n[CONTROL]["new_all"]), _pct(n[TREATED]["new_all"]), ""],
         [f"neighbours related, old codes among all codes (reference, {n['old_codes']} codes), %",
          _pct(n[CONTROL]["old"]), _pct(n[TREATED]["old"]), ""],
+        [f"neighbours related, old codes with the new codes' share of twins ({n['new_with_twin']} of "
+         f"{n['new_codes']} new codes share a SNOMED concept with another code), among all codes, %",
+         _pct(n[CONTROL]["old_matched"]), _pct(n[TREATED]["old_matched"]), ""],
         [f"MLM top-{MLM_K} of old codes in the same patients, % (reference, {m['old_probes']} probes)",
          f"{100 * m[CONTROL][f'old_codes_top{MLM_K}']:.1f}", f"{100 * m[TREATED][f'old_codes_top{MLM_K}']:.1f}", ""],
     ]  # fmt: skip

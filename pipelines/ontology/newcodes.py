@@ -14,6 +14,10 @@ A *new code* is a token of the new program whose (vocabulary, code) the old prog
   matrix) of each query code, drawn from a pool (the codes the model was trained with), scored related or
   not by :class:`pipelines.eval.neighbours.Ontology` (the evaluation's rule: two is-a steps, or a shared
   finding site and morphology).
+  A code with a *twin* (another code mapped to one of its SNOMED concepts, such as an ICD-9 and an
+  ICD-10 code of one disorder, :func:`has_twin`) has a related neighbour by construction, which most old
+  codes have and most new codes lack; :func:`matched_sample` draws old codes with the new codes' share of
+  twins, the like-for-like reference.
 - **Tasks**: a fine-tuned model carried over is scored on the patients whose history holds a new code
   (:func:`history_holds`), by the fine-tuning predictions of :mod:`pipelines.train.finetune`.
 
@@ -39,6 +43,8 @@ __all__ = [
     "mlm_ranks",
     "patient_hits",
     "neighbour_relatedness",
+    "has_twin",
+    "matched_sample",
 ]
 
 TOPK = (1, 10, 100)
@@ -144,3 +150,38 @@ def neighbour_relatedness(
         [sum(ontology.related(int(q), int(j)) for j in row) for q, row in zip(queries, nn_ids, strict=True)],
         dtype=np.int64,
     )
+
+
+def has_twin(ontology: Ontology, rows: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """Whether each code of ``rows`` shares a SNOMED concept with another code of ``among``.
+
+    Shapes: rows ``(Q,)``, among ``(M,)`` -> ``(Q,)`` bool.
+    """
+    count: dict[int, int] = {}
+    for i in among.tolist():
+        for c in ontology.snomed[i]:
+            count[c] = count.get(c, 0) + 1
+    members = set(among.tolist())
+    return np.array(
+        [
+            any(count.get(c, 0) > (1 if int(i) in members else 0) for c in ontology.snomed[int(i)])
+            for i in rows
+        ],
+        dtype=bool,
+    )
+
+
+def matched_sample(
+    flags: np.ndarray, pool: np.ndarray, pool_flags: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Codes of ``pool`` drawn without replacement so that as many carry each flag value as ``flags`` has
+    (fewer where the pool runs short), sorted.
+
+    Shapes: flags ``(Q,)`` bool; pool, pool_flags ``(M,)`` -> ``(<= Q,)``.
+    """
+    out = []
+    for value in (True, False):
+        stratum = pool[pool_flags == value]
+        n = min(int((flags == value).sum()), stratum.size)
+        out.append(rng.choice(stratum, size=n, replace=False))
+    return np.sort(np.concatenate(out))

@@ -22,6 +22,11 @@ def test_demo_transfer_at_toy_size(tmp_path):
     study = tmp_path / "runs" / "demo-small-n300-s2-t1-transfer" / "transfer"
     rec = json.loads((study / "transfer.json").read_text())
     assert rec["new_codes"] > 0 and rec["mlm"]["probes"] > 0 and rec["chapters"]["patients"] > 0
+    # the like-for-like reference: as many old codes with a twin as the new codes have, the rest without
+    n = rec["neighbours"]
+    assert 0 <= n["new_with_twin"] <= n["new_codes"] and 0 < n["matched_codes"] <= n["new_codes"]
+    assert {"new", "new_all", "old", "old_matched"} <= set(n["base"])
+    assert "share of twins" in (study / "transfer.md").read_text()
     for mode in ("unstructured", "base"):
         for kind in ("pretrain", "chapters"):
             carried = json.loads((study / "models" / f"{mode}-{kind}" / "config.json").read_text())

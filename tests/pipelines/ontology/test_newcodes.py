@@ -1,5 +1,5 @@
 """Scoring new codes: probes, tie-aware MLM ranks against a brute-force reference, per-patient hits,
-neighbour relatedness, and the demo cohort copy without the carriers of given codes."""
+neighbour relatedness, twins and the twin-matched reference sample, and the demo cohort copy without the carriers of given codes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ from model import HRRBert, preset
 from pipelines.data.sequences import Sequences
 from pipelines.ontology.newcodes import (
     Probes,
+    has_twin,
     history_holds,
+    matched_sample,
     mlm_probes,
     mlm_ranks,
     new_code_rows,
@@ -139,3 +141,30 @@ def test_is_a_parents_follow_the_programs_graph(program, tmp_path):
     }
     assert expect and {(c, p) for c, ps in enumerate(parents) for p in ps} == expect
     assert all(not ps for ps, kind in zip(parents, program.atom_kinds, strict=True) if kind != "concept")
+
+
+def test_has_twin_counts_other_codes_on_a_shared_concept():
+    from types import SimpleNamespace
+
+    # codes 0 and 1 share concept 10 (an ICD-9 / ICD-10 pair); 2 has 20 alone; 3 has 30 and 10; 4 is unmapped
+    ont = SimpleNamespace(snomed=[{10}, {10}, {20}, {30, 10}, set()])
+    among = np.arange(5)
+    assert has_twin(ont, among, among).tolist() == [True, True, False, True, False]
+    # a query outside ``among`` has a twin when any code of ``among`` shares its concept
+    assert has_twin(ont, np.array([0, 2]), np.array([1, 2])).tolist() == [True, False]
+    assert has_twin(ont, np.array([0]), np.array([0, 2])).tolist() == [False]  # alone among those codes
+
+
+def test_matched_sample_reproduces_the_share_of_each_stratum():
+    rng = np.random.default_rng(0)
+    flags = np.array([True] * 3 + [False] * 7)
+    pool = np.arange(100, 200)
+    pool_flags = pool % 4 == 0  # 25 with the flag, 75 without
+    got = matched_sample(flags, pool, pool_flags, np.random.default_rng(5))
+    assert got.size == 10 and np.all(np.diff(got) > 0) and set(got) <= set(pool)
+    assert int((got % 4 == 0).sum()) == 3
+    again = matched_sample(flags, pool, pool_flags, np.random.default_rng(5))
+    assert np.array_equal(got, again)
+    # a stratum that runs short gives what it has
+    short = matched_sample(np.array([True] * 30), pool, pool_flags, rng)
+    assert short.size == 25 and np.all(short % 4 == 0)
