@@ -23,6 +23,7 @@ from torch import Tensor
 
 from .errors import ShapeError
 from .program import Program
+from .transfer import _fill
 
 __all__ = ["SETTLED_KINDS", "trained_parts", "settle_untrained"]
 
@@ -49,18 +50,19 @@ def trained_parts(program: Program, tokens: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _settle_rows(rows: Tensor, groups: list[str], trained: Tensor, settle: set[str]) -> int:
-    """Set each untrained row of a settled group to the mean of the trained rows of its group, in place;
-    returns how many rows changed. Shapes: rows ``(A, H)``, trained ``(A,)`` bool."""
-    changed = 0
-    dev = rows.device
-    for g in sorted(set(groups) & settle):
-        in_group = torch.tensor([x == g for x in groups], dtype=torch.bool)
-        todo, known = in_group & ~trained, in_group & trained
-        if not todo.any() or not known.any():
-            continue  # nothing to settle, or no trained row to take the mean of
-        rows[todo.to(dev)] = rows[known.to(dev)].mean(0)
-        changed += int(todo.sum())
-    return changed
+    """Set each untrained row of a settled group to the mean of the trained rows of its group, in place
+    (the ``kind_mean`` rule of :func:`hrr_kernel.transfer._fill`, with only the trained rows averaged); a
+    group without trained rows is left as it is. Returns how many rows changed.
+    Shapes: rows ``(A, H)``, trained ``(A,)`` bool."""
+    has_trained = {g for g, t in zip(groups, trained.tolist(), strict=True) if t}
+    todo = torch.tensor([not t and g in settle and g in has_trained for g, t in zip(groups, trained.tolist(), strict=True)],
+                        dtype=torch.bool)  # fmt: skip
+    if not todo.any():
+        return 0
+    source = torch.where(todo, -1, torch.arange(len(groups)))
+    mean_over = [g if t else "" for g, t in zip(groups, trained.tolist(), strict=True)]  # untrained: no group
+    rows.copy_(_fill(rows.detach(), source, groups, mean_over, "kind_mean", 0.0, None))
+    return int(todo.sum())
 
 
 def settle_untrained(program: Program, atoms: Tensor, relations: Tensor, tokens: Tensor) -> dict[str, int]:

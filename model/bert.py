@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from hrr_kernel import MODES, HRREmbedding, Program
 
-from .common import CONFIG_FILE, WEIGHTS_FILE, ConfigDict, check_positive, save_folder
+from .common import CONFIG_FILE, UNTRAINED_KEY, WEIGHTS_FILE, ConfigDict, check_positive, save_folder
 from .errors import PretrainedFileError, ProgramMismatchError
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 MODEL_KIND = "hrrbert"
-UNTRAINED_KEY = "untrained_tokens"  # config.json: sorted ids of the tokens no training saw
 # task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per ICD-10 chapter)
 TASKS: dict[str, int] = {"mortality": 1, "chapters": 22}
 PAD_CODE = "[PAD]"  # the program's padding token (hrr_kernel.SPECIAL_TOKENS[0])

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .common import CONFIG_FILE
+from .common import CONFIG_FILE, UNTRAINED_KEY
 from .errors import ModelWriteError, PretrainedFileError
 
 __all__ = [
@@ -353,9 +353,9 @@ def _configuration_section(meta: dict, config: dict) -> list[str]:
     out = ["## Configuration", "", "| field | value | meaning |", "|---|---|---|"]
     out += [f"| `{k}` | {_fmt(v)} | {_CONFIG_DOC.get(k, '')} |" for k, v in config.items()]
     out += [f"| vocabulary | {meta.get('n_concepts', '?')} | tokens (rows of `{VOCAB_FILE}`) |"]
-    if isinstance(meta.get("untrained_tokens"), list):
+    if isinstance(meta.get(UNTRAINED_KEY), list):
         out += [
-            f"| untrained tokens | {len(meta['untrained_tokens'])} | tokens no training data held; what only they "
+            f"| untrained tokens | {len(meta[UNTRAINED_KEY])} | tokens no training data held; what only they "
             "use was set to the mean of the trained parameters of its kind (`untrained_tokens` in `config.json`) |"
         ]
     return [*out, f"| architecture | {arch} | the `transformers` class this folder loads as by default |", ""]

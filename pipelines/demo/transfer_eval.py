@@ -144,10 +144,11 @@ def _neighbours(models, new_dir: Path, new_rows: np.ndarray, seed: int) -> dict[
     ref = np.sort(
         np.random.default_rng([seed, 18]).choice(pool, size=min(queries.size, pool.size), replace=False)
     )
-    twin = has_twin(ont, queries, everything)
-    matched = matched_sample(twin, pool, has_twin(ont, pool, everything), np.random.default_rng([seed, 19]))
+    twin = np.zeros(len(ont.snomed), dtype=bool)  # by row: shares a concept with another mapped code
+    twin[everything] = has_twin(ont, everything, everything)
+    matched = matched_sample(twin[queries], pool, twin[pool], np.random.default_rng([seed, 19]))
     out: dict[str, Any] = {"k": NEIGHBOURS, "new_codes": int(queries.size), "old_codes": int(ref.size),
-                           "new_with_twin": int(twin.sum()), "matched_codes": int(matched.size)}  # fmt: skip
+                           "new_with_twin": int(twin[queries].sum()), "matched_codes": int(matched.size)}  # fmt: skip
     for mode in CONFIGURATIONS:
         with torch.no_grad():
             matrix = HRRBert.from_pretrained(models[mode]["pretrain"]).token_matrix().detach()

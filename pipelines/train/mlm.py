@@ -56,8 +56,7 @@ def tokens_of(program, train: Sequences | None = None) -> Tokens:
     if train is None:
         cand = torch.tensor(sorted(set(range(program.n_concepts)) - set(spec)), dtype=torch.int64)
         return Tokens(program.special_id("[MASK]"), special, cand)
-    scored = torch.zeros(program.n_concepts, dtype=torch.bool)
-    scored[train.input_ids[train.attention_mask.bool()].unique()] = True
+    scored = train.tokens(program.n_concepts)
     scored[special] = False
     if not scored.any():
         raise PipelineError("the pretraining sequences hold no codes; nothing for the MLM softmax to score")
