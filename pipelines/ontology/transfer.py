@@ -133,8 +133,13 @@ def _load_source(model_dir: Path, model_program: str | None):
 
 
 def _extra(meta: dict[str, Any], mdir: Path, report: dict[str, Any]) -> dict[str, Any]:
-    """The source's own config.json keys plus ``transferred_from``."""
-    extra = {k: v for k, v in meta.items() if k not in OWN_KEYS and k != "transferred_from"}
+    """The source's own config.json keys plus ``transferred_from``. The record of untrained tokens is left
+    behind: its ids are the old program's, and which tokens of the new one were trained is not known (a
+    model without the record is not settled by fine-tuning)."""
+    from model.common import UNTRAINED_KEY
+
+    drop = {*OWN_KEYS, "transferred_from", UNTRAINED_KEY}
+    extra = {k: v for k, v in meta.items() if k not in drop}
     history = [meta["transferred_from"]] if isinstance(meta.get("transferred_from"), dict) else []
     extra["transferred_from"] = {
         "model": str(mdir),

@@ -34,6 +34,7 @@ def saved(tmp_path_factory, programs):
         bert_tiny(dim=16, n_layers=1, n_heads=2, ffn_dim=32, mode="cat"), load_program(programs[0])
     )
     d = tmp_path_factory.mktemp("models") / "ft-model"
+    model.untrained_tokens = [5, 6]  # the old program's ids: not to be carried to the new program
     model.save_pretrained(d, extra={"run_id": "pre-1", "task": "mortality"})
     (d / "thresholds.json").write_text(json.dumps({"task": "mortality", "thresholds": [0.3]}))
     return d
@@ -51,6 +52,7 @@ def test_transfer_writes_a_loadable_model_folder(tmp_path, programs, saved, one_
     assert moved.program_id == new.program_id and moved.n_concepts == len(NEW_CODES)
     meta = json.loads((out / "config.json").read_text())
     assert meta["run_id"] == "pre-1" and meta["task"] == "mortality"
+    assert "untrained_tokens" not in meta and moved.untrained_tokens is None
     assert meta["transferred_from"] == {
         "model": str(saved),
         "program_id": load_program(old_path).program_id,
