@@ -24,7 +24,16 @@ from torch import Tensor, nn
 
 from hrr_kernel import MODES, HRREmbedding, Program
 
-from .common import CONFIG_FILE, UNTRAINED_KEY, WEIGHTS_FILE, ConfigDict, check_positive, save_folder
+from .cache import CodeCache, cache_distribution, mix_log_probs, visible_codes
+from .common import (
+    CACHE_KEY,
+    CONFIG_FILE,
+    UNTRAINED_KEY,
+    WEIGHTS_FILE,
+    ConfigDict,
+    check_positive,
+    save_folder,
+)
 from .errors import PretrainedFileError, ProgramMismatchError
 
 __all__ = [
@@ -252,6 +261,9 @@ class HRRBert(nn.Module):
         # sorted ids of the tokens no training of this model has seen (None: not recorded); see
         # :meth:`settle_untrained`, saved in ``config.json``
         self.untrained_tokens: list[int] | None = None
+        # the code cache of masked-code prediction (None: the model's softmax alone); see model.cache
+        self.mlm_cache: CodeCache | None = None
+        self._special: Tensor | None = None
         self._init_weights()
         self.to(program.device)
 
@@ -276,6 +288,45 @@ class HRRBert(nn.Module):
         token = self.embeddings.token
         with torch.autocast(self.program.device.type, enabled=False):
             return token.matrix()
+
+    def special_tokens(self) -> Tensor:
+        """Which tokens are the program's special ones (``[PAD]``, ``[MASK]``, ...). Shapes: ``(N,)`` bool."""
+        if self._special is None:
+            special = [v == "SPECIAL" for v in self.program.concept_vocabularies]
+            self._special = torch.tensor(special or [False] * self.n_concepts, dtype=torch.bool)
+        return self._special.to(self.program.device)
+
+    def mlm_log_probs(
+        self,
+        logits: Tensor,
+        token_matrix: Tensor,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        predicted: Tensor,
+    ) -> Tensor:
+        """Log-probabilities of the codes at the ``predicted`` positions: with the code cache when the model
+        has one (:attr:`mlm_cache`, see :mod:`model.cache`), else the log-softmax of ``logits``.
+
+        Shapes: logits ``(M, N)`` at ``predicted``'s positions in row-major order; token_matrix ``(N, D)``;
+        input_ids (as the model read them), attention_mask, predicted ``(B, T)`` -> ``(M, N)``.
+        """
+        if self.mlm_cache is None:
+            return torch.log_softmax(logits.float(), dim=1)
+        special = self.special_tokens()
+        visible = visible_codes(input_ids, attention_mask, predicted, special)  # (B, T)
+        cache, has = cache_distribution(token_matrix, input_ids, visible, special, self.mlm_cache.sharpness)
+        rows = predicted.bool().nonzero(as_tuple=True)[0]  # (M,) row of each predicted position
+        return mix_log_probs(logits, cache[rows], has[rows], self.mlm_cache.weight)
+
+    def masked_log_probs(
+        self, input_ids: Tensor, segment_ids: Tensor, attention_mask: Tensor, mlm_mask: Tensor
+    ) -> Tensor:
+        """Log-probabilities of the codes at the masked positions, with the code cache when the model has
+        one (:meth:`mlm_log_probs`). Shapes: inputs ``(B, T)`` -> ``(M, N)`` (row-major, as ``forward``)."""
+        e = self.token_matrix()  # (N, D)
+        h = self.encode(input_ids, segment_ids, attention_mask, token_matrix=e)  # (B, T, D)
+        logits = self.mlm(h[mlm_mask.bool()], e)  # (M, N)
+        return self.mlm_log_probs(logits, e, input_ids, attention_mask, mlm_mask)
 
     def _check_inputs(self, input_ids: Tensor, segment_ids: Tensor, attention_mask: Tensor | None) -> None:
         if input_ids.dim() != 2:
@@ -387,6 +438,7 @@ class HRRBert(nn.Module):
             "program_id": self.program_id,
             "n_concepts": self.n_concepts,
             **({UNTRAINED_KEY: self.untrained_tokens} if self.untrained_tokens is not None else {}),
+            **({CACHE_KEY: self.mlm_cache.to_dict()} if self.mlm_cache is not None else {}),
             **extra,
         }
         d = Path(directory)
@@ -462,6 +514,11 @@ class HRRBert(nn.Module):
                     f"{UNTRAINED_KEY!r} must be a list of token ids in [0, {program.n_concepts})",
                 )
             model.untrained_tokens = untrained
+        if meta.get(CACHE_KEY) is not None:
+            try:
+                model.mlm_cache = CodeCache.from_dict(meta[CACHE_KEY])
+            except ValueError as e:
+                raise PretrainedFileError(d / CONFIG_FILE, f"{CACHE_KEY!r}: {e}") from e
         return model
 
     def settle_untrained(self, trained: Tensor) -> dict[str, int]:

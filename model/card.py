@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .common import CONFIG_FILE, UNTRAINED_KEY
+from .common import CACHE_KEY, CONFIG_FILE, UNTRAINED_KEY
 from .errors import ModelWriteError, PretrainedFileError
 
 __all__ = [
@@ -357,6 +357,13 @@ def _configuration_section(meta: dict, config: dict) -> list[str]:
         out += [
             f"| untrained tokens | {len(meta[UNTRAINED_KEY])} | tokens no training data held; what only they "
             "use was set to the mean of the trained parameters of its kind (`untrained_tokens` in `config.json`) |"
+        ]
+    cache = meta.get(CACHE_KEY)
+    if isinstance(cache, dict):
+        out += [
+            f"| code cache | weight {_fmt(cache.get('weight'))}, sharpness {_fmt(cache.get('sharpness'))} | masked-code "
+            "prediction mixes in the sequence's visible codes and the codes like them (`mlm_cache` in "
+            "`config.json`, model/cache.py); it does not touch the encoder or the task heads |"
         ]
     return [*out, f"| architecture | {arch} | the `transformers` class this folder loads as by default |", ""]
 

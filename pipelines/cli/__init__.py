@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import click
 
-from . import data, demo, diff, doctor2vec, eval, explain, export, qa, train, transfer
+from . import cache, data, demo, diff, doctor2vec, eval, explain, export, qa, train, transfer
 
 __all__ = ["main"]
 
@@ -22,7 +22,7 @@ def main() -> None:
     """hrrbert: ontology-structured (HRR) embeddings for transformers over ICD codes."""
 
 
-_GROUPS = (data, demo, train, eval, export, transfer, explain, diff)
+_GROUPS = (data, demo, train, cache, eval, export, transfer, explain, diff)
 for _command in (c for g in _GROUPS for c in g.COMMANDS):
     main.add_command(_command)
 main.add_command(qa.qa_group)

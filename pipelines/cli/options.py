@@ -37,7 +37,7 @@ from pipelines.eval.config import LABEL_SPLITS, EvaluateConfig, ExperimentConfig
 from pipelines.qa.config import EMBEDDINGS as QA_EMBEDDINGS
 from pipelines.qa.config import MODELS as QA_MODELS
 from pipelines.qa.config import QAOptions, QATrainConfig
-from pipelines.train.config import MLM_VOCABULARIES, SELECT_BY, FinetuneConfig, PretrainConfig
+from pipelines.train.config import MLM_CACHES, MLM_VOCABULARIES, SELECT_BY, FinetuneConfig, PretrainConfig
 from pipelines.train.config import MODELS as FINETUNE_MODELS
 
 __all__ = [
@@ -79,6 +79,7 @@ _PER_CONFIG: dict[tuple[type, str], tuple[str, ...]] = {
     (D2VTrainConfig, "embedding"): D2V_EMBEDDINGS,
     (EvaluateConfig, "labels_split"): LABEL_SPLITS,
     (PretrainConfig, "mlm_vocabulary"): MLM_VOCABULARIES,
+    (PretrainConfig, "mlm_cache"): MLM_CACHES,
 }
 INPUT_DIR = click.Path(exists=True, file_okay=False)  # an input folder argument: it must exist
 # fields naming an input folder that must exist

@@ -118,6 +118,10 @@ def frequency_bin_test(
                 x[:, :t].to(device), probes["seg"][r, :t].to(device), att[:, :t].to(device), token_matrix=e
             )  # (B, T, D)
             logits = model.mlm(h[mlm[:, :t].to(device)], e)  # (B, N)
+            if getattr(model, "mlm_cache", None) is not None:  # with the code cache: log-probabilities
+                logits = model.mlm_log_probs(
+                    logits, e, x[:, :t].to(device), att[:, :t].to(device), mlm[:, :t].to(device)
+                )
             target = torch.as_tensor(b["code"][s : s + batch_size], device=device)
             ranks.append(1 + (logits > logits.gather(1, target[:, None])).sum(1).cpu())  # (B,) 1 = best
             top = logits.topk(min(max(TOPK), logits.shape[1]), dim=1).indices  # (B, 100)

@@ -260,7 +260,8 @@ def _mlm_section(exp: Experiment) -> list[str]:
                         + [_pct(Interval(b.mlm(bk)[n], math.nan, math.nan, 0, "")) if n in b.mlm(bk) else "–"
                            for _, bk in MLM_KEYS])  # fmt: skip
     lines = ["## Masked-code modelling (pretraining validation)", "",
-             "Last validation of each pretraining run; several seeds: " + OVER_SEEDS + " (1 seed: no interval "
+             "Last validation of each pretraining run (with the model's code cache when pretraining chose one: "
+             "`mlm_cache.json` of the run); several seeds: " + OVER_SEEDS + " (1 seed: no interval "
              "over seeds). Baselines predict the masked code without a model "
              + ("(`baselines/baselines.json`)." if b is not None else "(none in this experiment)."), "",
              table(["model", "seeds", "MLM top-1", "top-10", "top-100"], rows)]  # fmt: skip
@@ -394,7 +395,8 @@ def _freq_section(exp: Experiment, plots: Path) -> list[str]:
                        plots / "frequency_bins.png", reference=[x[1] if x else None for x in best] if best else None)  # fmt: skip
     lines = ["## Masked-code accuracy by code frequency", "",
              "One masked code per probe, up to 400 codes per bin of log frequency (ln of the code's share of "
-             "pretraining tokens), probes from patients MLM never trained on. Intervals: Clopper-Pearson 95 % "
+             "pretraining tokens), probes from patients MLM never trained on, scored with the model's code cache "
+             "when it has one. Intervals: Clopper-Pearson 95 % "
              "over the bin's probes (one seed), " + OVER_SEEDS + " (several)."
              + (" Best baseline: the best MLM baseline's top-100 accuracy on the validation positions masked for "
                 "MLM accuracy whose target falls in the bin (other positions than the probes; no interval)."

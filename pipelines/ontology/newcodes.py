@@ -115,6 +115,10 @@ def mlm_ranks(model, seqs: Sequences, probes: Probes, *, batch_size: int = 128, 
             x[:, :t].to(device), seqs.segment_ids[r, :t].to(device), att[:, :t].to(device), token_matrix=e
         )  # (B, t, D)
         logits = model.mlm(h[mlm[:, :t].to(device)], e).float()  # (B, N)
+        if getattr(model, "mlm_cache", None) is not None:  # with the code cache (model.cache)
+            logits = model.mlm_log_probs(
+                logits, e, x[:, :t].to(device), att[:, :t].to(device), mlm[:, :t].to(device)
+            )
         target = torch.as_tensor(probes.code[s : s + batch_size], device=logits.device)
         true = logits.gather(1, target[:, None])  # (B, 1)
         above = (logits > true).sum(1).double()

@@ -10,6 +10,7 @@ __all__ = [
     "EMBEDDINGS",
     "LABELS_HEAD",
     "LoopFields",
+    "MLM_CACHES",
     "MLM_VOCABULARIES",
     "FinetuneConfig",
     "MODELS",
@@ -62,6 +63,7 @@ class PretrainConfig:
     clip: float = 1.0  # max gradient L2 norm (0: no clipping)
     mask_prob: float = 0.15  # share of codes chosen for MLM (80 % [MASK], 10 % random, 10 % kept)
     mlm_vocabulary: str = "all"  # codes the MLM softmax trains on: all, or train (those in pretrain_train)
+    mlm_cache: str = "auto"  # after training: choose the code cache on pretrain_val (model.cache), or off
     dropout: float = 0.1  # dropout of the model
     topk: tuple[int, ...] = (10, 100)  # validation top-k accuracies besides top-1
     seed: int = 0  # seed of initialisation, data order, masking and dropout
@@ -81,6 +83,8 @@ class PretrainConfig:
         self.topk = tuple(int(k) for k in self.topk)
         if self.mlm_vocabulary not in MLM_VOCABULARIES:
             raise ValueError(f"mlm_vocabulary must be one of {MLM_VOCABULARIES}, got {self.mlm_vocabulary!r}")
+        if self.mlm_cache not in MLM_CACHES:
+            raise ValueError(f"mlm_cache must be one of {MLM_CACHES}, got {self.mlm_cache!r}")
         if not 0.0 < self.mask_prob < 1.0:
             raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         if self.batch_size < 1 or self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
@@ -90,6 +94,7 @@ class PretrainConfig:
 
 
 MODELS = ("bert", "visit-transformer")
+MLM_CACHES = ("auto", "off")  # choose the code cache of masked-code prediction after pretraining, or not
 MLM_VOCABULARIES = ("all", "train")  # the MLM training softmax over every code, or the pretrain_train codes
 
 

@@ -107,7 +107,7 @@ def evaluate_mlm(
     mask_prob: float = 0.15,
 ) -> dict[str, float]:
     """MLM loss, top-1 and top-k accuracy on ``seqs`` with a fixed masking of ``mask_prob`` of the codes
-    (the training share; sharded over ranks)."""
+    (the training share; sharded over ranks). A model with a code cache (``mlm_cache``) is scored with it."""
     was = model.training
     model.eval()
     n = len(seqs) if limit is None else min(limit, len(seqs))
@@ -122,12 +122,11 @@ def evaluate_mlm(
         if not chosen.any():
             continue
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
-            logits = model(
-                ids.to(device),
-                b["segment_ids"].to(device),
-                b["attention_mask"].to(device),
-                mlm_mask=chosen.to(device),
-            ).float()  # (M, N)
+            args = (ids.to(device), b["segment_ids"].to(device), b["attention_mask"].to(device))
+            if getattr(model, "mlm_cache", None) is None:
+                logits = model(*args, mlm_mask=chosen.to(device)).float()  # (M, N)
+            else:  # log-probabilities with the code cache (model.cache); cross-entropy reads them alike
+                logits = model.masked_log_probs(*args, chosen.to(device))  # (M, N)
         targets = targets.to(device)
         sums[0] += float(F.cross_entropy(logits, targets, reduction="sum"))
         sums[1] += float((logits.argmax(1) == targets).sum())

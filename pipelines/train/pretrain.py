@@ -4,7 +4,9 @@ Paper defaults: AdamW (no weight decay), lr 1e-4, betas (0.9, 0.999), 10 % linea
 decay, batch 96, 15 % masking with the 80/10/10 rule, gradient clipping. A run lives in
 ``<out>/<run_id>/``: ``config.json`` (config, seeds, versions, program and dataset ids),
 ``metrics.jsonl``, ``checkpoints/step-*.pt`` (resume state, tensors and plain values only) and the
-final ``model/`` (``config.json`` + ``model.safetensors``).
+final ``model/`` (``config.json`` + ``model.safetensors``). After training, what no training reached is
+settled (:meth:`model.HRRBert.settle_untrained`) and, with ``mlm_cache`` ``auto`` (the default), the
+model's code cache is chosen on ``pretrain_val`` (:mod:`pipelines.train.cache`; ``mlm_cache.json``).
 
 Resume is exact: the data order of an epoch depends only on (seed, epoch), masking and dropout are
 re-seeded from (seed, step, rank) at every step, and the checkpoint holds the model, optimizer and
@@ -34,19 +36,23 @@ from pipelines.errors import PipelineError
 
 from .checkpoint import latest_checkpoint, list_checkpoints
 from .config import RUNTIME_KEYS, PretrainConfig
-from .loop import LoopOptions, StepOutput, open_run, run_loop
+from .loop import METRICS_FILE, LoopOptions, StepOutput, open_run, run_loop
 from .mlm import evaluate_mlm, mlm_step, tokens_of
 from .runtime import (
     DistContext,
+    MetricsLog,
     config_from,
     distributed,
     now_iso,
     seed_everything,
     versions,
     warmup_cosine,
+    write_json,
 )
 
 log = logging.getLogger(__name__)
+
+CACHE_FILE = "mlm_cache.json"  # the code cache's grid and choice (pipelines.train.cache)
 
 
 @dataclass
@@ -172,6 +178,25 @@ def _run_record(cfg: PretrainConfig, run_id: str, model, program, ds, task: MLMT
     }
 
 
+def _choose_cache(cfg: PretrainConfig, model, task: MLMTask, run_dir: Path, step: int, ctx, device) -> None:
+    """Choose the model's code cache on ``pretrain_val`` (:mod:`pipelines.train.cache`); when one is taken,
+    validate again with it and append that validation to ``metrics.jsonl`` (``mlm_cache`` set), so the
+    run's last validation is the saved model's. The grid goes to ``mlm_cache.json``."""
+    from .cache import SALT_CACHE, cache_grid, choose_cache
+
+    grid = cache_grid(model, task.val, task.tok, batch_size=cfg.val_batch_size, seed=cfg.seed, limit=cfg.max_val,
+                      mask_prob=cfg.mask_prob, device=device)  # fmt: skip
+    model.mlm_cache = choose_cache(grid)
+    chosen = None if model.mlm_cache is None else model.mlm_cache.to_dict()
+    log.info("code cache after pretraining: %s", chosen or "none (the model alone has the lowest loss)")
+    val = task.validate(model) if chosen is not None else {}
+    if ctx.is_main:
+        write_json(run_dir / CACHE_FILE, {"split": "pretrain_val", "limit": cfg.max_val, "seed": cfg.seed,
+                                          "salt": SALT_CACHE, "grid": grid, "chosen": chosen})  # fmt: skip
+        if val:
+            MetricsLog(run_dir / METRICS_FILE).write({"step": step, **val, "mlm_cache": chosen})
+
+
 def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -> PretrainResult:
     if cfg.bf16 and device.type != "cuda":
         log.warning("bf16 autocast is CUDA-only; training in float32 on %s", device)
@@ -213,6 +238,8 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     if res.completed:
         settled = model.settle_untrained(train.tokens(model.n_concepts))
         log.info("untrained after pretraining: %s", settled)
+        if cfg.mlm_cache == "auto" and len(val):
+            _choose_cache(cfg, model, task, run_dir, res.step, ctx, device)
         if ctx.is_main:
             model.save_pretrained(
                 run_dir / "model", extra={"run_id": run_id, "dataset_id": ds.dataset_id, "step": res.step}
