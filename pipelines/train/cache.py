@@ -141,12 +141,10 @@ def add_cache(
     """Choose the code cache of the model in ``model_dir`` on ``split`` of ``dataset`` and write the model with
     it to ``out`` (see the module docstring); nothing is left under ``out`` on failure."""
     from model import HRRBert
-    from pipelines.data.sequences import TokenizedDataset
+    from pipelines.data.sequences import SPLITS, TokenizedDataset
     from pipelines.train.finetune import model_dir as find_model
     from pipelines.train.mlm import tokens_of
     from pipelines.train.runtime import now_iso, write_json
-
-    from pipelines.data.sequences import SPLITS
 
     if split not in SPLITS:
         raise PipelineError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")

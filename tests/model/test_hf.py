@@ -191,7 +191,8 @@ def test_auto_classes_load_the_folder(hf, program, saved):
         with torch.no_grad():
             out = clf(input_ids=ids, attention_mask=att, token_type_ids=seg, labels=y)
             ref = m(ids, seg, att, task=task)
-        torch.testing.assert_close(out.logits, ref, rtol=0, atol=0)
+        # same model, same call; equal up to float rounding (bit-equal on some CPUs, not on all)
+        torch.testing.assert_close(out.logits, ref)
         torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(ref, y))
 
 
