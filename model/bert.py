@@ -46,11 +46,13 @@ __all__ = [
     "bert_mini",
     "bert_tiny",
     "TASKS",
+    "POOLINGS",
 ]
 
 MODEL_KIND = "hrrbert"
 # task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per ICD-10 chapter)
 TASKS: dict[str, int] = {"mortality": 1, "chapters": 22}
+POOLINGS = ("cls", "cls+mean")  # BertConfig.pooling: the task heads' input
 PAD_CODE = "[PAD]"  # the program's padding token (hrr_kernel.SPECIAL_TOKENS[0])
 
 
@@ -75,6 +77,9 @@ class BertConfig(ConfigDict):
     # matmul (mode base); add, cat and freq would add a second decoder matmul for their table
     spectral_decoder: bool | None = None
     spectral_atoms: bool = False  # atoms and relations stored as half spectra (HRREmbedding spectral_atoms)
+    # what the task heads' pooler reads: cls (BERT's [CLS] state) or cls+mean ([CLS] plus the mean of the
+    # real positions' states, so the heads see how much of the history each kind of code fills)
+    pooling: str = "cls"
 
     @property
     def uses_spectral_decoder(self) -> bool:
@@ -86,6 +91,8 @@ class BertConfig(ConfigDict):
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.dim % self.n_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
         check_positive(self, ("dim", "n_layers", "n_heads", "ffn_dim", "max_len", "max_segments"))
@@ -220,7 +227,7 @@ class MLMHead(nn.Module):
 
 
 class PooledHead(nn.Module):
-    """BERT pooler on [CLS] (dense + tanh), dropout, then one linear layer per task."""
+    """BERT pooler (dense + tanh) on what ``HRRBert.pool_states`` gives, dropout, then one linear layer per task."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
@@ -387,7 +394,7 @@ class HRRBert(nn.Module):
             if task not in TASKS:
                 raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
             h = self.encode(input_ids, segment_ids, attention_mask)  # (B, T, D)
-            return self.heads(h[:, 0], task)  # (B, L)
+            return self.heads(self.pool_states(h, attention_mask), task)  # (B, L)
         if mlm_mask.shape != input_ids.shape:
             raise ValueError(
                 f"mlm_mask shape {tuple(mlm_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
@@ -405,6 +412,18 @@ class HRRBert(nn.Module):
         e = self.token_matrix()  # (N, D), used for the lookup and the decoder
         h = self.encode(input_ids, segment_ids, attention_mask, token_matrix=e)  # (B, T, D)
         return self.mlm(h[mlm_mask.bool()], e)  # (M, D) -> (M, N)
+
+    def pool_states(self, h: Tensor, attention_mask: Tensor | None) -> Tensor:
+        """What the task heads' pooler reads, ``(B, T, D)`` -> ``(B, D)``: the [CLS] state (``pooling`` cls), or
+        the [CLS] state plus the mean of the states at real positions (``attention_mask`` 1; all positions when
+        it is None), [CLS] included (cls+mean). Padding never changes it."""
+        cls = h[:, 0]  # (B, D)
+        if self.config.pooling == "cls":
+            return cls
+        if attention_mask is None:
+            return cls + h.mean(1)
+        m = attention_mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+        return cls + (h * m).sum(1) / m.sum(1).clamp_min(1.0)
 
     # --- persistence -------------------------------------------------------------------------------
 

@@ -336,8 +336,8 @@ def _result(output, return_dict: bool | None, config: HRRBertConfig):
 
 
 class HRRBertModel(HRRBertPreTrainedModel):
-    """The encoder: ``last_hidden_state`` ``(B, T, D)`` and ``pooler_output`` ``(B, D)`` (the tanh pooler on
-    [CLS] that the task heads read)."""
+    """The encoder: ``last_hidden_state`` ``(B, T, D)`` and ``pooler_output`` ``(B, D)`` (the tanh pooler the
+    task heads read, on [CLS] or on [CLS] plus the mean state: the model's ``pooling``)."""
 
     def forward(
         self,
@@ -349,7 +349,7 @@ class HRRBertModel(HRRBertPreTrainedModel):
         **kwargs: Any,
     ):
         h = self._encode(input_ids, attention_mask, token_type_ids, segment_ids)  # (B, T, D)
-        pooled = torch.tanh(self.hrrbert.heads.pool(h[:, 0]))  # (B, D)
+        pooled = torch.tanh(self.hrrbert.heads.pool(self.hrrbert.pool_states(h, attention_mask)))  # (B, D)
         return _result(
             BaseModelOutputWithPooling(last_hidden_state=h, pooler_output=pooled), return_dict, self.config
         )

@@ -37,7 +37,14 @@ from pipelines.eval.config import LABEL_SPLITS, EvaluateConfig, ExperimentConfig
 from pipelines.qa.config import EMBEDDINGS as QA_EMBEDDINGS
 from pipelines.qa.config import MODELS as QA_MODELS
 from pipelines.qa.config import QAOptions, QATrainConfig
-from pipelines.train.config import MLM_CACHES, MLM_VOCABULARIES, SELECT_BY, FinetuneConfig, PretrainConfig
+from pipelines.train.config import (
+    MLM_CACHES,
+    MLM_VOCABULARIES,
+    POOLINGS,
+    SELECT_BY,
+    FinetuneConfig,
+    PretrainConfig,
+)
 from pipelines.train.config import MODELS as FINETUNE_MODELS
 
 __all__ = [
@@ -64,6 +71,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "task": TASKS,
     "tasks": TASKS,
     "select_by": SELECT_BY,
+    "pooling": POOLINGS,
     "tying": TYINGS,
     "encoding": ENCODINGS,
     "doctor": DOCTORS,

@@ -100,6 +100,7 @@ MLM_VOCABULARIES = ("all", "train")  # the MLM training softmax over every code,
 
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
 POS_WEIGHTS = ("none", "auto")  # BCE weight of positive labels: none, or per label n_neg / n_pos (clipped)
+POOLINGS = ("cls", "cls+mean")  # model.bert.POOLINGS: what the task heads read (BertConfig.pooling)
 SCHEDULES = ("constant", "linear")  # fine-tuning learning rate: constant, or warm-up then linear decay to 0
 LABELS_HEAD = "mortality"  # the model's binary head, which a task from MEDS label files trains
 
@@ -137,6 +138,7 @@ class FinetuneConfig(LoopFields):
     progress: bool = True  # tqdm bar (only on a terminal)
     model: str = "bert"  # bert, or visit-transformer (code embedding initialised from the pretrained BERT)
     labels: str | None = None  # MEDS label folder: one binary task (boolean_value), on the binary head
+    pooling: str | None = None  # heads' input: cls, cls+mean ([CLS] + mean state); None: the model's
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -149,6 +151,12 @@ class FinetuneConfig(LoopFields):
             )
         if self.select_by not in SELECT_BY:
             raise ValueError(f"select_by must be one of {SELECT_BY}, got {self.select_by!r}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise ValueError(
+                f"pooling must be one of {POOLINGS} (or None: the pretrained model's), got {self.pooling!r}"
+            )
+        if self.pooling is not None and self.model != "bert":
+            raise ValueError(f"pooling is the BERT's; model {self.model!r} pools visits its own way")
         if self.pos_weight not in POS_WEIGHTS:
             raise ValueError(f"pos_weight must be one of {POS_WEIGHTS}, got {self.pos_weight!r}")
         if self.schedule not in SCHEDULES:

@@ -47,7 +47,7 @@ import json
 import logging
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -263,7 +263,7 @@ def _finetune(
     saved = HRRBert.read_config(mdir)
     program_ = load_program(cfg.program, device=device)
     probe = HRRBert.from_pretrained(mdir, program_)  # checks the program id, the files
-    mc = probe.config
+    mc = probe.config if cfg.pooling is None else replace(probe.config, pooling=cfg.pooling)
     ds = TokenizedDataset(cfg.dataset, program_.program_id, program_.n_concepts, probe.pad_id)
     del probe
     train, val, test, labels = _task_splits(cfg, ds, mc)
@@ -378,6 +378,8 @@ def _trial_model(cfg: FinetuneConfig, mdir: Path, program):
     from model import HRRBert
 
     model = HRRBert.from_pretrained(mdir, program)
+    if cfg.pooling is not None:  # the heads read what cfg asks; the saved config.json records it
+        model.config = replace(model.config, pooling=cfg.pooling)
     if cfg.model == "visit-transformer":
         model = visit_transformer_from_bert(model, program)
     else:

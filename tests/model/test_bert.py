@@ -221,3 +221,25 @@ def test_spectral_atoms_train_the_same_function_and_save_a_plain_folder(program,
     with torch.no_grad():
         back.embeddings.token.atoms_spectrum.mul_(0)
     assert not torch.allclose(back(ids, seg, att, mlm_mask=mlm), spec(ids, seg, att, mlm_mask=mlm))
+
+
+def test_cls_mean_pooling_reads_cls_plus_the_mean_of_real_positions(program):
+    assert BertConfig().pooling == "cls"  # BERT's, and what configs saved before the field load as
+    with pytest.raises(ValueError, match="pooling must be one of"):
+        preset("tiny", pooling="max")
+    m = make(program, pooling="cls+mean").eval()
+    ids, seg, att = batch(program)
+    with torch.no_grad():
+        h = m.encode(ids, seg, att)
+        real = h[0, :6]  # patient 0 has 6 real positions, then padding
+        torch.testing.assert_close(m.pool_states(h, att)[0], h[0, 0] + real.mean(0))
+        torch.testing.assert_close(m.pool_states(h, None), h[:, 0] + h.mean(1))
+        got = m(ids, seg, att, task="chapters")
+        alone = m(ids[:1, :6], seg[:1, :6], att[:1, :6], task="chapters")  # the same patient, unpadded
+        torch.testing.assert_close(got[:1], alone)
+        plain = make(program).eval()  # same weights (same seed), cls pooling: other logits
+        assert plain.config.pooling == "cls"
+        torch.testing.assert_close(
+            plain(ids, seg, att, task="chapters"), plain.heads(plain.encode(ids, seg, att)[:, 0], "chapters")
+        )
+        assert not torch.allclose(plain(ids, seg, att, task="chapters"), got)

@@ -272,3 +272,22 @@ def test_config_json_written_by_transformers_stays_readable(hf, saved, tmp_path)
     AutoConfig.from_pretrained(folder).save_pretrained(tmp_path / "c")
     meta = HRRBert.read_config(tmp_path / "c")
     assert meta["model_type"] == "hrrbert" and meta["config"]["dim"] == 64 and meta["run_id"] == "demo-run"
+
+
+def test_cls_mean_pooling_travels_with_the_folder(hf, program, tmp_path):
+    from transformers import AutoModel, AutoModelForSequenceClassification
+
+    torch.manual_seed(5)
+    m = HRRBert(preset("tiny", mode="base", pooling="cls+mean"), program)
+    m.eval().save_pretrained(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["config"]["pooling"] == "cls+mean"
+    ids, seg, att = batch(program, seed=2)
+    with torch.no_grad():
+        h = m.encode(ids, seg, att)
+        mask = att.unsqueeze(-1).float()
+        want = torch.tanh(m.heads.pool(h[:, 0] + (h * mask).sum(1) / mask.sum(1)))
+        torch.testing.assert_close(AutoModel.from_pretrained(tmp_path / "m")(
+            input_ids=ids, attention_mask=att, token_type_ids=seg).pooler_output, want)  # fmt: skip
+        clf = AutoModelForSequenceClassification.from_pretrained(tmp_path / "m", task="chapters")
+        got = clf(input_ids=ids, attention_mask=att, token_type_ids=seg).logits
+    torch.testing.assert_close(got, m(ids, seg, att, task="chapters"))

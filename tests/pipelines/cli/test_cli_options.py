@@ -137,12 +137,13 @@ def test_a_bad_choice_is_refused_by_click(tmp_path):
 
 def test_light_constants_equal_the_heavy_modules():
     from hrr_kernel import MODES
-    from model.bert import PRESETS
+    from model.bert import POOLINGS, PRESETS
     from model.doctor2vec import DOCTOR_VECTORS, PATIENT_ENCODERS
     from model.memory_network import ENCODINGS, TYINGS
 
     assert opts.HRR_MODES == tuple(MODES)
     assert opts.MODEL_PRESETS == tuple(PRESETS)
+    assert opts.CHOICES["pooling"] == tuple(POOLINGS)
     assert opts.TYINGS == tuple(TYINGS) and opts.ENCODINGS == tuple(ENCODINGS)
     assert opts.DOCTORS == tuple(DOCTOR_VECTORS) and opts.PATIENT_ENCODERS == tuple(PATIENT_ENCODERS)
 

@@ -86,6 +86,23 @@ def test_finetune_trials(tmp_path, pretrained, dataset_dir, program_dir, task): 
     assert summary["config"]["task"] == task and len(summary["trials"]) == 2
 
 
+def test_pooling_set_at_fine_tuning_is_saved_with_the_model(tmp_path, pretrained, dataset_dir, program_dir):  # noqa: F811
+    assert HRRBert.read_config(pretrained / "model")["config"]["pooling"] == "cls"
+    r = finetune(
+        pretrained, dataset_dir, program_dir, out=tmp_path, task="chapters", pooling="cls+mean", **FT
+    )
+    d = r.run_dir / "trial-0"
+    res = json.loads((d / "results.json").read_text())
+    assert res["config"]["pooling"] == res["model_config"]["pooling"] == "cls+mean"
+    assert HRRBert.read_config(d / "model")["config"]["pooling"] == "cls+mean"
+    # the saved model, loaded back, gives the trial's test predictions (so it pools as it was trained)
+    _check_thresholds_and_predictions(d, res, "chapters", dataset_dir, program_dir, trial=0)
+    for bad, match in ((dict(pooling="max"), "pooling must be one of"),
+                       (dict(pooling="cls+mean", model="visit-transformer"), "pools visits its own way")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            finetune(pretrained, dataset_dir, program_dir, out=tmp_path / "bad", task="chapters", **FT, **bad)
+
+
 def _check_untrained(pretrained, d, task, dataset_dir, program_dir):  # noqa: F811
     """Pretraining recorded the tokens it never saw; fine-tuning strikes those its own data held, and what
     still nobody saw is settled: its rows of the trained model's parameters hold the kind means."""
