@@ -202,6 +202,7 @@ _CONFIG_DOC = {
     "mode": "token embedding (HRREmbedding mode)",
     "normalize": "unit-norm HRR rows",
     "freq_resolution": "bins per unit of log frequency (mode freq)",
+    "pooling": "what the task heads read ([CLS], or [CLS] plus the mean state)",
 }
 _RUN_KEYS = ("run_id", "dataset_id", "step", "task", "trial", "seed", "best_epoch")
 

@@ -12,6 +12,10 @@ it once per experiment into ``<experiment>/baselines/``).
   * ``logistic_regression``: one-vs-rest scikit-learn logistic regression on the bag of codes (a code
     present or not), trained on ``finetune_train`` (the chapters task's disease subset, as fine-tuning);
     ``C`` and ``class_weight`` chosen by macro AUROC on ``finetune_val``;
+  * ``history_chapters``: the same regression on what the history holds of each chapter (the program's
+    ``chapter`` of every code, ICD-10-CM and ICD-9-CM apart: :func:`history_chapter_features`): it reads a
+    code it never trained on through the chapter its code string gives, which is public, so it is the
+    plain rival of a composed embedding on codes no model saw;
   * ``ceiling``: the generator's true probabilities (``<ground_truth>/task_probabilities.parquet``), an
     oracle on the latent state, so an upper bound no model of the codes can reach.
 
@@ -23,6 +27,7 @@ read back) and ``predictions.parquet`` (:mod:`pipelines.train.predictions`; tria
 
     {"kind": "baselines", "mlm": {"split", "n_masked", "top1": {baseline: acc}, "top10", "top100",
      "frequency_bins"}, "tasks": {task: {split: {model: metrics}}}, "logistic_regression": {task: choice},
+     "history_chapters": {task: choice} (when the program gives chapters),
      "notes": [...], "inputs": {...}, "timings_s": {...}}
 
 Dimension legend: P patients, N concepts, L labels.
@@ -52,7 +57,11 @@ from .baselines_mlm import MLMMasking, code_matrix, mlm_baselines
 log = logging.getLogger(__name__)
 
 BASELINES_FILE = "baselines.json"
-MODELS = ("constant", "logistic_regression", "ceiling")
+MODELS = ("constant", "logistic_regression", "history_chapters", "ceiling")
+CHAPTERS_PER_VOCABULARY = 23  # chapter numbers 1-22 of a vocabulary's classification (0: none)
+# feature slots of history_chapters: 0 (no chapter), ICD-10-CM chapters 1-22, ICD-9-CM chapters 24-45 (each
+# vocabulary by the chapter the program gives it; the regression learns how the two line up)
+N_CHAPTER_SLOTS = 2 * CHAPTERS_PER_VOCABULARY
 GROUND_TRUTH_FILE = "task_probabilities.parquet"
 GROUND_TRUTH_COLUMNS = ("hospital", "subject_id", "mortality", "chapters")
 HOSPITAL_OF_READER = {"mimic-iv": "mimic-iv", "eicu": "eicu"}  # manifest source.reader -> ground truth
@@ -66,6 +75,9 @@ NOTES = [
     "constant: the finetune_train prior for every patient (its tuned thresholds predict every label "
     "positive or none).",
     "logistic_regression: bag of codes, one-vs-rest, C and class_weight chosen by finetune_val macro AUROC.",
+    "history_chapters: the same regression on the history's chapters (per ICD-10-CM or ICD-9-CM chapter: "
+    "distinct codes, codes written at two visits or more, codes of the latest visit; and the number of "
+    "visits); a code's chapter comes from its code string, so it reads codes no model trained on.",
     "ceiling: the generator's true probabilities given its latent state (an oracle, not a model of the "
     "codes): an upper bound.",
 ]
@@ -80,6 +92,47 @@ class _Split:
     x: Any  # scipy.sparse csr (P, N), 1 where the code occurs
     y: np.ndarray
     hospital: str | None
+    chapters: Any = None  # scipy.sparse csr (P, 3 * N_CHAPTER_SLOTS + 1): history_chapter_features
+
+
+def chapter_slots(vocabularies: list[str], chapters: list[int | None]) -> np.ndarray:
+    """The feature slot of every concept ``(N,)``: its ICD-10-CM chapter (1-22), 23 + its ICD-9-CM chapter,
+    or 0 (another vocabulary, no chapter, or a number outside 1-22)."""
+    ch = np.array([c or 0 for c in chapters], np.int64)
+    ch[(ch < 1) | (ch >= CHAPTERS_PER_VOCABULARY)] = 0
+    voc = np.array(vocabularies, dtype=object)
+    return np.where(
+        voc == "ICD10CM", ch, np.where((voc == "ICD9CM") & (ch > 0), CHAPTERS_PER_VOCABULARY + ch, 0)
+    )
+
+
+def history_chapter_features(seqs: Sequences, special: np.ndarray, chapters: np.ndarray) -> np.ndarray:
+    """What a history holds of each chapter, ``(P, 3 * S + 1)``: per chapter slot h (:func:`chapter_slots`)
+    ``log1p`` of the distinct codes of slot h, of those written at two visits or more, and of those of the
+    history's latest visit; then ``log1p`` of the number of visits. Shapes: ``special`` ``(N,)`` bool,
+    ``chapters`` ``(N,)`` int slot per concept in ``[0, S)``, S = :data:`N_CHAPTER_SLOTS`."""
+    ids, seg = seqs.input_ids.numpy(), seqs.segment_ids.numpy()  # (P, T)
+    keep = seqs.attention_mask.numpy().astype(bool) & ~special[ids]
+    r, c = np.nonzero(keep)
+    code, visit = ids[r, c].astype(np.int64), seg[r, c].astype(np.int64)
+    p, h = len(seqs), N_CHAPTER_SLOTS
+    out = np.zeros((p, 3 * h + 1))
+    if not len(r):
+        return out
+    last = np.full(p, -1, np.int64)
+    np.maximum.at(last, r, visit)
+    rcv = np.unique(np.stack([r, code, visit], 1), axis=0)  # distinct (patient, code, visit)
+    rc, first, n_visits = np.unique(rcv[:, :2], axis=0, return_index=True, return_counts=True)
+    in_last = np.zeros(len(rc), bool)
+    pair = np.searchsorted(first, np.arange(len(rcv)), side="right") - 1  # rcv row -> its (patient, code)
+    in_last[pair[rcv[:, 2] == last[rcv[:, 0]]]] = True
+    ch = chapters[rc[:, 1]]
+    np.add.at(out, (rc[:, 0], ch), 1.0)
+    np.add.at(out, (rc[:, 0], h + ch), (n_visits >= 2).astype(float))
+    np.add.at(out, (rc[:, 0], 2 * h + ch), in_last.astype(float))
+    visits = np.unique(np.stack([r, visit], 1), axis=0)
+    out[:, -1] = np.bincount(visits[:, 0], minlength=p)
+    return np.log1p(out)
 
 
 def compute_baselines(
@@ -123,6 +176,9 @@ def compute_baselines(
     tok = tokens_of(prog)
     special = np.zeros(prog.n_concepts, bool)
     special[tok.special.numpy()] = True
+    chapters = None
+    if prog.concept_chapters and prog.concept_vocabularies:
+        chapters = chapter_slots(prog.concept_vocabularies, prog.concept_chapters)
     record: dict[str, Any] = {"kind": "baselines", "inputs": inputs, "versions": versions(), "timings_s": {}}
     t = time.perf_counter()
     kw = dict(max_len=masking.max_len, max_segments=masking.max_segments)
@@ -144,9 +200,12 @@ def compute_baselines(
                         ds.patients_path, task)  # fmt: skip
             notes.append(f"{task}: no finetune_train or finetune_val patients, no task baselines.")
             continue
-        scored, choice, task_blocks = task_baselines(ds, tds, task, special, gt, seed=seed, masking=masking)
+        scored, choices, task_blocks = task_baselines(ds, tds, task, special, gt, seed=seed, masking=masking,
+                                                      chapters=chapters)  # fmt: skip
         record["tasks"][task] = scored
-        record["logistic_regression"][task] = choice
+        record["logistic_regression"][task] = choices["logistic_regression"]
+        if "history_chapters" in choices:
+            record.setdefault("history_chapters", {})[task] = choices["history_chapters"]
         blocks += task_blocks
         record["timings_s"][task] = time.perf_counter() - t
     record["notes"] = notes
@@ -226,18 +285,22 @@ def _ceiling(gt: dict, split: _Split, task: str) -> np.ndarray:
 
 
 def _task_split(ds: TokenizedDataset, split: str, task: str, special: np.ndarray, masking: MLMMasking,
-                name: str | None = None) -> _Split | None:  # fmt: skip
+                name: str | None = None, chapters: np.ndarray | None = None) -> _Split | None:  # fmt: skip
     if not ds.rows(split, task).size:
         return None
     seqs = ds.sequences(split, max_len=masking.max_len, max_segments=masking.max_segments, task=task,
                         before_last_visit=True)  # fmt: skip
-    return _as_split(seqs, name or split, special, _hospital(ds))
+    return _as_split(seqs, name or split, special, _hospital(ds), chapters)
 
 
-def _as_split(seqs: Sequences, name: str, special: np.ndarray, hospital: str | None) -> _Split:
+def _as_split(seqs: Sequences, name: str, special: np.ndarray, hospital: str | None,
+              chapters: np.ndarray | None = None) -> _Split:  # fmt: skip
+    import scipy.sparse as sp
+
     x = code_matrix(seqs, special)
     x.data[:] = 1.0
-    return _Split(name, seqs.subject_id.numpy(), x, seqs.labels.numpy().astype(np.int8), hospital)
+    hc = None if chapters is None else sp.csr_matrix(history_chapter_features(seqs, special, chapters))
+    return _Split(name, seqs.subject_id.numpy(), x, seqs.labels.numpy().astype(np.int8), hospital, hc)
 
 
 def _unseen(ds: TokenizedDataset, split: _Split) -> np.ndarray:
@@ -248,47 +311,59 @@ def _unseen(ds: TokenizedDataset, split: _Split) -> np.ndarray:
 
 
 def scored_splits(ds: TokenizedDataset, tds: TokenizedDataset | None, task: str, special: np.ndarray,
-                  masking: MLMMasking) -> list[_Split]:  # fmt: skip
-    """The splits the models of ``task`` are scored on, as the heads see them."""
-    out = [_task_split(ds, "test", task, special, masking)]
+                  masking: MLMMasking, chapters: np.ndarray | None = None) -> list[_Split]:  # fmt: skip
+    """The splits the models of ``task`` are scored on, as the heads see them (with the history's chapter
+    features when ``chapters``, the chapter of every concept, is given)."""
+    out = [_task_split(ds, "test", task, special, masking, chapters=chapters)]
     if task == "chapters":
-        rood = _task_split(ds, "rood", task, special, masking)
+        rood = _task_split(ds, "rood", task, special, masking, chapters=chapters)
         if rood is not None:
             keep = _unseen(ds, rood)
-            unseen = _Split("rood_unseen", rood.subject_id[keep], rood.x[keep], rood.y[keep], rood.hospital)
+            hc = None if rood.chapters is None else rood.chapters[keep]
+            unseen = _Split(
+                "rood_unseen", rood.subject_id[keep], rood.x[keep], rood.y[keep], rood.hospital, hc
+            )
             out += [rood, unseen]
     if task == "mortality" and tds is not None:
-        out.append(_task_split(tds, "test", task, special, masking, name="transfer"))
+        out.append(_task_split(tds, "test", task, special, masking, name="transfer", chapters=chapters))
     return [s for s in out if s is not None and len(s.subject_id)]
 
 
 def task_baselines(ds: TokenizedDataset, tds: TokenizedDataset | None, task: str, special: np.ndarray,
-                   gt: dict | None, *, seed: int, masking: MLMMasking) -> tuple[dict, dict, list[Predictions]]:  # fmt: skip
-    """Metrics per split and model, the logistic regression's choice, and the prediction blocks."""
+                   gt: dict | None, *, seed: int, masking: MLMMasking,
+                   chapters: np.ndarray | None = None) -> tuple[dict, dict, list[Predictions]]:  # fmt: skip
+    """Metrics per split and model, the logistic regressions' choices (``{"logistic_regression": ...,
+    "history_chapters": ...}``; the second only with ``chapters``, the chapter of every concept ``(N,)``),
+    and the prediction blocks."""
     from pipelines.train.metrics import f1_thresholds
 
-    train = _task_split(ds, "finetune_train", task, special, masking)
-    val = _task_split(ds, "finetune_val", task, special, masking)
+    train = _task_split(ds, "finetune_train", task, special, masking, chapters=chapters)
+    val = _task_split(ds, "finetune_val", task, special, masking, chapters=chapters)
     if train is None or val is None:
         raise PipelineError(
             f"{ds.patients_path}: splits finetune_train and finetune_val need rows for task {task!r}"
         )
     prior = train.y.mean(0)  # (L,)
     lr, choice = fit_logistic(train, val, seed=seed)
+    choices = {"logistic_regression": choice}
     models: dict[str, Any] = {"constant": lambda s: np.tile(prior, (len(s.subject_id), 1)),
                               "logistic_regression": lambda s: lr.predict(s.x)}  # fmt: skip
+    if chapters is not None:
+        as_x = lambda s: _Split(s.name, s.subject_id, s.chapters, s.y, s.hospital)  # noqa: E731
+        hc, choices["history_chapters"] = fit_logistic(as_x(train), as_x(val), seed=seed)
+        models["history_chapters"] = lambda s: hc.predict(s.chapters)
     if gt is not None:
         models["ceiling"] = lambda s: _ceiling(gt, s, task)
     scored: dict[str, dict[str, Any]] = {}
     blocks = []
-    splits = scored_splits(ds, tds, task, special, masking)
+    splits = scored_splits(ds, tds, task, special, masking, chapters)
     for name, predict in models.items():
         thr = f1_thresholds(val.y, predict(val).astype(np.float32)).astype(np.float32)  # (L,)
         for s in splits:
             b = Predictions(name, task, s.name, 0, s.subject_id, s.y, predict(s).astype(np.float32), thr)
             blocks.append(b)
             scored.setdefault(s.name, {})[name] = b.scores()
-    return scored, choice, blocks
+    return scored, choices, blocks
 
 
 def _fit_label(x, y: np.ndarray, class_weight, c: float, seed: int):

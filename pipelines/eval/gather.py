@@ -11,7 +11,7 @@ Per configuration and pretraining seed (``experiment.json``'s runs):
   (an experiment from before per-patient predictions);
 
 and the baselines, ``baselines/baselines.json`` + ``baselines/predictions.parquet`` (models ``constant``,
-``logistic_regression``, ``ceiling``), when present.
+``logistic_regression``, ``history_chapters``, ``ceiling``), when present.
 
 Dimension legend: P patients, L labels, T fine-tuning trials.
 """
@@ -35,7 +35,7 @@ from .stats import Interval, PatientScorer, bootstrap_patients, trial_mean
 EXPERIMENT_FILE = "experiment.json"  # marks an experiment folder (pipelines.eval.experiment writes it)
 BASELINES_DIR = "baselines"
 BASELINES_FILE = "baselines.json"
-BASELINE_MODELS = ("constant", "logistic_regression", "ceiling")
+BASELINE_MODELS = ("constant", "logistic_regression", "history_chapters", "ceiling")
 EVAL_SPLITS = {"rood": "chapters", "rood_unseen": "chapters", "transfer": "mortality"}  # split -> task
 
 

@@ -16,9 +16,16 @@ from click.testing import CliRunner
 from train_fixtures import dataset_dir, program_dir, write_dataset  # noqa: F401
 
 from pipelines.cli import main
-from pipelines.data.sequences import TokenizedDataset
+from pipelines.data.sequences import Sequences, TokenizedDataset
 from pipelines.errors import InputFileError, PipelineError
-from pipelines.eval.baselines import MODELS, compute_baselines, read_baselines
+from pipelines.eval.baselines import (
+    MODELS,
+    N_CHAPTER_SLOTS,
+    chapter_slots,
+    compute_baselines,
+    history_chapter_features,
+    read_baselines,
+)
 from pipelines.eval.baselines_mlm import MLMMasking, baseline_ranks, code_matrix, masked_positions
 from pipelines.eval.experiment import ExperimentConfig, run_experiment
 
@@ -167,6 +174,29 @@ def test_files_models_and_scores(done, data):
     assert chap["ceiling"]["f1"] >= chap["logistic_regression"]["f1"]
     assert any("upper bound" in n for n in rec["notes"])
     assert rec["tasks"]["chapters"]["rood_unseen"]["constant"]["n"] == 10
+    assert set(rec["history_chapters"]) == {"mortality", "chapters"}
+    # the chapters of a history predict the chapters of the next visit better than a constant
+    assert chap["history_chapters"]["auroc"] > chap["constant"]["auroc"]
+
+
+def test_history_chapter_features_by_hand():
+    slots = chapter_slots(["SPECIAL", "ICD10CM", "ICD10CM", "ICD9CM", "ICD9CM", "ICD10CM", "SNOMED"],
+                          [None, 4, 9, 7, None, 30, 5])  # fmt: skip
+    assert slots.tolist() == [0, 4, 9, 23 + 7, 0, 0, 0]
+    special = np.array([True] + [False] * 6)
+    # patient 0: [CLS], visit 0 {1, 3}, visit 1 {1, 2}, visit 2 {2, 2}, padding; patient 1: [CLS] only
+    ids = torch.tensor([[0, 1, 3, 1, 2, 2, 2, 0], [0, 0, 0, 0, 0, 0, 0, 0]])
+    seg = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 0], [0] * 8])
+    att = torch.tensor([[True] * 7 + [False], [True] + [False] * 7])
+    f = history_chapter_features(Sequences(ids, seg, att, torch.tensor([7, 8])), special, slots)
+    s = N_CHAPTER_SLOTS
+    assert f.shape == (2, 3 * s + 1)
+    want = np.zeros((2, 3 * s + 1))
+    want[0, [4, 9, 30]] = 1  # distinct codes per slot: code 1 (chapter 4), 2 (9), 3 (ICD-9 7)
+    want[0, [s + 4, s + 9]] = 1  # written at two visits or more: codes 1 and 2
+    want[0, 2 * s + 9] = 1  # in the latest visit (2): code 2
+    want[0, -1] = 3  # visits
+    np.testing.assert_allclose(f, np.log1p(want))  # patient 1 has no code: all zero
 
 
 def test_predictions_aligned_by_hospital_and_subject(done, data):
