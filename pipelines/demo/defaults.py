@@ -25,7 +25,7 @@ DEMO_PRETRAIN = {"max_steps": 2000, "batch_size": 64, "bucket_batches": 50, "lr"
 # fine-tuning: the validation loss is lowest after 2-3 epochs of 4,000 patients; balanced positives keep the
 # rare chapters from being learned as constants (measured: #17 closing note). The heads read [CLS] plus the
 # mean state (pooling cls+mean): chapters F1 +0.9 / +1.6 for `base` and +2.5 / +2.6 for `unstructured` on
-# seeds 0 / 1, mortality AUROC +0.8 / +1.2 on seed 0 (docs/demo.md)
+# seeds 0 / 1; mortality AUROC +0.8 / +1.2 on seed 0 but -1.6 / -2.2 on seed 1 (docs/demo.md)
 DEMO_FINETUNE = {"max_steps": 600, "lr": 1e-3, "batch_size": 32, "bucket_batches": 20, "schedule": "linear",
                  "pos_weight": "auto", "select_by": "loss", "pooling": "cls+mean"}  # fmt: skip
 DEMO_EVALUATE = {"per_bin": 400, "tsne_points": 1500, "cost_steps": 3}
