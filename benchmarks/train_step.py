@@ -1,7 +1,7 @@
 """Benchmark one HRRBERT pretraining step per model preset and embedding mode.
 
 For each (preset, mode) it measures, on a synthetic paper-scale program (25,493 codes, 22,725 atoms,
-42 relations; written once with ``hrr_kernel.synthetic`` and cached under ``benchmarks/_cache/``):
+42 relations; written once with ``tests/helpers/synthetic_program.py`` and cached under ``benchmarks/_cache/``):
 
 * step time: masked-code forward (full matrix built once, used for lookup and the tied decoder),
   backward, gradient clipping and the AdamW update, on random sequences of 128 codes with 15 % masked;
@@ -40,9 +40,11 @@ if str(ROOT) not in sys.path:
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from hrr_kernel import MODES as MODE_SPECS  # noqa: E402
+
 CACHE = ROOT / "benchmarks" / "_cache"
-PAPER_CONCEPTS = 25_493  # hrr_kernel.synthetic.PAPER["n_concepts"]
-MODES = ("unstructured", "base", "freq", "add", "cat")
+PAPER_CONCEPTS = 25_493  # tests.helpers.synthetic_program.PAPER["n_concepts"]
+MODES = tuple(MODE_SPECS)
 DECODERS = ("matrix", "spectral", "spectral-atoms")
 PRESETS = ("tiny", "small", "bert-base")
 DEFAULT_BATCH = {"tiny": 32, "small": 16, "bert-base": 4}
@@ -57,7 +59,7 @@ MASK_PROB = 0.15  # BERT's share of masked codes
 
 def synthetic_program(n_concepts: int, seed: int = 0) -> Path:
     """A paper-shaped synthetic program (cached; the same one ``benchmarks/kernel.py`` uses)."""
-    from hrr_kernel.synthetic import cached_paper_program
+    from tests.helpers.synthetic_program import cached_paper_program
 
     return cached_paper_program(CACHE, n_concepts, seed=seed)
 
@@ -100,7 +102,7 @@ def bench_one(
     from model import preset as make_preset
 
     torch.manual_seed(0)
-    logf = torch.linspace(-14, 0, program.n_concepts) if mode == "freq" else None
+    logf = torch.linspace(-14, 0, program.n_concepts) if MODE_SPECS[mode].frequency else None
     cfg = make_preset(
         preset, mode=mode, spectral_decoder=decoder != "matrix", spectral_atoms=decoder == "spectral-atoms"
     )

@@ -4,7 +4,8 @@ Public API: :func:`load_program` (a :class:`Program`, from a program folder or t
 release folder, :func:`resolve_program`; ``Program.special_id("[PAD]")`` gives a special token's concept
 id, :data:`SPECIAL_TOKENS` lists them; ``Program.row("ICD10CM", "E11.9")`` / ``Program.rows(...)`` look
 codes up by vocabulary, ``Program.code(row)`` gives a row's :class:`ConceptCode`, an unknown code raises
-:class:`UnknownCodeError`), :func:`compose`, :class:`HRREmbedding`, and the pure HRR operations
+:class:`UnknownCodeError`), :func:`compose`, :class:`HRREmbedding` in one of the embedding modes of :data:`MODES` (each an
+:class:`EmbeddingMode` spec, :func:`mode_spec`, :mod:`hrr_kernel.modes`), and the pure HRR operations
 :func:`bind`, :func:`unbind`, :func:`inverse`, :func:`project_unitary`, :func:`bundle`,
 :func:`similarity`, :func:`cleanup`; to follow a model to a new release, :func:`carry_parameters` (trained
 atoms and relations matched by key, new ones set by an initialisation rule), :func:`token_sources` and
@@ -16,7 +17,7 @@ token uses set to the mean of the trained ones of their kind, :func:`trained_par
 """
 
 from .composer import compose
-from .embedding import MODES, HRREmbedding
+from .embedding import HRREmbedding
 from .errors import FormatVersionError, HashMismatchError, HRRKernelError, ProgramError, ShapeError
 from .explain import (
     UnbindingRecall,
@@ -28,6 +29,7 @@ from .explain import (
     unbind_relations,
     unbinding_recall,
 )
+from .modes import MODES, EmbeddingMode, hrr_mode_names, mode_spec
 from .ops import bind, bundle, cleanup, inverse, project_unitary, similarity, unbind
 from .program import (
     SPECIAL_TOKENS,
@@ -59,6 +61,9 @@ __all__ = [
     "compose",
     "HRREmbedding",
     "MODES",
+    "EmbeddingMode",
+    "mode_spec",
+    "hrr_mode_names",
     "bind",
     "unbind",
     "inverse",

@@ -1,6 +1,7 @@
 """``HRREmbedding``: concept embeddings generated from a program, in the paper's configurations.
 
-Modes (Kang et al., HRR-ontology paper):
+Modes (Kang et al., HRR-ontology paper) are declared in :mod:`hrr_kernel.modes` (:data:`MODES`), one
+:class:`~hrr_kernel.modes.EmbeddingMode` each; this module asks the spec and never compares mode names:
 
 - ``unstructured``: a plain learnable table (the control).
 - ``base``: pure HRR, ``E = C`` with ``C`` composed from learnable atoms and relations.
@@ -35,11 +36,11 @@ from torch import Tensor, nn
 
 from .composer import bin_weights, compose, compose_spectrum
 from .errors import ShapeError
+from .modes import MODES, EmbeddingMode, mode_spec
 from .program import Program
 
 __all__ = ["HRREmbedding", "MODES", "sinusoidal_encoding"]
 
-MODES = ("unstructured", "base", "freq", "add", "cat")
 INIT_STD = 0.02
 # fraction of the vocabulary above which a lookup builds the full matrix instead of selected rows
 FULL_MATRIX_FRACTION = 0.5
@@ -91,7 +92,8 @@ class HRREmbedding(nn.Module):
     Args:
         program: a loaded program (:func:`hrr_kernel.load_program`).
         dim: embedding dimension D.
-        mode: one of ``unstructured``, ``base``, ``freq``, ``add``, ``cat``.
+        mode: a name of :data:`~hrr_kernel.modes.MODES` (``unstructured``, ``base``, ``freq``, ``add``,
+            ``cat``) or an :class:`~hrr_kernel.modes.EmbeddingMode`.
         normalize: scale each HRR row to unit L2 norm (per concept, not per dimension).
         log_frequency: ``(N,)`` log code frequencies, required for ``freq``.
         freq_resolution: bins per unit of log frequency when discretizing for ``freq``.
@@ -106,7 +108,7 @@ class HRREmbedding(nn.Module):
         self,
         program: Program,
         dim: int,
-        mode: str = "base",
+        mode: str | EmbeddingMode = "base",
         *,
         normalize: bool = False,
         log_frequency: Tensor | None = None,
@@ -115,19 +117,16 @@ class HRREmbedding(nn.Module):
         spectral_atoms: bool = False,
     ) -> None:
         super().__init__()
-        if mode not in MODES:
-            raise ShapeError(f"mode must be one of {MODES}, got {mode!r}")
-        if not isinstance(dim, int) or dim < 1 or (mode == "cat" and dim < 2):
-            raise ShapeError(
-                f"dim must be an int >= {2 if mode == 'cat' else 1} for mode {mode!r}, got {dim!r}"
-            )
+        spec = mode if isinstance(mode, EmbeddingMode) else mode_spec(mode)
+        spec.check_dim(dim)
         self.program = program
-        self.mode = mode
+        self.spec = spec
+        self.mode = spec.name
         self.dim = dim
         self.normalize = normalize
         n, dev = program.n_concepts, program.device
-        self.hrr_dim = 0 if mode == "unstructured" else (dim // 2 if mode == "cat" else dim)
-        table_dim = {"unstructured": dim, "add": dim, "cat": dim - dim // 2}.get(mode, 0)
+        self.hrr_dim = spec.hrr_dim(dim)
+        table_dim = spec.table_dim(dim)
 
         def param(rows: int, cols: int) -> nn.Parameter:
             return nn.Parameter(torch.randn(rows, cols, dtype=dtype, device=dev) * INIT_STD)
@@ -145,15 +144,16 @@ class HRREmbedding(nn.Module):
             self._register_state_dict_hook(_signals_in_state_dict)
             self._register_load_state_dict_pre_hook(_spectra_from_state_dict, with_module=True)
         self.table = param(n, table_dim) if table_dim else None
-        if mode == "freq":
+        if spec.frequency:
             if log_frequency is None:
-                raise ShapeError("mode 'freq' needs log_frequency, a (n_concepts,) tensor; got None")
+                raise ShapeError(f"mode {spec.name!r} needs log_frequency, a (n_concepts,) tensor; got None")
             if log_frequency.shape != (n,):
                 raise ShapeError(f"log_frequency must have shape ({n},), got {tuple(log_frequency.shape)}")
             bins = torch.round(log_frequency.to(torch.float64) * freq_resolution)  # (N,)
             self.register_buffer("freq_encoding", sinusoidal_encoding(bins, dim).to(dtype=dtype, device=dev))
         else:
             self.freq_encoding = None
+        spec.init_parameters(self, program, dim, dtype)
         self._cache: Tensor | None = None
         self._cache_key: tuple | None = None
         self._spec_cache: Tensor | None = None
@@ -187,33 +187,26 @@ class HRREmbedding(nn.Module):
     def atom_vectors(self) -> Tensor:
         """The atom vectors as signals, whatever the parameterisation. Shapes: output ``(A, H)``."""
         if self.hrr_dim == 0:
-            raise ShapeError("mode 'unstructured' has no atoms")
+            raise ShapeError(f"mode {self.mode!r} has no atoms")
         return self._from_spectrum(self.atoms_spectrum) if self.spectral_atoms else self.atoms
 
     def relation_vectors(self) -> Tensor:
         """The relation vectors as signals, whatever the parameterisation. Shapes: output ``(R, H)``."""
         if self.hrr_dim == 0:
-            raise ShapeError("mode 'unstructured' has no relations")
+            raise ShapeError(f"mode {self.mode!r} has no relations")
         return self._from_spectrum(self.relations_spectrum) if self.spectral_atoms else self.relations
 
-    def _build(self, rows: Tensor | None) -> Tensor:
-        """Embedding rows (all when ``rows`` is None). Shapes: rows ``(N,)`` -> ``(N, D)``."""
-        if self.mode == "unstructured":
-            return self.table if rows is None else F.embedding(rows, self.table)
-        a, r, dim = self._inputs()
-        return self._finish(compose(self.program, a, r, rows, dim=dim), rows)
+    def compose_rows(self, rows: Tensor | None) -> Tensor:
+        """The composition ``C`` of the given rows (all when None), before any normalisation.
 
-    def _finish(self, c: Tensor, rows: Tensor | None) -> Tensor:
-        """Embedding rows from their composed HRR part ``c``: normalised when asked, then the mode's
-        frequency encoding or table added or concatenated. Shapes: c ``(N, H)`` -> ``(N, D)``."""
-        if self.normalize:
-            c = F.normalize(c, dim=1, eps=1e-12)
-        if self.mode == "base":
-            return c
-        if self.mode == "freq":
-            return c + (self.freq_encoding if rows is None else self.freq_encoding[rows])
-        w = self.table if rows is None else F.embedding(rows, self.table)  # (N, D) or (N, D - H)
-        return c + w if self.mode == "add" else torch.cat([c, w], dim=1)
+        Shapes: rows ``(U,)`` -> ``(U, H)``.
+        """
+        a, r, dim = self._inputs()
+        return compose(self.program, a, r, rows, dim=dim)
+
+    def _build(self, rows: Tensor | None) -> Tensor:
+        """Embedding rows (all when ``rows`` is None), as the mode builds them. Shapes: ``(N,)`` -> ``(N, D)``."""
+        return self.spec.build(self, rows)
 
     def _check_ids(self, ids: Tensor) -> None:
         n = self.program.n_concepts
@@ -232,7 +225,7 @@ class HRREmbedding(nn.Module):
 
     def matrix(self) -> Tensor:
         """The full embedding matrix (for a tied decoder). Shapes: output ``(N, D)``."""
-        if self.mode == "unstructured":  # the table itself; caching it would register it a second time
+        if not self.spec.composes:  # the table itself; caching it would register it a second time
             return self.table
         if not self._cacheable():
             self._cache = self._cache_key = None
@@ -249,7 +242,7 @@ class HRREmbedding(nn.Module):
         Shapes: output ``(N, 2F)``, ``F = H // 2 + 1``.
         """
         if self.hrr_dim == 0:
-            raise ShapeError("mode 'unstructured' has no HRR part, so no spectrum")
+            raise ShapeError(f"mode {self.mode!r} has no HRR part, so no spectrum")
         if not self._cacheable():
             self._spec_cache = self._spec_key = None
             a, r, dim = self._inputs()
@@ -272,7 +265,7 @@ class HRREmbedding(nn.Module):
         self._check_ids(ids)
         sel = spectrum.index_select(0, ids)  # (U, 2F)
         z = torch.view_as_complex(sel.reshape(sel.shape[0], -1, 2).contiguous())  # (U, F)
-        return self._finish(torch.fft.irfft(z, n=self.hrr_dim, dim=1), ids)  # (U, H) -> (U, D)
+        return self.spec.finish(self, torch.fft.irfft(z, n=self.hrr_dim, dim=1), ids)  # (U, H) -> (U, D)
 
     def decode(self, h: Tensor, spectrum: Tensor | None = None) -> Tensor:
         """Scores ``h @ E.T`` of every concept against the embedding matrix ``E`` (a tied decoder), with
@@ -288,7 +281,7 @@ class HRREmbedding(nn.Module):
         """
         if h.dim() != 2 or h.shape[1] != self.dim:
             raise ShapeError(f"h must be (M, {self.dim}), got shape {tuple(h.shape)}")
-        if self.mode == "unstructured":
+        if not self.spec.composes:
             return h @ self.table.to(h.dtype).t()
         hdim = self.hrr_dim
         spec = self.spectrum() if spectrum is None else spectrum  # (N, 2F)
@@ -301,13 +294,8 @@ class HRREmbedding(nn.Module):
             power = spec.reshape(spec.shape[0], -1, 2).square().sum(-1)  # (N, F)
             norm = (power * w).sum(-1).sqrt()  # (N,)
             out = out / norm.clamp_min(1e-12).to(out.dtype)
-        if self.mode == "freq":
-            out = out + h @ self.freq_encoding.to(h.dtype).t()
-        elif self.mode == "add":
-            out = out + h @ self.table.to(h.dtype).t()
-        elif self.mode == "cat":
-            out = out + h[:, hdim:] @ self.table.to(h.dtype).t()
-        return out
+        extra = self.spec.decode_extra(self, h)  # (M, N): the parts beside the composition
+        return out if extra is None else out + extra
 
     def rows(self, ids: Tensor) -> Tensor:
         """Embedding rows for concept ids, composing only the rows needed.
@@ -329,7 +317,7 @@ class HRREmbedding(nn.Module):
             raise ShapeError(f"ids must be an integer tensor, got dtype {ids.dtype}")
         flat = ids.reshape(-1).to(torch.int64)  # (B*T,)
         self._check_ids(flat)
-        if self._cacheable() or self.mode == "unstructured":
+        if self._cacheable() or not self.spec.composes:
             out = F.embedding(flat, self.matrix())  # (B*T, D)
         else:
             uniq, inv = torch.unique(flat, return_inverse=True)  # (U,), (B*T,)

@@ -384,15 +384,14 @@ def hrr_vectors(embedding, rows: Tensor | None = None) -> Tensor:
         - rows: ``(N,)`` concept ids, or None for all concepts
         - output: ``(N, H)``
     """
-    if embedding.mode == "unstructured":
+    if not embedding.spec.composes:
         raise ShapeError(
-            "an 'unstructured' embedding has no HRR part (no atoms or relations); got mode 'unstructured'"
+            f"an {embedding.mode!r} embedding has no HRR part (no atoms or relations); got mode {embedding.mode!r}"
         )
     with torch.no_grad():
         a, r = embedding.atom_vectors().detach(), embedding.relation_vectors().detach()  # (A, H), (R, H)
         c = compose(embedding.program, a, r, rows)  # (N, H)
         if embedding.normalize:
             c = F.normalize(c, dim=1, eps=1e-12)
-        if embedding.mode == "add":
-            c = c + (embedding.table if rows is None else embedding.table[rows]).detach()
+        c = embedding.spec.hrr_space(embedding, c, rows)  # C, or C + W where the table is added
     return c

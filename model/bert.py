@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from hrr_kernel import MODES, HRREmbedding, Program
+from hrr_kernel import MODES, EmbeddingMode, HRREmbedding, Program, mode_spec
 
 from .cache import CodeCache, cache_distribution, mix_log_probs, visible_codes
 from .common import (
@@ -70,7 +70,7 @@ class BertConfig(ConfigDict):
     attn_dropout: float = 0.1  # dropout on attention probabilities
     layer_norm_eps: float = 1e-12  # LayerNorm epsilon (BERT's)
     init_std: float = 0.02  # std of the N(0, std) initialisation of every weight matrix
-    mode: str = "base"  # token embedding: unstructured, base, freq, add or cat (HRREmbedding)
+    mode: str = "base"  # token embedding: a mode of hrr_kernel.MODES (unstructured, base, freq, add, cat)
     normalize: bool = False  # scale each HRR concept vector to unit L2 norm
     freq_resolution: float = 10.0  # bins per unit of log frequency (mode freq)
     # MLM logits from the HRR half spectra (HRREmbedding.decode), inputs by row; None: where it is one
@@ -82,15 +82,22 @@ class BertConfig(ConfigDict):
     pooling: str = "cls"
 
     @property
+    def spec(self) -> EmbeddingMode:
+        """The embedding mode's spec (:data:`hrr_kernel.MODES`)."""
+        return mode_spec(self.mode)
+
+    @property
     def uses_spectral_decoder(self) -> bool:
-        """Whether MLM logits are computed in the spectral domain (``spectral_decoder``, resolved)."""
-        if self.mode == "unstructured":
+        """Whether MLM logits are computed in the spectral domain (``spectral_decoder``, resolved: by
+        default where the mode's spec says the decoder is one matmul)."""
+        spec = self.spec
+        if not spec.composes:
             return False
-        return self.mode == "base" if self.spectral_decoder is None else bool(self.spectral_decoder)
+        return spec.spectral_decoder if self.spectral_decoder is None else bool(self.spectral_decoder)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+            raise ValueError(f"mode must be one of {tuple(MODES)}, got {self.mode!r}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
         if self.dim % self.n_heads:
@@ -517,7 +524,7 @@ class HRRBert(nn.Module):
             state = load_file(str(w), device=str(program.device))
         except (SafetensorError, OSError, ValueError) as e:
             raise PretrainedFileError(w, f"unreadable or corrupt safetensors file ({e})") from e
-        placeholder = torch.zeros(program.n_concepts) if config.mode == "freq" else None
+        placeholder = torch.zeros(program.n_concepts) if config.spec.frequency else None
         model = cls(config, program, log_frequency=placeholder)
         try:
             model.load_state_dict(state)
@@ -548,9 +555,10 @@ class HRRBert(nn.Module):
         ``trained`` alone counts: call it so only on a model whose whole training ``trained`` covers (the
         end of pretraining); fine-tuning a model without a record leaves it unsettled. The rule:
         atoms and relations that only untrained tokens use become the mean of the trained ones of their
-        kind (:func:`hrr_kernel.settle_untrained`); an untrained token's row of the ``unstructured`` or
-        ``cat`` table becomes the mean of the trained codes' rows (special tokens left out of the mean),
-        and of the ``add`` table zero (the token is its composition alone); :mod:`model.transfer` gives a
+        kind (:func:`hrr_kernel.settle_untrained`); an untrained token's table row follows the mode's
+        ``untrained_fill`` (:mod:`hrr_kernel.modes`): ``mean``, the mean of the trained codes' rows
+        (special tokens left out; ``unstructured``, ``cat``), or ``zero``, the token being its
+        composition alone (``add``); :mod:`model.transfer` gives a
         new release's new tokens the same (its ``[UNK]`` row is that mean when no data held ``[UNK]``).
         The MLM bias is left alone. Returns the counts.
 
@@ -586,9 +594,10 @@ class HRRBert(nn.Module):
                 special = torch.tensor([c in SPECIAL_TOKENS for c in self.program.concept_codes])
                 known = trained & ~special
                 dev = tok.table.device
-                if tok.mode == "add" or known.any():  # no trained code to take a mean of: left as it is
+                zero = tok.spec.untrained_fill == "zero"
+                if zero or known.any():  # no trained code to take a mean of: left as it is
                     with torch.no_grad():
-                        fill = 0 if tok.mode == "add" else tok.table[known.to(dev)].mean(0)
+                        fill = 0 if zero else tok.table[known.to(dev)].mean(0)
                         tok.table[todo.to(dev)] = fill
                     out["rows_settled"] = int(todo.sum())
         self.untrained_tokens = torch.nonzero(~trained).flatten().tolist()

@@ -250,7 +250,7 @@ class HRRBertPreTrainedModel(PreTrainedModel):
         # built outright on the program's device (transformers initialises models on the meta device; the
         # HRR program's index tensors must be real, and HRRBert initialises its own weights)
         with torch.device(program.device):
-            if log_frequency is None and bert.mode == "freq":  # the frequency encoding comes with the weights
+            if log_frequency is None and bert.spec.frequency:  # the frequency encoding comes with the weights
                 log_frequency = torch.zeros(program.n_concepts)
             self.hrrbert = HRRBert(bert, program, log_frequency=log_frequency)
         config.program_id, config.n_concepts = program.program_id, program.n_concepts

@@ -49,6 +49,7 @@ import torch
 from torch import Tensor
 
 from hrr_kernel import (
+    MODES,
     PROVENANCE,
     SPECIAL_TOKENS,
     Program,
@@ -68,13 +69,12 @@ UNK = "[UNK]"
 ATOMS, RELATIONS = "embeddings.token.atoms", "embeddings.token.relations"
 TABLE, FREQ, BIAS = "embeddings.token.table", "embeddings.token.freq_encoding", "mlm.bias"
 TOKEN_TENSORS = (ATOMS, RELATIONS, TABLE, FREQ, BIAS)
-# what a new token's row of each per-token tensor is (the report names the rules it used)
+# what a new token's row of each per-token tensor is (the report names the rules it used): the embedding's
+# per-token tensor by the mode's spec (hrr_kernel.modes: new_row, new_row_note), the MLM bias by this rule
+BIAS_RULE = "median bias of the trained codes"
 NEW_ROW_RULES = {
-    "unstructured": "[UNK] row",
-    "cat": "[UNK] row",
-    "add": "zero",
-    "freq": "[UNK] row (lowest frequency bin)",
-    "mlm_bias": "median bias of the trained codes",
+    **{name: spec.new_row_note for name, spec in MODES.items() if spec.new_row is not None},
+    "mlm_bias": BIAS_RULE,
 }
 EXAMPLES = 10  # codes listed in the report per group (dropped, new)
 
@@ -113,16 +113,17 @@ def _bias_fill(old: Program, bias: Tensor) -> Tensor:
 
 def _token_tensors(model: HRRBert, sources: Tensor, has_new: bool) -> dict[str, Tensor]:
     """The new per-token tables of ``model`` (table, freq encoding, MLM bias) by the documented rules."""
-    old, mode = model.program, model.config.mode
+    old, spec = model.program, model.config.spec
     state = model.state_dict()
     out = {BIAS: _carry_rows(state[BIAS], sources, _bias_fill(old, state[BIAS]))}
-    unk = _old_row(old, UNK, mode) if has_new and mode in ("unstructured", "cat", "freq") else 0
-    if TABLE in state:
-        table = state[TABLE]
-        fill = torch.zeros_like(table[0]) if mode == "add" else table[unk]
-        out[TABLE] = _carry_rows(table, sources, fill)
-    if FREQ in state:
-        out[FREQ] = _carry_rows(state[FREQ], sources, state[FREQ][unk])
+    key = {"table": TABLE, "freq_encoding": FREQ}.get(spec.per_token_tensor)
+    if key is not None:
+        rows = state[key]
+        if spec.new_row == "zero":
+            fill = torch.zeros_like(rows[0])
+        else:  # "[UNK]": the trained [UNK] row
+            fill = rows[_old_row(old, UNK, spec.name) if has_new else 0]
+        out[key] = _carry_rows(rows, sources, fill)
     return out
 
 
@@ -183,7 +184,7 @@ def _codes(program: Program, rows: list[int]) -> list[str]:
 
 def _report(model: HRRBert, new: Program, carried, sources: Tensor, init: str, seed: int) -> dict[str, Any]:
     """What the transfer did (see the module docstring)."""
-    old, mode = model.program, model.config.mode
+    old, spec = model.program, model.config.spec
     provenance = token_provenance(old, new, carried)
     counts = torch.bincount(provenance, minlength=len(PROVENANCE)).tolist()
     unchanged = unchanged_tokens(old, new)
@@ -192,11 +193,11 @@ def _report(model: HRRBert, new: Program, carried, sources: Tensor, init: str, s
     dropped = [i for i in range(old.n_concepts) if i not in kept]
     atoms = carried.counts()
     rules = {}
-    if mode in ("unstructured", "cat", "add", "freq"):
-        rules["table" if mode != "freq" else "freq_encoding"] = NEW_ROW_RULES[mode]
-    rules["mlm_bias"] = NEW_ROW_RULES["mlm_bias"]
+    if spec.per_token_tensor is not None:
+        rules[spec.per_token_tensor] = spec.new_row_note
+    rules["mlm_bias"] = BIAS_RULE
     return {
-        "mode": mode,
+        "mode": spec.name,
         "init": init,
         "seed": seed,
         "old_program_id": old.program_id,
@@ -214,7 +215,7 @@ def _report(model: HRRBert, new: Program, carried, sources: Tensor, init: str, s
             "matched": atoms["atoms_matched"],
             "new": atoms["atoms_new"],
             "by_kind": atoms["atoms_by_kind"],
-            "used": mode != "unstructured",
+            "used": spec.composes,
         },
         "relations": {"matched": atoms["relations_matched"], "new": atoms["relations_new"]},
     }
@@ -236,11 +237,10 @@ def transfer_model(
     dtype of ``model`` and lives on ``new_program``'s device; ``model`` is not changed.
     """
     old = model.program
-    mode = model.config.mode
     sources = token_sources(old, new_program)  # (N_new,)
     carried = _carry_hrr(model, new_program, init, seed, atom_parents)
     with torch.random.fork_rng(devices=[]):  # the throwaway initialisation leaves the global RNG alone
-        placeholder = torch.zeros(new_program.n_concepts) if mode == "freq" else None
+        placeholder = torch.zeros(new_program.n_concepts) if model.config.spec.frequency else None
         new = HRRBert(model.config, new_program, log_frequency=placeholder)
     new.to(dtype=next(model.parameters()).dtype)
     state = {k: v.to(new_program.device) for k, v in model.state_dict().items()}

@@ -20,7 +20,6 @@ from .defaults import (
     DEMO_EVALUATE,
     DEMO_EXPERIMENT,
     DEMO_FINETUNE,
-    DEMO_FULL_CONFIGURATIONS,
     DEMO_PATIENTS,
     DEMO_PRETRAIN,
 )  # fmt: skip
@@ -101,7 +100,12 @@ def run_demo(
     mimic = next(d for d in datasets if d.path.parent.name == "demo-mimic")
     eicu = next((d for d in datasets if d.path.parent.name == "demo-eicu"), None)
     ground_truth = Path(mimic.manifest["source"]["path"]) / "ground_truth"
-    extra = {"configurations": DEMO_FULL_CONFIGURATIONS} if full else {}
+    if full:  # every embedding mode there is
+        from hrr_kernel import MODES
+
+        extra = {"configurations": tuple(MODES)}
+    else:
+        extra = {}
     result = run_demo_experiment(
         out, mimic.path, program.path, eicu.path if eicu else None, name=demo_name(size, patients, train_steps,
         trials, seed, full), train_steps=train_steps, trials=trials, device=device,

@@ -81,10 +81,12 @@ def _model_record(model: str | Path, old: Side, new: Side) -> tuple[Path, dict[s
             f"{mdir}: the model was trained on program {pid!r}, but the diff compares {old.program_id} (OLD) "
             f"and {new.program_id} (NEW); pass a model of one of them"
         )
-    if mode == "unstructured":
+    from hrr_kernel import hrr_mode_names, mode_spec
+
+    if not mode_spec(mode).composes:
         raise PipelineError(
-            f"{mdir}: mode 'unstructured' learns a free vector per token and composes nothing, so there is no "
-            "HRR vector to compare across programs; pass a model of mode base, freq, add or cat"
+            f"{mdir}: mode {mode!r} learns a free vector per token and composes nothing, so there is no "
+            f"HRR vector to compare across programs; pass a model of mode {', '.join(hrr_mode_names())}"
         )
     trained_on = "old" if pid == old.program_id else "new"
     return mdir, {

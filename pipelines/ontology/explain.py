@@ -9,7 +9,8 @@ lists the top atoms (key, label, kind, similarity, whether the program holds tha
 own atoms for that relation with their rank in the same memory (0 = nearest; the number of atoms strictly
 more similar, as :func:`hrr_kernel.unbinding_recall` counts it).
 
-``drift`` says how far the trained vector is from its ontology composition ``C``:
+``drift`` says how far the trained vector is from its ontology composition ``C`` (computed by the mode's
+spec, :meth:`hrr_kernel.EmbeddingMode.drift`, and noted by its ``explain_note``):
 
 - ``base``: identical by construction (cosine 1, nothing beside ``C``);
 - ``freq``: cosine of the embedding ``C + PE`` with ``C``, and the share ``|PE|² / (|C|² + |PE|²)`` of the
@@ -22,7 +23,6 @@ more similar, as :func:`hrr_kernel.unbinding_recall` counts it).
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,13 +43,6 @@ __all__ = [
     "summary_lines",
     "write_json",
 ]
-
-DRIFT_NOTES = {
-    "base": "the embedding is the composition: identical by construction",
-    "freq": "the embedding adds a fixed frequency encoding to the composition; explain unbinds the composition",
-    "add": "the embedding is the composition plus a free table W; explain unbinds C + W",
-    "cat": "the embedding is [composition, table]; explain unbinds the composition half",
-}
 
 
 @dataclass
@@ -116,21 +109,13 @@ class Explanation:
 
 def drift_of(trained: TrainedVectors, row: int) -> Drift:
     """The :class:`Drift` of one code's trained vector from its composition."""
-    import torch
+    from hrr_kernel import mode_spec
 
+    spec = mode_spec(trained.mode)
     c = trained.composition[row].double()  # (H,)
-    if trained.mode == "base" or trained.extra is None:
-        return Drift(trained.mode, 1.0, 0.0, DRIFT_NOTES.get(trained.mode, ""))
-    w = trained.extra[row].double()  # (H,) or (D - H,)
-    cc, ww = float(c.dot(c)), float(w.dot(w))
-    share = ww / (cc + ww) if cc + ww > 0 else float("nan")
-    if trained.mode == "cat":
-        cosine = math.sqrt(1.0 - share) if cc + ww > 0 else float("nan")
-    else:
-        e = c + w
-        den = float(e.norm() * c.norm())
-        cosine = float(torch.dot(e, c)) / den if den > 0 else float("nan")
-    return Drift(trained.mode, cosine, share, DRIFT_NOTES[trained.mode])
+    w = None if trained.extra is None else trained.extra[row].double()  # (H,) or (D - H,)
+    cosine, share = spec.drift(c, w)
+    return Drift(trained.mode, cosine, share, spec.explain_note)
 
 
 def _relations_asked(trained: TrainedVectors, row: int, names: tuple[str, ...], every: bool) -> list[int]:

@@ -98,23 +98,23 @@ def load_trained(path: str | Path, device: str = "cpu") -> TrainedVectors:
     import torch
     import torch.nn.functional as F
 
-    from hrr_kernel import compose, hrr_vectors
+    from hrr_kernel import compose, hrr_mode_names, hrr_vectors
     from model import HRRBert
 
     mdir = model_folder(path)
     model = HRRBert.from_pretrained(mdir, device=device)
     token = model.embeddings.token
-    if token.mode == "unstructured":
+    if not token.spec.composes:
         raise NotHRRError(
-            f"{mdir}: the model is 'unstructured' (a plain embedding table): it has no atoms or relations to "
-            "unbind or compose; explain and query need an HRR mode (base, freq, add, cat)"
+            f"{mdir}: the model is {token.mode!r} ({token.spec.note}): it has no atoms or relations to "
+            f"unbind or compose; explain and query need an HRR mode ({', '.join(hrr_mode_names())})"
         )
     with torch.no_grad():
         atoms, relations = token.atom_vectors().detach().float(), token.relation_vectors().detach().float()
         c = compose(model.program, atoms, relations)  # (N, H)
         if token.normalize:
             c = F.normalize(c, dim=1, eps=1e-12)
-        extra = {"freq": token.freq_encoding, "add": token.table, "cat": token.table}.get(token.mode)
+        extra = token.spec.beside(token)  # what the mode puts beside C (hrr_kernel.modes)
         extra = None if extra is None else extra.detach().float()
     vectors = hrr_vectors(token).float()  # (N, H): C, or C + W for add
     return TrainedVectors(

@@ -76,7 +76,7 @@ def build_model(cfg: PretrainConfig, program, ds: TokenizedDataset):
         dropout=cfg.dropout,
         attn_dropout=cfg.dropout,
     )
-    logf = ds.log_frequency() if cfg.mode == "freq" else None
+    logf = ds.log_frequency() if bert_cfg.spec.frequency else None
     return HRRBert(bert_cfg, program, log_frequency=logf)
 
 
