@@ -5,7 +5,7 @@
 (c) ``ours``: ``hrr_kernel.compose`` (relation-atom pair table, explicit adjoints, pooled buffers).
 (d) ``spectral``: ``compose_spectrum`` of every concept, the half spectrum as its real view ``(N, 2F)``
 without the final ``irfft`` (and, backward, without the gradient's ``rfft``): the matrix work of an MLM
-step on the spectral path (``BertConfig.spectral_decoder``).
+step on the spectral path (``HRRBertSettings.spectral_decoder``).
 (e) ``batch_rows``: the rows of one fine-tuning batch of ``BATCH x SEQ`` codes, as
 ``HRREmbedding.forward`` composes them: ``torch.unique`` of the ids, ``compose(rows=unique)``, then
 ``embedding(inverse)`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).

@@ -10,9 +10,9 @@ For each (preset, mode) it measures, on a synthetic paper-scale program (25,493 
   (``token_matrix()`` + ``backward``), measured separately, divided by the step time;
 * ratios against the ``unstructured`` baseline of the same preset, measured in the same run;
 * every HRR mode twice: the tied decoder on the signal-domain matrix (``decoder`` ``matrix``) and in the
-  spectral domain (``spectral``: ``BertConfig.spectral_decoder``, inputs composed for the batch's rows only,
+  spectral domain (``spectral``: ``HRRBertSettings.spectral_decoder``, inputs composed for the batch's rows only,
   no full-matrix ``irfft``; same logits up to float rounding), and a third time with the atoms and
-  relations trained as half spectra as well (``spectral-atoms``: ``BertConfig.spectral_atoms``; no
+  relations trained as half spectra as well (``spectral-atoms``: ``HRRBertSettings.spectral_atoms``; no
   ``rfft`` of the atoms either, only the sparse product is left of the composition).
 
 Goal (issue 6): the matrix share at most 15 % for BERT-base at paper scale on the 2-core CPU. Times are
@@ -53,7 +53,7 @@ SEQ = 128  # codes per sequence, [CLS] included (the paper's max_len)
 N_SPECIAL = 5  # concept ids 0..4 are the program's special tokens ([PAD], [CLS], [SEP], [MASK], [UNK])
 CLS_ID = 1
 CODES_PER_VISIT = 8  # synthetic visit segments: every 8 codes start a new visit
-LAST_SEGMENT = 99  # the last visit-segment embedding (BertConfig.max_segments - 1)
+LAST_SEGMENT = 99  # the last visit-segment embedding (HRRBertSettings.max_segments - 1)
 MASK_PROB = 0.15  # BERT's share of masked codes
 
 

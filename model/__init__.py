@@ -1,7 +1,7 @@
 """Models over ICD-code sequences whose token embedding is the HRR kernel.
 
 Public API: :class:`HRRBert` (BERT with ``HRREmbedding`` tokens, a tied MLM head and pooled task
-heads), :class:`BertConfig` and its presets, the memory networks (:class:`MemN2N`, :class:`MemNN`), the
+heads), :class:`HRRBertSettings` and its presets, the memory networks (:class:`MemN2N`, :class:`MemNN`), the
 visit-level :class:`VisitTransformer`, :class:`Doctor2Vec` (doctor-trial matching), :func:`transfer_model`
 (carry a trained HRRBert over to a new program, :mod:`model.transfer`), and the package's errors.
 
@@ -13,7 +13,7 @@ Auto classes. They are also reachable as ``model.HRRBertModel`` etc., imported o
 ``model`` never imports ``transformers``).
 """
 
-from .bert import PRESETS, TASKS, BertConfig, HRRBert, bert_base, bert_small, bert_tiny, preset
+from .bert import PRESETS, TASKS, HRRBert, HRRBertSettings, bert_base, bert_small, bert_tiny, preset
 from .card import read_vocab, write_model_card
 from .doctor2vec import Doctor2Vec, Doctor2VecConfig
 from .errors import ModelError, ModelWriteError, PretrainedFileError, ProgramMismatchError
@@ -23,7 +23,7 @@ from .visit_transformer import VisitTransformer, VisitTransformerConfig, group_v
 
 __all__ = [
     "HRRBert",
-    "BertConfig",
+    "HRRBertSettings",
     "PRESETS",
     "TASKS",
     "preset",

@@ -37,7 +37,7 @@ from .common import (
 from .errors import PretrainedFileError, ProgramMismatchError
 
 __all__ = [
-    "BertConfig",
+    "HRRBertSettings",
     "HRRBert",
     "PRESETS",
     "preset",
@@ -52,12 +52,12 @@ __all__ = [
 MODEL_KIND = "hrrbert"
 # task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per ICD-10 chapter)
 TASKS: dict[str, int] = {"mortality": 1, "chapters": 22}
-POOLINGS = ("cls", "cls+mean")  # BertConfig.pooling: the task heads' input
+POOLINGS = ("cls", "cls+mean")  # HRRBertSettings.pooling: the task heads' input
 PAD_CODE = "[PAD]"  # the program's padding token (hrr_kernel.SPECIAL_TOKENS[0])
 
 
 @dataclass
-class BertConfig(ConfigDict):
+class HRRBertSettings(ConfigDict):
     """Sizes and options of an HRRBERT (saved as ``config.json``)."""
 
     dim: int = 768  # hidden size D (also the HRR embedding dimension)
@@ -105,30 +105,30 @@ class BertConfig(ConfigDict):
         check_positive(self, ("dim", "n_layers", "n_heads", "ffn_dim", "max_len", "max_segments"))
 
 
-def bert_base(**overrides: Any) -> BertConfig:
+def bert_base(**overrides: Any) -> HRRBertSettings:
     """The paper's BERT-base: 12 layers, 768 wide, 12 heads, 3072 feed-forward."""
-    return replace(BertConfig(), **overrides)
+    return replace(HRRBertSettings(), **overrides)
 
 
-def bert_small(**overrides: Any) -> BertConfig:
+def bert_small(**overrides: Any) -> HRRBertSettings:
     """A CPU-sized model: 4 layers, 256 wide, 4 heads, 1024 feed-forward."""
-    return replace(BertConfig(dim=256, n_layers=4, n_heads=4, ffn_dim=1024), **overrides)
+    return replace(HRRBertSettings(dim=256, n_layers=4, n_heads=4, ffn_dim=1024), **overrides)
 
 
-def bert_tiny(**overrides: Any) -> BertConfig:
+def bert_tiny(**overrides: Any) -> HRRBertSettings:
     """A test-sized model: 2 layers, 64 wide, 2 heads, 256 feed-forward."""
-    return replace(BertConfig(dim=64, n_layers=2, n_heads=2, ffn_dim=256), **overrides)
+    return replace(HRRBertSettings(dim=64, n_layers=2, n_heads=2, ffn_dim=256), **overrides)
 
 
-def bert_mini(**overrides: Any) -> BertConfig:
+def bert_mini(**overrides: Any) -> HRRBertSettings:
     """The demo's model: 2 layers, 128 wide, 2 heads, 512 feed-forward (HRR vectors of 128 dimensions)."""
-    return replace(BertConfig(dim=128, n_layers=2, n_heads=2, ffn_dim=512), **overrides)
+    return replace(HRRBertSettings(dim=128, n_layers=2, n_heads=2, ffn_dim=512), **overrides)
 
 
 PRESETS = {"tiny": bert_tiny, "mini": bert_mini, "small": bert_small, "bert-base": bert_base}
 
 
-def preset(name: str, **overrides: Any) -> BertConfig:
+def preset(name: str, **overrides: Any) -> HRRBertSettings:
     """A preset config by name (``tiny``, ``small``, ``bert-base``) with field overrides."""
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
@@ -138,7 +138,7 @@ def preset(name: str, **overrides: Any) -> BertConfig:
 class Embeddings(nn.Module):
     """Token (HRR) + position + visit-segment embeddings, then LayerNorm and dropout."""
 
-    def __init__(self, config: BertConfig, program: Program, log_frequency: Tensor | None) -> None:
+    def __init__(self, config: HRRBertSettings, program: Program, log_frequency: Tensor | None) -> None:
         super().__init__()
         self.token = HRREmbedding(
             program,
@@ -176,7 +176,7 @@ class Embeddings(nn.Module):
 class SelfAttention(nn.Module):
     """Multi-head self-attention (fused QKV, ``scaled_dot_product_attention``)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HRRBertSettings) -> None:
         super().__init__()
         self.n_heads = config.n_heads
         self.qkv = nn.Linear(config.dim, 3 * config.dim)
@@ -198,7 +198,7 @@ class SelfAttention(nn.Module):
 class Layer(nn.Module):
     """A post-LayerNorm Transformer layer: ``x = LN(x + attn(x)); x = LN(x + ffn(x))``."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HRRBertSettings) -> None:
         super().__init__()
         self.attn = SelfAttention(config)
         self.norm1 = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
@@ -216,7 +216,7 @@ class Layer(nn.Module):
 class MLMHead(nn.Module):
     """Transform (dense, GELU, LayerNorm) then a decoder tied to the token embedding matrix, plus a bias."""
 
-    def __init__(self, config: BertConfig, n_concepts: int) -> None:
+    def __init__(self, config: HRRBertSettings, n_concepts: int) -> None:
         super().__init__()
         self.dense = nn.Linear(config.dim, config.dim)
         self.norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
@@ -236,7 +236,7 @@ class MLMHead(nn.Module):
 class PooledHead(nn.Module):
     """BERT pooler (dense + tanh) on what ``HRRBert.pool_states`` gives, dropout, then one linear layer per task."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: HRRBertSettings) -> None:
         super().__init__()
         self.pool = nn.Linear(config.dim, config.dim)
         self.drop = nn.Dropout(config.dropout)
@@ -259,7 +259,7 @@ class HRRBert(nn.Module):
     (``task`` given: pooled logits), so one ``DistributedDataParallel`` wrapper serves both.
     """
 
-    def __init__(self, config: BertConfig, program: Program, log_frequency: Tensor | None = None) -> None:
+    def __init__(self, config: HRRBertSettings, program: Program, log_frequency: Tensor | None = None) -> None:
         super().__init__()
         self.config = config
         self.program = program
@@ -514,7 +514,7 @@ class HRRBert(nn.Module):
                 path=d / CONFIG_FILE, expected=meta.get("program_id"), found=program.program_id
             )
         try:
-            config = BertConfig.from_dict(meta["config"])
+            config = HRRBertSettings.from_dict(meta["config"])
         except (TypeError, ValueError) as e:
             raise PretrainedFileError(d / CONFIG_FILE, f"invalid config: {e}") from e
         w = d / WEIGHTS_FILE

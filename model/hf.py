@@ -49,7 +49,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPooling, MaskedLMOu
 
 from hrr_kernel import Program, load_program
 
-from .bert import MODEL_KIND, TASKS, BertConfig, HRRBert
+from .bert import MODEL_KIND, TASKS, HRRBert, HRRBertSettings
 from .card import PROGRAM_DIR, write_model_card
 from .errors import PretrainedFileError
 
@@ -89,7 +89,7 @@ class HRRBertConfig(PretrainedConfig):
     """The HRRBERT ``config.json`` as a ``transformers`` config.
 
     Its keys are those :meth:`model.HRRBert.save_pretrained` writes: ``kind``, ``config`` (the
-    :class:`model.BertConfig` fields), ``program_id``, ``n_concepts`` and the run's extras (``task``,
+    :class:`model.HRRBertSettings` fields), ``program_id``, ``n_concepts`` and the run's extras (``task``,
     ``run_id``, ...), so ``HRRBert.read_config`` and ``AutoConfig`` read one file. The usual names
     (``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``, ``intermediate_size``,
     ``max_position_embeddings``, ``vocab_size``) are read-only views of ``config``.
@@ -100,7 +100,7 @@ class HRRBertConfig(PretrainedConfig):
     def __init__(
         self,
         kind: str = MODEL_KIND,
-        config: dict[str, Any] | BertConfig | None = None,
+        config: dict[str, Any] | HRRBertSettings | None = None,
         program_id: str | None = None,
         n_concepts: int | None = None,
         task: str | None = None,
@@ -109,9 +109,9 @@ class HRRBertConfig(PretrainedConfig):
         if kind != MODEL_KIND:
             raise ValueError(f"not an HRRBERT config: kind is {kind!r}, expected {MODEL_KIND!r}")
         if config is None:
-            config = BertConfig()
+            config = HRRBertSettings()
         bert = (
-            config if isinstance(config, BertConfig) else BertConfig.from_dict(config)
+            config if isinstance(config, HRRBertSettings) else HRRBertSettings.from_dict(config)
         )  # bad keys: ValueError
         if task is not None and task not in TASKS:
             raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
@@ -125,7 +125,7 @@ class HRRBertConfig(PretrainedConfig):
         super().__init__(**kwargs)
 
     @classmethod
-    def from_bert_config(cls, bert_config: BertConfig, program: Program, **kwargs: Any) -> HRRBertConfig:
+    def from_bert_config(cls, bert_config: HRRBertSettings, program: Program, **kwargs: Any) -> HRRBertConfig:
         """A config for a new model of ``bert_config``'s sizes over ``program``'s vocabulary."""
         return cls(
             config=bert_config.to_dict(),
@@ -135,8 +135,8 @@ class HRRBertConfig(PretrainedConfig):
         )
 
     @property
-    def bert_config(self) -> BertConfig:
-        return BertConfig.from_dict(self.config)
+    def bert_config(self) -> HRRBertSettings:
+        return HRRBertSettings.from_dict(self.config)
 
     # transformers' names, read-only views of the BERT config
     hidden_size = _bert_field("dim")

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from hrr_kernel import MODES
-from model import BertConfig, HRRBert, PretrainedFileError, ProgramMismatchError, bert_base, preset
+from model import HRRBert, HRRBertSettings, PretrainedFileError, ProgramMismatchError, bert_base, preset
 
 
 def make(program, mode="base", **kw):
@@ -41,7 +41,7 @@ def test_presets():
     )
     assert preset("small").dim == 256 and preset("tiny").n_layers == 2
     with pytest.raises(ValueError, match="divisible"):
-        BertConfig(dim=10, n_heads=3)
+        HRRBertSettings(dim=10, n_heads=3)
     with pytest.raises(ValueError, match="unknown model preset"):
         preset("huge")
 
@@ -224,7 +224,7 @@ def test_spectral_atoms_train_the_same_function_and_save_a_plain_folder(program,
 
 
 def test_cls_mean_pooling_reads_cls_plus_the_mean_of_real_positions(program):
-    assert BertConfig().pooling == "cls"  # BERT's, and what configs saved before the field load as
+    assert HRRBertSettings().pooling == "cls"  # BERT's, and what configs saved before the field load as
     with pytest.raises(ValueError, match="pooling must be one of"):
         preset("tiny", pooling="max")
     m = make(program, pooling="cls+mean").eval()

@@ -245,7 +245,7 @@ def test_new_model_from_a_config(hf, program, tmp_path):
     torch.testing.assert_close(direct.hrrbert.state_dict(), new.hrrbert.state_dict())
     with pytest.raises(ValueError, match="unknown task"):
         hf.HRRBertConfig(task="sepsis")
-    with pytest.raises(ValueError, match="unknown BertConfig key"):
+    with pytest.raises(ValueError, match="unknown HRRBertSettings key"):
         hf.HRRBertConfig(config={"dim": 64, "width": 3})
 
 

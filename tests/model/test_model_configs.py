@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from model import BertConfig, Doctor2VecConfig, MemN2NConfig, MemNNConfig, VisitTransformerConfig
+from model import Doctor2VecConfig, HRRBertSettings, MemN2NConfig, MemNNConfig, VisitTransformerConfig
 
 CONFIGS = [
-    (BertConfig, {}, "n_layers"),
+    (HRRBertSettings, {}, "n_layers"),
     (MemN2NConfig, {"n_words": 5, "n_codes": 4, "n_answers": 3}, "max_question_len"),
     (MemNNConfig, {"n_words": 5, "n_codes": 4, "n_answers": 3}, "hops"),
     (VisitTransformerConfig, {"n_codes": 9}, "ffn_dim"),
