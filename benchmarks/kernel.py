@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 CACHE = ROOT / "benchmarks" / "_cache"
-PAPER_CONCEPTS = 25_493  # hrr_kernel.synthetic.PAPER["n_concepts"]
+PAPER_CONCEPTS = 25_493  # tests.helpers.synthetic_program.PAPER["n_concepts"]
 SWEEP = (5_000, 25_000, 100_000, 350_000)
 QUICK_SWEEP = (2_000, 5_000)
 WORKER_METHODS = ("paper", "torchhd", "ours", "spectral", "spectral_atoms", "batch_rows", "fft_floor")
@@ -51,7 +51,7 @@ GOALS = (
 
 def synthetic_program(n_concepts: int, shared: float = 0.0, seed: int = 0) -> Path:
     """Write (once, cached) a paper-shaped synthetic program with ``n_concepts`` codes."""
-    from hrr_kernel.synthetic import cached_paper_program
+    from tests.helpers.synthetic_program import cached_paper_program
 
     return cached_paper_program(CACHE, n_concepts, shared=shared, seed=seed)
 

@@ -46,7 +46,7 @@ EFFECTIVE_TIMES = np.array(
     [20170131, 20170731, 20180131, 20180731, 20190131, 20190731, 20200131, 20210131, 20210731, 20220531],
     dtype=np.int64,
 )
-INITIAL_CHAR_INSENSITIVE = 900000000000020002
+INITIAL_CHAR_INSENSITIVE = S.INITIAL_CHAR_INSENSITIVE
 
 # Volumes at scale 1.0 (SNOMED CT International 2022-05-31 orders of magnitude).
 N_CONCEPTS = 360_000
@@ -147,41 +147,20 @@ ATTRIBUTES: list[tuple[int, str, str, str, float]] = [
 ]
 STRENGTH_NUMERATOR_VALUE = 1142135004
 
-# Metadata concepts (real SCTIDs), all children of SNOMED CT Model Component.
-MODEL_COMPONENT = 900000000000441003
-CONCEPT_MODEL_ATTRIBUTE = 410662002
+# Metadata concepts (real SCTIDs; FSNs from rf2_schema.METADATA_CONCEPTS), all children of SNOMED CT Model
+# Component.
+MODEL_COMPONENT = S.MODEL_COMPONENT
+CONCEPT_MODEL_ATTRIBUTE = S.CONCEPT_MODEL_ATTRIBUTE
 METADATA: list[tuple[int, str]] = [
-    (S.FSN, "Fully specified name (core metadata concept)"),
-    (S.SYNONYM, "Synonym (core metadata concept)"),
-    (S.DEFINITION, "Definition (core metadata concept)"),
-    (S.INFERRED, "Inferred relationship (core metadata concept)"),
-    (S.STATED, "Stated relationship (core metadata concept)"),
-    (S.ADDITIONAL, "Additional relationship (core metadata concept)"),
-    (S.PREFERRED, "Preferred (foundation metadata concept)"),
-    (S.ACCEPTABLE, "Acceptable (foundation metadata concept)"),
-    (S.US_ENGLISH, "United States of America English language reference set (foundation metadata concept)"),
-    (S.GB_ENGLISH, "Great Britain English language reference set (foundation metadata concept)"),
-    (S.CORE_MODULE, "SNOMED CT core module (core metadata concept)"),
-    (S.MODEL_MODULE, "SNOMED CT model component module (core metadata concept)"),
-    (S.ICD10_MAP_MODULE, "SNOMED CT to ICD-10 rule-based mapping module (core metadata concept)"),
-    (S.PRIMITIVE, "Primitive definition status (core metadata concept)"),
-    (S.DEFINED, "Sufficiently defined definition status (core metadata concept)"),
-    (S.CASE_INSENSITIVE, "Entire term case insensitive (core metadata concept)"),
-    (INITIAL_CHAR_INSENSITIVE, "Only initial character case insensitive (core metadata concept)"),
-    (S.EXISTENTIAL, "Existential restriction modifier (core metadata concept)"),
-    (S.ICD10_MAP_REFSET, "ICD-10 complex map reference set (foundation metadata concept)"),
-    (S.MAP_CORRELATION_NOT_SPECIFIED, "Map correlation not specified (foundation metadata concept)"),
-    (
-        S.MAP_CATEGORY_PROPERLY_CLASSIFIED,
-        "Map source concept is properly classified (foundation metadata concept)",
-    ),
-    (S.MAP_CATEGORY_CANNOT_CLASSIFY, "Map source concept cannot be classified (foundation metadata concept)"),
-    (S.MAP_CATEGORY_CONTEXT_DEPENDENT, "Map is context dependent (foundation metadata concept)"),
-    (S.REPLACED_BY, "REPLACED BY association reference set (foundation metadata concept)"),
-    (S.SAME_AS, "SAME AS association reference set (foundation metadata concept)"),
-    (CONCEPT_MODEL_ATTRIBUTE, "Concept model attribute (attribute)"),
-    (S.IS_A, "Is a (attribute)"),
-]
+    (cid, S.metadata_fsn(cid))
+    for cid in (
+        S.FSN, S.SYNONYM, S.DEFINITION, S.INFERRED, S.STATED, S.ADDITIONAL, S.PREFERRED, S.ACCEPTABLE,
+        S.US_ENGLISH, S.GB_ENGLISH, S.CORE_MODULE, S.MODEL_MODULE, S.ICD10_MAP_MODULE, S.PRIMITIVE, S.DEFINED,
+        S.CASE_INSENSITIVE, INITIAL_CHAR_INSENSITIVE, S.EXISTENTIAL, S.ICD10_MAP_REFSET,
+        S.MAP_CORRELATION_NOT_SPECIFIED, S.MAP_CATEGORY_PROPERLY_CLASSIFIED, S.MAP_CATEGORY_CANNOT_CLASSIFY,
+        S.MAP_CATEGORY_CONTEXT_DEPENDENT, S.REPLACED_BY, S.SAME_AS, CONCEPT_MODEL_ATTRIBUTE, S.IS_A,
+    )
+]  # fmt: skip
 
 IFA_RULES: list[tuple[str, str]] = [
     ("IFA 248152002 | Female (finding) |", "IF FEMALE CHOOSE"),
@@ -343,7 +322,7 @@ def _concepts(rng: np.random.Generator, sz: _Sizes) -> dict[str, Any]:
     """Concept table plus the block layout: fixed concepts first, then one block per hierarchy."""
     # fixed concepts: root, model component, metadata, attribute types, hierarchy roots
     fixed_ids = [S.ROOT, MODEL_COMPONENT] + [m[0] for m in METADATA] + [a[0] for a in ATTRIBUTES]
-    fixed_fsn = ["SNOMED CT Concept (SNOMED RT+CTV3)", "SNOMED CT Model Component (metadata)"]
+    fixed_fsn = [S.metadata_fsn(S.ROOT), S.metadata_fsn(MODEL_COMPONENT)]
     fixed_fsn += [m[1] for m in METADATA] + [a[1] for a in ATTRIBUTES]
     fixed_parent = (
         [-1, 0] + [1] * len(METADATA) + [fixed_ids.index(CONCEPT_MODEL_ATTRIBUTE)] * len(ATTRIBUTES)

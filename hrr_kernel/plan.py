@@ -158,7 +158,6 @@ class ComposePlan:
     atoms_used: Tensor | None  # (A',) int64
     pair_atom: Tensor  # (P,) int64
     pair_relation: Tensor  # (P,) int64, non-decreasing
-    relation_spans: list[tuple[int, int, int]]  # (relation, start, end) over pairs, non-empty only
     row_map: Tensor | None  # (N,) int64 into the U computed rows
     m_index: tuple[Tensor, Tensor, Tensor]  # crow (U+1,), col (nnz,), val (nnz,) float64
     mt_index: tuple[Tensor, Tensor, Tensor]  # pairs × rows
@@ -221,17 +220,6 @@ def _select_rows(base: BasePlan, rows: Tensor) -> tuple[Tensor, Tensor, tuple[Te
     return uniq_rows, row_map, (crow, base.row_col[take], base.row_val[take])
 
 
-def _relation_spans(pair_relation: Tensor, n_relations: int) -> list[tuple[int, int, int]]:
-    """``(relation, start, end)`` of each relation's run of pairs (pairs are sorted by relation)."""
-    rel_counts = torch.bincount(pair_relation, minlength=n_relations).tolist()
-    spans, start = [], 0
-    for j, c in enumerate(rel_counts):
-        if c:
-            spans.append((j, start, start + c))
-        start += c
-    return spans
-
-
 def plan_rows(base: BasePlan, rows: Tensor | None) -> ComposePlan:
     """Plan for the given concept ids (any order, repeats allowed; ``None`` means all concepts).
 
@@ -279,7 +267,6 @@ def plan_rows(base: BasePlan, rows: Tensor | None) -> ComposePlan:
         atoms_used=atoms_used,
         pair_atom=pair_atom,
         pair_relation=pairs_pr,
-        relation_spans=_relation_spans(pairs_pr, base.n_relations),
         row_map=row_map,
         m_index=(crow, col, val),
         mt_index=mt_index,

@@ -15,9 +15,10 @@ Modules, in the order a compile uses them:
 - ``cli``: the ``compile-ontology`` command; ``front``: format detection and option rules;
   ``summary``: the text printed after a compile; ``logs``: the commands' logging setup.
 - ``compiler``: the RF2 compile, step by step; ``owl_input``: the OWL compile.
-- RF2 input: ``rf2_schema`` (file names, columns, constant SCTIDs), ``rf2_files`` (find files),
-  ``rf2_read`` (typed, validated tables), ``sctid`` (check digits), ``snapshot`` (state at a date),
-  ``release`` (the resolved active release); ``rf2_write`` writes RF2 (fixtures, demos).
+- RF2 input: ``rf2_schema`` (file names, columns, constant SCTIDs, the metadata concepts' terms),
+  ``rf2_files`` (find files), ``rf2_read`` (typed, validated tables), ``sctid`` (check digits),
+  ``snapshot`` (state at a date), ``release`` (the resolved active release); ``rf2_write`` writes RF2
+  (fixtures, demos).
 - OWL input: ``owl_read`` (classes, properties, edges, annotations via owlready2).
 - ICD mapping: ``icd`` (code forms, dotting rule, chapters), ``codes`` (``--codes``, ``--code-counts``),
   ``map_sources`` (NLM, OMOP, GEM, tls readers), ``map_policy`` (the precedence policy), ``mapping``
@@ -26,6 +27,7 @@ Modules, in the order a compile uses them:
   ``program`` (ids and tables), ``manifest`` (program id, manifest, publication), ``artifact``
   (hashing, atomic folders), ``errors``.
 - Reading programs back: ``sql`` (DuckDB views), ``owl_export`` (a program as OWL).
+- ``api``: the public module for the other packages (``pipelines`` imports only from it).
 """
 
 from __future__ import annotations

@@ -127,6 +127,65 @@ MAP_CATEGORY_CANNOT_CLASSIFY = 447638001
 MAP_CATEGORY_CONTEXT_DEPENDENT = 447639009
 REPLACED_BY = 900000000000526001
 SAME_AS = 900000000000527005
+# Further metadata concepts a written release describes (the compiler itself does not need them).
+MODEL_COMPONENT = 900000000000441003
+CONCEPT_MODEL_ATTRIBUTE = 410662002
+FOUNDATION_METADATA = 900000000000454005
+MODULE = 900000000000443000
+US_MODULE = 731000124108
+CASE_SENSITIVE = 900000000000017005
+INITIAL_CHAR_INSENSITIVE = 900000000000020002
+MAP_CATEGORY = 447634004
+
+# The metadata concepts of a release (modules, description and relationship types, definition status,
+# case significance, modifiers, refsets, map categories, the model component): SCTID -> (term, semantic
+# tag); the FSN is "term (tag)" (metadata_fsn). Every writer of RF2 releases takes its metadata concepts
+# from here: tests/data/make_rf2_fixture.py, benchmarks/synthetic_release.py and pipelines/demo (which
+# gives its root and modules demo names of its own). Terms are short forms of the real ones.
+METADATA_CONCEPTS: dict[int, tuple[str, str]] = {
+    ROOT: ("SNOMED CT Concept", "SNOMED RT+CTV3"),
+    MODEL_COMPONENT: ("SNOMED CT Model Component", "metadata"),
+    CONCEPT_MODEL_ATTRIBUTE: ("Concept model attribute", "attribute"),
+    IS_A: ("Is a", "attribute"),
+    FOUNDATION_METADATA: ("Foundation metadata concept", "foundation metadata concept"),
+    MODULE: ("Module", "core metadata concept"),
+    CORE_MODULE: ("SNOMED CT core module", "core metadata concept"),
+    MODEL_MODULE: ("SNOMED CT model component module", "core metadata concept"),
+    ICD10_MAP_MODULE: ("SNOMED CT to ICD-10 rule-based mapping module", "core metadata concept"),
+    US_MODULE: ("US National Library of Medicine maintained module", "core metadata concept"),
+    ICD10CM_MAP_MODULE: ("SNOMED CT to ICD-10-CM rule-based mapping module", "core metadata concept"),
+    FSN: ("Fully specified name", "core metadata concept"),
+    SYNONYM: ("Synonym", "core metadata concept"),
+    DEFINITION: ("Definition", "core metadata concept"),
+    INFERRED: ("Inferred relationship", "core metadata concept"),
+    STATED: ("Stated relationship", "core metadata concept"),
+    ADDITIONAL: ("Additional relationship", "core metadata concept"),
+    EXISTENTIAL: ("Existential restriction modifier", "core metadata concept"),
+    PRIMITIVE: ("Primitive definition status", "core metadata concept"),
+    DEFINED: ("Sufficiently defined definition status", "core metadata concept"),
+    CASE_INSENSITIVE: ("Entire term case insensitive", "core metadata concept"),
+    CASE_SENSITIVE: ("Entire term case sensitive", "core metadata concept"),
+    INITIAL_CHAR_INSENSITIVE: ("Only initial character case insensitive", "core metadata concept"),
+    PREFERRED: ("Preferred", "foundation metadata concept"),
+    ACCEPTABLE: ("Acceptable", "foundation metadata concept"),
+    US_ENGLISH: ("United States of America English language reference set", "foundation metadata concept"),
+    GB_ENGLISH: ("Great Britain English language reference set", "foundation metadata concept"),
+    ICD10_MAP_REFSET: ("ICD-10 complex map reference set", "foundation metadata concept"),
+    ICD10CM_MAP_REFSET: ("ICD-10-CM complex map reference set", "foundation metadata concept"),
+    MAP_CATEGORY: ("ICD-10 map category value", "foundation metadata concept"),
+    MAP_CORRELATION_NOT_SPECIFIED: ("Map correlation not specified", "foundation metadata concept"),
+    MAP_CATEGORY_PROPERLY_CLASSIFIED: ("Map source concept is properly classified", "foundation metadata concept"),
+    MAP_CATEGORY_CANNOT_CLASSIFY: ("Map source concept cannot be classified", "foundation metadata concept"),
+    MAP_CATEGORY_CONTEXT_DEPENDENT: ("Map is context dependent", "foundation metadata concept"),
+    REPLACED_BY: ("REPLACED BY association reference set", "foundation metadata concept"),
+    SAME_AS: ("SAME AS association reference set", "foundation metadata concept"),
+}  # fmt: skip
+
+
+def metadata_fsn(sctid: int) -> str:
+    """The fully specified name of the metadata concept ``sctid`` (a key of METADATA_CONCEPTS)."""
+    term, tag = METADATA_CONCEPTS[sctid]
+    return f"{term} ({tag})"
 
 
 def is_calendar_date(yyyymmdd: str | int) -> bool:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import importlib
 
+from pipelines.data.readers import READERS  # light: the registry only
+
 _API = {
     "build_demo_release": "pipelines.demo.release",
     "generate_cohort": "pipelines.demo.cohort",
-    "read_mimic": "pipelines.data.readers.mimic",
-    "read_eicu": "pipelines.data.readers.eicu",
-    "read_meds": "pipelines.data.readers.meds",
+    # each reader's read function: read_mimic, read_eicu, read_meds, ...
+    **{r.read: f"pipelines.data.readers.{r.module}" for r in READERS.values()},
     "tokenize": "pipelines.data.tokenize",
     "prepare": "pipelines.data.prepare",
     "prepare_demo": "pipelines.demo.prepare",

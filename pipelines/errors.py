@@ -7,7 +7,7 @@ data-quality findings (unknown codes, patients without diagnoses) are counted in
 
 from __future__ import annotations
 
-from ontology_compiler.errors import InputFileError as _CompilerInputFileError
+from ontology_compiler.api import InputFileError as _CompilerInputFileError
 
 
 class PipelineError(Exception):

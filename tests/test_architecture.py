@@ -4,6 +4,8 @@ import one way only (a static check of every ``import`` statement, including the
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,47 @@ def test_pipelines_rooms_import_one_way():
             if _rank(there) > _rank(here) or (_rank(there) == _rank(here) and there != here):
                 bad.append(f"{p.relative_to(ROOT)}:{line} ({here}) imports {mod} ({there})")
     assert not bad, "\n".join(bad)
+
+
+def _compiler_imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, module, imported names) of every absolute import of ontology_compiler in ``path``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, []) for a in node.names if a.name.startswith("ontology_compiler")]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] == "ontology_compiler":
+                out.append((node.lineno, node.module, [a.name for a in node.names]))
+    return out
+
+
+def test_pipelines_import_the_compiler_through_its_public_module():
+    """pipelines imports ontology_compiler only as ``from ontology_compiler.api import NAME`` with NAME in
+    ``ontology_compiler.api.__all__``; every other module of ontology_compiler is private to it."""
+    from ontology_compiler import api
+
+    public = set(api.__all__)
+    bad = []
+    for p in sorted((ROOT / "pipelines").rglob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        for line, mod, names in _compiler_imports(p):
+            if mod == "ontology_compiler.api" and names and set(names) <= public:
+                continue
+            hidden = sorted(set(names) - public) if mod == "ontology_compiler.api" else []
+            note = f" ({', '.join(hidden)}: not public)" if hidden else ""
+            bad.append(f"{rel}:{line} imports {mod}{note}")
+    assert not bad, "import these from ontology_compiler.api (add a name there if needed):\n" + "\n".join(bad)
+
+
+def test_compiler_public_module_is_light_and_complete():
+    """Every public name resolves, and importing the public module loads no heavy dependency."""
+    from ontology_compiler import api
+
+    assert [n for n in api.__all__ if not hasattr(api, n)] == []
+    heavy = "('pyarrow', 'duckdb', 'numpy', 'owlready2', 'torch')"
+    code = f"import sys, ontology_compiler.api; print([m for m in {heavy} if m in sys.modules])"
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "[]", res.stdout
 
 
 def test_every_pipelines_module_is_in_a_room():

@@ -3,44 +3,67 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
 import click
 
+from pipelines.data.config import UNKNOWN_CODES, PrepareConfig
+from pipelines.data.readers import READERS, Reader
 from pipelines.data.splits import SplitOptions
-from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES, demo_split_sizes
+from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES
 
 from .options import (
     INPUT_DIR,
     config_options,
     force_option,
     handle_errors,
-    name_option,
-    out_option,
     program_option,
     seed_option,
     verbosity_options,
 )
 
+F = Callable[..., Any]
 SCALED = "(default: the paper's {} scaled to the cohort)"
+EXPORTABLE = tuple(r for r in READERS.values() if r.meds_export)  # the sources export-meds writes
+
+
+def source_options(readers: Iterable[Reader], purpose: str = "") -> Callable[[F], F]:
+    """One folder option per reader of the registry (``--mimic``, ``--eicu``, ...; help: the reader's, with
+    ``purpose`` appended), given to the command as one dict ``sources`` (option keyword -> folder or None)."""
+    readers = list(readers)
+
+    def deco(fn: F) -> F:
+        @functools.wraps(fn)
+        def run(*args: Any, **kw: Any) -> Any:
+            kw["sources"] = {r.param: kw.pop(r.param) for r in readers}
+            return fn(*args, **kw)
+
+        for r in reversed(readers):
+            text = f"{r.help.removesuffix('.')} {purpose}." if purpose else r.help
+            run = click.option(r.option, r.param, type=INPUT_DIR, help=text)(run)
+        return run
+
+    return deco
+
+
+def choice_option(cls: type, name: str, choices: tuple[str, ...]) -> Callable[[F], F]:
+    """The option of the config field ``name`` whose values are ``choices`` (default and help: the field's)."""
+    (f,) = (f for f in dataclasses.fields(cls) if f.name == name)
+    return click.option("--" + name.replace("_", "-"), type=click.Choice(choices), default=f.default,
+                        show_default=True, help=f.metadata["help"])  # fmt: skip
 
 
 @click.command("prepare")
-@click.option("--mimic", type=INPUT_DIR, help="MIMIC-IV root (holding hosp/).")
-@click.option("--eicu", type=INPUT_DIR, help="eICU-CRD folder (patient.csv.gz, ...).")
-@click.option("--meds", type=INPUT_DIR, help="MEDS root (data/, metadata/).")
+@source_options(READERS.values())
 @click.option(
     "--demo", is_flag=True, help="Build the demo release, compile it, generate the synthetic cohort."
 )
 @program_option(required=False)
-@out_option("artifacts/datasets")
-@name_option("Dataset name: one folder under --out (default: <source kind>-<input folder name>).")
-@click.option(
-    "--max-len", type=int, default=128, show_default=True, help="Tokens per sequence, [CLS] included."
-)
-@click.option(
-    "--max-visits", type=int, default=100, show_default=True, help="Visits (segments) per sequence."
-)
-@click.option("--unknown", type=click.Choice(["drop", "unk"]), default="drop", show_default=True,
-              help="Codes not in the program: drop them (counted) or map them to [UNK].")  # fmt: skip
+@config_options(PrepareConfig, include=["out", "name", "max_len", "max_visits"], group="config")
+@choice_option(PrepareConfig, "unknown", UNKNOWN_CODES)
 @config_options(SplitOptions, exclude=["seed"], group="splits", help={
     "finetune_train": "mortality fine-tuning train patients " + SCALED.format("13k of 190k"),
     "finetune_val": "fine-tuning validation patients " + SCALED.format("2k of 190k"),
@@ -61,28 +84,23 @@ SCALED = "(default: the paper's {} scaled to the cohort)"
               help="Where --demo writes releases/, programs/ and ehr/.")  # fmt: skip
 @verbosity_options
 @handle_errors
-def prepare_cmd(splits: dict, demo: bool, demo_size: str, demo_patients: int, artifacts: str, **kw) -> None:
+def prepare_cmd(sources: dict, config: dict, splits: dict, demo: bool, program: str | None, unknown: str,
+                hold_out: str | None, seed: int, demo_size: str, demo_patients: int, artifacts: str) -> None:  # fmt: skip
     """Read EHR diagnoses, tokenize them against a program and write a tokenized dataset."""
     from pipelines.data.prepare import describe, prepare
 
-    if demo:  # the demo's split sizes where none is given
-        splits = {
-            **splits,
-            **{k: v for k, v in demo_split_sizes(demo_patients).items() if splits.get(k) is None},
-        }
-    opts = SplitOptions(seed=kw["seed"], **splits)
     if not demo:
-        click.echo(describe(prepare(splits=opts, **kw)))
+        click.echo(describe(prepare(program=program, seed=seed, splits=SplitOptions(seed=seed, **splits),
+                                    unknown=unknown, hold_out=hold_out, **config, **sources)))  # fmt: skip
         return
-    if kw["mimic"] or kw["eicu"] or kw["meds"] or kw["program"]:
-        raise click.ClickException(
-            "--demo builds its own release, program and cohort; drop --mimic/--eicu/--meds/--program"
-        )
+    if any(sources.values()) or program:
+        drop = "/".join([r.option for r in READERS.values()] + ["--program"])
+        raise click.ClickException(f"--demo builds its own release, program and cohort; drop {drop}")
     from pipelines.demo.prepare import prepare_demo
 
-    results = prepare_demo(artifacts=artifacts, out=kw["out"], size=demo_size, n_patients=demo_patients,
-                           seed=kw["seed"], splits=opts, max_len=kw["max_len"], max_visits=kw["max_visits"],
-                           unknown=kw["unknown"], hold_out=kw["hold_out"])  # fmt: skip
+    results = prepare_demo(artifacts=artifacts, out=config["out"], size=demo_size, n_patients=demo_patients,
+                           seed=seed, splits=splits, max_len=config["max_len"], max_visits=config["max_visits"],
+                           unknown=unknown, hold_out=hold_out)  # fmt: skip
     click.echo(describe(results))
 
 
@@ -99,7 +117,7 @@ def sql_cmd(program: str, query: str, fmt: str, max_rows: int) -> None:
     Views: atoms, relations, concepts, edges, slices, snomed_concepts, snomed_relationships,
     snomed_descriptions, icd_map (and the other graph/ tables).
     """
-    from ontology_compiler.sql import format_result, run_sql
+    from ontology_compiler.api import format_result, run_sql
 
     click.echo(format_result(run_sql(program, query), fmt=fmt, max_rows=max_rows))
 
@@ -117,8 +135,7 @@ def sql_cmd(program: str, query: str, fmt: str, max_rows: int) -> None:
 @handle_errors
 def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: str | None) -> None:
     """Write a compiled PROGRAM as an OWL ontology (RDF/XML) to OUT, e.g. for Protégé."""
-    from ontology_compiler.owl_export import export_owl
-    from ontology_compiler.sql import resolve_program
+    from ontology_compiler.api import export_owl, resolve_program
 
     from .summaries import owl_summary
 
@@ -128,8 +145,7 @@ def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: st
 
 @click.command("export-meds")
 @click.argument("out", type=click.Path(file_okay=False))
-@click.option("--mimic", type=INPUT_DIR, help="MIMIC-IV root (holding hosp/) to export.")
-@click.option("--meds", type=INPUT_DIR, help="MEDS root to export again (normalised diagnosis codes).")
+@source_options(EXPORTABLE, "to export")
 @click.option(
     "--demo", is_flag=True, help="Export the demo's synthetic MIMIC-IV-layout cohort (built if missing)."
 )
@@ -146,30 +162,25 @@ def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: st
               help="Where --demo finds or writes releases/, programs/ and ehr/.")  # fmt: skip
 @verbosity_options
 @handle_errors
-def export_meds_cmd(out: str, mimic: str | None, meds: str | None, demo: bool, dataset_name: str | None,
-                    labels: bool, force: bool, seed: int, demo_size: str, demo_patients: int,
-                    artifacts: str) -> None:  # fmt: skip
+def export_meds_cmd(out: str, sources: dict, demo: bool, dataset_name: str | None, labels: bool, force: bool,
+                    seed: int, demo_size: str, demo_patients: int, artifacts: str) -> None:  # fmt: skip
     """Write a source as a MEDS 0.4 dataset in OUT (data/, metadata/, labels/), e.g. for MEDS tools or
     `prepare --meds`. eICU has no absolute times and cannot be exported."""
-    from pathlib import Path
-
     from pipelines.data.export_meds import describe, export_meds
 
-    given = [(k, p) for k, p in (("mimic-iv", mimic), ("meds", meds)) if p is not None]
+    given = [(r.name, sources[r.param]) for r in EXPORTABLE if sources[r.param] is not None]
     if len(given) + demo != 1:
-        raise click.ClickException("give exactly one of --mimic, --meds or --demo")
+        raise click.ClickException(f"give exactly one of {', '.join(r.option for r in EXPORTABLE)} or --demo")
+    options = {"name": dataset_name, "labels": labels, "force": force}
     if demo:
-        from ontology_compiler import compile_ontology
-        from pipelines.demo.prepare import ensure_cohort, ensure_demo_release
+        from pipelines.demo.prepare import export_demo_meds
 
-        art = Path(artifacts)  # the release, program and cohort prepare --demo uses
-        release = ensure_demo_release(
-            art / "releases" / f"demo_icd10cm_{demo_size}", size=demo_size, seed=seed
-        )
-        program = compile_ontology(release, out=art / "programs").path
-        given = [("mimic-iv", ensure_cohort(art / "ehr", program, n_patients=demo_patients, seed=seed))]
-    ((kind, source),) = given
-    click.echo(describe(export_meds(kind, source, out, name=dataset_name, labels=labels, force=force)))
+        result = export_demo_meds(out, artifacts=artifacts, size=demo_size, n_patients=demo_patients, seed=seed,
+                                  **options)  # fmt: skip
+    else:
+        ((kind, source),) = given
+        result = export_meds(kind, source, out, **options)
+    click.echo(describe(result))
 
 
 COMMANDS = (prepare_cmd, sql_cmd, export_owl_cmd, export_meds_cmd)

@@ -6,32 +6,13 @@ import sys
 
 import click
 
-from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES
+from pipelines.demo.defaults import DemoConfig
 
-from .options import device_option, handle_errors, out_option, seed_option, threads_option, verbosity_options
+from .options import config_options, handle_errors, out_option, verbosity_options
 
 
 @click.command("demo")
-@out_option("artifacts")
-@click.option("--size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
-@click.option("--patients", type=int, default=DEMO_PATIENTS, show_default=True, help="Synthetic cohort size.")
-@click.option("--train-steps", type=int, default=None,
-              help="Pretraining steps per model (default: the demo's; 0: data steps only, no experiment).")  # fmt: skip
-@click.option("--trials", type=int, default=None, help="Fine-tuning trials per task (default: the demo's).")
-@seed_option(
-    help="Seed of the synthetic cohort and its splits (the demo release is the same for every seed)."
-)
-@click.option(
-    "--full", is_flag=True, help="Also train the freq, add and cat configurations (several times longer)."
-)
-@click.option(
-    "--transfer",
-    is_flag=True,
-    help="Instead: train on the release as of its first date, carry the models to the latest release "
-    "(hrrbert transfer) and score the codes it added (runs/<name>-transfer/transfer/).",
-)
-@device_option("cpu", help="cpu, cuda or auto.")
-@threads_option()
+@config_options(DemoConfig)
 @verbosity_options
 @handle_errors
 def demo_cmd(out: str, transfer: bool, **kw) -> None:
@@ -54,9 +35,8 @@ def demo_cmd(out: str, transfer: bool, **kw) -> None:
 
 
 @click.command("demo-release")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Release folder.")
-@click.option("--size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
-@seed_option()
+@out_option(required=True, help="Release folder.")
+@config_options(DemoConfig, include=["size", "seed"], help={"seed": "seed of the release's sampled content"})
 @verbosity_options
 @handle_errors
 def demo_release_cmd(out: str, size: str, seed: int) -> None:

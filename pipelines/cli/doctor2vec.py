@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import click
 
-from pipelines.doctor2vec.config import D2VOptions, D2VTrainConfig
+from pipelines.doctor2vec.config import D2VCompareConfig, D2VOptions, D2VTrainConfig
 
 from .options import (
     INPUT_DIR,
     config_options,
+    device_option,
     handle_errors,
     name_option,
     out_option,
     program_option,
     resume_option,
     run_id_option,
-    run_seeds_options,
-    threads_option,
     verbosity_options,
 )
 
@@ -29,7 +28,7 @@ def doctor2vec_group() -> None:
 @doctor2vec_group.command("generate")
 @click.argument("dataset", type=INPUT_DIR)
 @program_option()
-@out_option("artifacts/doctor2vec")
+@out_option("artifacts/doctor2vec", help="Parent folder of the data set.")
 @name_option("Data set name: one folder under --out (default: d2v-<dataset name>).")
 @config_options(D2VOptions)
 @verbosity_options
@@ -43,7 +42,7 @@ def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **k
 
 @doctor2vec_group.command("train")
 @click.argument("data", type=INPUT_DIR)
-@out_option("artifacts/runs")
+@out_option("artifacts/runs", help="Parent folder of the run.")
 @run_id_option()
 @resume_option
 @config_options(D2VTrainConfig, exclude=["data"],
@@ -62,13 +61,16 @@ def d2v_train_cmd(data: str, out: str, run_id: str | None, resume: bool, **kw) -
 
 @doctor2vec_group.command("evaluate")
 @click.argument("run", type=INPUT_DIR)
-@click.option("--data", required=True, type=INPUT_DIR)
-@program_option()
+@config_options(D2VTrainConfig, include=["data", "program"])
 @click.option("--split", type=click.Choice(["train", "val", "test", "test_rare"]), default="test_rare",
-              show_default=True)  # fmt: skip
+              show_default=True, help="Trials scored.")  # fmt: skip
 @click.option("--trial", type=int, default=None, help="Trial id whose top doctors and attention are printed.")
-@click.option("--top-doctors", type=int, default=3, show_default=True)
-@click.option("--top-patients", type=int, default=5, show_default=True)
+@click.option(
+    "--top-doctors", type=int, default=3, show_default=True, help="Best doctors printed for --trial."
+)
+@click.option("--top-patients", type=int, default=5, show_default=True,
+              help="Patients printed per doctor (those its attention weighs most).")  # fmt: skip
+@device_option("cpu")
 @verbosity_options
 @handle_errors
 def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, **kw) -> None:
@@ -82,22 +84,7 @@ def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, **kw) -> Non
 
 
 @doctor2vec_group.command("compare")
-@click.option("--dataset", required=True, type=INPUT_DIR)
-@program_option()
-@click.option(
-    "--data", type=INPUT_DIR, help="An existing Doctor2Vec data folder (default: generated from --dataset)."
-)
-@out_option("artifacts/runs/doctor2vec-compare")
-@click.option("--epochs", type=int, default=3, show_default=True)
-@click.option("--dim", type=int, default=64, show_default=True)
-@run_seeds_options(
-    "Seeds of the generated data, a count or a list (default: generate's --seed, 0); not with --data."
-)
-@click.option(
-    "--only", multiple=True, help="Keep only this configuration (e.g. hrr-base-dynamic); repeat for more."
-)
-@click.option("--visit-transformer", is_flag=True, help="Also the visit-Transformer patient encoder.")
-@threads_option()
+@config_options(D2VCompareConfig)
 @verbosity_options
 @handle_errors
 def d2v_compare_cmd(**kw) -> None:

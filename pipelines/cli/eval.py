@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import click
 
-from pipelines.data.tasks import TASKS
 from pipelines.eval.config import EvaluateConfig, ExperimentConfig
 from pipelines.train.config import FinetuneConfig, PretrainConfig
 
-from .options import INPUT_DIR, config_options, force_option, handle_errors, verbosity_options
+from .options import INPUT_DIR, config_options, force_option, handle_errors, out_option, verbosity_options
 
 
 @click.command("evaluate")
@@ -68,13 +67,14 @@ def experiment_cmd(**kw) -> None:
 
 
 @click.command("baselines")
-@click.option("--dataset", required=True, type=INPUT_DIR, help="Tokenized dataset (MIMIC layout).")
-@click.option("--out", required=True, type=click.Path(file_okay=False),
-              help="Folder for baselines.json and predictions.parquet (a finished one is read back).")  # fmt: skip
+@config_options(ExperimentConfig, include=["dataset"], help={"dataset": "tokenized dataset (MIMIC layout)"})
+@out_option(
+    required=True, help="Folder for baselines.json and predictions.parquet (a finished one is read back)."
+)
 @click.option("--ground-truth", type=INPUT_DIR, default=None,
               help="The cohort's ground_truth/ folder (task_probabilities.parquet): the ceiling.")  # fmt: skip
-@click.option("--transfer-dataset", type=INPUT_DIR, default=None, help="Dataset of another layout (eICU).")
-@click.option("--task", "tasks", multiple=True, type=click.Choice(TASKS), default=TASKS, show_default=True)
+@config_options(ExperimentConfig, include=["transfer_dataset", "tasks"], names={"tasks": "--task"},
+                help={"tasks": "tasks whose baselines and ceilings are computed"})  # fmt: skip
 @config_options(PretrainConfig, include=["program", "model", "mask_prob", "max_val", "val_batch_size", "seed"],
                 group="pretrain", help={"model": "model preset of the pretraining (its max_len, max_segments)",
                                         "seed": "pretraining seed whose validation masking is reproduced"})  # fmt: skip

@@ -8,35 +8,33 @@ stays instant. A config field becomes an option as follows (:func:`config_option
 * default: the field default (a command may override it, listed in its ``defaults=``);
 * type: from the annotation: ``bool`` -> ``--x/--no-x``; ``tuple[int, ...]`` -> repeatable;
   ``int | None`` -> ``int`` with no default; a field without a default -> a required option;
-* choices: :data:`CHOICES` (``--hrr-mode`` is a :class:`click.Choice` of the HRR modes, ...);
-* help: the field's trailing ``# comment`` in the config module's source.
+* choices: :data:`CHOICES` (``--hrr-mode`` is a :class:`LazyChoice` of ``hrr_kernel.MODES``: read only
+  when click parses or shows the options of a command that has it, so building the CLI imports no torch);
+* help: the field's ``metadata["help"]``: ``x: int = field(default=1, metadata={"help": "..."})``.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
-import io
+import importlib
 import sys
-import tokenize
 import types
 import typing
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import click
 
-from pipelines.data.splits import SplitOptions
 from pipelines.data.tasks import TASKS
+from pipelines.demo.defaults import DEMO_SIZES, DemoConfig
 from pipelines.doctor2vec.config import CRITERIA as D2V_CRITERIA
 from pipelines.doctor2vec.config import EMBEDDINGS as D2V_EMBEDDINGS
-from pipelines.doctor2vec.config import D2VOptions, D2VTrainConfig
+from pipelines.doctor2vec.config import D2VTrainConfig
 from pipelines.eval.config import LABEL_SPLITS, EvaluateConfig, ExperimentConfig
 from pipelines.qa.config import EMBEDDINGS as QA_EMBEDDINGS
 from pipelines.qa.config import MODELS as QA_MODELS
-from pipelines.qa.config import QAOptions, QATrainConfig
+from pipelines.qa.config import QATrainConfig
 from pipelines.train.config import (
     MLM_CACHES,
     MLM_VOCABULARIES,
@@ -48,55 +46,76 @@ from pipelines.train.config import (
 from pipelines.train.config import MODELS as FINETUNE_MODELS
 
 __all__ = [
-    "CHOICES", "INPUT_DIR", "HRR_MODES", "MODEL_PRESETS", "api_errors", "config_fields", "config_options", "device_option", "force_option",
-    "handle_errors", "name_option", "out_option", "program_option", "resume_option", "run_id_option",
-    "seed_option", "threads_option", "verbosity_options",
+    "CHOICES", "INPUT_DIR", "ConfigOption", "LazyChoice", "api_errors", "config_fields", "config_options",
+    "device_option", "force_option", "handle_errors", "name_option", "out_option", "program_option",
+    "resume_option", "run_id_option", "seed_option", "threads_option", "verbosity_options",
 ]  # fmt: skip
 
 F = Callable[..., Any]
 
-# Light copies of constants that live in torch-importing modules (tests check they are equal).
-HRR_MODES = ("unstructured", "base", "freq", "add", "cat")  # hrr_kernel.MODES
-MODEL_PRESETS = ("tiny", "mini", "small", "bert-base")  # model.bert.PRESETS
-TYINGS = ("adjacent", "layerwise", "none")  # model.memory_network.TYINGS
-ENCODINGS = ("bow", "position")  # model.memory_network.ENCODINGS
-DOCTORS = ("dynamic", "static")  # model.doctor2vec.DOCTOR_VECTORS
-PATIENT_ENCODERS = ("pooled", "visit-transformer")  # model.doctor2vec.PATIENT_ENCODERS
+
+class LazyChoice(click.Choice):
+    """A :class:`click.Choice` of the names in ``module.attr`` (a tuple, or a dict keyed by name), read when
+    click first needs them: parsing, or the ``--help`` of a command with the option. Building the CLI does
+    not import ``module``, so the constants of torch modules need no light copy here."""
+
+    def __init__(self, module: str, attr: str, case_sensitive: bool = True) -> None:
+        self.source = (module, attr)
+        self._choices: tuple[str, ...] | None = None
+        self.case_sensitive = case_sensitive
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        if self._choices is None:
+            module, attr = self.source
+            self._choices = tuple(getattr(importlib.import_module(module), attr))
+        return self._choices
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:
+        self._choices = tuple(value)
+
+    def __repr__(self) -> str:
+        return f"LazyChoice({'.'.join(self.source)})"
+
+
+_MODES = LazyChoice("hrr_kernel", "MODES")
+_PRESETS = LazyChoice("model.bert", "PRESETS")
 
 # field name -> the values click accepts (``model`` depends on the config: see _choices)
-CHOICES: dict[str, tuple[str, ...]] = {
-    "mode": HRR_MODES,
-    "hrr_mode": HRR_MODES,
-    "configurations": HRR_MODES,
-    "task": TASKS,
-    "tasks": TASKS,
-    "select_by": SELECT_BY,
-    "pooling": POOLINGS,
-    "tying": TYINGS,
-    "encoding": ENCODINGS,
-    "doctor": DOCTORS,
-    "patient_encoder": PATIENT_ENCODERS,
-    "criteria": D2V_CRITERIA,
+CHOICES: dict[str, click.Choice] = {
+    "mode": _MODES,
+    "hrr_mode": _MODES,
+    "configurations": _MODES,
+    "task": click.Choice(TASKS),
+    "tasks": click.Choice(TASKS),
+    "select_by": click.Choice(SELECT_BY),
+    "pooling": click.Choice(POOLINGS),
+    "tying": LazyChoice("model.memory_network", "TYINGS"),
+    "encoding": LazyChoice("model.memory_network", "ENCODINGS"),
+    "doctor": LazyChoice("model.doctor2vec", "DOCTOR_VECTORS"),
+    "patient_encoder": LazyChoice("model.doctor2vec", "PATIENT_ENCODERS"),
+    "criteria": click.Choice(D2V_CRITERIA),
 }
-_PER_CONFIG: dict[tuple[type, str], tuple[str, ...]] = {
-    (PretrainConfig, "model"): MODEL_PRESETS,
-    (ExperimentConfig, "model"): MODEL_PRESETS,
-    (FinetuneConfig, "model"): FINETUNE_MODELS,
-    (QATrainConfig, "model"): QA_MODELS,
-    (QATrainConfig, "embedding"): QA_EMBEDDINGS,
-    (D2VTrainConfig, "embedding"): D2V_EMBEDDINGS,
-    (EvaluateConfig, "labels_split"): LABEL_SPLITS,
-    (PretrainConfig, "mlm_vocabulary"): MLM_VOCABULARIES,
-    (PretrainConfig, "mlm_cache"): MLM_CACHES,
+_PER_CONFIG: dict[tuple[type, str], click.Choice] = {
+    (PretrainConfig, "model"): _PRESETS,
+    (ExperimentConfig, "model"): _PRESETS,
+    (FinetuneConfig, "model"): click.Choice(FINETUNE_MODELS),
+    (QATrainConfig, "model"): click.Choice(QA_MODELS),
+    (QATrainConfig, "embedding"): click.Choice(QA_EMBEDDINGS),
+    (D2VTrainConfig, "embedding"): click.Choice(D2V_EMBEDDINGS),
+    (EvaluateConfig, "labels_split"): click.Choice(LABEL_SPLITS),
+    (PretrainConfig, "mlm_vocabulary"): click.Choice(MLM_VOCABULARIES),
+    (PretrainConfig, "mlm_cache"): click.Choice(MLM_CACHES),
+    (DemoConfig, "size"): click.Choice(DEMO_SIZES),
 }
 INPUT_DIR = click.Path(exists=True, file_okay=False)  # an input folder argument: it must exist
 # fields naming an input folder that must exist
 _INPUT_DIRS = {"dataset", "program", "pretrained", "mortality", "chapters", "transfer_dataset", "qa", "data",
                "labels_run", "labels_dataset"}  # fmt: skip
-# fields naming one folder created under --out: a single path component (ontology_compiler.artifact.safe_component)
+_OUTPUT_DIRS = {"out"}  # fields naming a folder to write
+# fields naming one folder created under --out: a single path component (ontology_compiler.api.safe_component)
 _COMPONENTS = {"name", "run_id"}
-CONFIGS = (PretrainConfig, FinetuneConfig, EvaluateConfig, ExperimentConfig, QATrainConfig, D2VTrainConfig,
-           SplitOptions, QAOptions, D2VOptions)  # fmt: skip
 
 
 # --- shared options ---------------------------------------------------------------------------------
@@ -119,17 +138,6 @@ def seed_option(default: int = 0, help: str | None = None) -> Callable[[F], F]:
     return click.option("--seed", type=int, default=default, show_default=True, help=help)
 
 
-def run_seeds_options(data_help: str) -> Callable[[F], F]:
-    """``--seeds`` (training seeds) and ``--data-seeds`` of a comparison grid: a count or a list."""
-
-    def deco(f: F) -> F:
-        f = click.option("--data-seeds", default=None, help=data_help)(f)
-        return click.option("--seeds", default="1", show_default=True,
-                            help="Training seeds: a count (3: seeds 0, 1, 2) or a list (0,5,7; one seed: 7,).")(f)  # fmt: skip
-
-    return deco
-
-
 def device_option(default: str = "auto", help: str = "auto, cpu, cuda.") -> Callable[[F], F]:
     return click.option("--device", default=default, show_default=True, help=help)
 
@@ -147,7 +155,7 @@ def _component(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """A ``--name`` / ``--run-id`` value: one folder name under ``--out`` (no ``/``, ``..``, absolute path)."""
     if value is None:
         return value
-    from ontology_compiler.artifact import safe_component
+    from ontology_compiler.api import safe_component
 
     try:
         return safe_component(value, f"--{param.name.replace('_', '-')}" if param.name else "name")
@@ -172,7 +180,7 @@ def resume_option(f: F) -> F:
 
 def verbosity_options(f: F) -> F:
     """``-v/--verbose`` (DEBUG) and ``-q/--quiet`` (WARNING); neither: INFO. Sets up logging, then runs ``f``."""
-    from ontology_compiler.logs import setup_logging
+    from ontology_compiler.api import setup_logging
 
     @functools.wraps(f)
     def run(*args: Any, verbose: bool, quiet: bool, **kw: Any) -> Any:
@@ -224,39 +232,6 @@ def handle_errors(f: F) -> F:
 # --- options generated from a config dataclass ------------------------------------------------------
 
 
-@functools.cache
-def _field_comments(cls: type) -> dict[str, str]:
-    """Field name -> its trailing ``# comment`` in the source of ``cls`` or of the dataclass it inherits
-    the field from (the option's help)."""
-    out: dict[str, str] = {}
-    for base in reversed(cls.__mro__):
-        if dataclasses.is_dataclass(base):
-            out.update(_own_field_comments(base))
-    return out
-
-
-@functools.cache
-def _own_field_comments(cls: type) -> dict[str, str]:
-    """Field name -> trailing ``# comment`` of the fields ``cls`` itself declares."""
-    path = Path(sys.modules[cls.__module__].__file__ or "")
-    source = path.read_text(encoding="utf-8")
-    comments: dict[int, str] = {}
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-        if tok.type == tokenize.COMMENT:
-            comments[tok.start[0]] = tok.string.lstrip("#").strip()
-    (node,) = (
-        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == cls.__name__
-    )
-    out = {}
-    for st in node.body:
-        if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
-            lines = range(st.lineno, (st.end_lineno or st.lineno) + 1)
-            text = next((comments[i] for i in lines if i in comments), None)
-            if text and "fmt:" not in text:
-                out[st.target.id] = text
-    return out
-
-
 def _base_type(tp: Any) -> tuple[Any, bool, bool]:
     """(element type, optional, repeated) of an annotation: ``int | None`` -> (int, True, False)."""
     optional = False
@@ -276,7 +251,7 @@ def _base_type(tp: Any) -> tuple[Any, bool, bool]:
     return tp, optional, False
 
 
-def _choices(cls: type, name: str) -> tuple[str, ...] | None:
+def _choices(cls: type, name: str) -> click.Choice | None:
     return _PER_CONFIG.get((cls, name), CHOICES.get(name))
 
 
@@ -335,7 +310,7 @@ def config_options(
 
     ``defaults``: field -> a default other than the field's (a command's own default, kept for its
     users); ``names``: field -> the option's declaration (``"--seeds"``, ``"--hide-x/--show-x"``);
-    ``help``: field -> help other than the field's comment; ``prefix``: ``"finetune"`` makes
+    ``help``: field -> help other than the field's ``metadata["help"]``; ``prefix``: ``"finetune"`` makes
     ``--finetune-epochs`` (parameter ``finetune_epochs``) of ``epochs``. The command receives each
     option under the field's name (with ``prefix_``), or, with ``group``, all of them as one dict
     keyword ``group`` (field name -> value).
@@ -371,40 +346,40 @@ def _grouped(fn: F, group: str, params: list[str], prefix: str) -> F:
     return run
 
 
+class ConfigOption(click.Option):
+    """An option made of a config field by :func:`config_options`; ``config``: ``"Class.field"``."""
+
+    def __init__(self, *args: Any, config: str, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.config = config
+
+
 def _option(
     cls: type, f: dataclasses.Field, defaults: dict, names: dict, help: dict, prefix: str
 ) -> Callable[[F], F]:
     tp, optional, repeated = _base_type(typing.get_type_hints(cls)[f.name])
     default = defaults.get(f.name, _default(f))
     required = default is dataclasses.MISSING
-    text = help.get(f.name, _field_comments(cls).get(f.name))
     param = f"{prefix}_{f.name}" if prefix else f.name
-    if not prefix and f.name not in names:  # the shared options, where a config has them
-        if f.name == "program":
-            return program_option(required=required, help=text or "Compiled program folder.")
-        if f.name == "out":
-            return out_option(None if required else default, required=required, help=text)
-        if f.name == "seed":
-            return seed_option(default, help=text)
-        if f.name == "device":
-            return device_option(default, help=text or "auto, cpu, cuda.")
-    option = "--" + param.replace("_", "-")
-    decl = names.get(f.name, option)
-    kw: dict[str, Any] = {"help": text, "required": required}
+    decl = names.get(f.name, "--" + param.replace("_", "-"))
+    kw: dict[str, Any] = {"help": help.get(f.name, f.metadata.get("help")), "required": required,
+                          "cls": ConfigOption, "config": f"{cls.__name__}.{f.name}"}  # fmt: skip
     if f.name in _COMPONENTS and tp is str:
         kw["callback"] = _component
     if not required:
         kw["default"] = default
-        kw["show_default"] = default is not None and (tp is not bool or default)
+        kw["show_default"] = default is not None and default != () and (tp is not bool or default)
     if tp is bool:
         if "/" not in decl:
             decl = f"{decl}/--no-{decl.removeprefix('--')}"
         return click.option(decl, param, **kw)
     choices = _choices(cls, f.name)
     if choices is not None:
-        kw["type"] = click.Choice(choices)
+        kw["type"] = choices
     elif f.name in _INPUT_DIRS:
-        kw["type"] = click.Path(exists=True, file_okay=False)
+        kw["type"] = INPUT_DIR
+    elif f.name in _OUTPUT_DIRS:
+        kw["type"] = click.Path(file_okay=False)
     else:
         kw["type"] = tp
     if repeated:

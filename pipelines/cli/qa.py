@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import click
 
-from pipelines.qa.config import QAOptions, QATrainConfig
+from pipelines.qa.config import QACompareConfig, QAOptions, QATrainConfig
 
 from .options import (
     INPUT_DIR,
     config_options,
+    device_option,
     handle_errors,
     name_option,
     out_option,
     program_option,
     resume_option,
     run_id_option,
-    run_seeds_options,
-    threads_option,
     verbosity_options,
 )
 
@@ -29,7 +28,7 @@ def qa_group() -> None:
 @qa_group.command("generate")
 @click.argument("dataset", type=INPUT_DIR)
 @program_option()
-@out_option("artifacts/qa")
+@out_option("artifacts/qa", help="Parent folder of the QA set.")
 @name_option("QA set name: one folder under --out (default: qa-<dataset name>).")
 @config_options(QAOptions)
 @verbosity_options
@@ -43,7 +42,7 @@ def qa_generate_cmd(dataset: str, program: str, out: str, name: str | None, **kw
 
 @qa_group.command("train")
 @click.argument("qa", type=INPUT_DIR)
-@out_option("artifacts/runs")
+@out_option("artifacts/runs", help="Parent folder of the run.")
 @run_id_option()
 @resume_option
 @config_options(QATrainConfig, exclude=["qa"])
@@ -60,11 +59,12 @@ def qa_train_cmd(qa: str, out: str, run_id: str | None, resume: bool, **kw) -> N
 
 @qa_group.command("evaluate")
 @click.argument("run", type=INPUT_DIR)
-@click.option("--qa", required=True, type=INPUT_DIR)
-@program_option()
-@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@config_options(QATrainConfig, include=["qa", "program"])
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True,
+              help="Questions scored.")  # fmt: skip
 @click.option("--patient", type=int, default=None, help="Subject id whose attention is printed.")
 @click.option("--threshold", type=float, default=0.05, show_default=True, help="Smallest weight printed.")
+@device_option("cpu")
 @verbosity_options
 @handle_errors
 def qa_evaluate_cmd(run: str, qa: str, program: str, **kw) -> None:
@@ -78,21 +78,7 @@ def qa_evaluate_cmd(run: str, qa: str, program: str, **kw) -> None:
 
 
 @qa_group.command("compare")
-@click.option("--dataset", required=True, type=INPUT_DIR)
-@program_option()
-@out_option("artifacts/runs/qa-compare")
-@click.option("--epochs", type=int, default=4, show_default=True)
-@click.option("--max-train", type=int, default=3000, show_default=True)
-@click.option("--finetune-epochs", type=int, default=3, show_default=True)
-@click.option("--pretrain-steps", type=int, default=60, show_default=True)
-@click.option("--skip-finetune", is_flag=True, help="Only the memory-network tables.")
-@run_seeds_options("Seeds of the generated QA sets, a count or a list (default: --seed of qa generate, 0).")
-@click.option(
-    "--only",
-    multiple=True,
-    help="Keep only this run or table (embedding, hops, tying, attention); repeat for more.",
-)
-@threads_option()
+@config_options(QACompareConfig)
 @verbosity_options
 @handle_errors
 def qa_compare_cmd(**kw) -> None:

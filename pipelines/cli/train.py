@@ -21,7 +21,7 @@ from .options import (
 
 @click.command("pretrain")
 @click.argument("dataset", type=INPUT_DIR)
-@out_option("artifacts/runs")
+@out_option("artifacts/runs", help="Parent folder of the run.")
 @run_id_option("Run folder name (default: pretrain-<mode>-<model>-seed<seed>).")
 @resume_option
 @config_options(PretrainConfig, exclude=["dataset"])
@@ -40,7 +40,7 @@ def pretrain_cmd(dataset: str, out: str, run_id: str | None, resume: bool, **kw)
 
 @click.command("finetune")
 @click.argument("pretrained", type=INPUT_DIR)
-@out_option("artifacts/runs")
+@out_option("artifacts/runs", help="Parent folder of the run.")
 @run_id_option("Run folder name (default: finetune-<task>-<pretrained>-seed<seed>).")
 @resume_option
 @config_options(FinetuneConfig, exclude=["pretrained"])

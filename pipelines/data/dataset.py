@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ontology_compiler.artifact import publish, read_json_manifest, sha256_file, verify_manifest_files
+from ontology_compiler.api import publish, read_json_manifest, sha256_file, verify_manifest_files
 from pipelines.errors import DatasetExistsError, PipelineError
 
 from .splits import SPLITS

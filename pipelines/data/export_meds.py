@@ -19,7 +19,9 @@ keeps are written in the MIMIC-IV MEDS ETL's form; the layout is ``docs/input-fo
   ``prediction_time`` the time of its last visit and ``boolean_value`` a ``MEDS_DEATH`` 0-182 days after
   it, the reader's ``mortality_6m`` of that visit, for ``finetune --labels``.
 
-eICU has no absolute times (only offsets), which MEDS events need, so it is refused. The folder is
+A source exports when its reader declares a ``meds_export`` (its deaths and titles;
+:data:`pipelines.data.readers.READERS`); eICU has no absolute times (only offsets), which MEDS events
+need, so it is refused with the reader's ``note``. The folder is
 written into a temporary sibling and renamed into place; an existing folder is replaced only with
 ``force`` and only when it is an earlier export (its ``dataset.json`` names this ETL).
 """
@@ -41,10 +43,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ontology_compiler.icd import ICD9CM, ICD10CM, dotted
+from ontology_compiler.api import ICD9CM, ICD10CM, dotted
 from pipelines.errors import PipelineError
 
-from .readers.common import MORTALITY_DAYS, ReadResult, connect, duckdb_path, find_table, load_tables
+from .readers import READERS, get_reader
+from .readers.common import MORTALITY_DAYS, ReadResult, connect
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,7 @@ SPLITS_SCHEMA = pa.schema([("subject_id", pa.int64()), ("split", pa.string())])
 LABEL_SCHEMA = pa.schema(
     [("subject_id", pa.int64()), ("prediction_time", pa.timestamp("us")), ("boolean_value", pa.bool_())]
 )
-KINDS = ("mimic-iv", "meds")
+KINDS = tuple(name for name, r in READERS.items() if r.meds_export)  # the readers whose sources export
 
 
 @dataclass
@@ -76,27 +79,25 @@ def export_meds(
     kind: str, source: str | Path, out: str | Path, *, name: str | None = None, labels: bool = True,
     force: bool = False, shard_subjects: int = SHARD_SUBJECTS, threads: int | None = None,
 ) -> ExportResult:  # fmt: skip
-    """Write the source ``source`` of ``kind`` (``mimic-iv`` or ``meds``) as a MEDS dataset in ``out``."""
-    if kind == "eicu":
-        raise PipelineError(
-            "eICU has no absolute times (only offsets from unit admission), which MEDS events need; "
-            "export a MIMIC-IV-layout or MEDS source"
-        )
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    """Write the source ``source`` of ``kind`` (a reader with a ``meds_export``: :data:`KINDS`) as a MEDS
+    dataset in ``out``."""
+    reader = get_reader(kind)
+    if reader.meds_export is None:
+        raise PipelineError(reader.note or f"a {kind} source cannot be exported as MEDS")
     if shard_subjects < 1:
         raise ValueError(f"shard_subjects must be >= 1, got {shard_subjects}")
     out, source = Path(out), Path(source)
     _check_out(out, force)
-    data, root, inputs = _read(kind, source, threads)
+    data = reader.part("read")(source, threads=threads)
+    root, inputs = reader.inputs(source)
     if data.events.num_rows == 0:
         raise PipelineError(f"{source}: no patient has a usable diagnosis code; nothing to export")
     con = connect(threads)
     con.register("ev", data.events)
     con.register("vis", data.visits)
-    deaths = _deaths(kind, source, threads)
+    deaths, titles = reader.part("meds_export")(source, threads=threads)
     con.register("deaths", deaths)
-    tables = _tables(con, data, deaths, source if kind == "mimic-iv" else None)
+    tables = _tables(con, data, deaths, titles)
     version = _content_hash(root, inputs)
     metadata = {
         "dataset_name": name or f"{data.source['kind']}-{source.resolve().name}",
@@ -121,22 +122,6 @@ def export_meds(
     return ExportResult(out, counts, files)
 
 
-def _read(kind: str, source: Path, threads: int | None) -> tuple[ReadResult, Path, list[Path]]:
-    """The reader's result, the source root and the source's input files (as ``prepare`` lists them)."""
-    if kind == "mimic-iv":
-        from .readers.mimic import TABLES, mimic_root, read_mimic
-
-        root = mimic_root(source)
-        return (
-            read_mimic(root, threads=threads),
-            root,
-            [find_table(root, rel) for rel, _, _ in TABLES.values()],
-        )
-    from .readers.meds import meds_files, read_meds
-
-    return read_meds(source, threads=threads), source, meds_files(source)
-
-
 def _check_out(out: Path, force: bool) -> None:
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         return
@@ -155,31 +140,9 @@ def _check_out(out: Path, force: bool) -> None:
         )
 
 
-def _deaths(kind: str, source: Path, threads: int | None) -> pa.Table:
-    """``subject_id``, ``time``: each subject's time of death in the source (one row per dead subject)."""
-    if kind == "mimic-iv":
-        from .readers.mimic import TABLES, mimic_root
-
-        con, _ = load_tables(mimic_root(source), {k: TABLES[k] for k in ("patients", "admissions")}, threads)
-        sql = (
-            "SELECT subject_id, coalesce(min(a.deathtime), any_value(p.dod)::TIMESTAMP) AS time FROM "
-            "(SELECT DISTINCT subject_id, dod FROM patients) p FULL JOIN (SELECT subject_id, deathtime FROM "
-            "admissions WHERE deathtime IS NOT NULL) a USING (subject_id) GROUP BY subject_id"
-        )
-    else:
-        con = connect(threads)
-        shards = sorted((source / "data").rglob("*.parquet"))
-        con.execute(
-            "CREATE TEMP TABLE raw AS SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, "
-            "code::VARCHAR AS code FROM read_parquet($1, union_by_name = true)",
-            [[duckdb_path(s) for s in shards]],
-        )
-        sql = f"SELECT subject_id, min(time) AS time FROM raw WHERE code = '{DEATH_CODE}' GROUP BY subject_id"
-    return con.sql(f"SELECT * FROM ({sql}) WHERE time IS NOT NULL ORDER BY subject_id").to_arrow_table()
-
-
-def _tables(con: duckdb.DuckDBPyConnection, data: ReadResult, deaths: pa.Table, mimic: Path | None) -> dict:
-    """The exported tables: ``events`` (sorted, whole subjects), ``codes``, ``splits``, ``labels``."""
+def _tables(con: duckdb.DuckDBPyConnection, data: ReadResult, deaths: pa.Table, titles: dict) -> dict:
+    """The exported tables: ``events`` (sorted, whole subjects), ``codes`` (with ``titles``: (vocabulary,
+    dotless code) -> title), ``splits``, ``labels``; ``deaths``: each dead subject's time of death."""
     code = (
         "CASE vocabulary WHEN 'ICD9CM' THEN 'DIAGNOSIS//ICD//9//' || code WHEN 'ICD10CM' THEN "
         "'DIAGNOSIS//ICD//10//' || code ELSE vocabulary || '/' || code END"
@@ -199,7 +162,6 @@ def _tables(con: duckdb.DuckDBPyConnection, data: ReadResult, deaths: pa.Table, 
         "SELECT code, any_value(vocabulary) AS vocabulary, any_value(dotless) AS dotless FROM dx GROUP BY code "
         "ORDER BY code"
     ).to_arrow_table()
-    titles = _titles(mimic) if mimic is not None else {}
     vocab, dotless = codes["vocabulary"].to_pylist(), codes["dotless"].to_pylist()
     parents: list[list[str]] = [[] for _ in vocab]
     for v in (ICD9CM, ICD10CM):
@@ -231,23 +193,6 @@ def _tables(con: duckdb.DuckDBPyConnection, data: ReadResult, deaths: pa.Table, 
         "splits": splits.cast(SPLITS_SCHEMA),
         "labels": labels.cast(LABEL_SCHEMA),
     }
-
-
-def _titles(mimic: Path) -> dict[tuple[str, str], str]:
-    """(vocabulary, dotless code) -> long title from MIMIC-IV ``hosp/d_icd_diagnoses`` (empty without it)."""
-    from .readers.mimic import mimic_root
-
-    try:
-        path = find_table(mimic_root(mimic), "hosp/d_icd_diagnoses.csv.gz")
-    except PipelineError:
-        return {}
-    con = duckdb.connect()
-    rows = con.execute(
-        "SELECT icd_version::VARCHAR, upper(replace(trim(icd_code), '.', '')), long_title FROM read_csv($1, "
-        "header = true, all_varchar = true)",
-        [duckdb_path(path)],
-    ).fetchall()
-    return {("ICD9CM" if v == "9" else "ICD10CM", c): t for v, c, t in rows if v in ("9", "10")}
 
 
 def _write(tmp: Path, t: dict, metadata: dict, labels: bool, shard_subjects: int) -> list[str]:
@@ -304,7 +249,7 @@ def _counts(con: duckdb.DuckDBPyConnection, t: dict, labels: bool, shards: int) 
 
 def _content_hash(root: Path, files: list[Path]) -> str:
     """The first 16 hex digits of a SHA-256 over the source files' paths and SHA-256s (the export's version)."""
-    from ontology_compiler.program import sha256_file
+    from ontology_compiler.api import sha256_file
 
     h = hashlib.sha256()
     for f in sorted(files):

@@ -4,15 +4,15 @@
     prepare(mimic="mimic-iv-2.0/", program="artifacts/programs/snomed/ab12...")
 
 Each source gives one dataset ``<out>/<name>/<dataset_id>/``; identical inputs, program and options
-give the same id, and preparing again is a no-op (nothing is read).
+give the same id, and preparing again is a no-op (nothing is read). The sources are those of the reader
+registry (:data:`pipelines.data.readers.READERS`), the options a :class:`~pipelines.data.config.PrepareConfig`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,11 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ontology_compiler.artifact import safe_component, sha256_file
-from ontology_compiler.icd import dotless
-from pipelines.data.readers.common import ReadResult, find_table, input_record, visit_labels
+from ontology_compiler.api import dotless, safe_component, sha256_file
+from pipelines.data.readers import READERS, get_reader, options_text
+from pipelines.data.readers.common import ReadResult, input_record, visit_labels
 from pipelines.errors import PipelineError
 
+from .config import PrepareConfig
 from .dataset import (
     FORMAT_VERSION,
     GENERATOR_VERSION,
@@ -67,49 +68,32 @@ class PrepareResult:
     manifest: dict = field(repr=False)
 
 
-def _readers() -> dict[str, tuple[Callable[..., ReadResult], Callable[[Path], list[Path]]]]:
-    from .readers import eicu as readers_eicu
-    from .readers import meds as readers_meds
-    from .readers import mimic as readers_mimic
-
-    def mimic_files(p: Path) -> list[Path]:
-        root = readers_mimic.mimic_root(p)
-        return [find_table(root, rel) for rel, _, _ in readers_mimic.TABLES.values()]
-
-    def eicu_files(p: Path) -> list[Path]:
-        root = readers_eicu.eicu_root(p)
-        return [find_table(root, rel) for rel, _, _ in readers_eicu.TABLES.values()]
-
-    return {
-        "mimic-iv": (readers_mimic.read_mimic, mimic_files),
-        "eicu": (readers_eicu.read_eicu, eicu_files),
-        "meds": (readers_meds.read_meds, readers_meds.meds_files),
-    }
-
-
 def prepare_source(
-    kind: str, path: str | Path, program: str | Path, *, out: str | Path = "artifacts/datasets",
-    name: str | None = None, label: str | None = None, max_len: int = 128, max_visits: int = 100,
-    unknown: str = "drop", splits: SplitOptions | None = None, threads: int | None = None,
-    hold_out: str | Path | None = None,
+    kind: str, path: str | Path, program: str | Path, config: PrepareConfig | None = None, *,
+    label: str | None = None, splits: SplitOptions | None = None, threads: int | None = None, **given,
 ) -> PrepareResult:  # fmt: skip
-    """Read one source (``mimic-iv``, ``eicu`` or ``meds``), tokenize it against ``program``, split, write.
+    """Read one source (a reader's name: ``mimic-iv``, ``eicu``, ``meds``), tokenize it against ``program``,
+    split, write.
 
-    ``hold_out``: a Parquet or CSV file with columns ``vocabulary`` and ``code`` listing the codes to hold
-    out (the ROOD split) instead of choosing them (:func:`pipelines.data.splits.choose_rood`); it is hashed
-    into the dataset id.
+    The options: ``config``, or its fields as keywords (``given``: ``out``, ``name``, ``max_len``, ...,
+    each replacing the config's). ``hold_out``: a Parquet or CSV file with columns ``vocabulary`` and
+    ``code`` listing the codes to hold out (the ROOD split) instead of choosing them
+    (:func:`pipelines.data.splits.choose_rood`); it is hashed into the dataset id.
     """
-    from ontology_compiler import verify_program
+    from ontology_compiler.api import verify_program
 
     t0 = time.perf_counter()
-    reader, list_files = _reader(kind)
+    reader = get_reader(kind)
+    c = replace(config or PrepareConfig(), **given)
+    out, name, hold_out = c.out, c.name, c.hold_out
+    max_len, max_visits, unknown = c.max_len, c.max_visits, c.unknown
     _check_lengths(max_len, max_visits)
     path, program = Path(path), Path(program)
     pmanifest = verify_program(program)
     splits = splits or SplitOptions()
     # the dataset's id: the input files' hashes, the program and the options
-    root = path if kind != "mimic-iv" else _mimic_root(path)
-    inputs = [input_record(root, f) for f in list_files(path)]
+    root, files = reader.inputs(path)
+    inputs = [input_record(root, f) for f in files]
     held_record = _hold_out_record(Path(hold_out)) if hold_out is not None else None
     if held_record is not None:  # hashed by content, wherever the file lies
         inputs.append({"path": "<hold_out>", "sha256": held_record["sha256"]})
@@ -122,7 +106,7 @@ def prepare_source(
         log.info("%s: dataset %s already prepared", final, dataset_id)
         return PrepareResult(final, dataset_id, False, read_dataset_manifest(final))
     # read, tokenize, split
-    data = reader(path, threads=threads)
+    data = reader.part("read")(path, threads=threads)
     t_read = time.perf_counter()
     _refuse_empty(data, path)
     concepts = pq.read_table(program / "concepts.parquet")
@@ -181,13 +165,6 @@ def _refuse_unknown(tok: Tokenized, path: Path, program: Path) -> None:
             f"(most frequent: {top}), so there is no dataset to write (nothing was written); was the program "
             "compiled for this cohort's ICD versions and codes?"
         )
-
-
-def _reader(kind: str) -> tuple[Callable[..., ReadResult], Callable[[Path], list[Path]]]:
-    readers = _readers()
-    if kind not in readers:
-        raise ValueError(f"kind must be one of {sorted(readers)}, got {kind!r}")
-    return readers[kind]
 
 
 def _check_lengths(max_len: int, max_visits: int) -> None:
@@ -370,12 +347,6 @@ def _counts(
     }
 
 
-def _mimic_root(path: Path) -> Path:
-    from pipelines.data.readers.mimic import mimic_root
-
-    return mimic_root(path)
-
-
 def _given_split(labels: pa.Table, subject_id: np.ndarray) -> np.ndarray | None:
     g = labels["given_split"]
     if g.null_count == len(g):
@@ -395,38 +366,30 @@ def _rood_table(held: np.ndarray, concepts: pa.Table, pair_concept: np.ndarray) 
 
 def prepare(
     *,
-    mimic: str | Path | None = None,
-    eicu: str | Path | None = None,
-    meds: str | Path | None = None,
     program: str | Path | None = None,
-    out: str | Path = "artifacts/datasets",
-    name: str | None = None,
+    config: PrepareConfig | None = None,
     seed: int = 0,
-    max_len: int = 128,
-    max_visits: int = 100,
-    unknown: str = "drop",
     splits: SplitOptions | None = None,
     threads: int | None = None,
-    hold_out: str | Path | None = None,
+    **given: str | Path | None,
 ) -> list[PrepareResult]:
-    """Prepare one dataset per given source (the demo's datasets: :func:`pipelines.demo.prepare.prepare_demo`)."""
-    splits = splits or SplitOptions(seed=seed)
-    common = {
-        "max_len": max_len,
-        "max_visits": max_visits,
-        "unknown": unknown,
-        "splits": splits,
-        "threads": threads,
-        "hold_out": hold_out,
-    }
-    sources = [(k, p) for k, p in (("mimic-iv", mimic), ("eicu", eicu), ("meds", meds)) if p is not None]
+    """Prepare one dataset per source given (the demo's datasets: :func:`pipelines.demo.prepare.prepare_demo`).
+
+    ``given``: a source folder per reader option (``mimic=``, ``eicu=``, ``meds=``:
+    :data:`~pipelines.data.readers.READERS`, prepared in that order; None: not given) and the fields of
+    :class:`~pipelines.data.config.PrepareConfig` that replace ``config``'s (``out=``, ``max_len=``, ...).
+    """
+    sources = [(r.name, given.pop(r.param)) for r in READERS.values() if r.param in given]
+    sources = [(kind, path) for kind, path in sources if path is not None]
+    config = replace(config or PrepareConfig(), **given)
     if not sources:
-        raise PipelineError("nothing to prepare: give --mimic, --eicu or --meds (or --demo)")
+        raise PipelineError(f"nothing to prepare: give {options_text()} (or --demo)")
     if program is None:
         raise PipelineError("--program is required (a compiled program folder, see compile-ontology)")
-    if name is not None and len(sources) > 1:
+    if config.name is not None and len(sources) > 1:
         raise PipelineError("--name names one dataset; give one source at a time with --name")
-    return [prepare_source(k, p, program, out=out, name=name, **common) for k, p in sources]
+    splits = splits or SplitOptions(seed=seed)
+    return [prepare_source(k, p, program, config, splits=splits, threads=threads) for k, p in sources]
 
 
 def _nonzero(counts: dict) -> dict:

@@ -21,11 +21,11 @@ the source (MEDS ``subject_splits``: ``train``, ``tuning``, ``held_out``) is hon
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from ontology_compiler.program import SPECIAL_TOKENS
+from ontology_compiler.api import SPECIAL_TOKENS
 
 SPLITS = ("pretrain_train", "pretrain_val", "finetune_train", "finetune_val", "test", "rood")
 PRETRAIN_TRAIN, PRETRAIN_VAL, FINETUNE_TRAIN, FINETUNE_VAL, TEST, ROOD = range(6)
@@ -38,17 +38,31 @@ N_SPECIAL = len(SPECIAL_TOKENS)  # the program's special tokens are concept ids 
 class SplitOptions:
     """Sizes and seeds of the splits; ``None`` sizes scale the paper's to the cohort."""
 
-    finetune_train: int | None = None  # mortality fine-tuning train patients
-    finetune_val: int | None = None  # fine-tuning validation patients
-    test: int | None = None  # test patients (paper: 666)
-    disease_train: int | None = None  # subset of finetune_train flagged for the disease task
-    disease_val: int | None = None  # subset of finetune_val flagged for the disease task
-    pretrain_val_fraction: float = 0.1  # share of the pretraining patients used for validation
-    rood_codes: int = 32  # codes held out (ROOD); 0 disables the hold-out
-    rood_min_patients: int = 2  # a held-out code occurs in at least this many patients
-    rood_max_patients: int | None = None  # ... and at most this many (default max(3, patients // 1000))
-    rood_unseen_patients: int | None = None  # rood_unseen patients to reach (default 100 per 190k, >= 1)
-    seed: int = 0
+    finetune_train: int | None = field(
+        default=None, metadata={"help": "mortality fine-tuning train patients"}
+    )
+    finetune_val: int | None = field(default=None, metadata={"help": "fine-tuning validation patients"})
+    test: int | None = field(default=None, metadata={"help": "test patients (paper: 666)"})
+    disease_train: int | None = field(
+        default=None, metadata={"help": "subset of finetune_train flagged for the disease task"}
+    )
+    disease_val: int | None = field(
+        default=None, metadata={"help": "subset of finetune_val flagged for the disease task"}
+    )
+    pretrain_val_fraction: float = field(
+        default=0.1, metadata={"help": "share of the pretraining patients used for validation"}
+    )
+    rood_codes: int = field(default=32, metadata={"help": "codes held out (ROOD); 0 disables the hold-out"})
+    rood_min_patients: int = field(
+        default=2, metadata={"help": "a held-out code occurs in at least this many patients"}
+    )
+    rood_max_patients: int | None = field(
+        default=None, metadata={"help": "... and at most this many (default max(3, patients // 1000))"}
+    )
+    rood_unseen_patients: int | None = field(
+        default=None, metadata={"help": "rood_unseen patients to reach (default 100 per 190k, >= 1)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the hold-out and the split draws"})
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -23,7 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ontology_compiler.program import SPECIAL_TOKENS
+from ontology_compiler.api import SPECIAL_TOKENS
+
+from .config import UNKNOWN_CODES, PrepareConfig
 
 CLS_ID = SPECIAL_TOKENS.index("[CLS]")  # the specials are concepts 0..4 in this order (program format)
 
@@ -90,7 +92,12 @@ def _runs(*keys: np.ndarray) -> np.ndarray:
 
 
 def tokenize(
-    events: pa.Table, concepts: pa.Table, *, max_len: int = 128, max_visits: int = 100, unknown: str = "drop"
+    events: pa.Table,
+    concepts: pa.Table,
+    *,
+    max_len: int = PrepareConfig.max_len,
+    max_visits: int = PrepareConfig.max_visits,
+    unknown: str = PrepareConfig.unknown,
 ) -> Tokenized:
     """Turn sorted events into sequences; ``unknown`` is ``drop`` (default) or ``unk`` (map to ``[UNK]``).
 
@@ -98,7 +105,7 @@ def tokenize(
     """
     if max_len < 2:
         raise ValueError(f"max_len must be at least 2 ([CLS] + one code), got {max_len}")
-    if unknown not in ("drop", "unk"):
+    if unknown not in UNKNOWN_CODES:
         raise ValueError(f"unknown must be 'drop' or 'unk', got {unknown!r}")
     cid = lookup(events, concepts)
     is_unknown = cid < 0

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ontology_compiler.extras import require
-from ontology_compiler.icd import ICD10_CHAPTERS
+from ontology_compiler.api import ICD10_CHAPTERS, require
 
 from .cohort_program import ProgramFacts, label_chapters
 

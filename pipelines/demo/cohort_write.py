@@ -17,8 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ontology_compiler.icd import ICD9CM, ICD10CM, dotted_code
-from ontology_compiler.sqlsafe import quote_literal
+from ontology_compiler.api import ICD9CM, ICD10CM, dotted_code, quote_literal
 
 from .cohort_space import CodeSpace
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from pipelines.data.tasks import TASKS
 
 DEMO_PATIENTS = 30_000  # synthetic MIMIC-IV-layout cohort size (the eICU hospital gets a quarter of it)
@@ -18,7 +20,6 @@ DEMO_EXPERIMENT = {
     # inflate every margin; `base` fine-tunes better at 2e-3 on both
     "pretrain_by_configuration": {"unstructured": {"lr": 1e-3}},
 }
-DEMO_FULL_CONFIGURATIONS = ("unstructured", "base", "freq", "add", "cat")  # hrrbert demo --full
 DEMO_RELEASE_SEED = 0  # the demo release (and program) is the same for every --seed
 DEMO_PRETRAIN = {"max_steps": 2000, "batch_size": 64, "bucket_batches": 50, "lr": 2e-3, "max_val": 1000,
                  "save_every": 500}  # fmt: skip
@@ -47,3 +48,46 @@ def demo_split_sizes(n_patients: int) -> dict[str, int]:
     """:data:`DEMO_SPLITS` scaled down to a cohort of ``n_patients`` (they are sized for :data:`DEMO_PATIENTS`)."""
     scale = min(1.0, n_patients / DEMO_PATIENTS)
     return {k: max(1, int(round(v * scale))) for k, v in DEMO_SPLITS.items()}
+
+
+@dataclass
+class DemoConfig:
+    """Options of ``hrrbert demo`` (:func:`pipelines.demo.run.run_demo`; ``transfer``: the transfer study)."""
+
+    out: str = field(
+        default="artifacts",
+        metadata={"help": "folder of the demo's releases/, programs/, ehr/, datasets/, runs/"},
+    )
+    size: str = field(
+        default="default",
+        metadata={"help": "demo release size: default (~12k concepts) or small (for tests)"},
+    )
+    patients: int = field(default=DEMO_PATIENTS, metadata={"help": "synthetic cohort size"})
+    train_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "pretraining steps per model (default: the demo's; 0: data steps only, no experiment)"
+        },
+    )
+    trials: int | None = field(
+        default=None, metadata={"help": "fine-tuning trials per task (default: the demo's)"}
+    )
+    seed: int = field(
+        default=0,
+        metadata={
+            "help": "seed of the synthetic cohort and its splits (the demo release is the same for every seed)"
+        },
+    )
+    full: bool = field(
+        default=False,
+        metadata={"help": "also train the freq, add and cat configurations (several times longer)"},
+    )
+    transfer: bool = field(
+        default=False,
+        metadata={
+            "help": "instead: train on the release as of its first date, carry the models to the latest release "
+            "(hrrbert transfer) and score the codes it added (runs/<name>-transfer/transfer/)"
+        },
+    )
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda or auto"})
+    threads: int = field(default=1, metadata={"help": "torch CPU threads (0: leave torch's default)"})

@@ -1,5 +1,6 @@
 """The demo's data: the demo release (built once), its program, the synthetic cohort (generated once)
-and the tokenized MIMIC-IV- and eICU-layout datasets: :func:`prepare_demo` (``hrrbert prepare --demo``).
+and the tokenized MIMIC-IV- and eICU-layout datasets: :func:`prepare_demo` (``hrrbert prepare --demo``);
+the cohort as a MEDS dataset: :func:`export_demo_meds` (``hrrbert export-meds --demo``).
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipelines.data.prepare import PrepareResult, prepare_source
 from pipelines.data.splits import SplitOptions
@@ -15,24 +17,30 @@ from pipelines.data.splits import SplitOptions
 from .cohort import GENERATOR_VERSION, generate_cohort
 from .defaults import DEMO_PATIENTS, DEMO_RELEASE_SEED, demo_split_sizes
 
-__all__ = ["ensure_cohort", "ensure_demo_release", "prepare_demo"]
+if TYPE_CHECKING:
+    from pipelines.data.export_meds import ExportResult
+
+__all__ = ["ensure_cohort", "ensure_demo_release", "export_demo_meds", "prepare_demo"]
 
 RESERVED_CODES = "ground_truth/reserved_codes.parquet"  # the cohort's codes to hold out (ROOD)
 
 
 def prepare_demo(
     *, artifacts: str | Path = "artifacts", out: str | Path | None = None, size: str = "default",
-    n_patients: int = DEMO_PATIENTS, seed: int = 0, splits: SplitOptions | None = None,
+    n_patients: int = DEMO_PATIENTS, seed: int = 0, splits: SplitOptions | dict | None = None,
     hold_out: str | Path | None = None, **kwargs,
 ) -> list[PrepareResult]:  # fmt: skip
     """Build the demo release, compile it, generate the cohort (cached) and prepare MIMIC and eICU datasets.
 
-    ``splits``: default the demo's sizes (:data:`~pipelines.demo.defaults.DEMO_SPLITS`, seed ``seed``);
+    ``splits``: as given; or a dict of :class:`SplitOptions` fields (``hrrbert prepare --demo``'s, seed
+    aside) whose sizes left None take the demo's; None: the demo's sizes
+    (:data:`~pipelines.demo.defaults.DEMO_SPLITS` scaled to ``n_patients``, seed ``seed``). ``kwargs``:
+    the :class:`~pipelines.data.config.PrepareConfig` fields ``max_len``, ``max_visits``, ``unknown``.
     ``hold_out``: default the cohort's reserved codes (``ground_truth/reserved_codes.parquet``, the codes
     only its flagged patients have), so that the ROOD split is those patients; a cohort without that file
     falls back to the chosen hold-out (:func:`pipelines.data.splits.choose_rood`).
     """
-    from ontology_compiler import compile_ontology
+    from ontology_compiler.api import compile_ontology
 
     artifacts = Path(artifacts)
     # one release (and program) for every seed: the seed draws the cohort and its splits
@@ -42,7 +50,9 @@ def prepare_demo(
     program = compile_ontology(release, out=artifacts / "programs").path
     ehr = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
     out = Path(out) if out is not None else artifacts / "datasets"
-    splits = splits if splits is not None else SplitOptions(seed=seed, **demo_split_sizes(n_patients))
+    if not isinstance(splits, SplitOptions):  # the demo's sizes where none is given
+        given = {k: v for k, v in (splits or {}).items() if v is not None}
+        splits = SplitOptions(seed=seed, **{**demo_split_sizes(n_patients), **given})
     if hold_out is None and (ehr / RESERVED_CODES).is_file():
         hold_out = ehr / RESERVED_CODES
     common = {"out": out, "label": "demo", "splits": splits, "hold_out": hold_out, **kwargs}
@@ -50,6 +60,24 @@ def prepare_demo(
         prepare_source("mimic-iv", ehr, program, name="demo-mimic", **common),
         prepare_source("eicu", ehr / "eicu", program, name="demo-eicu", **common),
     ]
+
+
+def export_demo_meds(
+    out: str | Path, *, artifacts: str | Path = "artifacts", size: str = "default",
+    n_patients: int = DEMO_PATIENTS, seed: int = 0, **kwargs,
+) -> ExportResult:  # fmt: skip
+    """``hrrbert export-meds --demo``: the demo's synthetic MIMIC-IV-layout cohort (built if missing, with
+    its release and program, under ``artifacts``) written as a MEDS dataset in ``out``; ``kwargs``: those of
+    :func:`~pipelines.data.export_meds.export_meds` (``name``, ``labels``, ``force``)."""
+    from ontology_compiler.api import compile_ontology
+    from pipelines.data.export_meds import export_meds
+
+    artifacts = Path(artifacts)
+    # the release of ``seed`` (prepare_demo's is DEMO_RELEASE_SEED's; the same for the default seed 0)
+    release = ensure_demo_release(artifacts / "releases" / f"demo_icd10cm_{size}", size=size, seed=seed)
+    program = compile_ontology(release, out=artifacts / "programs").path
+    cohort = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
+    return export_meds("mimic-iv", cohort, out, **kwargs)
 
 
 def ensure_cohort(parent: Path, program: Path, *, n_patients: int, seed: int) -> Path:

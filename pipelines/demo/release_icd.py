@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from importlib import metadata, resources
 from pathlib import Path
 
-from ontology_compiler.extras import require
-from ontology_compiler.icd import ICD10CM, dotted_code
+from ontology_compiler.api import ICD10CM, dotted_code, require
 
 GEM_FLAG_COLUMNS = ("approximate", "no_map", "combination", "scenario", "choice_list")
 _RANGE_RE = re.compile(r"\s*\([A-Z0-9.]+-?[A-Z0-9.]*\)\s*$")

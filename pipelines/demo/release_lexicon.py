@@ -15,12 +15,23 @@ matched against the lower-cased title) says when a title names the value; None: 
 
 from __future__ import annotations
 
+from ontology_compiler.api import rf2_schema as S
+
+
+def _meta(key: str, sctid: int, parent: str | None, name: str | None = None, tag: str | None = None):
+    """A metadata row: the term and semantic tag of ``sctid`` in the shared table unless given."""
+    term, table_tag = S.METADATA_CONCEPTS.get(sctid, (None, None))
+    return (key, sctid, name or term, tag or table_tag, parent)
+
+
 # ------------------------------------------------------------------------------------------------------
-# Metadata concepts: real constant SCTIDs (those of a real release), names written for this demo.
+# Metadata concepts: real constant SCTIDs (those of a real release) with the terms of
+# rf2_schema.METADATA_CONCEPTS, or names written for this demo (its root and modules say what it is).
 # (key, sctid, name, semantic tag, parent key)
 # ------------------------------------------------------------------------------------------------------
+_DEMO = "built from ICD-10-CM text, not SNOMED CT content"
 METADATA: list[tuple[str, int, str, str, str | None]] = [
-    ("root", 138875005, "DEMO ontology root, built from ICD-10-CM text, not SNOMED CT content", "root", None),
+    _meta("root", S.ROOT, None, f"DEMO ontology root, {_DEMO}", "root"),
     ("finding", 404684003, "Clinical finding", "finding", "root"),
     ("body", 123037004, "Body structure", "body structure", "root"),
     ("organism", 410607006, "Organism", "organism", "root"),
@@ -31,42 +42,32 @@ METADATA: list[tuple[str, int, str, str, str | None]] = [
     ("situation", 243796009, "Situation with explicit context", "situation", "root"),
     ("event", 272379006, "Event", "event", "root"),
     ("product", 373873005, "Pharmaceutical or biologic product", "product", "root"),
-    ("model", 900000000000441003, "Model component", "metadata", "root"),
-    ("attribute", 410662002, "Concept model attribute", "attribute", "model"),
-    ("foundation", 900000000000454005, "Foundation metadata concept", "foundation metadata concept", "model"),
-    ("module_parent", 900000000000443000, "Module", "core metadata concept", "model"),
-    (
-        "core_module",
-        900000000000207008,
-        "DEMO core module, built from ICD-10-CM text, not SNOMED CT content",
-        "core metadata concept",
-        "module_parent",
-    ),
-    (
-        "map_module",
-        5991000124107,
-        "DEMO ICD-10-CM map module, built from ICD-10-CM text, not SNOMED CT content",
-        "core metadata concept",
-        "module_parent",
-    ),
-    ("fsn_type", 900000000000003001, "Fully specified name", "core metadata concept", "foundation"),
-    ("syn_type", 900000000000013009, "Synonym", "core metadata concept", "foundation"),
-    ("preferred", 900000000000548007, "Preferred", "foundation metadata concept", "foundation"),
-    ("acceptable", 900000000000549004, "Acceptable", "foundation metadata concept", "foundation"),
-    ("case_insensitive", 900000000000448009, "Entire term case insensitive", "core metadata concept", "foundation"),
-    ("case_initial", 900000000000020002, "Only initial character case insensitive", "core metadata concept", "foundation"),
-    ("inferred", 900000000000011006, "Inferred relationship", "core metadata concept", "foundation"),
-    ("existential", 900000000000451002, "Existential restriction modifier", "core metadata concept", "foundation"),
-    ("primitive", 900000000000074008, "Not sufficiently defined", "core metadata concept", "foundation"),
-    ("defined", 900000000000073002, "Sufficiently defined", "core metadata concept", "foundation"),
-    ("us_english", 900000000000509007, "United States of America English language reference set", "foundation metadata concept", "foundation"),
-    ("icd10cm_map", 6011000124106, "DEMO ICD-10-CM complex map reference set", "foundation metadata concept", "foundation"),
-    ("replaced_by", 900000000000526001, "REPLACED BY association reference set", "foundation metadata concept", "foundation"),
-    ("map_category", 447634004, "ICD-10 map category value", "foundation metadata concept", "foundation"),
-    ("cat_ok", 447637006, "Map source concept is properly classified", "foundation metadata concept", "map_category"),
-    ("cat_cannot", 447638001, "Map source concept cannot be classified with available data", "foundation metadata concept", "map_category"),
-    ("cat_context", 447639009, "Map of source concept is context dependent", "foundation metadata concept", "map_category"),
-    ("corr_unspecified", 447561005, "Map correlation not specified", "foundation metadata concept", "foundation"),
+    _meta("model", S.MODEL_COMPONENT, "root", "Model component"),
+    _meta("attribute", S.CONCEPT_MODEL_ATTRIBUTE, "model"),
+    _meta("foundation", S.FOUNDATION_METADATA, "model"),
+    _meta("module_parent", S.MODULE, "model"),
+    _meta("core_module", S.CORE_MODULE, "module_parent", f"DEMO core module, {_DEMO}"),
+    _meta("map_module", S.ICD10CM_MAP_MODULE, "module_parent", f"DEMO ICD-10-CM map module, {_DEMO}"),
+    _meta("fsn_type", S.FSN, "foundation"),
+    _meta("syn_type", S.SYNONYM, "foundation"),
+    _meta("preferred", S.PREFERRED, "foundation"),
+    _meta("acceptable", S.ACCEPTABLE, "foundation"),
+    _meta("case_insensitive", S.CASE_INSENSITIVE, "foundation"),
+    _meta("case_initial", S.INITIAL_CHAR_INSENSITIVE, "foundation"),
+    _meta("inferred", S.INFERRED, "foundation"),
+    _meta("existential", S.EXISTENTIAL, "foundation"),
+    _meta("primitive", S.PRIMITIVE, "foundation", "Not sufficiently defined"),
+    _meta("defined", S.DEFINED, "foundation", "Sufficiently defined"),
+    _meta("us_english", S.US_ENGLISH, "foundation"),
+    _meta("icd10cm_map", S.ICD10CM_MAP_REFSET, "foundation", "DEMO ICD-10-CM complex map reference set"),
+    _meta("replaced_by", S.REPLACED_BY, "foundation"),
+    _meta("map_category", S.MAP_CATEGORY, "foundation"),
+    _meta("cat_ok", S.MAP_CATEGORY_PROPERLY_CLASSIFIED, "map_category"),
+    _meta("cat_cannot", S.MAP_CATEGORY_CANNOT_CLASSIFY, "map_category",
+          "Map source concept cannot be classified with available data"),
+    _meta("cat_context", S.MAP_CATEGORY_CONTEXT_DEPENDENT, "map_category",
+          "Map of source concept is context dependent"),
+    _meta("corr_unspecified", S.MAP_CORRELATION_NOT_SPECIFIED, "foundation"),
     # referenced by IFA map rules
     ("female", 248152002, "Female", "finding", "finding"),
     ("male", 248153007, "Male", "finding", "finding"),

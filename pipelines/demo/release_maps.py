@@ -16,8 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ontology_compiler.icd import ICD9CM, ICD10CM, dotted_code
-from ontology_compiler.map_sources import NLM_COLUMNS, OMOP_CONCEPT_COLUMNS, OMOP_RELATIONSHIP_COLUMNS
+from ontology_compiler.api import (
+    ICD9CM,
+    ICD10CM,
+    NLM_COLUMNS,
+    OMOP_CONCEPT_COLUMNS,
+    OMOP_RELATIONSHIP_COLUMNS,
+    dotted_code,
+)
 
 from .release_icd import Icd10Tree, IcdMappingsData
 from .release_model import ICD_KINDS, DemoRelease, unit

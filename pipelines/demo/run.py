@@ -73,9 +73,7 @@ def run_demo(
     configurations; ``threads`` torch CPU threads (None: torch's default; the small demo models gain little
     from more, and one thread never stalls on a busy CPU).
     """
-    from ontology_compiler import compile_ontology, run_sql
-    from ontology_compiler.sql import format_result
-    from ontology_compiler.summary import summary
+    from ontology_compiler.api import compile_ontology, format_result, run_sql, summary
     from pipelines.demo.prepare import prepare_demo
 
     out = Path(out)

@@ -107,7 +107,7 @@ def _new_codes_table(new, rows: np.ndarray) -> pa.Table:
 
 def _programs(out: Path, size: str) -> tuple[Path, Path, Path]:
     """(release, new program, old program) folders; compiled once."""
-    from ontology_compiler import compile_ontology
+    from ontology_compiler.api import compile_ontology
 
     release = ensure_demo_release(
         out / "releases" / f"demo_icd10cm_{size}", size=size, seed=DEMO_RELEASE_SEED

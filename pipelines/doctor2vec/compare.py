@@ -30,7 +30,8 @@ from pipelines.errors import PipelineError
 from pipelines.eval.markdown import table
 from pipelines.eval.report import EXPERIMENT_FILE, Report, report
 from pipelines.eval.report import write_report as write_experiment_report
-from pipelines.eval.seeds import claim, interval_cell, parse_seeds, t_interval, wins
+from pipelines.eval.seeds import claim, parse_seeds, wins
+from pipelines.eval.stats import t_interval
 
 from .config import D2VOptions
 
@@ -157,6 +158,7 @@ def compare(
     visit_transformer: bool = False,
     threads: int | None = 1,
     data_options: D2VOptions | None = None,
+    device: str = "cpu",
 ) -> Path:
     """Run the grid once per (data seed, training seed, configuration) and write ``<out>/report.md``.
 
@@ -164,7 +166,8 @@ def compare(
     Doctor2Vec data (doctors, panels, trials, enrollment; a count or a list; default: the seed of
     ``data_options``); ``data``: an existing Doctor2Vec folder instead (one data set, no data seeds);
     ``only``: the configurations to keep (:func:`select_grid`). ``threads``: torch intra-op threads while
-    it runs (1 by default: small models on a shared CPU run faster single-threaded)."""
+    it runs (1 by default: small models on a shared CPU run faster single-threaded). ``device``: where
+    every run trains and the report's explained run is evaluated (auto, cpu, cuda)."""
     import torch
 
     train_seeds = parse_seeds(seeds, "seeds")
@@ -182,12 +185,14 @@ def compare(
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _compare(dataset, program, Path(out), data, epochs, dim, train_seeds, dseeds, grid, opts)
+        return _compare(
+            dataset, program, Path(out), data, epochs, dim, train_seeds, dseeds, grid, opts, device
+        )
     finally:
         torch.set_num_threads(before)
 
 
-def _compare(dataset, program, out: Path, data, epochs, dim, seeds, dseeds, grid, opts) -> Path:
+def _compare(dataset, program, out: Path, data, epochs, dim, seeds, dseeds, grid, opts, device: str) -> Path:
     from .data import generate_doctor2vec
     from .train import train_doctor2vec
 
@@ -203,13 +208,13 @@ def _compare(dataset, program, out: Path, data, epochs, dim, seeds, dseeds, grid
                 if not (runs / rid / "results.json").is_file():
                     started = (runs / rid / "config.json").is_file()  # killed: continue it
                     train_doctor2vec(sets[d], program, out=runs, run_id=rid, epochs=epochs, dim=dim, seed=seed,
-                                     progress=False, resume=started, **o)  # fmt: skip
+                                     progress=False, resume=started, device=device, **o)  # fmt: skip
                     log.info("%s done", rid)
     spec = {"data_sets": [{"data_seed": d, "path": str(p)} for d, p in sets.items()], "program": str(program),
             "runs": list(grid), "seeds": seeds, "epochs": epochs, "dim": dim, "wall_s": time.perf_counter() - t0}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / COMPARE_FILE, json.dumps(spec, indent=2) + "\n")
-    return write_report(out)
+    return write_report(out, device=device)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -229,8 +234,9 @@ def _layout(spec: dict[str, Any]) -> tuple[dict[int | None, Path], list[int]]:
     return sets, list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
 
 
-def write_report(root: str | Path) -> Path:
-    """(Re)write ``report.md`` of a comparison folder from its ``doctor2vec-compare.json`` and run results."""
+def write_report(root: str | Path, device: str = "cpu") -> Path:
+    """(Re)write ``report.md`` of a comparison folder from its ``doctor2vec-compare.json`` and run results
+    (``device``: where the explained run is evaluated)."""
     from .read import read_doctor2vec
 
     root = Path(root)
@@ -245,7 +251,7 @@ def write_report(root: str | Path) -> Path:
     parts += _per_run(results, keys)
     parts += _contrasts(results)
     parts += _hrr_sharing(shared_hrr_codes(reads[first].trials, spec["program"]), first)
-    parts += _rare_trial_explanation(root, results, sets, spec["program"])
+    parts += _rare_trial_explanation(root, results, sets, spec["program"], device)
     parts += [
         "",
         f"Total wall time: {spec['wall_s']:.0f} s on this machine (runs already present are reused).",
@@ -316,7 +322,7 @@ def _result_tables(results: dict[str, dict[Key, dict]], refs: dict[Any, dict[str
                 cfg = r0["config"]
                 codes = cfg["embedding"] + (f" {cfg['hrr_mode']}" if cfg["embedding"] == "hrr" else "")
                 rows.append([n, codes, cfg["doctor"], cfg["patient_encoder"], f"{r0['parameters']:,}", len(rs),
-                             *[interval_cell(t_interval(r[split][k] for r in rs.values())) for k in METRICS],
+                             *[t_interval(r[split][k] for r in rs.values()) for k in METRICS],
                              f"{np.mean([r['wall_s'] for r in rs.values()]):.0f}"])  # fmt: skip
         names = list(dict.fromkeys(name for ref in refs.values() for name in ref.get(split, {})))
         for name in names:
@@ -333,7 +339,7 @@ def _result_tables(results: dict[str, dict[Key, dict]], refs: dict[Any, dict[str
 
 def _reference_cell(values: list[float]) -> Any:
     """A reference's value (one data set) or its mean and t-interval over the data sets."""
-    return values[0] if len(values) == 1 else interval_cell(t_interval(values))
+    return values[0] if len(values) == 1 else t_interval(values)
 
 
 def _split_sizes(results: dict[str, dict[Key, dict]], refs: dict[Any, dict[str, dict]], split: str) -> str:
@@ -373,9 +379,7 @@ def _contrasts(results: dict[str, dict[Key, dict]]) -> list[str]:
                          {key: r[split][k] for key, r in results[b].items() if split in r})  # fmt: skip
                 if not w.n:
                     continue
-                rows.append(
-                    [what, split, NAMES[k], interval_cell(t_interval(w.diffs)), f"a better in {w.cell()}"]
-                )
+                rows.append([what, split, NAMES[k], t_interval(w.diffs), f"a better in {w.cell()}"])
                 if (c := claim(f"`{a}`", f"`{b}`", f"{split} {NAMES[k]}", w)) is not None:
                     claims.append(f"- {c}")
     if not rows:
@@ -403,7 +407,7 @@ def _hrr_sharing(shared: dict[str, float], data_seed: int | None) -> list[str]:
 
 
 def _rare_trial_explanation(
-    root: Path, results: dict[str, dict[Key, dict]], sets: dict, program: str
+    root: Path, results: dict[str, dict[Key, dict]], sets: dict, program: str, device: str
 ) -> list[str]:
     """Which patients made a doctor fit a rare-disease trial, for the first run of the first HRR (else plain)
     dynamic configuration."""
@@ -413,7 +417,9 @@ def _rare_trial_explanation(
     if not show:
         return []
     d, s = next(iter(results[show]))
-    _, text = evaluate_doctor2vec(root / "runs" / run_id(show, d, s), sets[d], program, split="test_rare")
+    _, text = evaluate_doctor2vec(
+        root / "runs" / run_id(show, d, s), sets[d], program, split="test_rare", device=device
+    )
     where = f"seed {s}" if d is None else f"data seed {d}, seed {s}"
     return ["", f"## Which patients made a doctor fit a rare-disease trial ({show}, {where})", "", "```", text,
             "```"]  # fmt: skip

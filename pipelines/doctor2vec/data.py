@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ontology_compiler.artifact import safe_component
+from ontology_compiler.api import safe_component
 from pipelines.data.dataset import Generated, dataset_for_program
 
 from .config import D2VOptions

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from pipelines.errors import PipelineError
+from pipelines.train.runtime import resolve_device
 
 from .tensors import D2VTensors, build_tensors, make_batch
 from .train import _load, load_model, ranking_metrics, score_pairs
@@ -28,19 +29,21 @@ def evaluate_doctor2vec(
     trial: int | None = None,
     top_doctors: int = 3,
     top_patients: int = 5,
+    device: str = "cpu",
 ) -> tuple[dict[str, Any], str]:
     """Metrics of a saved model on ``split`` and, for one trial, the best-ranked doctors with the patients
     their memory attended to most (text). ``trial``: a trial id (default: the split's first trial with an
-    enrolling doctor)."""
-    device = torch.device("cpu")
-    ds, prog = _load(str(data), str(program), device)
+    enrolling doctor); ``device``: where the program and the model go (auto, cpu, cuda)."""
+    dev = resolve_device(device)
+    ds, prog = _load(str(data), str(program), dev)
     model, meta = load_model(run, ds.manifest, prog)
+    model.to(dev)
     t = build_tensors(ds, max_memories=model.config.max_memories, max_codes=int(meta.get("max_codes", 64)),
                       hide_held_out=False, seed=0)  # fmt: skip
     rows = t.pairs_of(split)
     if not len(rows):
         raise PipelineError(f"{data}: split {split!r} has no pairs (splits: {sorted(set(t.trial_split))})")
-    scores = score_pairs(model, t, rows, device)
+    scores = score_pairs(model, t, rows, dev)
     report = ranking_metrics(t.trial_ids[t.pair_trial[rows]], t.pair_label[rows], scores, (5, 10))
     text = attention_text(model, ds, t, rows, scores, prog.concept_codes, trial, top_doctors, top_patients)
     return report, text
@@ -73,8 +76,10 @@ def attention_text(
         + (f" (eligible: also {len(family)} unlisted codes of their category or concepts)" if family else ""),
     ]
     batch = make_batch(t, order, "eval")
+    dev = next(model.parameters()).device  # the batch goes where the model is
     with torch.no_grad():
-        logits, att = model(batch)
+        logits, att = model({k: v.to(dev) for k, v in batch.items()})
+    logits, att = logits.cpu(), att.cpu()  # read back here, beside the batch's patient rows
     patients = torch.unique(t.memory["eval"][torch.from_numpy(np.unique(t.pair_doctor[order]))])
     patients = patients[patients >= 0]
     for j, r in enumerate(order):

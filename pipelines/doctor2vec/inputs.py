@@ -25,8 +25,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ontology_compiler.artifact import sha256_file
-from ontology_compiler.icd import ICD9CM, ICD10CM, dotted_code
+from ontology_compiler.api import ICD9CM, ICD10CM, dotted_code, sha256_file
 from pipelines.errors import InputFileError
 
 from .read import DEMOGRAPHICS, D2VDataError, read_demographics

@@ -58,8 +58,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ontology_compiler.program import SPECIAL_TOKENS
+from ontology_compiler.api import SPECIAL_TOKENS
 from pipelines.data.dataset import verify_dataset
+from pipelines.data.readers import READERS
 from pipelines.errors import InputFileError, MissingTableError, PipelineError
 
 log = logging.getLogger(__name__)
@@ -91,21 +92,10 @@ COLUMNS: dict[str, dict[str, tuple[pa.DataType, Any]]] = {
     "vocab": {"token_id": (pa.int32(), REQUIRED), "token": (pa.string(), REQUIRED), "in_train": (pa.bool_(), None)},
 }  # fmt: skip
 TABLES = tuple(COLUMNS)
-# source reader -> (demographics file under source.path, SQL over {csv}: subject_id, sex 'F'/'M', age)
+# source reader -> (demographics file under source.path, SQL over {csv}: subject_id, sex 'F'/'M', age), as
+# each reader declares them (pipelines.data.readers.READERS; a reader without them: age and sex unknown)
 DEMOGRAPHICS: dict[str, tuple[str, str]] = {
-    "mimic-iv": (
-        "hosp/patients.csv.gz",
-        "SELECT TRY_CAST(subject_id AS BIGINT) AS subject_id, "
-        "min(CASE gender WHEN 'F' THEN 'F' WHEN 'M' THEN 'M' END) AS sex, "
-        "min(TRY_CAST(anchor_age AS INTEGER)) AS age FROM {csv} GROUP BY 1",
-    ),
-    "eicu": (  # subject_id = dense rank of uniquepid, as pipelines.data.readers.eicu numbers patients
-        "patient.csv.gz",
-        "SELECT dense_rank() OVER (ORDER BY uniquepid)::BIGINT AS subject_id, sex, age FROM (SELECT uniquepid, "
-        "min(CASE gender WHEN 'Female' THEN 'F' WHEN 'Male' THEN 'M' END) AS sex, "
-        "min(CASE WHEN trim(age) = '> 89' THEN 90 ELSE TRY_CAST(age AS INTEGER) END) AS age "
-        "FROM {csv} WHERE uniquepid IS NOT NULL GROUP BY uniquepid)",
-    ),
+    r.name: r.part("demographics") for r in READERS.values() if r.demographics is not None
 }
 
 

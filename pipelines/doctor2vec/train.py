@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ontology_compiler.artifact import safe_component
+from ontology_compiler.api import safe_component
 from pipelines.errors import PipelineError
 from pipelines.train.embeddings import code_embedding
 from pipelines.train.loop import (

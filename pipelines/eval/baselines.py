@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from pipelines.data.readers import HOSPITALS
 from pipelines.data.sequences import Sequences, TokenizedDataset
 from pipelines.data.tasks import TASK_LABELS, TASKS
 from pipelines.errors import InputFileError, PipelineError
@@ -64,7 +65,6 @@ CHAPTERS_PER_VOCABULARY = 23  # chapter numbers 1-22 of a vocabulary's classific
 N_CHAPTER_SLOTS = 2 * CHAPTERS_PER_VOCABULARY
 GROUND_TRUTH_FILE = "task_probabilities.parquet"
 GROUND_TRUTH_COLUMNS = ("hospital", "subject_id", "mortality", "chapters")
-HOSPITAL_OF_READER = {"mimic-iv": "mimic-iv", "eicu": "eicu"}  # manifest source.reader -> ground truth
 LR_GRID = tuple((cw, c) for cw in (None, "balanced") for c in (1.0, 0.1, 0.01))  # (class_weight, C)
 NOTES = [
     "MLM baselines see the codes not chosen for masking and are scored on the positions the models' "
@@ -260,7 +260,7 @@ def read_task_probabilities(ground_truth: str | Path) -> dict[str, dict[int, np.
 
 
 def _hospital(ds: TokenizedDataset) -> str | None:
-    return HOSPITAL_OF_READER.get(str(ds.manifest.get("source", {}).get("reader", "")))
+    return HOSPITALS.get(str(ds.manifest.get("source", {}).get("reader", "")))  # the readers' registry
 
 
 def _ceiling(gt: dict, split: _Split, task: str) -> np.ndarray:
@@ -268,10 +268,10 @@ def _ceiling(gt: dict, split: _Split, task: str) -> np.ndarray:
     where = next(iter(gt.values()))["path"] if gt else GROUND_TRUTH_FILE
     if split.hospital is None:
         raise InputFileError(where, f"cannot tell whose patients split {split.name!r} holds: its dataset's "
-                             "manifest.json names no source.reader", expected=" or ".join(sorted(HOSPITAL_OF_READER)))  # fmt: skip
+                             "manifest.json names no source.reader", expected=" or ".join(sorted(HOSPITALS)))  # fmt: skip
     if split.hospital not in gt:
         raise InputFileError(where, f"no rows of hospital {split.hospital!r} (split {split.name!r})",
-                             expected=" or ".join(sorted(HOSPITAL_OF_READER)), found=", ".join(sorted(gt)))  # fmt: skip
+                             expected=" or ".join(sorted(set(HOSPITALS.values()))), found=", ".join(sorted(gt)))  # fmt: skip
     sid, probs = gt[split.hospital][task]
     order = np.argsort(sid, kind="stable")
     sorted_sid = sid[order]

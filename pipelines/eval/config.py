@@ -17,28 +17,52 @@ LABEL_SPLITS = (*SPLITS, "all")  # the label rows scored: those of one split, or
 class EvaluateConfig:
     """Options of an evaluation (saved in ``evaluation.json``)."""
 
-    pretrained: str  # pretraining run folder (holding model/) or a saved model folder
-    dataset: str  # the tokenized dataset the model was pretrained on (format 1)
-    program: str  # the program of the model and the datasets
-    out: str  # folder for evaluation.json and the plot
-    mortality: str | None = None  # fine-tuning run (trial-*/model) on mortality, for transfer
-    chapters: str | None = None  # fine-tuning run on chapters, for ROOD
-    transfer_dataset: str | None = None  # dataset of another layout (eICU) for the transfer test
-    per_bin: int = 400  # codes probed per frequency bin (paper: 400)
-    neighbours: int = 4  # top-k neighbours scored (paper: 4)
-    per_group: int = 10  # common / rare / random codes studied (paper: 10 rare)
-    tsne_points: int = 2000  # codes in the t-SNE plot (0: no plot)
-    unbinding_rows: int = 500  # ICD codes sampled for the unbinding recall (HRR modes; 0: none)
-    cost_steps: int = 3  # timed training steps for the cost figures (0: none)
-    cost_batch: int = 32  # sequences per timed step
-    batch_size: int = 128  # evaluation batch
-    seed: int = 0  # seed of the code samples and the probes
-    device: str = "auto"  # auto, cpu, cuda
-    label: str | None = None  # configuration name shown in plots (default: the embedding mode)
-    labels: str | None = None  # MEDS label folder (one binary task) to score the --labels-run model on
-    labels_run: str | None = None  # fine-tuning run made with `finetune --labels` (trial-*/model)
-    labels_dataset: str | None = None  # dataset the label rows are placed in (default: --dataset)
-    labels_split: str = "test"  # label rows scored: those of this split, or all (a dataset never trained on)
+    pretrained: str = field(
+        metadata={"help": "pretraining run folder (holding model/) or a saved model folder"}
+    )
+    dataset: str = field(metadata={"help": "the tokenized dataset the model was pretrained on (format 1)"})
+    program: str = field(metadata={"help": "the program of the model and the datasets"})
+    out: str = field(metadata={"help": "folder for evaluation.json and the plot"})
+    mortality: str | None = field(
+        default=None, metadata={"help": "fine-tuning run (trial-*/model) on mortality, for transfer"}
+    )
+    chapters: str | None = field(default=None, metadata={"help": "fine-tuning run on chapters, for ROOD"})
+    transfer_dataset: str | None = field(
+        default=None, metadata={"help": "dataset of another layout (eICU) for the transfer test"}
+    )
+    per_bin: int = field(default=400, metadata={"help": "codes probed per frequency bin (paper: 400)"})
+    neighbours: int = field(default=4, metadata={"help": "top-k neighbours scored (paper: 4)"})
+    per_group: int = field(
+        default=10, metadata={"help": "common / rare / random codes studied (paper: 10 rare)"}
+    )
+    tsne_points: int = field(default=2000, metadata={"help": "codes in the t-SNE plot (0: no plot)"})
+    unbinding_rows: int = field(
+        default=500, metadata={"help": "ICD codes sampled for the unbinding recall (HRR modes; 0: none)"}
+    )
+    cost_steps: int = field(
+        default=3, metadata={"help": "timed training steps for the cost figures (0: none)"}
+    )
+    cost_batch: int = field(default=32, metadata={"help": "sequences per timed step"})
+    batch_size: int = field(default=128, metadata={"help": "evaluation batch"})
+    seed: int = field(default=0, metadata={"help": "seed of the code samples and the probes"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda"})
+    label: str | None = field(
+        default=None, metadata={"help": "configuration name shown in plots (default: the embedding mode)"}
+    )
+    labels: str | None = field(
+        default=None,
+        metadata={"help": "MEDS label folder (one binary task) to score the --labels-run model on"},
+    )
+    labels_run: str | None = field(
+        default=None, metadata={"help": "fine-tuning run made with `finetune --labels` (trial-*/model)"}
+    )
+    labels_dataset: str | None = field(
+        default=None, metadata={"help": "dataset the label rows are placed in (default: --dataset)"}
+    )
+    labels_split: str = field(
+        default="test",
+        metadata={"help": "label rows scored: those of this split, or all (a dataset never trained on)"},
+    )
 
     def __post_init__(self) -> None:
         if (self.labels is None) != (self.labels_run is None):
@@ -59,26 +83,45 @@ class EvaluateConfig:
 class ExperimentConfig:
     """Options of an experiment (saved in ``experiment.json``)."""
 
-    dataset: str  # tokenized dataset (MIMIC layout) for pretraining and fine-tuning
-    program: str  # the program the datasets were tokenized against
-    transfer_dataset: str | None = None  # dataset of another layout (eICU) for the transfer test
-    name: str = "experiment"  # folder name under ``out``
-    out: str = "artifacts/runs"  # parent folder of the experiment
-    configurations: tuple[str, ...] = ("unstructured", "base")  # embedding modes; unstructured = control
-    model: str = "bert-base"  # model preset: tiny, mini, small, bert-base
-    pretrain_seeds: int = 3  # pretraining runs per configuration (paper: 3)
-    trials: int = 10  # fine-tunings per pretraining run and task (paper: 10)
-    tasks: tuple[str, ...] = TASKS  # fine-tuning tasks
+    dataset: str = field(
+        metadata={"help": "tokenized dataset (MIMIC layout) for pretraining and fine-tuning"}
+    )
+    program: str = field(metadata={"help": "the program the datasets were tokenized against"})
+    transfer_dataset: str | None = field(
+        default=None, metadata={"help": "dataset of another layout (eICU) for the transfer test"}
+    )
+    name: str = field(default="experiment", metadata={"help": "folder name under ``out``"})
+    out: str = field(default="artifacts/runs", metadata={"help": "parent folder of the experiment"})
+    configurations: tuple[str, ...] = field(
+        default=("unstructured", "base"), metadata={"help": "embedding modes; unstructured = control"}
+    )
+    model: str = field(default="bert-base", metadata={"help": "model preset: tiny, mini, small, bert-base"})
+    pretrain_seeds: int = field(default=3, metadata={"help": "pretraining runs per configuration (paper: 3)"})
+    trials: int = field(
+        default=10, metadata={"help": "fine-tunings per pretraining run and task (paper: 10)"}
+    )
+    tasks: tuple[str, ...] = field(default=TASKS, metadata={"help": "fine-tuning tasks"})
     pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides (epochs, lr, ...)
     # per configuration, on top of ``pretrain`` (e.g. {"unstructured": {"lr": 1e-3}}); recorded in experiment.json
     pretrain_by_configuration: dict[str, dict[str, Any]] = field(default_factory=dict)
     finetune: dict[str, Any] = field(default_factory=dict)  # FinetuneConfig overrides
     evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides
-    device: str = "auto"  # auto, cpu, cuda
-    progress: bool = True  # tqdm bars (only on a terminal)
-    ground_truth: str | None = None  # cohort ground_truth/ folder (task_probabilities.parquet): the ceiling
-    baselines: bool = True  # compute the baselines and ceilings once, into <experiment>/baselines/
-    workers: int = 1  # (configuration, seed) runs side by side in this many processes, one torch thread each
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda"})
+    progress: bool = field(default=True, metadata={"help": "tqdm bars (only on a terminal)"})
+    ground_truth: str | None = field(
+        default=None,
+        metadata={"help": "cohort ground_truth/ folder (task_probabilities.parquet): the ceiling"},
+    )
+    baselines: bool = field(
+        default=True,
+        metadata={"help": "compute the baselines and ceilings once, into <experiment>/baselines/"},
+    )
+    workers: int = field(
+        default=1,
+        metadata={
+            "help": "(configuration, seed) runs side by side in this many processes, one torch thread each"
+        },
+    )
 
     def pretrain_options(self, configuration: str) -> dict[str, Any]:
         """The PretrainConfig overrides of one configuration: ``pretrain``, then its own entries."""

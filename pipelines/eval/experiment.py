@@ -28,7 +28,7 @@ from dataclasses import MISSING, asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from ontology_compiler.artifact import safe_component
+from ontology_compiler.api import safe_component
 from pipelines.errors import PipelineError
 from pipelines.train.runtime import now_iso, versions, write_json
 

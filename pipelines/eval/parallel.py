@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def _init_worker(level: int, threads: int) -> None:
-    from ontology_compiler.logs import DATE_FORMAT, FORMAT
+    from ontology_compiler.api import DATE_FORMAT, FORMAT
 
     logging.basicConfig(level=level, format=FORMAT, datefmt=DATE_FORMAT, force=True)
     import torch

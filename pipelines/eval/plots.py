@@ -20,7 +20,7 @@ __all__ = ["pyplot", "frequency_plot", "rood_plot"]
 
 def pyplot():
     """``matplotlib.pyplot`` on the Agg backend, or None (warned) when matplotlib is missing."""
-    from ontology_compiler.extras import MissingExtraError, require
+    from ontology_compiler.api import MissingExtraError, require
 
     try:
         require("matplotlib").use("Agg")

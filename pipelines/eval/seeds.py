@@ -1,21 +1,20 @@
-"""Results over seeds: a mean with a t-interval over runs, and how often one model beats another.
+"""Results over seeds: which seeds to run, and how often one model beats another.
 
 A comparison repeated over data seeds and training seeds gives one value per run (a run: one data seed, one
-training seed). :func:`t_interval` is the mean with the two-sided Student-t interval over those runs (the
-runs taken as independent draws; fewer than two: no interval). :func:`wins` pairs two models run by run
-and counts where the first is better; :func:`claim` writes a sentence only when the difference has the
-same sign in every run (and there are at least two). NaN values are dropped (and not counted).
+training seed). The mean with its two-sided Student-t interval over those runs (the runs taken as
+independent draws; fewer than two: no interval) is :func:`pipelines.eval.stats.t_interval`, written in a
+cell by :func:`pipelines.eval.markdown.format_cell`. :func:`wins` pairs two models run by run and counts
+where the first is better; :func:`claim` writes a sentence only when the difference has the same sign in
+every run (and there are at least two). NaN values are dropped (and not counted).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
-__all__ = ["SeedInterval", "Wins", "claim", "interval_cell", "parse_seeds", "t_interval", "wins"]
+__all__ = ["Wins", "claim", "parse_seeds", "wins"]
 
 
 def parse_seeds(seeds: int | str | Sequence[int], what: str = "seeds") -> list[int]:
@@ -42,42 +41,6 @@ def parse_seeds(seeds: int | str | Sequence[int], what: str = "seeds") -> list[i
     if not out or min(out) < 0 or len(set(out)) != len(out):
         raise ValueError(f"{what}: expected distinct seeds >= 0, got {seeds!r}")
     return out
-
-
-@dataclass(frozen=True)
-class SeedInterval:
-    """A mean over runs, its two-sided t-interval (NaN with fewer than two runs) and the values."""
-
-    mean: float
-    low: float
-    high: float
-    n: int
-    values: tuple[float, ...]
-    level: float = 0.95
-
-
-def _finite(values: Iterable[float | None]) -> np.ndarray:
-    x = np.asarray([v for v in values if v is not None], dtype=np.float64).ravel()
-    return x[np.isfinite(x)]
-
-
-def t_interval(values: Iterable[float | None], level: float = 0.95) -> SeedInterval:
-    """Mean of ``values`` with the Student-t interval ``mean ± t(level, n-1) * sd / sqrt(n)``
-    (:func:`pipelines.eval.stats.t_interval`), keeping the values."""
-    from .stats import t_interval as student_t
-
-    x = _finite(values)
-    iv = student_t(x, level)
-    return SeedInterval(iv.estimate, iv.low, iv.high, iv.n, tuple(float(v) for v in x), level)
-
-
-def interval_cell(iv: SeedInterval) -> str:
-    """``0.688 (0.650 to 0.720)``; ``0.688 (1 run)`` without an interval; ``n/a`` without values."""
-    if iv.n == 0:
-        return "n/a"
-    if iv.n < 2:
-        return f"{iv.mean:.3f} (1 run)"
-    return f"{iv.mean:.3f} ({iv.low:.3f} to {iv.high:.3f})"
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Which interval answers which question:
   resamples *patients* (a model with several fine-tuning trials is scored by the mean over its trials on
   the same resample, so the trials never count as independent replicates);
   :func:`paired_bootstrap_diff`, the difference of two models scored on the same resampled patients;
-- across pretraining seeds: :func:`t_interval` (Student t over the per-seed values) and
+- across pretraining seeds (or the runs of a comparison): :func:`t_interval` (Student t over the values) and
   :func:`compare_over_seeds` (paired t when the seeds are matched, Welch otherwise, Dunnett when every
   configuration has at least 3 seeds and more than one is compared with the control);
 - a share of probes (frequency bins): :func:`proportion_interval` (Clopper-Pearson);
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,7 +37,7 @@ import numpy as np
 __all__ = [
     "Interval", "PatientScorer", "bootstrap_patients", "paired_bootstrap_diff", "t_interval",
     "proportion_interval", "compare_over_seeds", "predicts_constant", "bootstrap_means",
-    "dunnett_vs_control", "welch", "fisher",
+    "dunnett_vs_control", "welch", "fisher", "finite", "CONSTANT", "NO_PREDICTIONS",
 ]  # fmt: skip
 
 N_BOOT = 2000  # bootstrap resamples of patients
@@ -47,6 +47,9 @@ METRICS = ("accuracy", "precision", "recall", "f1", "auroc")  # what PatientScor
 SCORABLE = (*METRICS, "auprc")  # what PatientScorer.metric computes (AUPRC: average precision)
 TOO_FEW = "n too small for a test"
 ONE_SEED = "1 seed: no interval over seeds"
+# notes of an Interval that its cell states instead of bounds (pipelines.eval.markdown.format_cell)
+CONSTANT = "predicts a constant"
+NO_PREDICTIONS = "no per-patient predictions: mean over fine-tuning trials, no interval"
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,12 @@ def _num(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def _clean(values: Sequence[float]) -> np.ndarray:
+def finite(x: object) -> bool:
+    """Whether ``x`` is a finite number (False for None, NaN, infinities and anything not a number)."""
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def _clean(values: Iterable[float | None]) -> np.ndarray:
     x = np.asarray([v for v in values if v is not None], dtype=np.float64).ravel()
     return x[np.isfinite(x)]
 
@@ -166,8 +174,9 @@ def paired_bootstrap_diff(
 # ----------------------------------------------------------------------------- across seeds
 
 
-def t_interval(values: Sequence[float], level: float = 0.95) -> Interval:
-    """Mean of ``values`` (one per pretraining seed) with its Student-t interval (``scipy.stats.t``).
+def t_interval(values: Iterable[float | None], level: float = 0.95) -> Interval:
+    """Mean of ``values`` (one per pretraining seed, or per run) with its Student-t interval
+    ``mean ± t(level, n-1) * sd / sqrt(n)`` (``scipy.stats.t``); None and NaN are dropped, not counted.
 
     Fewer than two values give NaN bounds and the note ``"1 seed: no interval over seeds"``; identical
     values give a zero-width interval (the data are constant).

@@ -57,7 +57,7 @@ def tsne_plot(
     from sklearn.manifold import TSNE
     from threadpoolctl import threadpool_limits
 
-    from ontology_compiler.extras import require
+    from ontology_compiler.api import require
 
     require("matplotlib").use("Agg")
     plt = require("matplotlib.pyplot")

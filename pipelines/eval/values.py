@@ -4,23 +4,35 @@ files :mod:`pipelines.eval.gather` read).
 One trained model (one pretraining seed): a patient bootstrap of the metric, the mean over the model's
 fine-tuning trials on each resample. Several pretraining seeds: the mean of the per-seed values with a
 Student-t interval over seeds. A run without per-patient predictions (an older experiment) gives the mean
-over its trials without an interval (note :data:`NO_PREDICTIONS`).
+over its trials without an interval (note :data:`NO_PREDICTIONS`). The frequency-bin and neighbour numbers
+come from the evaluations' typed records (:mod:`pipelines.eval.records`), one per pretraining run (None
+where a run has none).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .gather import Baselines, Experiment, Head, Run
-from .stats import Interval, paired_bootstrap_diff, proportion_interval, t_interval
+from .stats import (  # noqa: F401  (CONSTANT, NO_PREDICTIONS: the notes the report's cells read, V.CONSTANT)
+    CONSTANT,
+    NO_PREDICTIONS,
+    Interval,
+    finite,
+    paired_bootstrap_diff,
+    proportion_interval,
+    t_interval,
+)
+
+if TYPE_CHECKING:
+    from .records import FrequencyBins, Neighbours
 
 # metrics that get a patient-bootstrap interval; the others are point estimates (mean over trials)
 INTERVAL_METRICS = {"mortality": ("f1", "auroc"), "chapters": ("f1",)}
-CONSTANT = "predicts a constant"
-NO_PREDICTIONS = "no per-patient predictions: mean over fine-tuning trials, no interval"
 POINT = "mean over fine-tuning trials on all patients (no interval)"
 ONE_RUN = "one pretraining run (last validation)"
 
@@ -50,7 +62,7 @@ def seed_interval(run: Run, task: str, split: str, metric: str) -> Interval | No
     h = run.heads.get((task, split))
     if h is not None:
         return head_interval(h, metric)
-    vals = [float(t[metric]) for t in run.trial_scores.get((task, split), []) if _finite(t.get(metric))]
+    vals = [float(t[metric]) for t in run.trial_scores.get((task, split), []) if finite(t.get(metric))]
     return (
         _point(float(np.mean(vals)), len(vals), "mean over fine-tuning trials", NO_PREDICTIONS)
         if vals
@@ -94,7 +106,7 @@ def baseline_interval(b: Baselines | None, model: str, task: str, split: str, me
 
 
 def mlm_interval(runs: list[Run], key: str) -> Interval | None:
-    vals = [r.mlm[key] for r in runs if _finite(r.mlm.get(key))]
+    vals = [r.mlm[key] for r in runs if finite(r.mlm.get(key))]
     if not vals:
         return None
     if len(vals) == 1:
@@ -133,46 +145,43 @@ def diff_intervals(
     return out, over
 
 
-def rarest_bin(runs_by_conf: dict[str, list[Run]]) -> int | None:
+def _bins(rec: FrequencyBins | None) -> list:
+    return rec.bins if rec is not None else []
+
+
+def rarest_bin(bins_by_conf: dict[str, list[FrequencyBins | None]]) -> int | None:
     """Index of the lowest log-frequency bin with probes in some run (None without frequency bins)."""
-    found = [
-        j
-        for runs in runs_by_conf.values()
-        for r in runs
-        for j, b in enumerate(r.evaluation.get("frequency_bins") or [])
-        if b.get("probes")
-    ]
+    found = [j for recs in bins_by_conf.values() for r in recs for j, b in enumerate(_bins(r)) if b.probes]
     return min(found) if found else None
 
 
-def bin_interval(runs: list[Run], j: int, key: str = "top100") -> Interval | None:
+def bin_interval(recs: list[FrequencyBins | None], j: int, key: str = "top100") -> Interval | None:
     """Accuracy in frequency bin ``j``: Clopper-Pearson over the probes (one seed) or t over seeds."""
     per = []
-    for r in runs:
-        bins = r.evaluation.get("frequency_bins") or []
-        if j < len(bins) and bins[j].get("probes") and _finite(bins[j].get(key)):
-            n = int(bins[j]["probes"])
-            per.append(proportion_interval(int(round(bins[j][key] * n)), n))
+    for r in recs:
+        bins = _bins(r)
+        if j < len(bins) and bins[j].probes and finite(getattr(bins[j], key)):
+            n = int(bins[j].probes)
+            per.append(proportion_interval(int(round(getattr(bins[j], key) * n)), n))
     return over_seeds(per)
 
 
-def bin_median_rank(runs: list[Run], j: int) -> float | None:
+def bin_median_rank(recs: list[FrequencyBins | None], j: int) -> float | None:
     """Median rank of bin ``j``'s probes (mean over seeds; None where no run recorded it)."""
-    per = [float(b[j]["median_rank"]) for r in runs
-           if j < len(b := r.evaluation.get("frequency_bins") or []) and _finite(b[j].get("median_rank"))]  # fmt: skip
+    per = [float(b[j].median_rank) for r in recs if j < len(b := _bins(r)) and finite(b[j].median_rank)]
     return sum(per) / len(per) if per else None
 
 
-def ranked_codes(runs_by_conf: dict[str, list[Run]]) -> int | None:
+def ranked_codes(bins_by_conf: dict[str, list[FrequencyBins | None]]) -> int | None:
     """How many concepts the frequency-bin probes were ranked among (None where no run recorded it)."""
-    return next((int(b["ranked"]) for runs in runs_by_conf.values() for r in runs
-                 for b in r.evaluation.get("frequency_bins") or [] if b.get("ranked")), None)  # fmt: skip
+    return next((int(b.ranked) for recs in bins_by_conf.values() for r in recs for b in _bins(r) if b.ranked),
+                None)  # fmt: skip
 
 
-def rare_neighbours(runs: list[Run], group: str = "rare") -> tuple[int, int]:
+def rare_neighbours(recs: list[Neighbours | None], group: str = "rare") -> tuple[int, int]:
     """Related neighbours and neighbours scored in ``group``, summed over seeds."""
-    gs = [r.evaluation["neighbours"]["groups"].get(group, {}) for r in runs if "neighbours" in r.evaluation]
-    return sum(g.get("related", 0) for g in gs), sum(g.get("total", 0) for g in gs)
+    gs = [r.group(group) for r in recs if r is not None]
+    return sum(g.related for g in gs), sum(g.total for g in gs)
 
 
 def patients(runs_by_conf: dict[str, list[Run]], task: str, split: str) -> int:
@@ -181,7 +190,3 @@ def patients(runs_by_conf: dict[str, list[Run]], task: str, split: str) -> int:
           for runs in runs_by_conf.values() for r in runs
           for t in ([{}] if (task, split) in r.heads else r.trial_scores.get((task, split), []))]  # fmt: skip
     return max(ns, default=0)
-
-
-def _finite(x) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)

@@ -113,7 +113,7 @@ def read_side(path: str | Path) -> Side:
     """The program at ``path`` (a program folder, or a release folder: its newest program, as
     :func:`hrr_kernel.load_program` picks), its four tables read and verified."""
     from hrr_kernel import resolve_program
-    from ontology_compiler.program import read_manifest
+    from ontology_compiler.api import read_manifest
 
     root = resolve_program(path)
     manifest = read_manifest(root)

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from pipelines.data.tasks import TASKS
-from pipelines.eval.markdown import table
-from pipelines.eval.seeds import claim, interval_cell, parse_seeds, t_interval, wins
+from pipelines.eval.markdown import format_cell, table
+from pipelines.eval.seeds import claim, parse_seeds, wins
+from pipelines.eval.stats import t_interval
 
 from .data import QAOptions, generate_qa
 
@@ -100,7 +101,7 @@ def _qa_run(qa: Path, program: Path, runs: Path, rid: str, opts: dict[str, Any])
 def _qa_row(name: str, rs: dict[Key, dict[str, Any]]) -> list[Any]:
     r0 = next(iter(rs.values()))
     c = r0["config"]
-    cells = [interval_cell(t_interval([r[split][k] for r in rs.values()]))
+    cells = [format_cell(t_interval([r[split][k] for r in rs.values()]))
              for split, k in (("val", "accuracy"), ("test", "accuracy"), ("test", "accuracy_unseen"),
                               ("test", "accuracy_seen"))]  # fmt: skip
     return [name, c["model"], c["embedding"], c["hops"], c["tying"] if c["model"] == "memn2n" else "-",
@@ -127,6 +128,7 @@ def compare(
     seeds: int | str | Sequence[int] = 1,
     data_seeds: int | str | Sequence[int] | None = None,
     only: Sequence[str] | None = None,
+    device: str = "cpu",
 ) -> Path:
     """Run the grid on ``dataset`` (tokenized against ``program``) and write ``<out>/report.md``.
 
@@ -134,7 +136,8 @@ def compare(
     (a count or a list; default: the seed of ``qa_options``); ``only``: run or table names to keep
     (:func:`select_grid`). ``threads``: torch intra-op threads while it runs (1 by default: these models
     are small, and several threads on a shared CPU stall each other, which made wall times 10-20x worse
-    here); None leaves it.
+    here); None leaves it. ``device``: where every model of the grid trains and is evaluated (auto, cpu,
+    cuda; the pretraining and fine-tuning of the last section too).
     """
     import torch
 
@@ -146,7 +149,7 @@ def compare(
         torch.set_num_threads(threads)
     try:
         return _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pretrain_steps,
-                        skip_finetune, opts, plan)  # fmt: skip
+                        skip_finetune, opts, plan, device)  # fmt: skip
     finally:
         torch.set_num_threads(before)
 
@@ -164,7 +167,7 @@ class Plan:
 
 
 def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pretrain_steps, skip_finetune,
-             opts: QAOptions, plan: Plan) -> Path:  # fmt: skip
+             opts: QAOptions, plan: Plan, device: str) -> Path:  # fmt: skip
     t0 = time.perf_counter()
     out, program = Path(out), Path(program)
     runs = out / "runs"
@@ -172,7 +175,7 @@ def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pre
         d: generate_qa(dataset, program, out=out / "qa", options=replace(opts, seed=d)).path
         for d in plan.data_seeds
     }
-    base = dict(epochs=epochs, max_train=max_train, dim=dim, device="cpu")
+    base = dict(epochs=epochs, max_train=max_train, dim=dim, device=device)
     results: dict[str, dict[Key, dict[str, Any]]] = {}
     for _, name, o in plan.grid:
         for d, s in plan.keys():
@@ -188,14 +191,16 @@ def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pre
     parts.extend(hrr_vs_plain(results))
     parts.extend(_per_run(results, plan))
     types = sorted({t for rs in results.values() for r in rs.values() for t in r["test"]["by_type"]})
-    rows = [[n] + [t_interval([r["test"]["by_type"].get(t) for r in rs.values()]).mean for t in types]
+    rows = [[n] + [t_interval([r["test"]["by_type"].get(t) for r in rs.values()]).estimate for t in types]
             for n, rs in results.items()]  # fmt: skip
     parts.extend(
         ["", "## Test accuracy per question type (mean over runs)", "", table(["run", *types], rows)]
     )
-    parts.extend(_attention(results, runs, qas, program))
+    parts.extend(_attention(results, runs, qas, program, device))
     if not skip_finetune:
-        parts.extend(["", *_finetune_section(dataset, program, runs, finetune_epochs, pretrain_steps)])
+        parts.extend(
+            ["", *_finetune_section(dataset, program, runs, finetune_epochs, pretrain_steps, device)]
+        )
     parts.extend(
         [
             "",
@@ -255,8 +260,7 @@ def hrr_vs_plain(results: dict[str, dict[Key, dict[str, Any]]]) -> list[str]:
         for label, key in RUN_METRICS:
             w = wins({k: r["test"][key] for k, r in results[name].items()},
                      {k: r["test"][key] for k, r in results[twin].items()})  # fmt: skip
-            diff = t_interval(w.diffs)
-            rows.append([name, label, interval_cell(diff), f"HRR better in {w.cell()}"])
+            rows.append([name, label, t_interval(w.diffs), f"HRR better in {w.cell()}"])
             if (c := claim(f"`{name}`", f"`{twin}`", label, w)) is not None:
                 claims.append(f"- {c}")
     if not rows:
@@ -282,14 +286,14 @@ def _per_run(results: dict[str, dict[Key, dict[str, Any]]], plan: Plan) -> list[
     ]
 
 
-def _attention(results, runs: Path, qas: dict[int, Path], program: Path) -> list[str]:
+def _attention(results, runs: Path, qas: dict[int, Path], program: Path, device: str) -> list[str]:
     from .train import evaluate_qa
 
     name = next((n for n in ("memn2n-hrr-h3-adjacent", *results) if n in results and "memn2n-hrr" in n), None)
     if name is None:
         return []
     d, s = next(iter(results[name]))
-    _, text = evaluate_qa(runs / run_id(name, d, s), qas[d], program)
+    _, text = evaluate_qa(runs / run_id(name, d, s), qas[d], program, device=device)
     return [
         "",
         f"## Attention per hop (`{name}`, data seed {d}, seed {s}; one test patient)",
@@ -300,7 +304,7 @@ def _attention(results, runs: Path, qas: dict[int, Path], program: Path) -> list
     ]
 
 
-def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: int) -> list[str]:
+def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: int, device: str) -> list[str]:
     from pipelines.train.finetune import finetune
     from pipelines.train.pretrain import pretrain, resumable
 
@@ -308,7 +312,7 @@ def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: in
     pre = runs / "pretrain-tiny-base"
     if not (pre / "model" / "config.json").is_file():
         pretrain(dataset, program, out=runs, run_id=pre.name, resume=resumable(pre), model="tiny", mode="base", max_steps=steps,
-                 batch_size=64, device="cpu", progress=False, val_every=0, max_val=200)  # fmt: skip
+                 batch_size=64, device=device, progress=False, val_every=0, max_val=200)  # fmt: skip
         (pre / "compare_wall.json").write_text(json.dumps({"wall_s": time.perf_counter() - t}))
     pre_wall = pre / "compare_wall.json"
     pre_s = json.loads(pre_wall.read_text())["wall_s"] if pre_wall.is_file() else float("nan")
@@ -325,7 +329,7 @@ def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: in
                 t = time.perf_counter()
                 trial = finetune(pre, dataset, program, out=runs, run_id=name, task=task, model=model,
                                  resume=(runs / name / "config.json").is_file(),
-                                 epochs=epochs, batch_size=32, lr=5e-4, device="cpu", progress=False).trials[0]  # fmt: skip
+                                 epochs=epochs, batch_size=32, lr=5e-4, device=device, progress=False).trials[0]  # fmt: skip
                 wall = time.perf_counter() - t
                 wall_file.write_text(json.dumps({"wall_s": wall}), encoding="utf-8")
             params = _params(runs / name / "trial-0" / "model" / "model.safetensors")

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ontology_compiler.artifact import safe_component
+from ontology_compiler.api import safe_component
 from pipelines.data.dataset import Generated, dataset_for_program, verify_dataset
 from pipelines.errors import InputFileError, PipelineError
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 import torch
 from torch import Tensor, nn
 
-from ontology_compiler.artifact import safe_component
+from ontology_compiler.api import safe_component
 from pipelines.data.sequences import epoch_order
 from pipelines.errors import PipelineError
 from pipelines.train.embeddings import code_embedding
@@ -48,6 +48,7 @@ from pipelines.train.runtime import (
     config_from,
     distributed,
     now_iso,
+    resolve_device,
     seed_everything,
     versions,
 )
@@ -182,16 +183,22 @@ def build_model(cfg: QATrainConfig, manifest: dict[str, Any], program) -> nn.Mod
 
 @torch.no_grad()
 def predict(model: nn.Module, data: QASplit, batch_size: int = 256) -> np.ndarray:
-    """Predicted answer ids ``(P,)``."""
+    """Predicted answer ids ``(P,)`` (batches go to the model's device; the answers come back to the CPU)."""
     was = model.training
     model.eval()
+    dev = _device_of(model)
     out = []
     for idx in torch.arange(len(data)).split(batch_size):
         b = data.batch(idx)
-        logits, _ = model.predict(b["facts"], b["question"])  # (B, A)
-        out.append(logits.argmax(-1).numpy())
+        logits, _ = model.predict(b["facts"].to(dev), b["question"].to(dev))  # (B, A)
+        out.append(logits.argmax(-1).cpu().numpy())
     model.train(was)
     return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    """The device of a model's parameters (where its inputs go)."""
+    return next(model.parameters()).device
 
 
 def accuracy_report(data: QASplit, pred: np.ndarray, yes_id: int = 1) -> dict[str, Any]:
@@ -388,16 +395,20 @@ def evaluate_qa(
     split: str = "test",
     patient: int | None = None,
     threshold: float = 0.05,
+    device: str = "cpu",
 ) -> tuple[dict[str, Any], str]:
     """Accuracy of a saved model on a split, and the attention per hop for one patient (text).
 
-    ``patient`` is a subject id (default: the first patient of the split with an unseen-code question).
+    ``patient`` is a subject id (default: the first patient of the split with an unseen-code question);
+    ``device``: where the program and the model go (auto, cpu, cuda).
     """
     from hrr_kernel import load_program
 
+    dev = resolve_device(device)
     manifest, questions, vocab, answers = read_qa(qa)
-    prog = load_program(program)
+    prog = load_program(program, device=dev)
     model, meta = load_model(model_dir, manifest, prog)
+    model.to(dev)
     cfg = model.config
     data = load_split(
         questions,
@@ -438,8 +449,9 @@ def attention_text(model, data: QASplit, vocab, answers, codes: list[str], patie
 
     idx = torch.as_tensor(rows)
     b = data.batch(idx)
+    dev = _device_of(model)
     with torch.no_grad():
-        logits, att = model.predict(b["facts"], b["question"])
+        logits, att = model.predict(b["facts"].to(dev), b["question"].to(dev))
     lines = [f"Patient {int(data.subject_id[rows[0]])}"]
     m = b["facts"].shape[1]
     facts = [fact_text(b["facts"][0, i].tolist()) for i in range(m) if bool((b["facts"][0, i] != 0).any())]

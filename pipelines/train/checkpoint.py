@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ontology_compiler.artifact import write_file_atomically
+from ontology_compiler.api import write_file_atomically
 from pipelines.errors import InputFileError, PipelineError
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pipelines.data.tasks import TASKS
 
@@ -13,6 +13,7 @@ __all__ = [
     "MLM_CACHES",
     "MLM_VOCABULARIES",
     "FinetuneConfig",
+    "GridFields",
     "MODELS",
     "POS_WEIGHTS",
     "PretrainConfig",
@@ -35,49 +36,107 @@ RUNTIME_KEYS = (
 class LoopFields:
     """The options of the one training loop that fine-tuning, QA and Doctor2Vec runs share."""
 
-    patience: int = 0  # stop after this many validations without improvement (0: never)
-    keep_checkpoints: int = 1  # newest resume checkpoints kept (one is written at every validation)
-    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
+    patience: int = field(
+        default=0, metadata={"help": "stop after this many validations without improvement (0: never)"}
+    )
+    keep_checkpoints: int = field(
+        default=1, metadata={"help": "newest resume checkpoints kept (one is written at every validation)"}
+    )
+    tensorboard: bool = field(
+        default=False, metadata={"help": "also write TensorBoard scalars (if tensorboard is installed)"}
+    )
+
+
+@dataclass(kw_only=True)
+class GridFields:
+    """The options every comparison grid (``qa compare``, ``doctor2vec compare``) has beside its own."""
+
+    seeds: str = field(
+        default="1",
+        metadata={"help": "training seeds: a count (3: seeds 0, 1, 2) or a list (0,5,7; one seed: 7,)"},
+    )
+    threads: int = field(default=1, metadata={"help": "torch CPU threads (0: leave torch's default)"})
+    device: str = field(
+        default="cpu", metadata={"help": "auto, cpu, cuda: where the grid's runs train and are evaluated"}
+    )
 
 
 @dataclass
 class PretrainConfig:
     """Options of a pretraining run (saved in the run's ``config.json``)."""
 
-    dataset: str  # tokenized dataset folder (format 1)
-    program: str  # compiled HRR program folder the dataset was tokenized against
-    model: str = "small"  # model preset: tiny, mini, small or bert-base
-    mode: str = "base"  # token embedding: unstructured, base, freq, add, cat
-    normalize: bool = False  # unit-norm HRR concept vectors
-    spectral_decoder: bool | None = None  # MLM decoder on the half spectra (same logits); unset: base only
-    spectral_atoms: bool = False  # atoms and relations trained as half spectra (no atom rfft in the step)
-    epochs: int = 100  # passes over pretrain_train (paper: 100)
-    max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
-    batch_size: int = 96  # global batch (paper: 96), split over ranks
-    bucket_batches: int = 0  # >0: batches of similar lengths, from buckets of this many batches (0: shuffle)
-    lr: float = 1e-4  # peak learning rate (paper: 1e-4)
-    warmup: float = 0.1  # fraction of steps of linear warm-up, then cosine decay (paper: 10 %)
-    weight_decay: float = 0.0  # AdamW weight decay (paper: none in pretraining)
-    beta1: float = 0.9  # AdamW beta1
-    beta2: float = 0.999  # AdamW beta2
-    clip: float = 1.0  # max gradient L2 norm (0: no clipping)
-    mask_prob: float = 0.15  # share of codes chosen for MLM (80 % [MASK], 10 % random, 10 % kept)
-    mlm_vocabulary: str = "all"  # codes the MLM softmax trains on: all, or train (those in pretrain_train)
-    mlm_cache: str = "auto"  # after training: choose the code cache on pretrain_val (model.cache), or off
-    dropout: float = 0.1  # dropout of the model
-    topk: tuple[int, ...] = (10, 100)  # validation top-k accuracies besides top-1
-    seed: int = 0  # seed of initialisation, data order, masking and dropout
-    bf16: bool = False  # bf16 autocast (CUDA only)
-    val_every: int = 0  # steps between validations (0: at the end of each epoch)
-    max_val: int | None = None  # validate on at most this many pretrain_val patients (None: all)
-    val_batch_size: int = 256  # validation batch
-    save_every: int = 500  # steps between checkpoints (one is also written at the end)
-    keep_checkpoints: int = 2  # newest checkpoints kept
-    log_every: int = 10  # steps between training-loss records in metrics.jsonl
-    device: str = "auto"  # auto, cpu, cuda
-    tensorboard: bool = False  # also write TensorBoard scalars (if tensorboard is installed)
-    progress: bool = True  # tqdm bar (rank 0, only on a terminal)
-    patience: int = 0  # stop after this many validations without a better val_loss (0: never)
+    dataset: str = field(metadata={"help": "tokenized dataset folder (format 1)"})
+    program: str = field(metadata={"help": "compiled HRR program folder the dataset was tokenized against"})
+    model: str = field(default="small", metadata={"help": "model preset: tiny, mini, small or bert-base"})
+    mode: str = field(
+        default="base", metadata={"help": "token embedding: unstructured, base, freq, add, cat"}
+    )
+    normalize: bool = field(default=False, metadata={"help": "unit-norm HRR concept vectors"})
+    spectral_decoder: bool | None = field(
+        default=None, metadata={"help": "MLM decoder on the half spectra (same logits); unset: base only"}
+    )
+    spectral_atoms: bool = field(
+        default=False,
+        metadata={"help": "atoms and relations trained as half spectra (no atom rfft in the step)"},
+    )
+    epochs: int = field(default=100, metadata={"help": "passes over pretrain_train (paper: 100)"})
+    max_steps: int | None = field(
+        default=None, metadata={"help": "total optimizer steps (overrides epochs; sets the schedule length)"}
+    )
+    batch_size: int = field(default=96, metadata={"help": "global batch (paper: 96), split over ranks"})
+    bucket_batches: int = field(
+        default=0,
+        metadata={"help": ">0: batches of similar lengths, from buckets of this many batches (0: shuffle)"},
+    )
+    lr: float = field(default=1e-4, metadata={"help": "peak learning rate (paper: 1e-4)"})
+    warmup: float = field(
+        default=0.1, metadata={"help": "fraction of steps of linear warm-up, then cosine decay (paper: 10 %)"}
+    )
+    weight_decay: float = field(
+        default=0.0, metadata={"help": "AdamW weight decay (paper: none in pretraining)"}
+    )
+    beta1: float = field(default=0.9, metadata={"help": "AdamW beta1"})
+    beta2: float = field(default=0.999, metadata={"help": "AdamW beta2"})
+    clip: float = field(default=1.0, metadata={"help": "max gradient L2 norm (0: no clipping)"})
+    mask_prob: float = field(
+        default=0.15, metadata={"help": "share of codes chosen for MLM (80 % [MASK], 10 % random, 10 % kept)"}
+    )
+    mlm_vocabulary: str = field(
+        default="all",
+        metadata={"help": "codes the MLM softmax trains on: all, or train (those in pretrain_train)"},
+    )
+    mlm_cache: str = field(
+        default="auto",
+        metadata={"help": "after training: choose the code cache on pretrain_val (model.cache), or off"},
+    )
+    dropout: float = field(default=0.1, metadata={"help": "dropout of the model"})
+    topk: tuple[int, ...] = field(
+        default=(10, 100), metadata={"help": "validation top-k accuracies besides top-1"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of initialisation, data order, masking and dropout"})
+    bf16: bool = field(default=False, metadata={"help": "bf16 autocast (CUDA only)"})
+    val_every: int = field(
+        default=0, metadata={"help": "steps between validations (0: at the end of each epoch)"}
+    )
+    max_val: int | None = field(
+        default=None, metadata={"help": "validate on at most this many pretrain_val patients (None: all)"}
+    )
+    val_batch_size: int = field(default=256, metadata={"help": "validation batch"})
+    save_every: int = field(
+        default=500, metadata={"help": "steps between checkpoints (one is also written at the end)"}
+    )
+    keep_checkpoints: int = field(default=2, metadata={"help": "newest checkpoints kept"})
+    log_every: int = field(
+        default=10, metadata={"help": "steps between training-loss records in metrics.jsonl"}
+    )
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda"})
+    tensorboard: bool = field(
+        default=False, metadata={"help": "also write TensorBoard scalars (if tensorboard is installed)"}
+    )
+    progress: bool = field(default=True, metadata={"help": "tqdm bar (rank 0, only on a terminal)"})
+    patience: int = field(
+        default=0, metadata={"help": "stop after this many validations without a better val_loss (0: never)"}
+    )
 
     def __post_init__(self) -> None:
         self.topk = tuple(int(k) for k in self.topk)
@@ -100,7 +159,7 @@ MLM_VOCABULARIES = ("all", "train")  # the MLM training softmax over every code,
 
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
 POS_WEIGHTS = ("none", "auto")  # BCE weight of positive labels: none, or per label n_neg / n_pos (clipped)
-POOLINGS = ("cls", "cls+mean")  # model.bert.POOLINGS: what the task heads read (BertConfig.pooling)
+POOLINGS = ("cls", "cls+mean")  # model.bert.POOLINGS: what the task heads read (HRRBertSettings.pooling)
 SCHEDULES = ("constant", "linear")  # fine-tuning learning rate: constant, or warm-up then linear decay to 0
 LABELS_HEAD = "mortality"  # the model's binary head, which a task from MEDS label files trains
 
@@ -109,36 +168,76 @@ LABELS_HEAD = "mortality"  # the model's binary head, which a task from MEDS lab
 class FinetuneConfig(LoopFields):
     """Options of a fine-tuning run (saved in each trial's ``results.json``)."""
 
-    pretrained: str  # pretraining run folder (holding model/) or a saved model folder
-    dataset: str  # tokenized dataset folder (format 1)
-    program: str  # the program the model and dataset were built against
-    task: str = "mortality"  # mortality (binary) or chapters (22 labels, multi-label)
-    epochs: int = 10  # passes over finetune_train (paper: 10)
-    max_steps: int | None = None  # total optimizer steps (overrides epochs; sets the schedule length)
-    val_every: int = 0  # steps between validations (0: at each epoch end); one also after the last step
-    batch_size: int = 80  # batch (paper: 80)
-    bucket_batches: int = (
-        0  # >0: batches of similar lengths, from buckets of this many batches (0: plain shuffle)
+    pretrained: str = field(
+        metadata={"help": "pretraining run folder (holding model/) or a saved model folder"}
     )
-    lr: float = 2e-5  # peak learning rate
-    schedule: str = "constant"  # constant (paper), or linear: warm-up (`warmup`), then decay to 0
-    warmup: float = 0.1  # fraction of the steps of linear warm-up (schedule linear only)
-    weight_decay: float = 4e-6  # AdamW weight decay (paper: 4e-6)
-    clip: float = 1.0  # max gradient L2 norm (0: no clipping)
-    pos_weight: str = "none"  # BCE weight of positives: none (paper), or auto (n_neg/n_pos, in [1, 50])
-    seed: int = 0  # seed of trial 0; trial k uses seed + k
-    trials: int = 1  # independent fine-tunings from the same pretrained model
-    select_by: str = "loss"  # validation metric choosing the best checkpoint (loss: lowest)
-    threshold: float = 0.5  # decision threshold of validation F1 in training, and without tuning
-    tune_thresholds: bool = True  # per-label thresholds maximising finetune_val F1, kept with the model
-    label: str | None = None  # the model's name in predictions files (default: the pretrained mode)
-    eval_batch_size: int = 256  # batch for validation and test
-    device: str = "auto"  # auto, cpu, cuda
-    bf16: bool = False  # bf16 autocast (CUDA only)
-    progress: bool = True  # tqdm bar (only on a terminal)
-    model: str = "bert"  # bert, or visit-transformer (code embedding initialised from the pretrained BERT)
-    labels: str | None = None  # MEDS label folder: one binary task (boolean_value), on the binary head
-    pooling: str | None = None  # heads' input: cls, cls+mean ([CLS] + mean state); None: the model's
+    dataset: str = field(metadata={"help": "tokenized dataset folder (format 1)"})
+    program: str = field(metadata={"help": "the program the model and dataset were built against"})
+    task: str = field(
+        default="mortality", metadata={"help": "mortality (binary) or chapters (22 labels, multi-label)"}
+    )
+    epochs: int = field(default=10, metadata={"help": "passes over finetune_train (paper: 10)"})
+    max_steps: int | None = field(
+        default=None, metadata={"help": "total optimizer steps (overrides epochs; sets the schedule length)"}
+    )
+    val_every: int = field(
+        default=0,
+        metadata={"help": "steps between validations (0: at each epoch end); one also after the last step"},
+    )
+    batch_size: int = field(default=80, metadata={"help": "batch (paper: 80)"})
+    bucket_batches: int = field(
+        default=0,
+        metadata={
+            "help": ">0: batches of similar lengths, from buckets of this many batches (0: plain shuffle)"
+        },
+    )
+    lr: float = field(default=2e-5, metadata={"help": "peak learning rate"})
+    schedule: str = field(
+        default="constant",
+        metadata={"help": "constant (paper), or linear: warm-up (`warmup`), then decay to 0"},
+    )
+    warmup: float = field(
+        default=0.1, metadata={"help": "fraction of the steps of linear warm-up (schedule linear only)"}
+    )
+    weight_decay: float = field(default=4e-6, metadata={"help": "AdamW weight decay (paper: 4e-6)"})
+    clip: float = field(default=1.0, metadata={"help": "max gradient L2 norm (0: no clipping)"})
+    pos_weight: str = field(
+        default="none",
+        metadata={"help": "BCE weight of positives: none (paper), or auto (n_neg/n_pos, in [1, 50])"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed of trial 0; trial k uses seed + k"})
+    trials: int = field(
+        default=1, metadata={"help": "independent fine-tunings from the same pretrained model"}
+    )
+    select_by: str = field(
+        default="loss", metadata={"help": "validation metric choosing the best checkpoint (loss: lowest)"}
+    )
+    threshold: float = field(
+        default=0.5, metadata={"help": "decision threshold of validation F1 in training, and without tuning"}
+    )
+    tune_thresholds: bool = field(
+        default=True,
+        metadata={"help": "per-label thresholds maximising finetune_val F1, kept with the model"},
+    )
+    label: str | None = field(
+        default=None,
+        metadata={"help": "the model's name in predictions files (default: the pretrained mode)"},
+    )
+    eval_batch_size: int = field(default=256, metadata={"help": "batch for validation and test"})
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda"})
+    bf16: bool = field(default=False, metadata={"help": "bf16 autocast (CUDA only)"})
+    progress: bool = field(default=True, metadata={"help": "tqdm bar (only on a terminal)"})
+    model: str = field(
+        default="bert",
+        metadata={"help": "bert, or visit-transformer (code embedding initialised from the pretrained BERT)"},
+    )
+    labels: str | None = field(
+        default=None,
+        metadata={"help": "MEDS label folder: one binary task (boolean_value), on the binary head"},
+    )
+    pooling: str | None = field(
+        default=None, metadata={"help": "heads' input: cls, cls+mean ([CLS] + mean state); None: the model's"}
+    )
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:

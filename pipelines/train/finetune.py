@@ -55,7 +55,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ontology_compiler.artifact import safe_component
+from ontology_compiler.api import safe_component
 from pipelines.data.labels import read_label_task
 from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_batches, epoch_order
 from pipelines.errors import PipelineError

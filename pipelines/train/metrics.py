@@ -41,10 +41,6 @@ def _as_arrays(y_true, scores) -> tuple[np.ndarray, np.ndarray]:
     return y, s
 
 
-def _ratio(a: float, b: float) -> float:
-    return float(a / b) if b else 0.0
-
-
 def precision_recall_f1(y_true, y_pred) -> tuple[float, float, float]:
     """Precision, recall and F1 of binary predictions (``sklearn.metrics``). Shapes: ``(P,)`` each."""
     from sklearn.metrics import precision_recall_fscore_support

@@ -15,7 +15,7 @@ from typing import Any
 
 from torch import nn
 
-from ontology_compiler.artifact import write_file_atomically
+from ontology_compiler.api import write_file_atomically
 
 from .checkpoint import OutputWriteError
 from .runtime import plain

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from ontology_compiler.artifact import safe_component
+from ontology_compiler.api import safe_component
 from pipelines.data.sequences import SEED_STRIDE, TokenizedDataset, epoch_batches, epoch_order
 from pipelines.errors import PipelineError
 

@@ -15,7 +15,6 @@ import os
 import platform
 import random
 import sys
-import time
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ontology_compiler.artifact import write_file_atomically
+from ontology_compiler.api import write_file_atomically
 
 log = logging.getLogger(__name__)
 
@@ -218,15 +217,6 @@ def redirect_logging():
         return logging_redirect_tqdm()
     except ImportError:  # pragma: no cover
         return contextlib.nullcontext()
-
-
-class Timer:
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    def lap(self) -> float:
-        t, self.t0 = time.perf_counter() - self.t0, time.perf_counter()
-        return t
 
 
 def config_from(cls: type[C], config: C | None, options: dict[str, Any], what: str, **given: Any) -> C:

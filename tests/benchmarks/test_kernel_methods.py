@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hrr_kernel import compose, load_program
-from hrr_kernel.synthetic import random_edges, write_program
+from tests.helpers.synthetic_program import random_edges, write_program
 
 ROOT = Path(__file__).resolve().parents[2]
 N_CONCEPTS, N_ATOMS, N_RELATIONS = 30, 12, 4

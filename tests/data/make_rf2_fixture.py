@@ -58,12 +58,12 @@ ET_OLD = 20200131
 ET_NEW = 20220131
 ET_US = 20220301
 US_NAMESPACE = "1000124"
-US_MODULE = 731000124108
+US_MODULE = S.US_MODULE
+CASE_SENSITIVE = S.CASE_SENSITIVE
+MODEL_COMPONENT = S.MODEL_COMPONENT
+CONCEPT_MODEL_ATTRIBUTE = S.CONCEPT_MODEL_ATTRIBUTE
 
-# Constant SCTIDs not in rf2_schema (all Verhoeff-checked at start-up).
-CASE_SENSITIVE = 900000000000017005
-MODEL_COMPONENT = 900000000000441003
-CONCEPT_MODEL_ATTRIBUTE = 410662002
+# Constant SCTIDs not in rf2_schema (real ids of content concepts; every written id is Verhoeff-checked).
 CLINICAL_FINDING = 404684003
 BODY_STRUCTURE = 123037004
 QUALIFIER_VALUE = 362981000
@@ -381,7 +381,7 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
     M = S.MODEL_MODULE
 
     # --- metadata and top-level hierarchies (real SCTIDs) -------------------------------------------
-    b.concept(S.ROOT, "SNOMED CT Concept (SNOMED RT+CTV3)", [], ["SNOMED CT Concept"], et=et)
+    b.concept(S.ROOT, S.metadata_fsn(S.ROOT), [], [S.METADATA_CONCEPTS[S.ROOT][0]], et=et)
     for cid, fsn in (
         (CLINICAL_FINDING, "Clinical finding (finding)"),
         (BODY_STRUCTURE, "Body structure (body structure)"),
@@ -392,12 +392,12 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
         (PRODUCT, "Pharmaceutical / biologic product (product)"),
     ):
         b.concept(cid, fsn, [S.ROOT], et=et)
-    b.concept(MODEL_COMPONENT, "SNOMED CT Model Component (metadata)", [S.ROOT], et=et, module=M)
+    b.concept(MODEL_COMPONENT, S.metadata_fsn(MODEL_COMPONENT), [S.ROOT], et=et, module=M)
     b.concept(
-        CONCEPT_MODEL_ATTRIBUTE, "Concept model attribute (attribute)", [MODEL_COMPONENT], et=et, module=M
+        CONCEPT_MODEL_ATTRIBUTE, S.metadata_fsn(CONCEPT_MODEL_ATTRIBUTE), [MODEL_COMPONENT], et=et, module=M
     )
     for cid, fsn in (
-        (S.IS_A, "Is a (attribute)"),
+        (S.IS_A, S.metadata_fsn(S.IS_A)),
         (FINDING_SITE, "Finding site (attribute)"),
         (MORPHOLOGY, "Associated morphology (attribute)"),
         (CAUSATIVE_AGENT, "Causative agent (attribute)"),
@@ -409,43 +409,14 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
         (COUNT_OF_BASE, "Count of base of active ingredient (attribute)"),
     ):
         b.concept(cid, fsn, [CONCEPT_MODEL_ATTRIBUTE], et=et, module=M)
-    for cid, fsn in (
-        (S.FSN, "Fully specified name (core metadata concept)"),
-        (S.SYNONYM, "Synonym (core metadata concept)"),
-        (S.DEFINITION, "Definition (core metadata concept)"),
-        (S.INFERRED, "Inferred relationship (core metadata concept)"),
-        (S.STATED, "Stated relationship (core metadata concept)"),
-        (S.ADDITIONAL, "Additional relationship (core metadata concept)"),
-        (S.PREFERRED, "Preferred (foundation metadata concept)"),
-        (S.ACCEPTABLE, "Acceptable (foundation metadata concept)"),
-        (
-            S.US_ENGLISH,
-            "United States of America English language reference set (foundation metadata concept)",
-        ),
-        (S.GB_ENGLISH, "Great Britain English language reference set (foundation metadata concept)"),
-        (S.CORE_MODULE, "SNOMED CT core module (core metadata concept)"),
-        (S.MODEL_MODULE, "SNOMED CT model component module (core metadata concept)"),
-        (S.ICD10_MAP_MODULE, "SNOMED CT to ICD-10 rule-based mapping module (core metadata concept)"),
-        (S.PRIMITIVE, "Primitive definition status (core metadata concept)"),
-        (S.DEFINED, "Sufficiently defined definition status (core metadata concept)"),
-        (S.CASE_INSENSITIVE, "Entire term case insensitive (core metadata concept)"),
-        (CASE_SENSITIVE, "Entire term case sensitive (core metadata concept)"),
-        (S.EXISTENTIAL, "Existential restriction modifier (core metadata concept)"),
-        (S.ICD10_MAP_REFSET, "ICD-10 complex map reference set (foundation metadata concept)"),
-        (S.MAP_CORRELATION_NOT_SPECIFIED, "Map correlation not specified (foundation metadata concept)"),
-        (
-            S.MAP_CATEGORY_PROPERLY_CLASSIFIED,
-            "Map source concept is properly classified (foundation metadata concept)",
-        ),
-        (
-            S.MAP_CATEGORY_CANNOT_CLASSIFY,
-            "Map source concept cannot be classified (foundation metadata concept)",
-        ),
-        (S.MAP_CATEGORY_CONTEXT_DEPENDENT, "Map is context dependent (foundation metadata concept)"),
-        (S.REPLACED_BY, "REPLACED BY association reference set (foundation metadata concept)"),
-        (S.SAME_AS, "SAME AS association reference set (foundation metadata concept)"),
-    ):
-        b.concept(cid, fsn, [MODEL_COMPONENT], et=et, module=M)
+    for cid in (
+        S.FSN, S.SYNONYM, S.DEFINITION, S.INFERRED, S.STATED, S.ADDITIONAL, S.PREFERRED, S.ACCEPTABLE,
+        S.US_ENGLISH, S.GB_ENGLISH, S.CORE_MODULE, S.MODEL_MODULE, S.ICD10_MAP_MODULE, S.PRIMITIVE, S.DEFINED,
+        S.CASE_INSENSITIVE, S.CASE_SENSITIVE, S.EXISTENTIAL, S.ICD10_MAP_REFSET, S.MAP_CORRELATION_NOT_SPECIFIED,
+        S.MAP_CATEGORY_PROPERLY_CLASSIFIED, S.MAP_CATEGORY_CANNOT_CLASSIFY, S.MAP_CATEGORY_CONTEXT_DEPENDENT,
+        S.REPLACED_BY, S.SAME_AS,
+    ):  # fmt: skip
+        b.concept(cid, S.metadata_fsn(cid), [MODEL_COMPONENT], et=et, module=M)
 
     # --- supporting clinical content (synthetic SCTIDs) ---------------------------------------------
     c = b.concept_id
@@ -813,24 +784,8 @@ def build_us(int_ids: dict[str, Any]) -> tuple[Package, Builder, dict[str, Any]]
     et = ET_US
     ic = int_ids["concepts"]
     c = b.concept_id
-    b.concept(
-        US_MODULE,
-        "US National Library of Medicine maintained module (core metadata concept)",
-        [MODEL_COMPONENT],
-        et=et,
-    )
-    b.concept(
-        S.ICD10CM_MAP_MODULE,
-        "SNOMED CT to ICD-10-CM rule-based mapping module (core metadata concept)",
-        [MODEL_COMPONENT],
-        et=et,
-    )
-    b.concept(
-        S.ICD10CM_MAP_REFSET,
-        "ICD-10-CM complex map reference set (foundation metadata concept)",
-        [MODEL_COMPONENT],
-        et=et,
-    )
+    for cid in (US_MODULE, S.ICD10CM_MAP_MODULE, S.ICD10CM_MAP_REFSET):
+        b.concept(cid, S.metadata_fsn(cid), [MODEL_COMPONENT], et=et)
     t2dm_hyper, exercise_asthma, pm_osteo, ckd3 = c(99001), c(99002), c(99003), c(99004)
     d = "(disorder)"
     b.concept(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hrr_kernel.synthetic import random_edges, write_program
+from tests.helpers.synthetic_program import random_edges, write_program
 
 
 @pytest.fixture

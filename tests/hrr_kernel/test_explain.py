@@ -23,7 +23,7 @@ from hrr_kernel import (
     unbind_relations,
     unbinding_recall,
 )
-from hrr_kernel.synthetic import write_program
+from tests.helpers.synthetic_program import write_program
 
 
 def _vectors(n_atoms: int, n_relations: int, d: int, seed: int = 0, unitary: bool = True):

@@ -9,7 +9,7 @@ import torch
 
 from hrr_kernel import MODES, HRREmbedding, load_program
 from hrr_kernel.composer import bin_weights, compose, compose_spectrum
-from hrr_kernel.synthetic import random_edges, write_program
+from tests.helpers.synthetic_program import random_edges, write_program
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hrr_kernel import load_program
-from hrr_kernel.synthetic import random_edges, write_program
+from tests.helpers.synthetic_program import random_edges, write_program
 
 FIXTURE_RELEASE = Path(__file__).resolve().parents[1] / "data" / "snomed_mini_20220531"
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from hrr_kernel import HRREmbedding, load_program
-from hrr_kernel.synthetic import random_edges, write_program
 from model import HRRBert, MemN2N, MemN2NConfig, VisitTransformer, VisitTransformerConfig, preset
 from model.doctor2vec import Doctor2Vec, Doctor2VecConfig
+from tests.helpers.synthetic_program import random_edges, write_program
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -157,7 +157,7 @@ def test_learns_which_doctor_has_the_trials_patients(doctor):
 
 def test_hrr_code_embedding(tmp_path):
     from hrr_kernel import HRREmbedding, load_program
-    from hrr_kernel.synthetic import write_program
+    from tests.helpers.synthetic_program import write_program
 
     rng = np.random.default_rng(0)
     n = 2 * (N_CODES - 1)

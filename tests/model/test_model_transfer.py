@@ -9,9 +9,9 @@ import torch
 from transfer_fixtures import NEW_CODES, OLD_CODES, UNCHANGED, write_new_program, write_old_program
 
 from hrr_kernel import load_program
-from hrr_kernel.synthetic import random_edges, write_program
 from model import HRRBert, ModelError, bert_tiny, transfer_model
 from model.transfer import TOKEN_TENSORS, unchanged_tokens
+from tests.helpers.synthetic_program import random_edges, write_program
 
 MODES = ("unstructured", "base", "freq", "add", "cat")
 NEW_TOKENS = [i for i, c in enumerate(NEW_CODES) if c not in OLD_CODES]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hrr_kernel.synthetic import write_program
+from tests.helpers.synthetic_program import write_program
 
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
 IS_A, ATTRIBUTE = 116680003, 363698007

@@ -37,9 +37,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ontology_compiler.icd import ICD10_CHAPTERS
-from ontology_compiler.program import sha256_file
-from ontology_compiler.sqlsafe import columns_literal, quote_identifier, quote_literal
+from ontology_compiler.api import (
+    ICD10_CHAPTERS,
+    columns_literal,
+    quote_identifier,
+    quote_literal,
+    sha256_file,
+)
 from pipelines.errors import InputFileError, MissingTableError
 
 log = logging.getLogger(__name__)
@@ -456,11 +460,6 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) ->
     """The first row of ``sql`` (the whole result is fetched, so the connection is free afterwards)."""
     rows = con.execute(sql, params).fetchall() if params else con.execute(sql).fetchall()
     return rows[0] if rows else ()
-
-
-def strings(con: duckdb.DuckDBPyConnection, sql: str) -> list[str]:
-    """The first column of ``sql``'s rows (at most :data:`EXAMPLES`) as text: a finding's examples."""
-    return [str(r[0]) for r in con.execute(sql).fetchmany(EXAMPLES)]
 
 
 def connect(threads: int | None = None, memory_limit: str = "3GB") -> duckdb.DuckDBPyConnection:

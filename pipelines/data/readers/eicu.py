@@ -34,6 +34,7 @@ from .common import (
     Findings,
     ReadResult,
     drop_duplicates,
+    find_table,
     input_record,
     load_tables,
     one,
@@ -64,6 +65,15 @@ TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
     ),
 }  # fmt: skip
 PRIORITY = "CASE diagnosispriority WHEN 'Primary' THEN 0 WHEN 'Major' THEN 1 ELSE 2 END"
+# Doctor2Vec's demographics: (file under the root, SQL over {csv}: subject_id, sex 'F'/'M', age); subject_id
+# is the dense rank of uniquepid, as read_eicu numbers patients
+DEMOGRAPHICS = (
+    "patient.csv.gz",
+    "SELECT dense_rank() OVER (ORDER BY uniquepid)::BIGINT AS subject_id, sex, age FROM (SELECT uniquepid, "
+    "min(CASE gender WHEN 'Female' THEN 'F' WHEN 'Male' THEN 'M' END) AS sex, "
+    "min(CASE WHEN trim(age) = '> 89' THEN 90 ELSE TRY_CAST(age AS INTEGER) END) AS age "
+    "FROM {csv} WHERE uniquepid IS NOT NULL GROUP BY uniquepid)",
+)
 
 
 def eicu_root(path: str | Path) -> Path:
@@ -73,6 +83,12 @@ def eicu_root(path: str | Path) -> Path:
     if not any((p / n).is_file() for n in ("patient.csv.gz", "patient.csv")) and (p / "eicu").is_dir():
         return p / "eicu"
     return p
+
+
+def eicu_files(path: str | Path) -> list[Path]:
+    """The tables :func:`read_eicu` reads (their hashes make a dataset's id)."""
+    root = eicu_root(path)
+    return [find_table(root, rel) for rel, _, _ in TABLES.values()]
 
 
 def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:

@@ -132,6 +132,29 @@ def check_schema(path: Path, expected: dict[str, str], optional: dict[str, str] 
     return schema.names
 
 
+def meds_root(path: str | Path) -> Path:
+    """The MEDS root: the folder given (holding ``data/`` and ``metadata/``)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise InputFileError(p, "not a folder", hint="point --meds at the MEDS root that holds data/")
+    return p
+
+
+def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Table, dict]:
+    """What ``export-meds`` writes beyond the reader's result: each dead subject's first ``MEDS_DEATH``
+    time (``subject_id``, ``time``), and no titles (they are in the source's own ``codes.parquet``)."""
+    con = connect(threads)
+    con.execute(
+        "CREATE TEMP TABLE raw AS SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, "
+        "code::VARCHAR AS code FROM read_parquet($1, union_by_name = true)",
+        [[duckdb_path(s) for s in sorted((Path(path) / "data").rglob("*.parquet"))]],
+    )
+    return con.sql(
+        f"SELECT * FROM (SELECT subject_id, min(time) AS time FROM raw WHERE code = '{DEATH_CODE}' GROUP BY "
+        "subject_id) WHERE time IS NOT NULL ORDER BY subject_id"
+    ).to_arrow_table(), {}
+
+
 def meds_files(path: str | Path) -> list[Path]:
     """Every file of the MEDS root ``path`` that a dataset prepared from it depends on (its inputs): the
     shards ``data/**/*.parquet``, then those of ``metadata/subject_splits.parquet``, ``metadata/codes.parquet``

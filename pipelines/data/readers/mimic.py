@@ -18,16 +18,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from duckdb import DuckDBPyConnection
 
-from pipelines.errors import InputFileError
+from pipelines.errors import InputFileError, PipelineError
 
 from .common import (
     EXAMPLES,
     MORTALITY_DAYS,
     Findings,
     ReadResult,
+    connect,
     drop_duplicates,
+    duckdb_path,
+    find_table,
     input_record,
     load_tables,
     one,
@@ -58,6 +62,14 @@ TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
          "icd_version": "INTEGER"},
     ),
 }  # fmt: skip
+TITLES = "hosp/d_icd_diagnoses.csv.gz"  # the ICD titles (optional), for export-meds's codes.parquet
+# Doctor2Vec's demographics: (file under the root, SQL over {csv}: subject_id, sex 'F'/'M', age)
+DEMOGRAPHICS = (
+    "hosp/patients.csv.gz",
+    "SELECT TRY_CAST(subject_id AS BIGINT) AS subject_id, "
+    "min(CASE gender WHEN 'F' THEN 'F' WHEN 'M' THEN 'M' END) AS sex, "
+    "min(TRY_CAST(anchor_age AS INTEGER)) AS age FROM {csv} GROUP BY 1",
+)
 
 
 def mimic_root(path: str | Path) -> Path:
@@ -66,6 +78,36 @@ def mimic_root(path: str | Path) -> Path:
     if not p.is_dir():
         raise InputFileError(p, "not a folder", hint="point --mimic at the MIMIC-IV root that holds hosp/")
     return p.parent if p.name == "hosp" and not (p / "hosp").is_dir() else p
+
+
+def mimic_files(path: str | Path) -> list[Path]:
+    """The tables :func:`read_mimic` reads (their hashes make a dataset's id)."""
+    root = mimic_root(path)
+    return [find_table(root, rel) for rel, _, _ in TABLES.values()]
+
+
+def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Table, dict]:
+    """What ``export-meds`` writes beyond the reader's result: each dead subject's time of death
+    (``subject_id``, ``time``: the first ``deathtime``, else ``dod``) and the ICD titles of
+    ``hosp/d_icd_diagnoses`` ((vocabulary, dotless code) -> long title; empty without the file)."""
+    root = mimic_root(path)
+    con, _ = load_tables(root, {k: TABLES[k] for k in ("patients", "admissions")}, threads)
+    deaths = con.sql(
+        "SELECT * FROM (SELECT subject_id, coalesce(min(a.deathtime), any_value(p.dod)::TIMESTAMP) AS time FROM "
+        "(SELECT DISTINCT subject_id, dod FROM patients) p FULL JOIN (SELECT subject_id, deathtime FROM "
+        "admissions WHERE deathtime IS NOT NULL) a USING (subject_id) GROUP BY subject_id) WHERE time IS NOT NULL "
+        "ORDER BY subject_id"
+    ).to_arrow_table()
+    try:
+        titles = find_table(root, TITLES)
+    except PipelineError:
+        return deaths, {}
+    sql = (
+        "SELECT icd_version::VARCHAR, upper(replace(trim(icd_code), '.', '')), long_title FROM read_csv($1, "
+        "header = true, all_varchar = true)"
+    )
+    rows = connect().execute(sql, [duckdb_path(titles)]).fetchall()
+    return deaths, {("ICD9CM" if v == "9" else "ICD10CM", c): t for v, c, t in rows if v in ("9", "10")}
 
 
 def read_mimic(path: str | Path, *, threads: int | None = None) -> ReadResult:

@@ -1,10 +1,11 @@
 """The ``hrrbert`` command layer: every command's help, options generated from the config dataclasses
-(defaults, choices, help), ``-v``/``-q``, ``--version``, errors, and no torch on import."""
+(defaults, choices, help from the field metadata), ``-v``/``-q``, ``--version``, errors, and no torch on import."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import inspect
 import logging
 import subprocess
 import sys
@@ -18,9 +19,10 @@ from click.testing import CliRunner
 from pipelines.cli import main
 from pipelines.cli import options as opts
 from pipelines.data.splits import SplitOptions
-from pipelines.doctor2vec.config import D2VTrainConfig
+from pipelines.demo.defaults import DemoConfig
+from pipelines.doctor2vec.config import D2VCompareConfig, D2VTrainConfig
 from pipelines.eval.config import EvaluateConfig, ExperimentConfig
-from pipelines.qa.config import QATrainConfig
+from pipelines.qa.config import QACompareConfig, QATrainConfig
 from pipelines.train.config import FinetuneConfig, PretrainConfig
 
 # command -> (config class, option prefix, fields that are arguments or not options, today's defaults
@@ -39,6 +41,9 @@ CONFIG_COMMANDS = {
     ("qa", "train"): (QATrainConfig, "", {"qa"}, {}),
     ("doctor2vec", "train"): (D2VTrainConfig, "", {"data"}, {}),
     ("prepare",): (SplitOptions, "", set(), {}),
+    ("demo",): (DemoConfig, "", set(), {}),
+    ("qa", "compare"): (QACompareConfig, "", set(), {}),
+    ("doctor2vec", "compare"): (D2VCompareConfig, "", set(), {}),
 }
 
 
@@ -109,23 +114,60 @@ def test_experiment_takes_the_pretrain_finetune_and_evaluate_defaults():
     assert params["configurations"].opts == ["--config"] and params["pretrain_seeds"].opts == ["--seeds"]
 
 
-def test_options_have_the_config_comments_as_help_and_choices():
+def test_options_have_the_field_help_and_choices():
+    from hrr_kernel import MODES
+
     p = _params(_command(("pretrain",)))
     assert p["mask_prob"].help.startswith("share of codes chosen for MLM")
-    assert list(p["mode"].type.choices) == list(opts.HRR_MODES)
+    assert p["mask_prob"].help == opts.config_fields(PretrainConfig, ["mask_prob"])[0].metadata["help"]
+    assert list(p["mode"].type.choices) == list(MODES)
     assert p["topk"].type.name == "integer" and p["topk"].multiple
     assert p["max_steps"].type.name == "integer" and p["max_steps"].default is None
     d = _params(_command(("doctor2vec", "train")))
-    assert d["val_every"].help.startswith("steps between validations")  # a comment inside ( ... )
+    assert d["val_every"].help.startswith("steps between validations")
     assert d["hide_held_out"].opts == ["--hide-held-out"] and d["hide_held_out"].secondary_opts == [
         "--show-held-out"
     ]
     q = _params(_command(("qa", "train")))
-    assert list(q["hrr_mode"].type.choices) == list(opts.HRR_MODES)
+    assert list(q["hrr_mode"].type.choices) == list(MODES)
     assert list(q["tying"].type.choices) == ["adjacent", "layerwise", "none"]
     assert list(_params(_command(("finetune",)))["select_by"].type.choices) == [
         "f1", "auroc", "auprc", "accuracy", "loss",
     ]  # fmt: skip
+
+
+def test_every_generated_option_has_help():
+    missing = [
+        f"{' '.join(path)} {p.opts[0]} ({p.config})"
+        for path, cmd in _commands()
+        for p in cmd.params
+        if isinstance(p, opts.ConfigOption) and not p.help
+    ]
+    assert not missing, f"give these fields field(..., metadata={{'help': ...}}): {missing}"
+    assert any(isinstance(p, opts.ConfigOption) for p in _command(("demo",)).params)
+
+
+def test_lazy_choices_are_the_real_constants():
+    from hrr_kernel import MODES
+    from model.bert import POOLINGS, PRESETS
+    from model.doctor2vec import DOCTOR_VECTORS, PATIENT_ENCODERS
+    from model.memory_network import ENCODINGS, TYINGS
+
+    assert opts.CHOICES["mode"].choices == tuple(MODES)
+    assert opts.CHOICES["tying"].choices == tuple(TYINGS)
+    assert opts.CHOICES["encoding"].choices == tuple(ENCODINGS)
+    assert opts.CHOICES["doctor"].choices == tuple(DOCTOR_VECTORS)
+    assert opts.CHOICES["patient_encoder"].choices == tuple(PATIENT_ENCODERS)
+    assert _params(_command(("pretrain",)))["model"].type.choices == tuple(PRESETS)
+    assert opts.CHOICES["pooling"].choices == tuple(POOLINGS)  # the light copy FinetuneConfig checks with
+
+
+def test_pretrain_help_lists_the_modes():
+    from hrr_kernel import MODES
+
+    res = CliRunner().invoke(main, ["pretrain", "--help"], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert f"[{'|'.join(MODES)}]" in res.output
 
 
 def test_a_bad_choice_is_refused_by_click(tmp_path):
@@ -133,19 +175,6 @@ def test_a_bad_choice_is_refused_by_click(tmp_path):
         main, ["qa", "train", str(tmp_path), "--program", str(tmp_path), "--hrr-mode", "bogus"]
     )
     assert res.exit_code == 2 and "--hrr-mode" in res.output
-
-
-def test_light_constants_equal_the_heavy_modules():
-    from hrr_kernel import MODES
-    from model.bert import POOLINGS, PRESETS
-    from model.doctor2vec import DOCTOR_VECTORS, PATIENT_ENCODERS
-    from model.memory_network import ENCODINGS, TYINGS
-
-    assert opts.HRR_MODES == tuple(MODES)
-    assert opts.MODEL_PRESETS == tuple(PRESETS)
-    assert opts.CHOICES["pooling"] == tuple(POOLINGS)
-    assert opts.TYINGS == tuple(TYINGS) and opts.ENCODINGS == tuple(ENCODINGS)
-    assert opts.DOCTORS == tuple(DOCTOR_VECTORS) and opts.PATIENT_ENCODERS == tuple(PATIENT_ENCODERS)
 
 
 @pytest.mark.parametrize(
@@ -182,6 +211,18 @@ def test_version_of_compile_ontology():
 
 def test_importing_the_cli_does_not_import_torch():
     code = "import sys, pipelines.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[3]).returncode == 0
+
+
+def test_help_of_hrrbert_and_its_groups_does_not_import_torch():
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from pipelines.cli import main\n"
+        "for args in (['--help'], ['qa', '--help'], ['doctor2vec', '--help']):\n"
+        "    assert CliRunner().invoke(main, args).exit_code == 0, args\n"
+        "sys.exit(1 if 'torch' in sys.modules or 'hrr_kernel' in sys.modules else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[3]).returncode == 0
 
 
@@ -257,3 +298,41 @@ def test_trainers_pass_the_config_options_and_resume(monkeypatch, tmp_path, comm
         positional = call["args"][0]
         first = next(f.name for f in dataclasses.fields(cls) if f.name not in config_kw)
         cls(**{first: positional, **config_kw})  # the options make a valid config
+
+
+# command -> (module, function, arguments): the API the command calls with the options of its config
+GRIDS = {
+    "qa compare": ("pipelines.qa.compare", "compare", ["--dataset", "{d}", "--program", "{d}"]),
+    "doctor2vec compare": (
+        "pipelines.doctor2vec.compare",
+        "compare",
+        ["--dataset", "{d}", "--program", "{d}"],
+    ),
+    "demo": ("pipelines.demo.run", "run_demo", []),
+}
+
+
+@pytest.mark.parametrize("command", list(GRIDS))
+def test_config_commands_call_their_api_with_its_own_defaults(monkeypatch, tmp_path, command):
+    """The options reach the API under its parameter names, and where the API has a default of its own
+    it is the config's (the config is the one the CLI shows)."""
+    module, func, extra = GRIDS[command]
+    api = inspect.signature(getattr(importlib.import_module(module), func))
+    calls = _fake_api(monkeypatch, module, func, 0 if command == "demo" else tmp_path / "report.md")
+    (tmp_path / "report.md").write_text("report")
+    res = CliRunner().invoke(main, [*command.split(), *(a.format(d=tmp_path) for a in extra), "-q"])
+    assert res.exit_code == 0, res.output
+    (call,) = calls
+    args, kw = call.pop("args"), call
+    bound = api.bind(*args, **kw)
+    cls = CONFIG_COMMANDS[tuple(command.split())][0]
+    # the API's own spelling of the same default: seeds 1 (a count) for "1", only None (all) for ()
+    same = {("seeds", 1, "1"), ("only", None, ())}
+    for f in dataclasses.fields(cls):
+        if f.name in api.parameters and f.default is not dataclasses.MISSING:
+            assert bound.arguments[f.name] == f.default, f.name
+            lib = api.parameters[f.name].default
+            if lib is not inspect.Parameter.empty and (f.name, lib, f.default) not in same:
+                assert lib == f.default, (
+                    f"{func}({f.name}={lib!r}) but {cls.__name__}.{f.name} = {f.default!r}"
+                )

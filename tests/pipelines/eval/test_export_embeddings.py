@@ -192,7 +192,7 @@ def test_model_with_another_program_is_refused(model_dir, make_other_program, tm
 
 @pytest.fixture
 def make_other_program(tmp_path):
-    from hrr_kernel.synthetic import random_edges, write_program
+    from tests.helpers.synthetic_program import random_edges, write_program
 
     root = tmp_path / "other_program"
     write_program(

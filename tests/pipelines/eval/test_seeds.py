@@ -1,5 +1,5 @@
-"""Results over seeds: the t-interval against SciPy and by hand, seed parsing, run-by-run wins and the
-wording of a claim that must hold in every run."""
+"""Results over seeds: the t-interval (:func:`pipelines.eval.stats.t_interval`) against SciPy and by hand
+and its cell over runs, seed parsing, run-by-run wins and the wording of a claim that must hold in every run."""
 
 from __future__ import annotations
 
@@ -9,29 +9,33 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipelines.eval.seeds import claim, interval_cell, parse_seeds, t_interval, wins
+from pipelines.eval.markdown import format_cell
+from pipelines.eval.seeds import claim, parse_seeds, wins
+from pipelines.eval.stats import t_interval
 
 
 def test_t_interval_matches_scipy_and_hand_values():
     x = [0.688, 0.681, 0.702, 0.655]
     iv = t_interval(x)
     lo, hi = stats.t.interval(0.95, len(x) - 1, loc=np.mean(x), scale=stats.sem(x))
-    assert iv.n == 4 and iv.mean == pytest.approx(np.mean(x))
+    assert iv.n == 4 and iv.estimate == pytest.approx(np.mean(x))
     assert (iv.low, iv.high) == (pytest.approx(lo), pytest.approx(hi))
     # by hand: mean 2, sd 1, n 3 -> half-width t(0.975, 2) / sqrt(3) = 4.302653 / 1.732051 = 2.484138
     iv = t_interval([1.0, 2.0, 3.0])
     assert (iv.low, iv.high) == (pytest.approx(2 - 2.484138), pytest.approx(2 + 2.484138))
     assert t_interval([1.0, 2.0, 3.0], level=0.9).high < iv.high
-    assert interval_cell(iv) == "2.000 (-0.484 to 4.484)"
+    assert format_cell(iv) == "2.000 (-0.484 to 4.484)"
+    assert t_interval(v for v in (1.0, 2.0, 3.0)).n == 3  # any iterable
 
 
 def test_t_interval_without_enough_runs():
     one = t_interval([0.5, float("nan"), None])  # NaN and None are dropped, not counted
-    assert one.n == 1 and one.mean == 0.5 and math.isnan(one.low) and math.isnan(one.high)
-    assert interval_cell(one) == "0.500 (1 run)"
-    assert interval_cell(t_interval([])) == "n/a"
+    assert one.n == 1 and one.estimate == 0.5 and math.isnan(one.low) and math.isnan(one.high)
+    assert format_cell(one) == "0.500 (1 run)"
+    assert format_cell(t_interval([])) == "n/a"
     same = t_interval([0.7, 0.7, 0.7])
     assert same.low == pytest.approx(0.7) and same.high == pytest.approx(0.7)  # no spread, no width
+    assert format_cell(same) == "0.700 (0.700 to 0.700)"
 
 
 def test_parse_seeds():

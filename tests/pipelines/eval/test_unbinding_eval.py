@@ -1,9 +1,10 @@
-"""The unbinding recall of ``hrrbert evaluate`` (:func:`pipelines.eval.pretrained.unbinding_study`) and its
+"""The unbinding recall of ``hrrbert evaluate`` (:func:`pipelines.eval.registry.unbinding_study`) and its
 table in the experiment report."""
 
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,8 +13,16 @@ from train_fixtures import program_dir  # noqa: F401
 
 from hrr_kernel import hrr_vectors, load_program, unbinding_recall
 from model import HRRBert, preset
-from pipelines.eval.pretrained import summary_lines, unbinding_study
-from pipelines.eval.report import _unbinding_section
+from pipelines.eval.pretrained import summary_lines
+from pipelines.eval.records import UnbindingRecall
+from pipelines.eval.registry import unbinding_study
+from pipelines.eval.sections import SectionInputs, unbinding_section
+
+
+def _unbinding_section(exp) -> list[str]:
+    """The report's unbinding section of an experiment whose runs carry these evaluation records."""
+    recs = {k: [UnbindingRecall.from_dict(r.evaluation) for r in runs] for k, runs in exp.configurations.items()}  # fmt: skip
+    return unbinding_section(SectionInputs(exp, recs, Path("plots")))
 
 
 def _model(program, mode: str) -> HRRBert:

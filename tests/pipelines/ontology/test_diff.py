@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from hrr_kernel.synthetic import write_program
 from pipelines.errors import PipelineError
 from pipelines.ontology.diff import diff_programs, summary_lines
+from tests.helpers.synthetic_program import write_program
 
 ISA, FINDING_SITE, LATERALITY = 116680003, 363698007, 272741003
 # OLD: relations is_a, description, identity, Finding site; atoms 10, 20, 30, fever, 40

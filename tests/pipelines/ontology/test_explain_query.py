@@ -13,7 +13,6 @@ import torch
 from click.testing import CliRunner
 
 from hrr_kernel import compose, load_program, project_unitary
-from hrr_kernel.synthetic import write_program
 from model import HRRBert, preset
 from pipelines.cli import main
 from pipelines.errors import PipelineError
@@ -30,6 +29,7 @@ from pipelines.ontology.trained import (
     resolve_code,
     resolve_relation,
 )
+from tests.helpers.synthetic_program import write_program
 
 FINDING_SITE = 363698007
 IS_A_SCTID = 116680003

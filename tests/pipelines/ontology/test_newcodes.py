@@ -87,7 +87,7 @@ def test_mlm_ranks_count_ties_half_and_match_brute_force(program):
 
 
 def test_new_code_rows_are_the_tokens_the_old_program_lacks(program, tmp_path):
-    from hrr_kernel.synthetic import write_program
+    from tests.helpers.synthetic_program import write_program
 
     edges = (np.array([0, 1, 2]), np.array([0, 0, 0]), np.array([0, 1, 2]))
     old = load_program(write_program(tmp_path / "old", n_concepts=3, n_atoms=3, n_relations=3, edges=edges,

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .program import SPECIAL_TOKENS
+from hrr_kernel import SPECIAL_TOKENS
 
 __all__ = ["write_program", "paper_scale_edges", "random_edges", "cached_paper_program", "PAPER"]
 
@@ -180,7 +180,7 @@ def _manifest(program_id: str, files: list[dict], counts: dict[str, int]) -> dic
         "format_version": FORMAT_VERSION,
         "program_id": program_id,
         "created_at": "1970-01-01T00:00:00Z",
-        "compiler_version": "hrr_kernel.synthetic",
+        "compiler_version": "tests.helpers.synthetic_program",
         "release": {"name": "synthetic"},
         "inputs": [],
         "options": {},
