@@ -214,8 +214,17 @@ def goals(rows: list[dict], device: str, n_concepts: int) -> tuple[list[str], li
             verdict = "met" if value <= limit else "not met"
             shown = f"{fmt(value, 2 if unit == 'ms' else 0)} {unit}"
         lines.append(f"- {what} <= {limit:g} {unit}: {shown} — {verdict}")
-        out.append({"goal": what, "method": method, "key": key, "limit": limit, "unit": unit,
-                    "value": value, "verdict": verdict})  # fmt: skip
+        out.append(
+            {
+                "goal": what,
+                "method": method,
+                "key": key,
+                "limit": limit,
+                "unit": unit,
+                "value": value,
+                "verdict": verdict,
+            }
+        )
     return lines + [""], out
 
 

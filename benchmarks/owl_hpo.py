@@ -93,8 +93,10 @@ def run(as_json: bool = False) -> dict:
     from ontology_compiler.owl_input import compile_owl
 
     obo = hp_obo()
-    version = next((ln.split(":", 1)[1].strip() for ln in obo.open(encoding="utf-8") if ln.startswith("data-version")),
-                   "unknown").replace("/", "_")  # fmt: skip
+    version = next(
+        (ln.split(":", 1)[1].strip() for ln in obo.open(encoding="utf-8") if ln.startswith("data-version")),
+        "unknown",
+    ).replace("/", "_")
     owl_file = CACHE / f"{version}.owl"
     report: dict = {"hp_obo": str(obo), "owl": str(owl_file)}
     t = time.perf_counter()
@@ -105,20 +107,36 @@ def run(as_json: bool = False) -> dict:
         report["conversion"]["seconds"] = round(time.perf_counter() - t, 2)
     report["owl_bytes"] = owl_file.stat().st_size
     with tempfile.TemporaryDirectory() as out:
-        for mode, kw in (("all_classes", {}),
-                         ("snomed_xrefs", {"code_property": "oboInOwl:hasDbXref", "code_prefixes": ("SNOMEDCT_US",)}),
-                         ("icd10_xrefs", {"code_property": "oboInOwl:hasDbXref", "code_prefixes": ("ICD-10",)})):  # fmt: skip
+        for mode, kw in (
+            ("all_classes", {}),
+            ("snomed_xrefs", {"code_property": "oboInOwl:hasDbXref", "code_prefixes": ("SNOMEDCT_US",)}),
+            ("icd10_xrefs", {"code_property": "oboInOwl:hasDbXref", "code_prefixes": ("ICD-10",)}),
+        ):
             t = time.perf_counter()
             r = compile_owl(owl_file, out=out, **kw)
             c, cov = r.manifest["counts"], r.manifest["coverage"]
             report[mode] = {
                 "seconds": round(time.perf_counter() - t, 2),
                 "timings": r.manifest["timings"],
-                **{k: c.get(k, 0) for k in ("classes", "classes_deprecated", "is_a_edges", "attribute_edges",
-                                            "labels", "synonyms", "classes_without_label", "atoms", "edges")},
-                "tokens": cov["codes"], "classes_as_tokens": cov["classes_as_tokens"],
-                "atoms_by_kind": c["atoms_by_kind"], "max_multiplicity": c["max_multiplicity"],
-            }  # fmt: skip
+                **{
+                    k: c.get(k, 0)
+                    for k in (
+                        "classes",
+                        "classes_deprecated",
+                        "is_a_edges",
+                        "attribute_edges",
+                        "labels",
+                        "synonyms",
+                        "classes_without_label",
+                        "atoms",
+                        "edges",
+                    )
+                },
+                "tokens": cov["codes"],
+                "classes_as_tokens": cov["classes_as_tokens"],
+                "atoms_by_kind": c["atoms_by_kind"],
+                "max_multiplicity": c["max_multiplicity"],
+            }
             if mode == "all_classes":
                 t = time.perf_counter()
                 e = export_owl(r.path, Path(out) / "hp_export.owl")
@@ -129,14 +147,18 @@ def run(as_json: bool = False) -> dict:
         conv = report["conversion"]
         print(f"hp.obo     {obo}\nOWL        {owl_file} ({report['owl_bytes'] / 1e6:.1f} MB)")
         if not conv.get("cached"):
-            print(f"convert    {conv['seconds']:.1f} s: {conv['classes']:,} classes, {conv['is_a']:,} is-a, "
-                  f"{conv['labels']:,} labels, {conv['synonyms']:,} synonyms, {conv['xrefs']:,} xrefs")  # fmt: skip
+            print(
+                f"convert    {conv['seconds']:.1f} s: {conv['classes']:,} classes, {conv['is_a']:,} is-a, "
+                f"{conv['labels']:,} labels, {conv['synonyms']:,} synonyms, {conv['xrefs']:,} xrefs"
+            )
         for mode in ("all_classes", "snomed_xrefs", "icd10_xrefs"):
             m = report[mode]
-            print(f"{mode:<12} {m['seconds']:.1f} s (read {m['timings']['read_owl']:.1f} s): {m['classes']:,} "
-                  f"classes, {m['is_a_edges']:,} is-a, {m['labels']:,} labels, {m['synonyms']:,} synonyms; "
-                  f"{m['tokens']:,} tokens over {m['classes_as_tokens']:,} classes, {m['atoms']:,} atoms, "
-                  f"{m['edges']:,} edges")  # fmt: skip
+            print(
+                f"{mode:<12} {m['seconds']:.1f} s (read {m['timings']['read_owl']:.1f} s): {m['classes']:,} "
+                f"classes, {m['is_a_edges']:,} is-a, {m['labels']:,} labels, {m['synonyms']:,} synonyms; "
+                f"{m['tokens']:,} tokens over {m['classes_as_tokens']:,} classes, {m['atoms']:,} atoms, "
+                f"{m['edges']:,} edges"
+            )
         print(f"export     {report['export']['seconds']:.1f} s: {report['export']}")
     return report
 

@@ -36,8 +36,17 @@ def _program(cache: Path) -> Path:
     else:
         release = cache / "releases" / "synthetic_s005"
         if not release.exists():
-            subprocess.run([sys.executable, str(_REPO / "benchmarks" / "synthetic_release.py"), "--out", str(release),
-                            "--scale", "0.05"], check=True)  # fmt: skip
+            subprocess.run(
+                [
+                    sys.executable,
+                    str(_REPO / "benchmarks" / "synthetic_release.py"),
+                    "--out",
+                    str(release),
+                    "--scale",
+                    "0.05",
+                ],
+                check=True,
+            )
     return compile_ontology(release, out=cache / "programs").path
 
 
@@ -93,9 +102,22 @@ def _gz_lines(path: Path):
 
 def _run_child(name: str, cohort: Path, program: Path, n: int) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--child", name, "--cohort", str(cohort), "--program", str(program), "--patients", str(n)],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            name,
+            "--cohort",
+            str(cohort),
+            "--program",
+            str(program),
+            "--patients",
+            str(n),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -127,8 +149,10 @@ def main() -> None:
     counts = json.loads((Path(tempfile.gettempdir()) / "bench_prepare_manifest.json").read_text())
     p, c = counts["patients"], counts["codes"]
     print(f"\npatients kept {p['kept']} (dropped {p['dropped']}), splits {p['by_split']}")
-    print(f"unknown code share {100 * c['unknown_code_share']:.2f} %, log frequency {c['log_frequency_min']:.2f} to "
-          f"{c['log_frequency_max']:.2f}, {c['concepts_seen_in_pretraining']} of {c['program_concepts']} concepts seen")  # fmt: skip
+    print(
+        f"unknown code share {100 * c['unknown_code_share']:.2f} %, log frequency {c['log_frequency_min']:.2f} to "
+        f"{c['log_frequency_max']:.2f}, {c['concepts_seen_in_pretraining']} of {c['program_concepts']} concepts seen"
+    )
 
 
 if __name__ == "__main__":

@@ -95,9 +95,16 @@ def median_seconds(fn, warmup: int, steps: int, device: torch.device) -> float:
 
 
 def bench_one(
-    program, preset: str, mode: str, batch: int, steps: int, warmup: int, device, bf16: bool,
+    program,
+    preset: str,
+    mode: str,
+    batch: int,
+    steps: int,
+    warmup: int,
+    device,
+    bf16: bool,
     decoder: str = "matrix",
-) -> dict:  # fmt: skip
+) -> dict:
     from model import HRRBert
     from model import preset as make_preset
 
@@ -204,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     path = a.program or synthetic_program(a.concepts)
     program = load_program(path, device=device)
     batch = parse_map(a.batch, DEFAULT_BATCH)
-    print(f"program {path.name}: {program.n_concepts} concepts, {program.n_atoms} atoms, {program.n_relations} relations, "
-          f"{program.n_edges} edges; device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{platform.processor() or platform.machine()}", flush=True)  # fmt: skip
+    print(
+        f"program {path.name}: {program.n_concepts} concepts, {program.n_atoms} atoms, {program.n_relations} relations, "
+        f"{program.n_edges} edges; device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{platform.processor() or platform.machine()}",
+        flush=True,
+    )
     rows = []
     t0 = time.perf_counter()
     modes = ["unstructured"] + [m for m in a.modes if m != "unstructured"]
@@ -216,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
             for dec in ["matrix"] if m == "unstructured" else a.decoders:
                 r = bench_one(program, p, m, batch[p], steps, a.warmup, device, a.bf16, dec)
                 rows.append(r)
-                print(f"  {p:9s} {m:12s} {dec:8s} step {r['step_ms']:8.0f} ms  matrix {100 * r['embed_share']:5.1f} %",
-                      flush=True)  # fmt: skip
+                print(
+                    f"  {p:9s} {m:12s} {dec:8s} step {r['step_ms']:8.0f} ms  matrix {100 * r['embed_share']:5.1f} %",
+                    flush=True,
+                )
     print(f"\n{table(rows)}\n\nwall time {time.perf_counter() - t0:.0f} s")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=2))

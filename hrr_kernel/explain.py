@@ -158,8 +158,10 @@ def explain_vector(
 def _memory_rows(memory: Tensor, n_relations: int, n_atoms: int, ids: Tensor) -> Tensor:
     """The ``(R, A)`` bool ``memory``'s rows for relation ids ``ids``: ``(K, A)``."""
     if memory.dtype != torch.bool or tuple(memory.shape) != (n_relations, n_atoms):
-        raise ShapeError(f"memory must be a ({n_relations}, {n_atoms}) bool tensor, got {memory.dtype} "
-                         f"{tuple(memory.shape)}")  # fmt: skip
+        raise ShapeError(
+            f"memory must be a ({n_relations}, {n_atoms}) bool tensor, got {memory.dtype} "
+            f"{tuple(memory.shape)}"
+        )
     return memory.index_select(0, ids.to(memory.device))
 
 

@@ -62,7 +62,9 @@ class EmbeddingMode:
     hrr: str = "all"  # share of the row composed from atoms and relations: all, half, none
     table: str = "none"  # the free per-token table: none, full (D wide), rest (D - H wide, concatenated)
     frequency: bool = False  # adds the fixed encoding of the token's log frequency (needs log_frequency)
-    spectral_decoder: bool = False  # the tied decoder's default domain (HRRBertSettings.spectral_decoder None)
+    spectral_decoder: bool = (
+        False  # the tied decoder's default domain (HRRBertSettings.spectral_decoder None)
+    )
     untrained_fill: str | None = None  # after training, an untrained token's table row: mean, zero, None
     new_row: str | None = None  # a carried model's new token's per-token row: "[UNK]" (its row), "zero"
     new_row_note: str = ""  # that rule in words (the carry report names it)

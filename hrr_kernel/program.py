@@ -477,8 +477,11 @@ def resolve_program(path: str | Path) -> Path:
         log.warning(
             "%s is a release folder holding %d programs; using the newest, %s (created %s); pass a "
             "program folder to choose another",
-            root, len(found), chosen.name, created or "unknown",
-        )  # fmt: skip
+            root,
+            len(found),
+            chosen.name,
+            created or "unknown",
+        )
     else:
         log.info("%s is a release folder; using its program %s (created %s)", root, chosen.name, created)
     return chosen

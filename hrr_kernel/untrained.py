@@ -55,8 +55,10 @@ def _settle_rows(rows: Tensor, groups: list[str], trained: Tensor, settle: set[s
     group without trained rows is left as it is. Returns how many rows changed.
     Shapes: rows ``(A, H)``, trained ``(A,)`` bool."""
     has_trained = {g for g, t in zip(groups, trained.tolist(), strict=True) if t}
-    todo = torch.tensor([not t and g in settle and g in has_trained for g, t in zip(groups, trained.tolist(), strict=True)],
-                        dtype=torch.bool)  # fmt: skip
+    todo = torch.tensor(
+        [not t and g in settle and g in has_trained for g, t in zip(groups, trained.tolist(), strict=True)],
+        dtype=torch.bool,
+    )
     if not todo.any():
         return 0
     source = torch.where(todo, -1, torch.arange(len(groups)))

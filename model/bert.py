@@ -259,7 +259,9 @@ class HRRBert(nn.Module):
     (``task`` given: pooled logits), so one ``DistributedDataParallel`` wrapper serves both.
     """
 
-    def __init__(self, config: HRRBertSettings, program: Program, log_frequency: Tensor | None = None) -> None:
+    def __init__(
+        self, config: HRRBertSettings, program: Program, log_frequency: Tensor | None = None
+    ) -> None:
         super().__init__()
         self.config = config
         self.program = program

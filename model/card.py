@@ -247,11 +247,12 @@ def _program_section(folder: Path, meta: dict[str, Any]) -> tuple[list[str], dic
     lines = [
         f"- program id: `{manifest.get('program_id', pid)}` (format {manifest.get('format_version', '?')}, "
         f"compiler {manifest.get('compiler_version', '?')}), in `{PROGRAM_DIR}/`",
-        f"- release: {rel.get('name', '?')}" + (f", {rel['type']}" if rel.get("type") else "")
+        f"- release: {rel.get('name', '?')}"
+        + (f", {rel['type']}" if rel.get("type") else "")
         + (f", dated {rel['date']}" if rel.get("date") else "")
         + (f", as of {rel['as_of']}" if rel.get("as_of") else "")
         + (f", namespaces {', '.join(map(str, rel['namespaces']))}" if rel.get("namespaces") else ""),
-    ]  # fmt: skip
+    ]
     sizes = [f"{rows[f]} {f.removesuffix('.parquet')}" for f in MODEL_TABLES if rows.get(f) is not None]
     if sizes:
         lines.append(f"- size: {', '.join(sizes)}")
@@ -301,12 +302,15 @@ def write_model_card(
     out = [
         *_front_matter(meta, config, license, tags, demo),
         *_data_section(meta, config, data),
-        "## Program", "", *program_lines, "",
+        "## Program",
+        "",
+        *program_lines,
+        "",
         *_configuration_section(meta, config),
         *_metrics_section(metrics),
         *_usage_section(),
         *_use_and_limits(intended_use, limitations, demo, rel),
-    ]  # fmt: skip
+    ]
     p = d / CARD_FILE
     try:
         p.write_text("\n".join(out), encoding="utf-8")
@@ -323,8 +327,15 @@ def _front_matter(meta: dict, config: dict, license: str, tags: list[str] | None
     all_tags += [str(config["mode"])] if config.get("mode") else []
     all_tags += ["demo"] if demo else []
     all_tags += [t for t in tags or [] if t not in all_tags]
-    return ["---", "library_name: hrrbert", f"license: {license}", "tags:",
-            *[f"- {_yaml_str(t)}" for t in all_tags], "---", ""]  # fmt: skip
+    return [
+        "---",
+        "library_name: hrrbert",
+        f"license: {license}",
+        "tags:",
+        *[f"- {_yaml_str(t)}" for t in all_tags],
+        "---",
+        "",
+    ]
 
 
 def _data_section(meta: dict, config: dict, data: str | None) -> list[str]:

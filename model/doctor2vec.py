@@ -118,9 +118,15 @@ class VisitEncoder(nn.Module):
     def __init__(self, cfg: Doctor2VecConfig) -> None:
         super().__init__()
         vt = VisitTransformerConfig(
-            n_codes=cfg.n_codes, dim=cfg.dim, n_layers=cfg.visit_layers, n_heads=cfg.visit_heads,
-            ffn_dim=2 * cfg.dim, max_visits=cfg.max_visits, dropout=cfg.dropout, pad_id=PAD,
-        )  # fmt: skip
+            n_codes=cfg.n_codes,
+            dim=cfg.dim,
+            n_layers=cfg.visit_layers,
+            n_heads=cfg.visit_heads,
+            ffn_dim=2 * cfg.dim,
+            max_visits=cfg.max_visits,
+            dropout=cfg.dropout,
+            pad_id=PAD,
+        )
         self.pool = VisitPooling(vt)
         self.blocks = nn.ModuleList(Block(vt) for _ in range(cfg.visit_layers))
         self.norm = nn.LayerNorm(cfg.dim)
@@ -335,9 +341,14 @@ class Doctor2Vec(nn.Module):
         return fit
 
     def doctor_vectors(
-        self, trial: Tensor, patients: Tensor, mask: Tensor, evidence: Tensor | None, best: Tensor | None,
+        self,
+        trial: Tensor,
+        patients: Tensor,
+        mask: Tensor,
+        evidence: Tensor | None,
+        best: Tensor | None,
         elig: Tensor | None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Doctor vector per pair, the attention over the memory, the log match mass and the log soft count.
 
         Shapes: trial ``(B, D)``; patients ``(B, M, D)`` (trial-independent vectors); mask ``(B, M)``;

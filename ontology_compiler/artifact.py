@@ -244,8 +244,9 @@ def read_json_manifest(path: str | Path, what: str, error: type[Exception] = Pro
     return manifest
 
 
-def verify_manifest_files(path: str | Path, manifest: dict, *, hashes: bool = True,
-                          error: type[Exception] = ProgramFormatError) -> dict:  # fmt: skip
+def verify_manifest_files(
+    path: str | Path, manifest: dict, *, hashes: bool = True, error: type[Exception] = ProgramFormatError
+) -> dict:
     """Every file the manifest lists is present and, with ``hashes``, has the listed sha256."""
     path = Path(path)
     for f in manifest.get("files", []):

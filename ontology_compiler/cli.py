@@ -38,36 +38,81 @@ def _click_errors() -> Iterator[None]:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("src", metavar="SRC", type=click.Path(exists=True))
-@click.option("--format", type=click.Choice(FORMATS), default="auto", show_default=True,
-              help="Input kind: rf2 (a release folder) or owl (an .owl/.rdf/.owx/.nt file); auto: owl for a file.")  # fmt: skip
+@click.option(
+    "--format",
+    type=click.Choice(FORMATS),
+    default="auto",
+    show_default=True,
+    help="Input kind: rf2 (a release folder) or owl (an .owl/.rdf/.owx/.nt file); auto: owl for a file.",
+)
 @click.option("--out", default=DEFAULT_OUT, show_default=True, help="Programs root folder.")
 @click.option("--name", default=None, help="Release name (default: the folder's name).")
 @click.option("--as-of", default=None, metavar="YYYYMMDD", help="Resolve a Full release at this date.")
-@click.option("--release", type=click.Choice(RELEASES), default="auto", show_default=True,
-              help="Which release type to read (auto: Snapshot when present).")  # fmt: skip
-@click.option("--language", "languages", multiple=True, type=int, default=(US_ENGLISH,), show_default=True,
-              help="Language refset id(s) for synonyms (repeatable; the first gives labels). GB: 900000000000508004.")  # fmt: skip
+@click.option(
+    "--release",
+    type=click.Choice(RELEASES),
+    default="auto",
+    show_default=True,
+    help="Which release type to read (auto: Snapshot when present).",
+)
+@click.option(
+    "--language",
+    "languages",
+    multiple=True,
+    type=int,
+    default=(US_ENGLISH,),
+    show_default=True,
+    help="Language refset id(s) for synonyms (repeatable; the first gives labels). GB: 900000000000508004.",
+)
 @_path_option("--stopwords", folder_ok=False, help="Replace the stopword list.")
-@_path_option("--map-policy", folder_ok=False,
-              help="Replace the shipped mapping policy (ontology_compiler/data/map_policy.toml).")  # fmt: skip
+@_path_option(
+    "--map-policy",
+    folder_ok=False,
+    help="Replace the shipped mapping policy (ontology_compiler/data/map_policy.toml).",
+)
 @_path_option("--omop", help="Folder with OMOP CONCEPT.csv and CONCEPT_RELATIONSHIP.csv.")
 @_path_option("--nlm-icd9", help="Folder with NLM ICD9CM_SNOMED_MAP_1TO1/1TOM files.")
 @_path_option("--gem", help="Folder with CMS *_I10gem.txt / *_I9gem.txt.")
 @_path_option("--icd10cm-map", help="A tls_Icd10cmHumanReadableMap_*.tsv file.")
-@_path_option("--codes", folder_ok=False,
-              help="Code universe: MIMIC-IV d_icd_diagnoses.csv[.gz] or a version,code list. "
-              "OWL: a file of class IRIs or CURIEs (one per line) that become tokens.")  # fmt: skip
-@click.option("--code-property", default=None, metavar="PROP",
-              help="OWL: annotation property (e.g. oboInOwl:hasDbXref) whose PREFIX:CODE values choose the tokens.")  # fmt: skip
-@click.option("--code-prefix", "code_prefixes", multiple=True, metavar="PREFIX",
-              help="OWL: accept only these --code-property prefixes (repeatable; e.g. ICD10CM, ICD-10, SNOMEDCT_US).")  # fmt: skip
-@_path_option("--code-counts", folder_ok=False,
-              help="CSV icd_version,icd_code,count: report the share of code occurrences lost.")  # fmt: skip
-@click.option("--fallback", type=click.Choice(FALLBACKS), default="none", show_default=True,
-              help="icd: unmapped codes get their title words and nearest mapped ICD ancestor's concepts.")  # fmt: skip
-@click.option("--package", "packages", multiple=True, metavar="NAMESPACE_YYYYMMDD",
-              help="The package to read where SRC holds several of one namespace with different dates, "
-              "e.g. INT_20220531 (repeatable).")  # fmt: skip
+@_path_option(
+    "--codes",
+    folder_ok=False,
+    help="Code universe: MIMIC-IV d_icd_diagnoses.csv[.gz] or a version,code list. "
+    "OWL: a file of class IRIs or CURIEs (one per line) that become tokens.",
+)
+@click.option(
+    "--code-property",
+    default=None,
+    metavar="PROP",
+    help="OWL: annotation property (e.g. oboInOwl:hasDbXref) whose PREFIX:CODE values choose the tokens.",
+)
+@click.option(
+    "--code-prefix",
+    "code_prefixes",
+    multiple=True,
+    metavar="PREFIX",
+    help="OWL: accept only these --code-property prefixes (repeatable; e.g. ICD10CM, ICD-10, SNOMEDCT_US).",
+)
+@_path_option(
+    "--code-counts",
+    folder_ok=False,
+    help="CSV icd_version,icd_code,count: report the share of code occurrences lost.",
+)
+@click.option(
+    "--fallback",
+    type=click.Choice(FALLBACKS),
+    default="none",
+    show_default=True,
+    help="icd: unmapped codes get their title words and nearest mapped ICD ancestor's concepts.",
+)
+@click.option(
+    "--package",
+    "packages",
+    multiple=True,
+    metavar="NAMESPACE_YYYYMMDD",
+    help="The package to read where SRC holds several of one namespace with different dates, "
+    "e.g. INT_20220531 (repeatable).",
+)
 @click.option("--stated", is_flag=True, help="Use stated instead of inferred relationships.")
 @click.option("--strict", is_flag=True, help="Bad SCTIDs (non-numeric, bad check digit) are fatal.")
 @click.option("-v", "--verbose", is_flag=True, help="Log DEBUG (default: INFO).")

@@ -60,9 +60,13 @@ def read_code_universe(path: str | Path) -> pa.Table:
     elif t.num_columns == 2:  # headerless version,code list
         ci, vi, ti, start = 1, 0, None, 0
     else:
-        raise InputFileError(path, "unrecognised code list", line=1,
-                             expected="icd_code,icd_version,long_title (MIMIC-IV d_icd_diagnoses) or version,code",
-                             found=",".join(header))  # fmt: skip
+        raise InputFileError(
+            path,
+            "unrecognised code list",
+            line=1,
+            expected="icd_code,icd_version,long_title (MIMIC-IV d_icd_diagnoses) or version,code",
+            found=",".join(header),
+        )
     t = t.slice(start)
     lines = np.arange(t.num_rows, dtype=np.int64) + 1 + start
     vocab = _vocab(path, t.column(vi), lines)
@@ -84,8 +88,13 @@ def read_code_counts(path: str | Path) -> pa.Table:
     path = Path(path)
     header, t = _read_csv(path)
     if tuple(header[:3]) not in COUNT_HEADERS:
-        raise InputFileError(path, "unrecognised code-count file", line=1, expected="icd_version,icd_code,count",
-                             found=",".join(header))  # fmt: skip
+        raise InputFileError(
+            path,
+            "unrecognised code-count file",
+            line=1,
+            expected="icd_version,icd_code,count",
+            found=",".join(header),
+        )
     t = t.slice(1)
     lines = np.arange(t.num_rows, dtype=np.int64) + 2
     vi, ci = (0, 1)
@@ -96,8 +105,13 @@ def read_code_counts(path: str | Path) -> pa.Table:
         raise InputFileError(
             path, "count must be a non-negative integer", line=int(lines[i]), found=repr(counts[i].as_py())
         )
-    out = pa.table({"vocabulary": _vocab(path, t.column(vi), lines), "code": icd.dotless(t.column(ci)),
-                    "count": pc.cast(counts, pa.int64())})  # fmt: skip
+    out = pa.table(
+        {
+            "vocabulary": _vocab(path, t.column(vi), lines),
+            "code": icd.dotless(t.column(ci)),
+            "count": pc.cast(counts, pa.int64()),
+        }
+    )
     return (
         out.group_by(["vocabulary", "code"], use_threads=False)
         .aggregate([("count", "sum")])

@@ -103,15 +103,29 @@ def compile_ontology(
     policy = load_policy(map_policy)
     map_sources = _mapping_sources(src, [omop, nlm_icd9, gem, icd10cm_map])
     inputs = _inputs(src, selected, stop_input, map_sources, policy, codes=codes, code_counts=code_counts)
-    options = {"release": rtype, "as_of": None if as_of is None else str(as_of), "languages": list(languages),
-               "stated": stated, "strict": strict, "fallback": fallback, "map_policy": policy.as_dict()}  # fmt: skip
+    options = {
+        "release": rtype,
+        "as_of": None if as_of is None else str(as_of),
+        "languages": list(languages),
+        "stated": stated,
+        "strict": strict,
+        "fallback": fallback,
+        "map_policy": policy.as_dict(),
+    }
     pid = program_id(inputs, options)
     if (done := up_to_date(out_dir, pid)) is not None:
         return done
     t_hash = time.perf_counter() - t_start
     # ---- read and resolve
-    rel = load_release(src, as_of=as_of, release=rtype.lower(), languages=languages, stated=stated,
-                       strict=strict, packages=packages)  # fmt: skip
+    rel = load_release(
+        src,
+        as_of=as_of,
+        release=rtype.lower(),
+        languages=languages,
+        stated=stated,
+        strict=strict,
+        packages=packages,
+    )
     with timed(rel.timings, "is_a_check"):
         check_is_a_acyclic(rel.relationships)
     # ---- mapping
@@ -144,8 +158,17 @@ def _map(
     with timed(rel.timings, "mapping"):
         universe = read_code_universe(codes) if codes is not None else None
         counts_table = read_code_counts(code_counts) if code_counts is not None else None
-        return map_codes(rel.maps, rel.concepts["id"].combine_chunks(), rel.known_concepts, rel.associations,
-                         map_sources, policy, universe=universe, fallback=fallback, code_counts=counts_table)  # fmt: skip
+        return map_codes(
+            rel.maps,
+            rel.concepts["id"].combine_chunks(),
+            rel.known_concepts,
+            rel.associations,
+            map_sources,
+            policy,
+            universe=universe,
+            fallback=fallback,
+            code_counts=counts_table,
+        )
 
 
 def _mapping_sources(src: Path, given: list[str | Path | None]) -> dict[str, list[Path]]:

@@ -53,8 +53,17 @@ class DuplicateRowError(InputFileError):
     ``path``/``line`` locate the first row, ``other_path``/``other_line`` the second.
     """
 
-    def __init__(self, path: str | Path, line: int, other_path: str | Path, other_line: int, message: str,
-                 *, expected: str | None = None, found: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: str | Path,
+        line: int,
+        other_path: str | Path,
+        other_line: int,
+        message: str,
+        *,
+        expected: str | None = None,
+        found: str | None = None,
+    ) -> None:
         self.other_path = Path(other_path)
         self.other_line = other_line
         super().__init__(path, message, line=line, expected=expected, found=found)

@@ -152,8 +152,13 @@ def token_word_edges(token_terms: pa.Table, stopwords: list[str]) -> pa.Table:
     if token_terms.num_rows == 0:
         return TOKEN_WORDS_SCHEMA.empty_table()
     w = explode_words(pa.array(np.arange(token_terms.num_rows)), token_terms["term"], stopwords)
-    t = pa.table({"vocabulary": pc.take(token_terms["vocabulary"], w["owner"]), "code": pc.take(token_terms["code"], w["owner"]),
-                  "word": w["word"]})  # fmt: skip
+    t = pa.table(
+        {
+            "vocabulary": pc.take(token_terms["vocabulary"], w["owner"]),
+            "code": pc.take(token_terms["code"], w["owner"]),
+            "word": w["word"],
+        }
+    )
     return (
         t.group_by(["vocabulary", "code", "word"], use_threads=False)
         .aggregate([])

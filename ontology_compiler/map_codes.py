@@ -131,11 +131,17 @@ def _universe(
     )
     if names.num_rows:
         ex = ", ".join(f"{v} {c}" for v, c in _keys(names.slice(0, 5)))
-        stats.add("codes_named_by_sources_outside_universe", names.num_rows,
-                  f"{names.num_rows} code(s) named by mapping sources are not in the --codes list (e.g. {ex}); "
-                  "they do not become tokens (they can still serve GEM chains)")  # fmt: skip
-    reason = pc.if_else(pa.array(outside & cand["chosen"].to_numpy(zero_copy_only=False)),
-                        pa.scalar("chosen; code not in the --codes universe"), cand["reason"])  # fmt: skip
+        stats.add(
+            "codes_named_by_sources_outside_universe",
+            names.num_rows,
+            f"{names.num_rows} code(s) named by mapping sources are not in the --codes list (e.g. {ex}); "
+            "they do not become tokens (they can still serve GEM chains)",
+        )
+    reason = pc.if_else(
+        pa.array(outside & cand["chosen"].to_numpy(zero_copy_only=False)),
+        pa.scalar("chosen; code not in the --codes universe"),
+        cand["reason"],
+    )
     return named, universe, cand.set_column(cand.schema.get_field_index("reason"), "reason", reason)
 
 
@@ -177,21 +183,42 @@ def _fallback(
             unmapped.append((v, c))
             continue
         for s in mapped_sct[(v, anc)] if anc else [None]:
-            _append(fb_rows, vocabulary=v, code=c, code_dotted=icd.dotted_code(c, v), sctid=s,
-                    source="icd_fallback", kind="fallback", via_code=anc, chosen=True,
-                    reason="fallback: title words" + (f" + ancestor {icd.dotted_code(anc, v)}" if anc else ""))  # fmt: skip
+            _append(
+                fb_rows,
+                vocabulary=v,
+                code=c,
+                code_dotted=icd.dotted_code(c, v),
+                sctid=s,
+                source="icd_fallback",
+                kind="fallback",
+                via_code=anc,
+                chosen=True,
+                reason="fallback: title words" + (f" + ancestor {icd.dotted_code(anc, v)}" if anc else ""),
+            )
         if title:
             term_rows["vocabulary"].append(v)
             term_rows["code"].append(c)
             term_rows["term"].append(title)
     um_rows = _columns()
     for v, c in unmapped:
-        _append(um_rows, vocabulary=v, code=c, code_dotted=icd.dotted_code(c, v), source="none", kind="unmapped",
-                chosen=False, reason="no usable mapping" + ("" if fallback == "icd" else " (try --fallback icd)"))  # fmt: skip
+        _append(
+            um_rows,
+            vocabulary=v,
+            code=c,
+            code_dotted=icd.dotted_code(c, v),
+            source="none",
+            kind="unmapped",
+            chosen=False,
+            reason="no usable mapping" + ("" if fallback == "icd" else " (try --fallback icd)"),
+        )
     if unmapped:
         ex = ", ".join(f"{v} {icd.dotted_code(c, v)}" for v, c in unmapped[:8])
-        stats.add("codes_unmapped", len(unmapped), f"{len(unmapped)} code(s) of the universe have no mapping (e.g. {ex}); "
-                  "they are listed in graph/icd_map with kind 'unmapped'")  # fmt: skip
+        stats.add(
+            "codes_unmapped",
+            len(unmapped),
+            f"{len(unmapped)} code(s) of the universe have no mapping (e.g. {ex}); "
+            "they are listed in graph/icd_map with kind 'unmapped'",
+        )
     token_terms = pa.table(term_rows, schema=TOKEN_TERMS_SCHEMA)
     return _table(fb_rows), _table(um_rows), token_terms
 
@@ -249,8 +276,13 @@ def _chains(pending, direct: pa.Table, gem: dict[str, pa.Table], policy: MapPoli
     """GEM chains for pending codes: returns candidate columns (kind 'chain')."""
     cols = _columns()
     by_code: dict[tuple[str, str], list[tuple[int, str]]] = {}
-    for v, c, s, src in zip(direct["vocabulary"].to_pylist(), direct["code"].to_pylist(), direct["sctid"].to_pylist(),
-                            direct["source"].to_pylist(), strict=True):  # fmt: skip
+    for v, c, s, src in zip(
+        direct["vocabulary"].to_pylist(),
+        direct["code"].to_pylist(),
+        direct["sctid"].to_pylist(),
+        direct["source"].to_pylist(),
+        strict=True,
+    ):
         by_code.setdefault((v, c), []).append((s, src))
     plan = {icd.ICD10CM: ("backward", icd.ICD9CM), icd.ICD9CM: ("forward", icd.ICD10CM)}
     for vocab, (direction, other) in plan.items():
@@ -270,10 +302,21 @@ def _chains(pending, direct: pa.Table, gem: dict[str, pa.Table], policy: MapPoli
             picks = _gem_pick(rs, other, by_code, policy)
             for r, targets in picks:
                 for s, src in targets:
-                    _append(cols, vocabulary=vocab, code=code, code_dotted=icd.dotted_code(code, vocab), sctid=s,
-                            source=f"gem_{direction}+{src}", kind="chain", via_code=r["target"], gem_flags=r["flags"],
-                            file=r["_file"], line=r["_line"], chosen=True,
-                            reason=f"chain through {other} {icd.dotted_code(r['target'], other)}")  # fmt: skip
+                    _append(
+                        cols,
+                        vocabulary=vocab,
+                        code=code,
+                        code_dotted=icd.dotted_code(code, vocab),
+                        sctid=s,
+                        source=f"gem_{direction}+{src}",
+                        kind="chain",
+                        via_code=r["target"],
+                        gem_flags=r["flags"],
+                        file=r["_file"],
+                        line=r["_line"],
+                        chosen=True,
+                        reason=f"chain through {other} {icd.dotted_code(r['target'], other)}",
+                    )
     return cols
 
 
@@ -351,8 +394,12 @@ def _coverage(rows: pa.Table, tokens: pa.Table, universe: pa.Table, named: pa.Ta
     if code_counts is not None:
         total = int(pc.sum(code_counts["count"]).as_py() or 0)
         lost = 0
-        for v, c, n in zip(code_counts["vocabulary"].to_pylist(), code_counts["code"].to_pylist(),
-                           code_counts["count"].to_pylist(), strict=True):  # fmt: skip
+        for v, c, n in zip(
+            code_counts["vocabulary"].to_pylist(),
+            code_counts["code"].to_pylist(),
+            code_counts["count"].to_pylist(),
+            strict=True,
+        ):
             if (v, c) not in tok_kind:
                 lost += n
         out["occurrences"] = {

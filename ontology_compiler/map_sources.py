@@ -111,20 +111,32 @@ def read_nlm(paths: list[Path], findings: SourceFindings) -> pa.Table:
         ok = pc.match_substring_regex(code, ICD9_RE).to_numpy(zero_copy_only=False)
         if not ok.all():
             line = _first_bad_line(t, ~ok)
-            raise InputFileError(p, "ICD_CODE is not an ICD-9-CM diagnosis code", line=line,
-                                 expected="e.g. 427.31, V58.61, E879.8",
-                                 found=repr(code.filter(pa.array(~ok))[0].as_py()))  # fmt: skip
+            raise InputFileError(
+                p,
+                "ICD_CODE is not an ICD-9-CM diagnosis code",
+                line=line,
+                expected="e.g. 427.31, V58.61, E879.8",
+                found=repr(code.filter(pa.array(~ok))[0].as_py()),
+            )
         cid = pc.utf8_trim_whitespace(t["SNOMED_CID"])
         null = pc.equal(cid, "NULL").to_numpy(zero_copy_only=False) | pc.equal(cid, "").to_numpy(
             zero_copy_only=False
         )
-        findings.add("nlm_rows_without_snomed_cid", int(null.sum()),
-                     f"{p}: {int(null.sum())} row(s) with SNOMED_CID NULL skipped" if null.any() else None)  # fmt: skip
+        findings.add(
+            "nlm_rows_without_snomed_cid",
+            int(null.sum()),
+            f"{p}: {int(null.sum())} row(s) with SNOMED_CID NULL skipped" if null.any() else None,
+        )
         numeric = pc.match_substring_regex(cid, r"^\d{6,18}$").to_numpy(zero_copy_only=False)
         bad = ~numeric & ~null
         if bad.any():
-            raise InputFileError(p, "SNOMED_CID is not an SCTID", line=_first_bad_line(t, bad), expected="6-18 digits or NULL",
-                                 found=repr(cid.filter(pa.array(bad))[0].as_py()))  # fmt: skip
+            raise InputFileError(
+                p,
+                "SNOMED_CID is not an SCTID",
+                line=_first_bad_line(t, bad),
+                expected="6-18 digits or NULL",
+                found=repr(cid.filter(pa.array(bad))[0].as_py()),
+            )
         keep = pa.array(numeric)
         t = t.filter(keep)
         one = "_1TO1_" in p.name
@@ -154,9 +166,12 @@ def _conflicting_one_to_one(t: pa.Table, findings: SourceFindings) -> None:
     )
     bad = g.filter(pc.greater(g["sctid_count_distinct"], 1))
     for r in bad.to_pylist()[:10]:
-        findings.add("nlm_1to1_conflicting_rows", 1,
-                     f"{r['_file_first']}, lines {', '.join(map(str, r['_line_list']))}: ICD-9 code {r['code']} "
-                     "has different SNOMED targets in a one-to-one file; all are kept as candidates")  # fmt: skip
+        findings.add(
+            "nlm_1to1_conflicting_rows",
+            1,
+            f"{r['_file_first']}, lines {', '.join(map(str, r['_line_list']))}: ICD-9 code {r['code']} "
+            "has different SNOMED targets in a one-to-one file; all are kept as candidates",
+        )
     if bad.num_rows > 10:
         findings.add("nlm_1to1_conflicting_rows", bad.num_rows - 10)
 
@@ -213,9 +228,12 @@ def _omop_concepts(concept: Path, findings: SourceFindings) -> pa.Table:
     if conflict.num_rows:
         first = conflict["cid"][0].as_py()
         lines = c.filter(pc.equal(c["cid"], first))["_line"].to_pylist()
-        findings.add("omop_conflicting_concept_rows", conflict.num_rows,
-                     f"{concept}, lines {', '.join(map(str, lines))}: concept_id {first} appears with different "
-                     "codes or vocabularies; the first row is used")  # fmt: skip
+        findings.add(
+            "omop_conflicting_concept_rows",
+            conflict.num_rows,
+            f"{concept}, lines {', '.join(map(str, lines))}: concept_id {first} appears with different "
+            "codes or vocabularies; the first row is used",
+        )
     return (
         c.group_by("cid", use_threads=False)
         .aggregate([("vocabulary_id", "first"), ("concept_code", "first"), ("standard_concept", "first")])
@@ -276,10 +294,14 @@ def read_gem(path: Path, direction: str) -> pa.Table:
     )
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
-        raise InputFileError(path, "malformed GEM line", line=int(line_no[i]),
-                             expected=f"{'ICD-10-CM' if direction == 'backward' else 'ICD-9-CM'} source, target or NoDx, "
-                             "flags of 5 digits (approximate, no map, combination, scenario, choice list)",
-                             found=repr(" ".join(parts[i].as_py())))  # fmt: skip
+        raise InputFileError(
+            path,
+            "malformed GEM line",
+            line=int(line_no[i]),
+            expected=f"{'ICD-10-CM' if direction == 'backward' else 'ICD-9-CM'} source, target or NoDx, "
+            "flags of 5 digits (approximate, no map, combination, scenario, choice list)",
+            found=repr(" ".join(parts[i].as_py())),
+        )
     digits = [pc.cast(pc.utf8_slice_codeunits(flags, k, k + 1), pa.int8()) for k in range(5)]
     return pa.table(
         {
@@ -317,9 +339,13 @@ def _gem_fields(path: Path) -> tuple[pa.ListArray, np.ndarray]:
     bad = (n != 3) & ~blank
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise InputFileError(path, "a GEM line must hold source code, target code and 5 flag digits",
-                             line=int(line_no[i]), expected="e.g. 'E0836   24950 10111' (19 characters, or white-space separated)",
-                             found=repr(lines[i].as_py()))  # fmt: skip
+        raise InputFileError(
+            path,
+            "a GEM line must hold source code, target code and 5 flag digits",
+            line=int(line_no[i]),
+            expected="e.g. 'E0836   24950 10111' (19 characters, or white-space separated)",
+            found=repr(lines[i].as_py()),
+        )
     return parts.filter(pa.array(~blank)), line_no[~blank]
 
 

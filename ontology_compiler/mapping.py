@@ -148,8 +148,15 @@ def _map_rows(rows: pa.Table) -> pa.Table:
     advice = pc.replace_substring(rows["mapAdvice"], "&#x7C;", "|")
     rows = rows.set_column(rows.schema.get_field_index("mapRule"), "mapRule", rule)
     rows = rows.set_column(rows.schema.get_field_index("mapAdvice"), "mapAdvice", advice)
-    order = pc.sort_indices(rows, sort_keys=[("refsetId", "ascending"), ("referencedComponentId", "ascending"),
-                                             ("mapGroup", "ascending"), ("mapPriority", "ascending")])  # fmt: skip
+    order = pc.sort_indices(
+        rows,
+        sort_keys=[
+            ("refsetId", "ascending"),
+            ("referencedComponentId", "ascending"),
+            ("mapGroup", "ascending"),
+            ("mapPriority", "ascending"),
+        ],
+    )
     return rows.take(order)
 
 
@@ -214,8 +221,14 @@ def omop_candidates(omop: pa.Table) -> pa.Table:
 # ------------------------------------------------------------------------------------- target validity
 
 
-def resolve_targets(cand: pa.Table, active: pa.Array, known: pa.Array, associations: pa.Table,
-                    policy: MapPolicy, stats: MappingStats) -> pa.Table:  # fmt: skip
+def resolve_targets(
+    cand: pa.Table,
+    active: pa.Array,
+    known: pa.Array,
+    associations: pa.Table,
+    policy: MapPolicy,
+    stats: MappingStats,
+) -> pa.Table:
     """Redirect candidates on inactive concepts through historical associations; mark the unusable."""
     sct = cand["sctid"].to_numpy(zero_copy_only=False)
     is_active = pc.is_in(cand["sctid"], value_set=active).to_numpy(zero_copy_only=False)
@@ -245,16 +258,25 @@ def resolve_targets(cand: pa.Table, active: pa.Array, known: pa.Array, associati
     reason[still_inactive] = "SNOMED concept inactive, no REPLACED BY / SAME AS to an active concept"
     reason[unknown] = "SNOMED concept not in the release"
     stats.add("map_targets_redirected_by_association", int(resolved_inactive.sum()))
-    for mask, key, what in ((still_inactive, "map_targets_inactive_dropped", "an inactive SNOMED concept"),
-                            (unknown, "map_targets_unknown_sctid", "an SCTID that is not in the release")):  # fmt: skip
+    for mask, key, what in (
+        (still_inactive, "map_targets_inactive_dropped", "an inactive SNOMED concept"),
+        (unknown, "map_targets_unknown_sctid", "an SCTID that is not in the release"),
+    ):
         if mask.any():
             i = int(np.flatnonzero(mask)[0])
-            stats.add(key, int(mask.sum()), f"{cand['file'][i].as_py()}, line {cand['line'][i].as_py()}: "
-                      f"{cand['vocabulary'][i].as_py()} {cand['code_dotted'][i].as_py()} maps to {what} "
-                      f"({sct[i]}); {int(mask.sum())} such candidate(s) dropped")  # fmt: skip
+            stats.add(
+                key,
+                int(mask.sum()),
+                f"{cand['file'][i].as_py()}, line {cand['line'][i].as_py()}: "
+                f"{cand['vocabulary'][i].as_py()} {cand['code_dotted'][i].as_py()} maps to {what} "
+                f"({sct[i]}); {int(mask.sum())} such candidate(s) dropped",
+            )
     out = cand.set_column(cand.schema.get_field_index("sctid"), "sctid", pa.array(new, pa.int64()))
-    out = out.set_column(out.schema.get_field_index("redirected_from"), "redirected_from",
-                         pa.array(redirected, pa.int64(), mask=redirected < 0))  # fmt: skip
+    out = out.set_column(
+        out.schema.get_field_index("redirected_from"),
+        "redirected_from",
+        pa.array(redirected, pa.int64(), mask=redirected < 0),
+    )
     return out.set_column(out.schema.get_field_index("reason"), "reason", pa.array(reason, pa.string()))
 
 
@@ -281,12 +303,28 @@ def choose(cand: pa.Table, policy: MapPolicy) -> pa.Table:
     cond = pc.equal(cand["kind"], "conditional").to_numpy(zero_copy_only=False).astype(np.int64)
     score = np.where(usable, cond * 1000 + rank, 1 << 40)
     grp = pc.binary_join_element_wise(cand["vocabulary"], cand["code"], "|")
-    t = pa.table({"g": grp, "score": pa.array(score), "row": pa.array(np.arange(n)),
-                  "mg": pc.fill_null(cand["map_group"], 0), "mp": pc.fill_null(cand["map_priority"], 0),
-                  "line": pc.fill_null(cand["line"], 0), "sctid": pc.fill_null(cand["sctid"], -1)})  # fmt: skip
+    t = pa.table(
+        {
+            "g": grp,
+            "score": pa.array(score),
+            "row": pa.array(np.arange(n)),
+            "mg": pc.fill_null(cand["map_group"], 0),
+            "mp": pc.fill_null(cand["map_priority"], 0),
+            "line": pc.fill_null(cand["line"], 0),
+            "sctid": pc.fill_null(cand["sctid"], -1),
+        }
+    )
     best = t.group_by("g", use_threads=False).aggregate([("score", "min")])
-    t = t.join(best, keys="g").sort_by([("g", "ascending"), ("score", "ascending"), ("mg", "ascending"),
-                                        ("mp", "ascending"), ("line", "ascending"), ("row", "ascending")])  # fmt: skip
+    t = t.join(best, keys="g").sort_by(
+        [
+            ("g", "ascending"),
+            ("score", "ascending"),
+            ("mg", "ascending"),
+            ("mp", "ascending"),
+            ("line", "ascending"),
+            ("row", "ascending"),
+        ]
+    )
     win = pc.and_(pc.equal(t["score"], t["score_min"]), pc.less(t["score"], 1 << 40)).to_numpy(
         zero_copy_only=False
     )

@@ -119,16 +119,25 @@ def _rf2_source(program: Path) -> Source:
     for k, term in sorted(set(zip(d["concept_id"].to_pylist(), d["term"].to_pylist(), strict=True))):
         if term != label.get(k):
             syn.setdefault(k, []).append((SKOS + "altLabel", term))
-    r = pq.read_table(g / "snomed_relationships.parquet", columns=["source_id", "destination_id", "type_id",
-                                                                   "relationship_group"])  # fmt: skip
+    r = pq.read_table(
+        g / "snomed_relationships.parquet",
+        columns=["source_id", "destination_id", "type_id", "relationship_group"],
+    )
     isa_mask = pc.equal(r["type_id"], S.IS_A)
     isa = np.stack(
         [r.filter(isa_mask)["source_id"].to_numpy(), r.filter(isa_mask)["destination_id"].to_numpy()], 1
     )
     a = r.filter(pc.invert(isa_mask))
-    attrs = [(s, t, d, grp, ROLE_GROUP_SCTID if grp else None) for s, t, d, grp in zip(
-        a["source_id"].to_pylist(), a["type_id"].to_pylist(), a["destination_id"].to_pylist(),
-        a["relationship_group"].to_pylist(), strict=True)]  # fmt: skip
+    attrs = [
+        (s, t, d, grp, ROLE_GROUP_SCTID if grp else None)
+        for s, t, d, grp in zip(
+            a["source_id"].to_pylist(),
+            a["type_id"].to_pylist(),
+            a["destination_id"].to_pylist(),
+            a["relationship_group"].to_pylist(),
+            strict=True,
+        )
+    ]
     prop_ids = {x[1] for x in attrs} | {ROLE_GROUP_SCTID}
     props = {k: (SNOMED_BASE + str(k), label.get(k) or str(k)) for k in prop_ids}
     return Source({k: SNOMED_BASE + str(k) for k in ids}, label, syn, isa, attrs, props)
@@ -153,11 +162,21 @@ def _owl_source(program: Path) -> Source:
     i = e.filter(isa_mask)
     isa = np.stack([i["source_key"].to_numpy(), i["target_key"].to_numpy()], 1)
     a = e.filter(pc.invert(isa_mask))
-    attrs = list(zip(a["source_key"].to_pylist(), a["relation_key"].to_pylist(), a["target_key"].to_pylist(),
-                     a["role_group"].to_pylist(), a["group_property_key"].to_pylist(), strict=True))  # fmt: skip
+    attrs = list(
+        zip(
+            a["source_key"].to_pylist(),
+            a["relation_key"].to_pylist(),
+            a["target_key"].to_pylist(),
+            a["role_group"].to_pylist(),
+            a["group_property_key"].to_pylist(),
+            strict=True,
+        )
+    )
     p = pq.read_table(g / "owl_properties.parquet")
-    props = {k: (i_, lb) for k, i_, lb in zip(p["key"].to_pylist(), p["iri"].to_pylist(), p["label"].to_pylist(),
-                                              strict=True)}  # fmt: skip
+    props = {
+        k: (i_, lb)
+        for k, i_, lb in zip(p["key"].to_pylist(), p["iri"].to_pylist(), p["label"].to_pylist(), strict=True)
+    }
     return Source(iri, label, syn, isa, attrs, props)
 
 

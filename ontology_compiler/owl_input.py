@@ -118,9 +118,15 @@ def compile_owl(
     inputs = [input_entry("owl", path), stop_input]
     inputs += [option_file_input("codes", codes)] if codes is not None else []
     mode = "codes_file" if codes is not None else "code_property" if code_iri else "all_classes"
-    options = {"format": "owl", "tokens": mode, "label_properties": label_iris, "synonym_properties": synonym_iris,
-               "code_property": code_iri, "code_prefixes": sorted(prefixes) if code_iri else None,
-               "language": language}  # fmt: skip
+    options = {
+        "format": "owl",
+        "tokens": mode,
+        "label_properties": label_iris,
+        "synonym_properties": synonym_iris,
+        "code_property": code_iri,
+        "code_prefixes": sorted(prefixes) if code_iri else None,
+        "language": language,
+    }
     if code_iri:
         options["code_value_rules"] = CODE_VALUE_RULES
     pid = program_id(inputs, options)
@@ -175,8 +181,11 @@ def _read(
         og = read_owl(path, list(dict.fromkeys(properties)), language)
     live = og.classes.filter(pc.invert(og.classes["deprecated"]))
     if live.num_rows == 0:
-        raise InputFileError(path, f"no OWL classes found (parsed as {og.format}, {og.triples} triples)",
-                             expected="owl:Class declarations or rdfs:subClassOf axioms")  # fmt: skip
+        raise InputFileError(
+            path,
+            f"no OWL classes found (parsed as {og.format}, {og.triples} triples)",
+            expected="owl:Class declarations or rdfs:subClassOf axioms",
+        )
     with timed(timings, "is_a_check"):
         _check_cycles(og)
     return og, live
@@ -217,16 +226,41 @@ def _graph(
     takes them (class keys in place of SCTIDs)."""
     keys = pc.unique(token_class["sctid"])
     e = og.edges.filter(pc.is_in(og.edges["source_key"], value_set=keys))
-    rel_edges = pa.table({"sctid": e["source_key"], "relation_key": e["relation_key"], "atom_sctid": e["target_key"],
-                          "role_group": e["role_group"], "provenance": e["axiom"]})  # fmt: skip
+    rel_edges = pa.table(
+        {
+            "sctid": e["source_key"],
+            "relation_key": e["relation_key"],
+            "atom_sctid": e["target_key"],
+            "role_group": e["role_group"],
+            "provenance": e["axiom"],
+        }
+    )
     wedges = word_edges(terms.filter(pc.is_in(terms["sctid"], value_set=keys)), stop_words)
-    concept_labels = pa.concat_tables([
-        pa.table({"sctid": labels["key"], "fsn": pa.nulls(labels.num_rows, pa.string()), "preferred": labels["label"]}),
-        pa.table({"sctid": og.properties["key"], "fsn": pa.nulls(og.properties.num_rows, pa.string()),
-                  "preferred": og.properties["label"]}),
-        pa.table({"sctid": pa.array([IS_A_KEY], pa.int64()), "fsn": pa.nulls(1, pa.string()),
-                  "preferred": pa.array(["is a"])}),
-    ])  # fmt: skip
+    concept_labels = pa.concat_tables(
+        [
+            pa.table(
+                {
+                    "sctid": labels["key"],
+                    "fsn": pa.nulls(labels.num_rows, pa.string()),
+                    "preferred": labels["label"],
+                }
+            ),
+            pa.table(
+                {
+                    "sctid": og.properties["key"],
+                    "fsn": pa.nulls(og.properties.num_rows, pa.string()),
+                    "preferred": og.properties["label"],
+                }
+            ),
+            pa.table(
+                {
+                    "sctid": pa.array([IS_A_KEY], pa.int64()),
+                    "fsn": pa.nulls(1, pa.string()),
+                    "preferred": pa.array(["is a"]),
+                }
+            ),
+        ]
+    )
     return rel_edges, wedges, concept_labels
 
 
@@ -304,16 +338,46 @@ def _terms(
     counts["classes_without_label"] = missing.num_rows
     counts["labels"], counts["synonyms"] = lab.num_rows, syn.num_rows
     if missing.num_rows:
-        log.warning("%d classes have no label; their IRI fragments are used as words (e.g. %s)",
-                    missing.num_rows, missing["iri"][0].as_py())  # fmt: skip
+        log.warning(
+            "%d classes have no label; their IRI fragments are used as words (e.g. %s)",
+            missing.num_rows,
+            missing["iri"][0].as_py(),
+        )
     frag = pa.array([fragment(i) for i in missing["iri"].to_pylist()], pa.string())
-    labels = pa.table({"key": labels["key"], "label": pc.coalesce(labels["label"], pa.array(
-        [fragment(i) for i in labels["iri"].to_pylist()], pa.string())), "has_label": has_label})  # fmt: skip
-    terms = pa.concat_tables([
-        pa.table({"sctid": lab["key"], "type": pa.array(["label"] * lab.num_rows, pa.string()), "term": lab["value"]}),
-        pa.table({"sctid": syn["key"], "type": pa.array(["synonym"] * syn.num_rows, pa.string()), "term": syn["value"]}),
-        pa.table({"sctid": missing["key"], "type": pa.array(["iri"] * missing.num_rows, pa.string()), "term": frag}),
-    ])  # fmt: skip
+    labels = pa.table(
+        {
+            "key": labels["key"],
+            "label": pc.coalesce(
+                labels["label"], pa.array([fragment(i) for i in labels["iri"].to_pylist()], pa.string())
+            ),
+            "has_label": has_label,
+        }
+    )
+    terms = pa.concat_tables(
+        [
+            pa.table(
+                {
+                    "sctid": lab["key"],
+                    "type": pa.array(["label"] * lab.num_rows, pa.string()),
+                    "term": lab["value"],
+                }
+            ),
+            pa.table(
+                {
+                    "sctid": syn["key"],
+                    "type": pa.array(["synonym"] * syn.num_rows, pa.string()),
+                    "term": syn["value"],
+                }
+            ),
+            pa.table(
+                {
+                    "sctid": missing["key"],
+                    "type": pa.array(["iri"] * missing.num_rows, pa.string()),
+                    "term": frag,
+                }
+            ),
+        ]
+    )
     return terms, labels
 
 
@@ -328,27 +392,36 @@ def _token_table(vocab, code, dotted, key_lists, labels: pa.Table, source: str) 
         sel = pc.equal(vocabs, v).to_numpy(zero_copy_only=False)
         if sel.any():
             chapter[sel] = icd.chapters(codes.filter(pa.array(sel)), rule).fill_null(0).to_numpy()
-    tokens = pa.table({
-        "vocabulary": vocabs, "code": codes, "code_dotted": pa.array(dotted, pa.string()),
-        "title": pa.array([label_of.get(k[0]) for k in key_lists], pa.string()),
-        "snomed_ids": pa.array(key_lists, pa.list_(pa.int64())),
-        "mapping_source": pa.array([source] * n, pa.string()),
-        "mapping_kind": pa.array(["one_to_one" if len(k) == 1 else "one_to_many" for k in key_lists], pa.string()),
-        "chapter": pa.array(chapter, pa.int8(), mask=chapter == 0),
-    })  # fmt: skip
+    tokens = pa.table(
+        {
+            "vocabulary": vocabs,
+            "code": codes,
+            "code_dotted": pa.array(dotted, pa.string()),
+            "title": pa.array([label_of.get(k[0]) for k in key_lists], pa.string()),
+            "snomed_ids": pa.array(key_lists, pa.list_(pa.int64())),
+            "mapping_source": pa.array([source] * n, pa.string()),
+            "mapping_kind": pa.array(
+                ["one_to_one" if len(k) == 1 else "one_to_many" for k in key_lists], pa.string()
+            ),
+            "chapter": pa.array(chapter, pa.int8(), mask=chapter == 0),
+        }
+    )
     lens = [len(k) for k in key_lists]
-    token_class = pa.table({
-        "vocabulary": pa.array(np.repeat(np.asarray(vocab, dtype=object), lens).tolist(), pa.string()),
-        "code": pa.array(np.repeat(np.asarray(code, dtype=object), lens).tolist(), pa.string()),
-        "sctid": pa.array([x for k in key_lists for x in k], pa.int64()),
-    })  # fmt: skip
+    token_class = pa.table(
+        {
+            "vocabulary": pa.array(np.repeat(np.asarray(vocab, dtype=object), lens).tolist(), pa.string()),
+            "code": pa.array(np.repeat(np.asarray(code, dtype=object), lens).tolist(), pa.string()),
+            "sctid": pa.array([x for k in key_lists for x in k], pa.int64()),
+        }
+    )
     return tokens, token_class
 
 
 def _tokens_all(live: pa.Table, labels: pa.Table) -> tuple[pa.Table, pa.Table]:
     cur = live["curie"].to_pylist()
-    return _token_table([OWL_VOCABULARY] * len(cur), cur, cur, [[k] for k in live["key"].to_pylist()], labels,
-                        "all_classes")  # fmt: skip
+    return _token_table(
+        [OWL_VOCABULARY] * len(cur), cur, cur, [[k] for k in live["key"].to_pylist()], labels, "all_classes"
+    )
 
 
 def _tokens_from_file(path: Path, live: pa.Table, labels: pa.Table, counts: Counter):
@@ -375,8 +448,12 @@ def _tokens_from_file(path: Path, live: pa.Table, labels: pa.Table, counts: Coun
             chosen.setdefault(key, lineno)
     counts["codes_unmatched"] = len(unmatched)
     if unmatched:
-        log.warning("%s: %d entries match no class (listed in the manifest), e.g. %r",
-                    path, len(unmatched), unmatched[0]["entry"])  # fmt: skip
+        log.warning(
+            "%s: %d entries match no class (listed in the manifest), e.g. %r",
+            path,
+            len(unmatched),
+            unmatched[0]["entry"],
+        )
     keys = sorted(chosen)
     cur = [curie_of[k] for k in keys]
     tokens, token_class = _token_table(
@@ -385,8 +462,15 @@ def _tokens_from_file(path: Path, live: pa.Table, labels: pa.Table, counts: Coun
     return tokens, token_class, unmatched
 
 
-def _tokens_from_property(og: OwlGraph, code_iri: str, prefixes: dict, labels: pa.Table, counts: Counter,
-                          requested: dict | None = None, notes: list[str] | None = None):  # fmt: skip
+def _tokens_from_property(
+    og: OwlGraph,
+    code_iri: str,
+    prefixes: dict,
+    labels: pa.Table,
+    counts: Counter,
+    requested: dict | None = None,
+    notes: list[str] | None = None,
+):
     """Tokens for the ``PREFIX:CODE`` values of ``code_iri``. Skipped, counted and warned: values of
     another prefix (``code_values_ignored``), ranges (``code_ranges_skipped``), codes not of their
     vocabulary's shape (``code_values_malformed``); a requested prefix that selects nothing is a
@@ -415,9 +499,12 @@ def _tokens_from_property(og: OwlGraph, code_iri: str, prefixes: dict, labels: p
         code = code.strip()
         dotless = icd.dotless_code(code) if vocab in ICD_RULES else code.strip().upper()
         problem = (
-            "code_ranges_skipped" if any(d in code for d in RANGE_DASHES)
-            else None if CODE_SHAPES[vocab].match(dotless) else "code_values_malformed"
-        )  # fmt: skip
+            "code_ranges_skipped"
+            if any(d in code for d in RANGE_DASHES)
+            else None
+            if CODE_SHAPES[vocab].match(dotless)
+            else "code_values_malformed"
+        )
         if problem:
             counts[problem] += 1
             skipped[problem].append(f"{value.strip()} ({curie_of.get(key, key)})")
@@ -429,14 +516,23 @@ def _tokens_from_property(og: OwlGraph, code_iri: str, prefixes: dict, labels: p
     _note_skipped(og, code_iri, skipped, counts, notes)
     _note_unselected(og, code_iri, prefixes, requested, found, used, notes)
     items = sorted(by_code.items())
-    return _token_table([k[0] for k, _ in items], [k[1] for k, _ in items], [k[2] for k, _ in items],
-                        [sorted(v) for _, v in items], labels, "code_property")  # fmt: skip
+    return _token_table(
+        [k[0] for k, _ in items],
+        [k[1] for k, _ in items],
+        [k[2] for k, _ in items],
+        [sorted(v) for _, v in items],
+        labels,
+        "code_property",
+    )
 
 
-def _note_skipped(og: OwlGraph, code_iri: str, skipped: dict[str, list[str]], counts: Counter,
-                  notes: list[str]) -> None:  # fmt: skip
-    what = {"code_ranges_skipped": "ICD ranges (a block of codes, not a code)",
-            "code_values_malformed": "values that are not a code of their vocabulary"}  # fmt: skip
+def _note_skipped(
+    og: OwlGraph, code_iri: str, skipped: dict[str, list[str]], counts: Counter, notes: list[str]
+) -> None:
+    what = {
+        "code_ranges_skipped": "ICD ranges (a block of codes, not a code)",
+        "code_values_malformed": "values that are not a code of their vocabulary",
+    }
     for name, examples in skipped.items():
         if examples:
             text = f"{name}: {counts[name]} {what[name]} skipped, e.g. " + "; ".join(examples[:MAX_EXAMPLES])
@@ -444,8 +540,15 @@ def _note_skipped(og: OwlGraph, code_iri: str, skipped: dict[str, list[str]], co
             notes.append(text)
 
 
-def _note_unselected(og: OwlGraph, code_iri: str, prefixes: dict, requested: dict | None, found: Counter,
-                     used: Counter, notes: list[str]) -> None:  # fmt: skip
+def _note_unselected(
+    og: OwlGraph,
+    code_iri: str,
+    prefixes: dict,
+    requested: dict | None,
+    found: Counter,
+    used: Counter,
+    notes: list[str],
+) -> None:
     """Warn when the property holds no value, or a prefix that was asked for selects nothing."""
     if not found:
         text = f"code property {code_iri}: no class has a value of it"
@@ -454,11 +557,20 @@ def _note_unselected(og: OwlGraph, code_iri: str, prefixes: dict, requested: dic
         return
     seen = ", ".join(f"{p} ({n:,})" for p, n in found.most_common(12))
     if requested is None:
-        texts = [] if used else [f"no value of {code_iri} has a known code prefix "
-                                 f"({', '.join(CODE_PREFIXES)}); the prefixes found are: {seen}"]  # fmt: skip
+        texts = (
+            []
+            if used
+            else [
+                f"no value of {code_iri} has a known code prefix "
+                f"({', '.join(CODE_PREFIXES)}); the prefixes found are: {seen}"
+            ]
+        )
     else:
-        texts = [f"--code-prefix {p} selected no value of {code_iri}; the prefixes found are: {seen}"
-                 for p in sorted(requested) if used[p] == 0]  # fmt: skip
+        texts = [
+            f"--code-prefix {p} selected no value of {code_iri}; the prefixes found are: {seen}"
+            for p in sorted(requested)
+            if used[p] == 0
+        ]
     for text in texts:
         log.warning("%s: %s", og.path, text)
         notes.append(text)
@@ -471,14 +583,17 @@ def _curie_keys(atoms: pa.Table, classes: pa.Table) -> pa.Table:
     return atoms.set_column(atoms.column_names.index("key"), "key", key)
 
 
-def _graph_tables(og: OwlGraph, labels: pa.Table, token_class: pa.Table, label_iris: list[str],
-                  synonym_iris: list[str]) -> dict[str, pa.Table]:  # fmt: skip
+def _graph_tables(
+    og: OwlGraph, labels: pa.Table, token_class: pa.Table, label_iris: list[str], synonym_iris: list[str]
+) -> dict[str, pa.Table]:
     c = og.classes.join(labels, keys="key", join_type="left outer").sort_by("key")
     c = c.append_column("token", pc.is_in(c["key"], value_set=pc.unique(token_class["sctid"])))
     a = og.annotations
-    kind = pc.if_else(pc.is_in(a["property"], value_set=pa.array(label_iris, pa.string())), "label",
-                      pc.if_else(pc.is_in(a["property"], value_set=pa.array(synonym_iris, pa.string())),
-                                 "synonym", "code"))  # fmt: skip
+    kind = pc.if_else(
+        pc.is_in(a["property"], value_set=pa.array(label_iris, pa.string())),
+        "label",
+        pc.if_else(pc.is_in(a["property"], value_set=pa.array(synonym_iris, pa.string())), "synonym", "code"),
+    )
     code_map = token_class.sort_by(
         [("vocabulary", "ascending"), ("code", "ascending"), ("sctid", "ascending")]
     )

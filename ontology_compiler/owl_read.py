@@ -53,12 +53,40 @@ FORMATS = {"rdfxml": "RDF/XML", "owlxml": "OWL/XML", "ntriples": "N-Triples"}
 CLASS_KEY_BASE = 10**12
 PROPERTY_KEY_BASE = 2 * 10**12
 IS_A_KEY = S.IS_A
-_V = {k: NAMESPACES["rdf" if k in ("type", "first", "rest", "nil") else "owl"] + k for k in (
-    "type", "first", "rest", "nil", "Class", "Thing", "Nothing", "ObjectProperty", "Ontology", "Restriction",
-    "onProperty", "someValuesFrom", "intersectionOf", "equivalentClass", "deprecated", "versionIRI",
-    "versionInfo", "imports", "allValuesFrom", "unionOf", "complementOf", "hasValue", "oneOf",
-    "cardinality", "minCardinality", "maxCardinality", "qualifiedCardinality", "minQualifiedCardinality",
-    "maxQualifiedCardinality")}  # fmt: skip
+_V = {
+    k: NAMESPACES["rdf" if k in ("type", "first", "rest", "nil") else "owl"] + k
+    for k in (
+        "type",
+        "first",
+        "rest",
+        "nil",
+        "Class",
+        "Thing",
+        "Nothing",
+        "ObjectProperty",
+        "Ontology",
+        "Restriction",
+        "onProperty",
+        "someValuesFrom",
+        "intersectionOf",
+        "equivalentClass",
+        "deprecated",
+        "versionIRI",
+        "versionInfo",
+        "imports",
+        "allValuesFrom",
+        "unionOf",
+        "complementOf",
+        "hasValue",
+        "oneOf",
+        "cardinality",
+        "minCardinality",
+        "maxCardinality",
+        "qualifiedCardinality",
+        "minQualifiedCardinality",
+        "maxQualifiedCardinality",
+    )
+}
 _V["subClassOf"] = NAMESPACES["rdfs"] + "subClassOf"
 _V["label"] = NAMESPACES["rdfs"] + "label"
 _V["oboId"] = NAMESPACES["oboInOwl"] + "id"
@@ -234,8 +262,9 @@ def _position(message: str) -> tuple[int | None, int | None]:
     return (int(m.group(1)), int(m.group(2)) if m.group(2) else None) if m else (None, None)
 
 
-def _parse_error(path: Path, parser: str, line: int | None, column: int | None, cause: str,
-                 fmt: str | None = None) -> InputFileError:  # fmt: skip
+def _parse_error(
+    path: Path, parser: str, line: int | None, column: int | None, cause: str, fmt: str | None = None
+) -> InputFileError:
     """The error of a rejected file: the parser, where it stopped, its message, the line's text, a hint."""
     where = ", ".join(
         x for x in (f"line {line}" if line else "", f"column {column}" if column is not None else "") if x
@@ -254,9 +283,14 @@ def _parse_error(path: Path, parser: str, line: int | None, column: int | None, 
         if fmt
         else "not well-formed XML before the root element"
     )
-    return InputFileError(path, what, line=line,
-                          expected=f"{_EXPECTED.get(fmt, 'well-formed XML')}; owlready2 reads "
-                          f"{', '.join(FORMATS.values())}", found=found, hint=hint)  # fmt: skip
+    return InputFileError(
+        path,
+        what,
+        line=line,
+        expected=f"{_EXPECTED.get(fmt, 'well-formed XML')}; owlready2 reads {', '.join(FORMATS.values())}",
+        found=found,
+        hint=hint,
+    )
 
 
 def _first_bad_ntriples_line(path: Path) -> int | None:
@@ -337,8 +371,20 @@ def _read(g, c: int, path: Path, fmt: str, ann_props: list[str], language: str |
     edge_table = _axiom_edges(t, class_ids, deprecated, counts).table(key_of, pkey_of)
     # ---- annotation values
     ann = _annotations(g, c, t.res, ann_props, key_of, language, counts)
-    return OwlGraph(path, fmt, ontology_iri, version_iri, version_info, imports, classes, properties,
-                    edge_table, ann, len(t.s), counts)  # fmt: skip
+    return OwlGraph(
+        path,
+        fmt,
+        ontology_iri,
+        version_iri,
+        version_info,
+        imports,
+        classes,
+        properties,
+        edge_table,
+        ann,
+        len(t.s),
+        counts,
+    )
 
 
 class _Triples:
@@ -383,12 +429,16 @@ def _class_table(
     class_sids = sorted(class_ids, key=lambda x: t.iri_of[x])
     key_of = {x: CLASS_KEY_BASE + i for i, x in enumerate(class_sids)}
     class_iris = [t.iri_of[x] for x in class_sids]
-    classes = pa.table({
-        "key": pa.array([key_of[x] for x in class_sids], pa.int64()),
-        "iri": pa.array(class_iris, pa.string()),
-        "curie": pa.array([obo_id.get(x) or curie(i) for x, i in zip(class_sids, class_iris, strict=True)], pa.string()),
-        "deprecated": pa.array([x in deprecated for x in class_sids], pa.bool_()),
-    })  # fmt: skip
+    classes = pa.table(
+        {
+            "key": pa.array([key_of[x] for x in class_sids], pa.int64()),
+            "iri": pa.array(class_iris, pa.string()),
+            "curie": pa.array(
+                [obo_id.get(x) or curie(i) for x, i in zip(class_sids, class_iris, strict=True)], pa.string()
+            ),
+            "deprecated": pa.array([x in deprecated for x in class_sids], pa.bool_()),
+        }
+    )
     return classes, key_of
 
 
@@ -400,12 +450,14 @@ def _property_table(t: _Triples, prop_ids: set[int], label_rows: list) -> tuple[
     plabel = {}
     for r in sorted((r for r in label_rows if r[0] in pkey_of), key=lambda r: str(r[2])):
         plabel.setdefault(r[0], str(r[2]))
-    properties = pa.table({
-        "key": pa.array([pkey_of[x] for x in prop_sids], pa.int64()),
-        "iri": pa.array([t.iri_of[x] for x in prop_sids], pa.string()),
-        "curie": pa.array([curie(t.iri_of[x]) for x in prop_sids], pa.string()),
-        "label": pa.array([plabel.get(x) or fragment(t.iri_of[x]) for x in prop_sids], pa.string()),
-    })  # fmt: skip
+    properties = pa.table(
+        {
+            "key": pa.array([pkey_of[x] for x in prop_sids], pa.int64()),
+            "iri": pa.array([t.iri_of[x] for x in prop_sids], pa.string()),
+            "curie": pa.array([curie(t.iri_of[x]) for x in prop_sids], pa.string()),
+            "label": pa.array([plabel.get(x) or fragment(t.iri_of[x]) for x in prop_sids], pa.string()),
+        }
+    )
     return properties, pkey_of
 
 
@@ -504,14 +556,16 @@ class _Edges:
         self.counts["role_groups"] = sum(len({(g[0], g[1]) for g in gs}) for gs in self.groups.values())
         rows.sort(key=lambda r: (r[0], r[1], r[3], r[2], r[5]))
         cols = list(zip(*rows, strict=True)) if rows else [()] * 6
-        t = pa.table({
-            "source_key": pa.array(cols[0], pa.int64()),
-            "relation_key": pa.array(cols[1], pa.int64()),
-            "target_key": pa.array(cols[2], pa.int64()),
-            "role_group": pa.array(cols[3], pa.int32()),
-            "group_property_key": pa.array(cols[4], pa.int64()),
-            "axiom": pa.array(cols[5], pa.string()),
-        })  # fmt: skip
+        t = pa.table(
+            {
+                "source_key": pa.array(cols[0], pa.int64()),
+                "relation_key": pa.array(cols[1], pa.int64()),
+                "target_key": pa.array(cols[2], pa.int64()),
+                "role_group": pa.array(cols[3], pa.int32()),
+                "group_property_key": pa.array(cols[4], pa.int64()),
+                "axiom": pa.array(cols[5], pa.string()),
+            }
+        )
         # the same edge from subClassOf and equivalentClass stays once (subClassOf first)
         t = t.group_by(
             ["source_key", "relation_key", "target_key", "role_group"], use_threads=False
@@ -521,8 +575,14 @@ class _Edges:
         )
         self.counts["is_a_edges"] = sum(1 for r in t["relation_key"].to_pylist() if r == IS_A_KEY)
         self.counts["attribute_edges"] = t.num_rows - self.counts["is_a_edges"]
-        return t.sort_by([("source_key", "ascending"), ("relation_key", "ascending"),
-                          ("role_group", "ascending"), ("target_key", "ascending")])  # fmt: skip
+        return t.sort_by(
+            [
+                ("source_key", "ascending"),
+                ("relation_key", "ascending"),
+                ("role_group", "ascending"),
+                ("target_key", "ascending"),
+            ]
+        )
 
 
 def _annotations(
@@ -548,13 +608,18 @@ def _annotations(
             rows.append((key_of[s], want[p], str(o), lang))
         iri_of = {v: k for k, v in res.items()}
         q = "SELECT s, p, o FROM objs WHERE c = ? AND o > 0 AND p IN ({})".format(",".join("?" * len(want)))
-        rows += [(key_of[s], want[p], iri_of[o], None) for s, p, o in g.execute(q, (c, *want)).fetchall()
-                 if s in key_of]  # fmt: skip
+        rows += [
+            (key_of[s], want[p], iri_of[o], None)
+            for s, p, o in g.execute(q, (c, *want)).fetchall()
+            if s in key_of
+        ]
     rows.sort(key=lambda r: (r[0], r[1], r[2], r[3] or ""))
     cols = list(zip(*rows, strict=True)) if rows else [()] * 4
-    return pa.table({
-        "key": pa.array(cols[0], pa.int64()),
-        "property": pa.array(cols[1], pa.string()),
-        "value": pa.array(cols[2], pa.string()),
-        "language": pa.array(cols[3], pa.string()),
-    })  # fmt: skip
+    return pa.table(
+        {
+            "key": pa.array(cols[0], pa.int64()),
+            "property": pa.array(cols[1], pa.string()),
+            "value": pa.array(cols[2], pa.string()),
+            "language": pa.array(cols[3], pa.string()),
+        }
+    )

@@ -170,9 +170,14 @@ def _token_edges(
     ts = token_snomed.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
     joined = ts.select(["concept_id", "sctid"]).join(per_sctid, keys="sctid", join_type="inner")
     joined = joined.sort_by(
-        [("concept_id", "ascending"), ("relation_id", "ascending"), ("atom_id", "ascending"),
-         ("role_group", "ascending"), ("sctid", "ascending")]
-    )  # fmt: skip
+        [
+            ("concept_id", "ascending"),
+            ("relation_id", "ascending"),
+            ("atom_id", "ascending"),
+            ("role_group", "ascending"),
+            ("sctid", "ascending"),
+        ]
+    )
     e = joined.group_by(EDGE_KEY, use_threads=False).aggregate(
         [("role_group", "first"), ("provenance", "first"), ("sctid", "first")]
     )
@@ -318,8 +323,14 @@ def write_program(
                 p = tmp / f"{folder}{name}.parquet"
                 current[:] = [f"{folder}{p.name}"]
                 info = write_parquet(t, p, program_id)
-                files.append({"path": f"{folder}{p.name}", "sha256": sha256_file(p), "rows": info["rows"],
-                              "bytes": p.stat().st_size})  # fmt: skip
+                files.append(
+                    {
+                        "path": f"{folder}{p.name}",
+                        "sha256": sha256_file(p),
+                        "rows": info["rows"],
+                        "bytes": p.stat().st_size,
+                    }
+                )
         current[:] = ["manifest.json"]
         return files
 

@@ -153,8 +153,11 @@ class _Reader:
         merged, dropped = drop_duplicates(concat(tables), [f.path for f in fs])
         if dropped:
             self.counts[f"rows_duplicate_dropped_{kind}"] = dropped
-            log.warning("%s: %d row(s) repeated with the same id, effectiveTime and content; repeats dropped",
-                        kind, dropped)  # fmt: skip
+            log.warning(
+                "%s: %d row(s) repeated with the same id, effectiveTime and content; repeats dropped",
+                kind,
+                dropped,
+            )
         if resolve:
             merged = latest_per_id(merged, self.as_of)
         if kind == "ExtendedMap":  # map rows keep where they came from, for findings
@@ -200,9 +203,13 @@ def _of_live_concepts(
         ex = t.filter(unknown).slice(0, 1)
         log.warning(
             "%d %s refer to a concept that is not in the release (e.g. %s %s: %s %s); dropped",
-            n_unknown, what.replace("_", " "), what.rstrip("s").replace("_", " "), ex["id"][0].as_py(),
-            column, ex[column][0].as_py(),
-        )  # fmt: skip
+            n_unknown,
+            what.replace("_", " "),
+            what.rstrip("s").replace("_", " "),
+            ex["id"][0].as_py(),
+            column,
+            ex[column][0].as_py(),
+        )
     t = t.filter(ok)
     counts[f"{what}_active"] = t.num_rows
     return t
@@ -239,8 +246,11 @@ def _relationships(r: _Reader, kind: str, live: pa.Array, known: pa.Array) -> pa
         log.warning(
             "%d relationship(s) have a source or destination that is not a concept of the release "
             "(e.g. relationship %s: %s -> %s); dropped",
-            n_unknown_end, ex["id"][0].as_py(), ex["sourceId"][0].as_py(), ex["destinationId"][0].as_py(),
-        )  # fmt: skip
+            n_unknown_end,
+            ex["id"][0].as_py(),
+            ex["sourceId"][0].as_py(),
+            ex["destinationId"][0].as_py(),
+        )
     if n_unknown_type:
         types = pc.unique(rel["typeId"].filter(unknown_type)).to_pylist()
         log.warning(
@@ -268,9 +278,12 @@ def _of_view_type(rel: pa.Table, kind: str, counts: Counter) -> pa.Table:
         log.warning(
             "%d active row(s) of the %s file have characteristic type %s, not %s (e.g. relationship %s); "
             "not used as edges",
-            n_other, kind, ", ".join(map(str, types[:5])), " or ".join(map(str, VIEW_TYPES[kind])),
+            n_other,
+            kind,
+            ", ".join(map(str, types[:5])),
+            " or ".join(map(str, VIEW_TYPES[kind])),
             other["id"][0].as_py(),
-        )  # fmt: skip
+        )
     return rel.filter(keep)
 
 

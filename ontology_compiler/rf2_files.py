@@ -172,8 +172,9 @@ def _choose_packages(files: list[RF2File], packages: tuple[str, ...], src: Path 
     for ns, ps in dates.items():
         named = [p for p in ps if p in packages]
         if len(named) > 1:
-            raise PackageError(f"--package names {len(named)} packages of namespace {ns} ({', '.join(named)}); "
-                               "name one")  # fmt: skip
+            raise PackageError(
+                f"--package names {len(named)} packages of namespace {ns} ({', '.join(named)}); name one"
+            )
         if len(ps) > 1 and not named:
             listing = "\n    ".join(f"{p}: {_package_folder(by_package[p])}" for p in ps)
             raise PackageError(
@@ -183,8 +184,11 @@ def _choose_packages(files: list[RF2File], packages: tuple[str, ...], src: Path 
             )
         chosen.update(named or ps)
     if len(chosen) < len(by_package):
-        log.info("reading package(s) %s; ignoring %s", ", ".join(sorted(chosen)),
-                 ", ".join(sorted(set(by_package) - chosen)))  # fmt: skip
+        log.info(
+            "reading package(s) %s; ignoring %s",
+            ", ".join(sorted(chosen)),
+            ", ".join(sorted(set(by_package) - chosen)),
+        )
     return [f for f in files if f.package in chosen]
 
 

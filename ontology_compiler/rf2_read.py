@@ -257,8 +257,17 @@ def _sctid_column(
         bad = ~numeric.to_numpy(zero_copy_only=False)
         line, value = _first_bad(bad, line_no, col)
         n = int(bad.sum())
-        _bad_sctid(path, f"non-numeric SCTID in column {name}", line, repr(value), n, "row(s) dropped", strict,
-                   report, expected="6-18 digits")  # fmt: skip
+        _bad_sctid(
+            path,
+            f"non-numeric SCTID in column {name}",
+            line,
+            repr(value),
+            n,
+            "row(s) dropped",
+            strict,
+            report,
+            expected="6-18 digits",
+        )
         report.dropped_non_numeric_id += n
         keep = ~bad
         col = pc.if_else(numeric, col, pa.scalar("0"))
@@ -274,8 +283,16 @@ def _sctid_column(
     if not valid.all():
         i = int(np.flatnonzero(~valid)[0])
         n = int((~valid).sum())
-        _bad_sctid(path, f"SCTID with a bad Verhoeff check digit in column {name}", int(line_no[i]), str(values[i]),
-                   n, "value(s); kept", strict, report)  # fmt: skip
+        _bad_sctid(
+            path,
+            f"SCTID with a bad Verhoeff check digit in column {name}",
+            int(line_no[i]),
+            str(values[i]),
+            n,
+            "value(s); kept",
+            strict,
+            report,
+        )
         report.bad_check_digit += n
     return ints, keep
 

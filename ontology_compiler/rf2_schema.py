@@ -51,7 +51,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "typeId",
         "characteristicTypeId",
         "modifierId",
-    ),  # fmt: skip
+    ),
     "Language": (*_REFSET, "acceptabilityId"),
     "ExtendedMap": (
         *_REFSET,

@@ -68,8 +68,11 @@ def release_warnings(c: dict) -> list[str]:
     :data:`RELEASE_WARNINGS` that is not zero, and the identical repeated rows per file kind
     (``rows_duplicate_dropped_<kind>``)."""
     parts = [f"{c[k]:,} {what}" for k, what in RELEASE_WARNINGS if c.get(k)]
-    dup = {k.removeprefix("rows_duplicate_dropped_"): v for k, v in c.items()
-           if k.startswith("rows_duplicate_dropped_") and v}  # fmt: skip
+    dup = {
+        k.removeprefix("rows_duplicate_dropped_"): v
+        for k, v in c.items()
+        if k.startswith("rows_duplicate_dropped_") and v
+    }
     if dup:
         parts.append(
             f"{sum(dup.values()):,} identical repeated rows ("

@@ -80,8 +80,10 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Dict(self, node: ast.Dict) -> None:
-        if any(isinstance(k, ast.Constant) and k.value == "device" and _is_cpu(v)
-               for k, v in zip(node.keys, node.values, strict=True)):  # fmt: skip
+        if any(
+            isinstance(k, ast.Constant) and k.value == "device" and _is_cpu(v)
+            for k, v in zip(node.keys, node.values, strict=True)
+        ):
             self._hit(node)
         self.generic_visit(node)
 
@@ -100,8 +102,11 @@ def _placements() -> list[tuple[str, int, str, str]]:
 
 
 def test_no_model_or_tensor_is_put_on_a_hard_coded_cpu():
-    bad = [f"{rel}:{line} in {func or '<module>'}: {src}" for rel, line, func, src in _placements()
-           if (rel, func) not in ALLOWED]  # fmt: skip
+    bad = [
+        f"{rel}:{line} in {func or '<module>'}: {src}"
+        for rel, line, func, src in _placements()
+        if (rel, func) not in ALLOWED
+    ]
     assert not bad, (
         "hard-coded CPU placements (thread the device given to the trainer or evaluator instead, or add an "
         "entry with its reason to ALLOWED):\n" + "\n".join(bad)

@@ -59,9 +59,14 @@ def blocks(text: str) -> list[Block]:
             j += 1
         marker = SKIP.search(lines[start - 1]) if start else None
         out.append(
-            Block(start + 1, m.group(1), "\n".join(lines[start + 1 : j]) + "\n",
-                  marker.group(1) if marker else None, marker.group(2) if marker else "")
-        )  # fmt: skip
+            Block(
+                start + 1,
+                m.group(1),
+                "\n".join(lines[start + 1 : j]) + "\n",
+                marker.group(1) if marker else None,
+                marker.group(2) if marker else "",
+            )
+        )
         i = j + 1
     return out
 
@@ -92,8 +97,13 @@ def _demo_parts(artifacts: Path) -> list[str]:
     datasets = [tail(cfg["config"][k], 3) for k in ("dataset", "transfer_dataset")]
     manifest = json.loads((artifacts / datasets[0] / "manifest.json").read_text(encoding="utf-8"))
     cohort = "ehr/" + Path(manifest["source"]["path"]).name
-    return ["releases/demo_icd10cm_default", tail(cfg["config"]["program"], 3), cohort, *datasets,
-            "runs/demo-default"]  # fmt: skip
+    return [
+        "releases/demo_icd10cm_default",
+        tail(cfg["config"]["program"], 3),
+        cohort,
+        *datasets,
+        "runs/demo-default",
+    ]
 
 
 def _scratch(tmp: Path) -> Path:
@@ -107,8 +117,13 @@ def _scratch(tmp: Path) -> Path:
         for part in _demo_parts(Path(given)):
             shutil.copytree(Path(given) / part, work / "artifacts" / part, symlinks=False)
     else:
-        subprocess.run([str(work / ".venv" / "bin" / "hrrbert"), "demo"], cwd=work, check=True,
-                       stdout=subprocess.DEVNULL, timeout=BLOCK_TIMEOUT_S)  # fmt: skip
+        subprocess.run(
+            [str(work / ".venv" / "bin" / "hrrbert"), "demo"],
+            cwd=work,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=BLOCK_TIMEOUT_S,
+        )
     return work
 
 

@@ -12,8 +12,13 @@ from .options import INPUT_DIR, force_option, handle_errors, seed_option, verbos
 @click.option("--dataset", required=True, type=INPUT_DIR, help="Tokenized dataset folder (hrrbert prepare).")
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The model folder to write.")
 @click.option("--split", default="pretrain_val", show_default=True, help="The split to choose the cache on.")
-@click.option("--limit", type=int, default=1000, show_default=True,
-              help="Patients of --split to use (the first ones; 0: all).")  # fmt: skip
+@click.option(
+    "--limit",
+    type=int,
+    default=1000,
+    show_default=True,
+    help="Patients of --split to use (the first ones; 0: all).",
+)
 @seed_option(help="Seed of the masking the cache is chosen on.")
 @force_option("Replace OUT when it holds an earlier mlm-cache output (anything else is never replaced).")
 @verbosity_options

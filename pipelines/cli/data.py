@@ -52,8 +52,13 @@ def source_options(readers: Iterable[Reader], purpose: str = "") -> Callable[[F]
 def choice_option(cls: type, name: str, choices: tuple[str, ...]) -> Callable[[F], F]:
     """The option of the config field ``name`` whose values are ``choices`` (default and help: the field's)."""
     (f,) = (f for f in dataclasses.fields(cls) if f.name == name)
-    return click.option("--" + name.replace("_", "-"), type=click.Choice(choices), default=f.default,
-                        show_default=True, help=f.metadata["help"])  # fmt: skip
+    return click.option(
+        "--" + name.replace("_", "-"),
+        type=click.Choice(choices),
+        default=f.default,
+        show_default=True,
+        help=f.metadata["help"],
+    )
 
 
 @click.command("prepare")
@@ -64,43 +69,90 @@ def choice_option(cls: type, name: str, choices: tuple[str, ...]) -> Callable[[F
 @program_option(required=False)
 @config_options(PrepareConfig, include=["out", "name", "max_len", "max_visits"], group="config")
 @choice_option(PrepareConfig, "unknown", UNKNOWN_CODES)
-@config_options(SplitOptions, exclude=["seed"], group="splits", help={
-    "finetune_train": "mortality fine-tuning train patients " + SCALED.format("13k of 190k"),
-    "finetune_val": "fine-tuning validation patients " + SCALED.format("2k of 190k"),
-    "test": "test patients (default: min(666, 5 %))",
-    "disease_train": "subset of --finetune-train flagged for the disease task " + SCALED.format("4.5k of 190k"),
-    "disease_val": "subset of --finetune-val flagged for the disease task " + SCALED.format("500 of 190k"),
-    "rood_max_patients": "a held-out code occurs in at most this many patients (default: max(3, patients // 1000))",
-    "rood_unseen_patients": "hold out the codes of whole patients (codes all rare) until this many ROOD patients "
-                            "have mostly held-out codes (default: 100 per 190k patients, at least 1; 0: off)",
-})  # fmt: skip
-@click.option("--hold-out", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Parquet or CSV file with columns vocabulary, code: hold these codes out (the ROOD split) "
-                   "instead of choosing them; --demo: default the cohort's reserved codes.")  # fmt: skip
+@config_options(
+    SplitOptions,
+    exclude=["seed"],
+    group="splits",
+    help={
+        "finetune_train": "mortality fine-tuning train patients " + SCALED.format("13k of 190k"),
+        "finetune_val": "fine-tuning validation patients " + SCALED.format("2k of 190k"),
+        "test": "test patients (default: min(666, 5 %))",
+        "disease_train": "subset of --finetune-train flagged for the disease task "
+        + SCALED.format("4.5k of 190k"),
+        "disease_val": "subset of --finetune-val flagged for the disease task "
+        + SCALED.format("500 of 190k"),
+        "rood_max_patients": "a held-out code occurs in at most this many patients (default: max(3, patients // 1000))",
+        "rood_unseen_patients": "hold out the codes of whole patients (codes all rare) until this many ROOD patients "
+        "have mostly held-out codes (default: 100 per 190k patients, at least 1; 0: off)",
+    },
+)
+@click.option(
+    "--hold-out",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Parquet or CSV file with columns vocabulary, code: hold these codes out (the ROOD split) "
+    "instead of choosing them; --demo: default the cohort's reserved codes.",
+)
 @seed_option()
 @click.option("--demo-size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
 @click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
-@click.option("--artifacts", type=click.Path(file_okay=False), default="artifacts", show_default=True,
-              help="Where --demo writes releases/, programs/ and ehr/.")  # fmt: skip
+@click.option(
+    "--artifacts",
+    type=click.Path(file_okay=False),
+    default="artifacts",
+    show_default=True,
+    help="Where --demo writes releases/, programs/ and ehr/.",
+)
 @verbosity_options
 @handle_errors
-def prepare_cmd(sources: dict, config: dict, splits: dict, demo: bool, program: str | None, unknown: str,
-                hold_out: str | None, seed: int, demo_size: str, demo_patients: int, artifacts: str) -> None:  # fmt: skip
+def prepare_cmd(
+    sources: dict,
+    config: dict,
+    splits: dict,
+    demo: bool,
+    program: str | None,
+    unknown: str,
+    hold_out: str | None,
+    seed: int,
+    demo_size: str,
+    demo_patients: int,
+    artifacts: str,
+) -> None:
     """Read EHR diagnoses, tokenize them against a program and write a tokenized dataset."""
     from pipelines.data.prepare import describe, prepare
 
     if not demo:
-        click.echo(describe(prepare(program=program, seed=seed, splits=SplitOptions(seed=seed, **splits),
-                                    unknown=unknown, hold_out=hold_out, **config, **sources)))  # fmt: skip
+        click.echo(
+            describe(
+                prepare(
+                    program=program,
+                    seed=seed,
+                    splits=SplitOptions(seed=seed, **splits),
+                    unknown=unknown,
+                    hold_out=hold_out,
+                    **config,
+                    **sources,
+                )
+            )
+        )
         return
     if any(sources.values()) or program:
         drop = "/".join([r.option for r in READERS.values()] + ["--program"])
         raise click.ClickException(f"--demo builds its own release, program and cohort; drop {drop}")
     from pipelines.demo.prepare import prepare_demo
 
-    results = prepare_demo(artifacts=artifacts, out=config["out"], size=demo_size, n_patients=demo_patients,
-                           seed=seed, splits=splits, max_len=config["max_len"], max_visits=config["max_visits"],
-                           unknown=unknown, hold_out=hold_out)  # fmt: skip
+    results = prepare_demo(
+        artifacts=artifacts,
+        out=config["out"],
+        size=demo_size,
+        n_patients=demo_patients,
+        seed=seed,
+        splits=splits,
+        max_len=config["max_len"],
+        max_visits=config["max_visits"],
+        unknown=unknown,
+        hold_out=hold_out,
+    )
     click.echo(describe(results))
 
 
@@ -126,8 +178,13 @@ def sql_cmd(program: str, query: str, fmt: str, max_rows: int) -> None:
 @click.argument("program", type=INPUT_DIR)
 @click.argument("out", type=click.Path(dir_okay=False))
 @force_option("Overwrite OUT when it exists.")
-@click.option("--scope", type=click.Choice(["program", "all"]), default="program", show_default=True,
-              help="program: concepts the program uses and their ancestors; all: every graph concept.")  # fmt: skip
+@click.option(
+    "--scope",
+    type=click.Choice(["program", "all"]),
+    default="program",
+    show_default=True,
+    help="program: concepts the program uses and their ancestors; all: every graph concept.",
+)
 @click.option(
     "--base-iri", default=None, help="Ontology IRI (default https://hrrbert.invalid/program/<id>/)."
 )
@@ -152,18 +209,37 @@ def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: st
 @click.option(
     "--dataset-name", default=None, help="dataset_name in metadata/dataset.json (default: <kind>-<folder>)."
 )
-@click.option("--labels/--no-labels", default=True, show_default=True,
-              help="Also write the task labels/mortality_6m/ (MEDS label schema) for finetune --labels.")  # fmt: skip
+@click.option(
+    "--labels/--no-labels",
+    default=True,
+    show_default=True,
+    help="Also write the task labels/mortality_6m/ (MEDS label schema) for finetune --labels.",
+)
 @force_option("Replace OUT when it holds an earlier export (anything else is never replaced).")
 @seed_option(help="Seed of the demo release and cohort (--demo).")
 @click.option("--demo-size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
 @click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
-@click.option("--artifacts", type=click.Path(file_okay=False), default="artifacts", show_default=True,
-              help="Where --demo finds or writes releases/, programs/ and ehr/.")  # fmt: skip
+@click.option(
+    "--artifacts",
+    type=click.Path(file_okay=False),
+    default="artifacts",
+    show_default=True,
+    help="Where --demo finds or writes releases/, programs/ and ehr/.",
+)
 @verbosity_options
 @handle_errors
-def export_meds_cmd(out: str, sources: dict, demo: bool, dataset_name: str | None, labels: bool, force: bool,
-                    seed: int, demo_size: str, demo_patients: int, artifacts: str) -> None:  # fmt: skip
+def export_meds_cmd(
+    out: str,
+    sources: dict,
+    demo: bool,
+    dataset_name: str | None,
+    labels: bool,
+    force: bool,
+    seed: int,
+    demo_size: str,
+    demo_patients: int,
+    artifacts: str,
+) -> None:
     """Write a source as a MEDS 0.4 dataset in OUT (data/, metadata/, labels/), e.g. for MEDS tools or
     `prepare --meds`. eICU has no absolute times and cannot be exported."""
     from pipelines.data.export_meds import describe, export_meds
@@ -175,8 +251,9 @@ def export_meds_cmd(out: str, sources: dict, demo: bool, dataset_name: str | Non
     if demo:
         from pipelines.demo.prepare import export_demo_meds
 
-        result = export_demo_meds(out, artifacts=artifacts, size=demo_size, n_patients=demo_patients, seed=seed,
-                                  **options)  # fmt: skip
+        result = export_demo_meds(
+            out, artifacts=artifacts, size=demo_size, n_patients=demo_patients, seed=seed, **options
+        )
     else:
         ((kind, source),) = given
         result = export_meds(kind, source, out, **options)

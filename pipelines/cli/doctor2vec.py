@@ -45,8 +45,7 @@ def d2v_generate_cmd(dataset: str, program: str, out: str, name: str | None, **k
 @out_option("artifacts/runs", help="Parent folder of the run.")
 @run_id_option()
 @resume_option
-@config_options(D2VTrainConfig, exclude=["data"],
-                names={"hide_held_out": "--hide-held-out/--show-held-out"})  # fmt: skip
+@config_options(D2VTrainConfig, exclude=["data"], names={"hide_held_out": "--hide-held-out/--show-held-out"})
 @verbosity_options
 @handle_errors
 def d2v_train_cmd(data: str, out: str, run_id: str | None, resume: bool, **kw) -> None:
@@ -62,14 +61,24 @@ def d2v_train_cmd(data: str, out: str, run_id: str | None, resume: bool, **kw) -
 @doctor2vec_group.command("evaluate")
 @click.argument("run", type=INPUT_DIR)
 @config_options(D2VTrainConfig, include=["data", "program"])
-@click.option("--split", type=click.Choice(["train", "val", "test", "test_rare"]), default="test_rare",
-              show_default=True, help="Trials scored.")  # fmt: skip
+@click.option(
+    "--split",
+    type=click.Choice(["train", "val", "test", "test_rare"]),
+    default="test_rare",
+    show_default=True,
+    help="Trials scored.",
+)
 @click.option("--trial", type=int, default=None, help="Trial id whose top doctors and attention are printed.")
 @click.option(
     "--top-doctors", type=int, default=3, show_default=True, help="Best doctors printed for --trial."
 )
-@click.option("--top-patients", type=int, default=5, show_default=True,
-              help="Patients printed per doctor (those its attention weighs most).")  # fmt: skip
+@click.option(
+    "--top-patients",
+    type=int,
+    default=5,
+    show_default=True,
+    help="Patients printed per doctor (those its attention weighs most).",
+)
 @device_option("cpu")
 @verbosity_options
 @handle_errors

@@ -41,22 +41,36 @@ def report_cmd(runs_dir: str) -> None:
 @config_options(
     ExperimentConfig, names={"configurations": "--config", "pretrain_seeds": "--seeds", "tasks": "--task"}
 )
-@config_options(PretrainConfig, include=["epochs", "max_steps", "batch_size", "lr", "bf16"], help={
-    "epochs": "pretraining epochs (paper: 100)",
-    "max_steps": "pretraining steps (overrides --epochs)",
-    "batch_size": "pretraining batch (paper: 96)",
-    "lr": "pretraining peak learning rate (paper: 1e-4)",
-    "bf16": "bf16 autocast (CUDA only), pretraining and fine-tuning",
-})  # fmt: skip
-@config_options(FinetuneConfig, include=["epochs", "lr", "batch_size"], prefix="finetune", help={
-    "epochs": "fine-tuning epochs (paper: 10)",
-    "lr": "fine-tuning constant learning rate",
-    "batch_size": "fine-tuning batch (paper: 80)",
-})  # fmt: skip
+@config_options(
+    PretrainConfig,
+    include=["epochs", "max_steps", "batch_size", "lr", "bf16"],
+    help={
+        "epochs": "pretraining epochs (paper: 100)",
+        "max_steps": "pretraining steps (overrides --epochs)",
+        "batch_size": "pretraining batch (paper: 96)",
+        "lr": "pretraining peak learning rate (paper: 1e-4)",
+        "bf16": "bf16 autocast (CUDA only), pretraining and fine-tuning",
+    },
+)
+@config_options(
+    FinetuneConfig,
+    include=["epochs", "lr", "batch_size"],
+    prefix="finetune",
+    help={
+        "epochs": "fine-tuning epochs (paper: 10)",
+        "lr": "fine-tuning constant learning rate",
+        "batch_size": "fine-tuning batch (paper: 80)",
+    },
+)
 @config_options(EvaluateConfig, include=["per_bin", "tsne_points"])
-@click.option("--lr-for", "lr_for", multiple=True, metavar="CONFIG=LR",
-              help="Pretraining peak learning rate of one configuration instead of --lr (repeatable), e.g. "
-                   "unstructured=1e-3: ExperimentConfig.pretrain_by_configuration.")  # fmt: skip
+@click.option(
+    "--lr-for",
+    "lr_for",
+    multiple=True,
+    metavar="CONFIG=LR",
+    help="Pretraining peak learning rate of one configuration instead of --lr (repeatable), e.g. "
+    "unstructured=1e-3: ExperimentConfig.pretrain_by_configuration.",
+)
 @verbosity_options
 @handle_errors
 def experiment_cmd(**kw) -> None:
@@ -71,24 +85,52 @@ def experiment_cmd(**kw) -> None:
 @out_option(
     required=True, help="Folder for baselines.json and predictions.parquet (a finished one is read back)."
 )
-@click.option("--ground-truth", type=INPUT_DIR, default=None,
-              help="The cohort's ground_truth/ folder (task_probabilities.parquet): the ceiling.")  # fmt: skip
-@config_options(ExperimentConfig, include=["transfer_dataset", "tasks"], names={"tasks": "--task"},
-                help={"tasks": "tasks whose baselines and ceilings are computed"})  # fmt: skip
-@config_options(PretrainConfig, include=["program", "model", "mask_prob", "max_val", "val_batch_size", "seed"],
-                group="pretrain", help={"model": "model preset of the pretraining (its max_len, max_segments)",
-                                        "seed": "pretraining seed whose validation masking is reproduced"})  # fmt: skip
+@click.option(
+    "--ground-truth",
+    type=INPUT_DIR,
+    default=None,
+    help="The cohort's ground_truth/ folder (task_probabilities.parquet): the ceiling.",
+)
+@config_options(
+    ExperimentConfig,
+    include=["transfer_dataset", "tasks"],
+    names={"tasks": "--task"},
+    help={"tasks": "tasks whose baselines and ceilings are computed"},
+)
+@config_options(
+    PretrainConfig,
+    include=["program", "model", "mask_prob", "max_val", "val_batch_size", "seed"],
+    group="pretrain",
+    help={
+        "model": "model preset of the pretraining (its max_len, max_segments)",
+        "seed": "pretraining seed whose validation masking is reproduced",
+    },
+)
 @verbosity_options
 @handle_errors
-def baselines_cmd(dataset: str, out: str, ground_truth: str | None, transfer_dataset: str | None,
-                  tasks: tuple[str, ...], pretrain: dict) -> None:  # fmt: skip
+def baselines_cmd(
+    dataset: str,
+    out: str,
+    ground_truth: str | None,
+    transfer_dataset: str | None,
+    tasks: tuple[str, ...],
+    pretrain: dict,
+) -> None:
     """Baselines and ceilings on the patients and masked codes the models are scored on."""
     from pipelines.eval.baselines import compute_baselines, summary_lines
     from pipelines.eval.baselines_mlm import MLMMasking
 
     program, model, seed = pretrain.pop("program"), pretrain.pop("model"), pretrain.pop("seed")
-    record = compute_baselines(dataset, program, out, ground_truth=ground_truth, transfer_dataset=transfer_dataset,
-                               tasks=tasks, seed=seed, mlm=MLMMasking.of_experiment(model, pretrain))  # fmt: skip
+    record = compute_baselines(
+        dataset,
+        program,
+        out,
+        ground_truth=ground_truth,
+        transfer_dataset=transfer_dataset,
+        tasks=tasks,
+        seed=seed,
+        mlm=MLMMasking.of_experiment(model, pretrain),
+    )
     click.echo("\n".join(summary_lines(record, out)))
 
 

@@ -27,8 +27,12 @@ def _emit(result, lines: list[str], as_json: bool, out: str | None) -> None:
 @click.command("explain")
 @click.argument("model", type=INPUT_DIR)
 @click.argument("code")
-@click.option("--relation", "relations", multiple=True,
-              help="Relation to unbind, by label ('finding site') or SCTID; repeatable (default: the code's own).")  # fmt: skip
+@click.option(
+    "--relation",
+    "relations",
+    multiple=True,
+    help="Relation to unbind, by label ('finding site') or SCTID; repeatable (default: the code's own).",
+)
 @click.option("--all-relations", is_flag=True, help="Unbind every relation of the program.")
 @click.option(
     "--top", type=click.IntRange(min=1), default=5, show_default=True, help="Atoms listed per relation."
@@ -47,14 +51,34 @@ def _emit(result, lines: list[str], as_json: bool, out: str | None) -> None:
 @device_option("cpu", "cpu or cuda.")
 @verbosity_options
 @handle_errors
-def explain_cmd(model: str, code: str, relations: tuple[str, ...], all_relations: bool, top: int, drift: bool,
-                exact: bool, any_atom: bool, as_json: bool, out: str | None, device: str) -> None:  # fmt: skip
+def explain_cmd(
+    model: str,
+    code: str,
+    relations: tuple[str, ...],
+    all_relations: bool,
+    top: int,
+    drift: bool,
+    exact: bool,
+    any_atom: bool,
+    as_json: bool,
+    out: str | None,
+    device: str,
+) -> None:
     """Explain CODE (E11.9, E119 or ICD10CM:E11.9) in MODEL: its trained vector unbound with each relation
     and cleaned up against the trained atoms (* marks an edge the program holds)."""
     from pipelines.ontology.explain import explain, summary_lines
 
-    result = explain(model, code, relations=relations, all_relations=all_relations, top=top, drift=drift,
-                     exact=exact, any_atom=any_atom, device=device)  # fmt: skip
+    result = explain(
+        model,
+        code,
+        relations=relations,
+        all_relations=all_relations,
+        top=top,
+        drift=drift,
+        exact=exact,
+        any_atom=any_atom,
+        device=device,
+    )
     _emit(result, summary_lines(result), as_json, out)
 
 
@@ -72,8 +96,17 @@ def explain_cmd(model: str, code: str, relations: tuple[str, ...], all_relations
 @device_option("cpu", "cpu or cuda.")
 @verbosity_options
 @handle_errors
-def query_cmd(model: str, pairs: tuple[str, ...], like: str | None, minus: tuple[str, ...], plus: tuple[str, ...],
-              top: int, as_json: bool, out: str | None, device: str) -> None:  # fmt: skip
+def query_cmd(
+    model: str,
+    pairs: tuple[str, ...],
+    like: str | None,
+    minus: tuple[str, ...],
+    plus: tuple[str, ...],
+    top: int,
+    as_json: bool,
+    out: str | None,
+    device: str,
+) -> None:
     """The codes of MODEL nearest to a composed query: PAIRs "finding site=Kidney" "associated
     morphology=Cyst" ..., or --like CODE --minus PAIR --plus PAIR (the same code, one edge swapped)."""
     from pipelines.ontology.query import query, summary_lines

@@ -130,8 +130,14 @@ def program_option(required: bool = True, help: str = "Compiled program folder."
 def out_option(
     default: str | None = None, *, required: bool = False, help: str | None = None
 ) -> Callable[[F], F]:
-    return click.option("--out", type=click.Path(file_okay=False), default=default, required=required,
-                        show_default=default is not None, help=help)  # fmt: skip
+    return click.option(
+        "--out",
+        type=click.Path(file_okay=False),
+        default=default,
+        required=required,
+        show_default=default is not None,
+        help=help,
+    )
 
 
 def seed_option(default: int = 0, help: str | None = None) -> Callable[[F], F]:
@@ -143,8 +149,13 @@ def device_option(default: str = "auto", help: str = "auto, cpu, cuda.") -> Call
 
 
 def threads_option(default: int = 1) -> Callable[[F], F]:
-    return click.option("--threads", type=int, default=default, show_default=True,
-                        help="torch CPU threads (0: leave torch's default).")  # fmt: skip
+    return click.option(
+        "--threads",
+        type=int,
+        default=default,
+        show_default=True,
+        help="torch CPU threads (0: leave torch's default).",
+    )
 
 
 def force_option(help: str = "Overwrite the output when it exists.") -> Callable[[F], F]:
@@ -362,8 +373,12 @@ def _option(
     required = default is dataclasses.MISSING
     param = f"{prefix}_{f.name}" if prefix else f.name
     decl = names.get(f.name, "--" + param.replace("_", "-"))
-    kw: dict[str, Any] = {"help": help.get(f.name, f.metadata.get("help")), "required": required,
-                          "cls": ConfigOption, "config": f"{cls.__name__}.{f.name}"}  # fmt: skip
+    kw: dict[str, Any] = {
+        "help": help.get(f.name, f.metadata.get("help")),
+        "required": required,
+        "cls": ConfigOption,
+        "config": f"{cls.__name__}.{f.name}",
+    }
     if f.name in _COMPONENTS and tp is str:
         kw["callback"] = _component
     if not required:

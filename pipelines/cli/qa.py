@@ -60,8 +60,13 @@ def qa_train_cmd(qa: str, out: str, run_id: str | None, resume: bool, **kw) -> N
 @qa_group.command("evaluate")
 @click.argument("run", type=INPUT_DIR)
 @config_options(QATrainConfig, include=["qa", "program"])
-@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True,
-              help="Questions scored.")  # fmt: skip
+@click.option(
+    "--split",
+    type=click.Choice(["train", "val", "test"]),
+    default="test",
+    show_default=True,
+    help="Questions scored.",
+)
 @click.option("--patient", type=int, default=None, help="Subject id whose attention is printed.")
 @click.option("--threshold", type=float, default=0.05, show_default=True, help="Smallest weight printed.")
 @device_option("cpu")

@@ -11,20 +11,34 @@ from .options import INPUT_DIR, force_option, handle_errors, seed_option, verbos
 
 @click.command("transfer")
 @click.argument("model", type=INPUT_DIR)
-@click.option("--program", required=True, type=INPUT_DIR,
-              help="The new program folder, or a release folder (its newest program).")  # fmt: skip
+@click.option(
+    "--program",
+    required=True,
+    type=INPUT_DIR,
+    help="The new program folder, or a release folder (its newest program).",
+)
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="The new model folder to write.")
-@click.option("--init", type=click.Choice(INIT_RULES), default="parents", show_default=True,
-              help="New atoms: the mean of their is-a parents (words and the rest: zero), zero, the mean of the "
-              "trained ones of their kind, or random.")  # fmt: skip
-@click.option("--model-program", type=INPUT_DIR, default=None,
-              help="The program MODEL was trained with, when the folder carries no program/ copy.")  # fmt: skip
+@click.option(
+    "--init",
+    type=click.Choice(INIT_RULES),
+    default="parents",
+    show_default=True,
+    help="New atoms: the mean of their is-a parents (words and the rest: zero), zero, the mean of the "
+    "trained ones of their kind, or random.",
+)
+@click.option(
+    "--model-program",
+    type=INPUT_DIR,
+    default=None,
+    help="The program MODEL was trained with, when the folder carries no program/ copy.",
+)
 @seed_option(help="Seed of --init random.")
 @force_option("Replace OUT when it holds an earlier transfer (anything else is never replaced).")
 @verbosity_options
 @handle_errors
-def transfer_cmd(model: str, program: str, out: str, init: str, model_program: str | None, seed: int,
-                 force: bool) -> None:  # fmt: skip
+def transfer_cmd(
+    model: str, program: str, out: str, init: str, model_program: str | None, seed: int, force: bool
+) -> None:
     """Carry the trained model MODEL over to a new program and write it to the folder --out.
 
     MODEL is a saved model folder (pretrained or fine-tuned) or a pretraining run holding model/. Weights

@@ -34,6 +34,8 @@ class PrepareConfig:
     )
     hold_out: str | None = field(
         default=None,
-        metadata={"help": "Parquet or CSV file with columns vocabulary, code: hold these codes out (the ROOD "
-                          "split) instead of choosing them."},
-    )  # fmt: skip
+        metadata={
+            "help": "Parquet or CSV file with columns vocabulary, code: hold these codes out (the ROOD "
+            "split) instead of choosing them."
+        },
+    )

@@ -151,8 +151,12 @@ class Generated:
 
     @property
     def data_id(self) -> str:
-        payload = {"generator": self.generator, "program_id": self.program_id,
-                   "dataset_id": self.source.get("dataset_id"), "options": self.options}  # fmt: skip
+        payload = {
+            "generator": self.generator,
+            "program_id": self.program_id,
+            "dataset_id": self.source.get("dataset_id"),
+            "options": self.options,
+        }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
     @property

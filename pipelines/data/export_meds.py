@@ -76,9 +76,16 @@ class ExportResult:
 
 
 def export_meds(
-    kind: str, source: str | Path, out: str | Path, *, name: str | None = None, labels: bool = True,
-    force: bool = False, shard_subjects: int = SHARD_SUBJECTS, threads: int | None = None,
-) -> ExportResult:  # fmt: skip
+    kind: str,
+    source: str | Path,
+    out: str | Path,
+    *,
+    name: str | None = None,
+    labels: bool = True,
+    force: bool = False,
+    shard_subjects: int = SHARD_SUBJECTS,
+    threads: int | None = None,
+) -> ExportResult:
     """Write the source ``source`` of ``kind`` (a reader with a ``meds_export``: :data:`KINDS`) as a MEDS
     dataset in ``out``."""
     reader = get_reader(kind)

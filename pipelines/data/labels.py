@@ -90,9 +90,11 @@ def read_label_task(path: str | Path, *, threads: int | None = None) -> LabelTas
         if "boolean_value" not in names:
             have = [c for c in ("integer_value", "float_value", "categorical_value") if c in names]
             raise InputFileError(
-                f, "no boolean_value column: a label task here is binary", expected="boolean_value: boolean",
+                f,
+                "no boolean_value column: a label task here is binary",
+                expected="boolean_value: boolean",
                 found=f"label column(s) {', '.join(have)}" if have else ", ".join(names),
-            )  # fmt: skip
+            )
         check_schema(f, LABEL_COLUMNS)
     con = connect(threads)
     try:
@@ -115,9 +117,10 @@ def read_label_task(path: str | Path, *, threads: int | None = None) -> LabelTas
         ).fetchall()
         if bad:
             raise InputFileError(
-                Path(bad[0][0]), f"{col} is null at file_row_number {bad[0][1]}",
+                Path(bad[0][0]),
+                f"{col} is null at file_row_number {bad[0][1]}",
                 expected=f"a {col} on every row (MEDS LabelSchema: not nullable)",
-            )  # fmt: skip
+            )
     counts["duplicate_rows"] = _one(
         con, "SELECT count(*) - count(DISTINCT (subject_id, prediction_time, boolean_value)) FROM lab0"
     )
@@ -130,9 +133,10 @@ def read_label_task(path: str | Path, *, threads: int | None = None) -> LabelTas
         s, t, fs, rs = conflict[0]
         where = "; ".join(f"{_rel(root, a)} file_row_number {b}" for a, b in zip(fs, rs, strict=True))
         raise InputFileError(
-            Path(fs[0]), f"subject_id {s} at prediction_time {t} has both labels ({where})",
+            Path(fs[0]),
+            f"subject_id {s} at prediction_time {t} has both labels ({where})",
             expected="one boolean_value per (subject_id, prediction_time)",
-        )  # fmt: skip
+        )
     rows = (
         con.sql(
             "SELECT DISTINCT subject_id, prediction_time, boolean_value FROM lab0 ORDER BY subject_id, prediction_time"
@@ -161,10 +165,11 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
     missing = [c for c in PLACE_COLUMNS if c not in patients.column_names]
     if missing:
         raise InputFileError(
-            where, f"missing column(s) {', '.join(missing)} needed to cut sequences at a label's prediction_time",
+            where,
+            f"missing column(s) {', '.join(missing)} needed to cut sequences at a label's prediction_time",
             hint="the dataset was prepared before visit times were stored: remove its folder and run "
             "`hrrbert prepare` again (the dataset id does not change)",
-        )  # fmt: skip
+        )
     subj = patients["subject_id"].to_numpy()
     order = np.argsort(subj, kind="stable")
     lab_subj = task.rows["subject_id"].to_numpy()
@@ -213,20 +218,27 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
     used = sum(c["rows_by_split"][s] for s in FINETUNE_SPLITS)
     log.info(
         "labels %s: %d rows, %d in the fine-tuning splits (%s), %d in other splits",
-        task.name, c["rows"], used, ", ".join(f"{s} {c['rows_by_split'][s]}" for s in FINETUNE_SPLITS),
+        task.name,
+        c["rows"],
+        used,
+        ", ".join(f"{s} {c['rows_by_split'][s]}" for s in FINETUNE_SPLITS),
         sum(c["rows_by_split"].values()) - used,
-    )  # fmt: skip
+    )
     if c["rows_subject_not_in_dataset"]:
         log.warning(
             "labels %s: %d rows of %d subjects the dataset does not hold left out (e.g. subject_id %s)",
-            task.name, c["rows_subject_not_in_dataset"], c["subjects_not_in_dataset"],
+            task.name,
+            c["rows_subject_not_in_dataset"],
+            c["subjects_not_in_dataset"],
             ", ".join(map(str, c["examples"]["subjects_not_in_dataset"])),
-        )  # fmt: skip
+        )
     if c["rows_without_history"]:
         log.warning(
             "labels %s: %d rows without any visit at or before their prediction_time left out (e.g. %s)",
-            task.name, c["rows_without_history"], "; ".join(c["examples"]["rows_without_history"]),
-        )  # fmt: skip
+            task.name,
+            c["rows_without_history"],
+            "; ".join(c["examples"]["rows_without_history"]),
+        )
     return placed
 
 
@@ -238,9 +250,10 @@ def _visits_at_or_before(patients: pa.Table, row: np.ndarray, t: np.ndarray, whe
     n_per_row = np.diff(off)
     if values.null_count:
         raise InputFileError(
-            where, "visit_times holds nulls: the dataset's source has no visit times (eICU)",
+            where,
+            "visit_times holds nulls: the dataset's source has no visit times (eICU)",
             expected="a time for every visit, to cut sequences at a label's prediction_time",
-        )  # fmt: skip
+        )
     times = values.cast(pa.int64()).to_numpy()  # (V,)
     vrow = np.repeat(np.arange(len(n_per_row), dtype=np.int64), n_per_row)
     if len(times) > 1 and np.any((np.diff(times) < 0) & (vrow[1:] == vrow[:-1])):

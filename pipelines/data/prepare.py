@@ -69,9 +69,16 @@ class PrepareResult:
 
 
 def prepare_source(
-    kind: str, path: str | Path, program: str | Path, config: PrepareConfig | None = None, *,
-    label: str | None = None, splits: SplitOptions | None = None, threads: int | None = None, **given,
-) -> PrepareResult:  # fmt: skip
+    kind: str,
+    path: str | Path,
+    program: str | Path,
+    config: PrepareConfig | None = None,
+    *,
+    label: str | None = None,
+    splits: SplitOptions | None = None,
+    threads: int | None = None,
+    **given,
+) -> PrepareResult:
     """Read one source (a reader's name: ``mimic-iv``, ``eicu``, ``meds``), tokenize it against ``program``,
     split, write.
 
@@ -143,8 +150,13 @@ def prepare_source(
         "timings_s": {"read": round(t_read - t0, 2), "tokenize": round(t_tok - t_read, 2)},
     }
     written = write_dataset(final, tables, manifest)
-    log.info("%s: %d patients, %d tokens in %.1f s", final, len(tok.subject_id), len(tok.input_ids),
-             time.perf_counter() - t0)  # fmt: skip
+    log.info(
+        "%s: %d patients, %d tokens in %.1f s",
+        final,
+        len(tok.subject_id),
+        len(tok.input_ids),
+        time.perf_counter() - t0,
+    )
     return PrepareResult(final, dataset_id, written, manifest)
 
 
@@ -227,10 +239,15 @@ HOLD_OUT_COLUMNS = ("vocabulary", "code")
 def _hold_out_record(path: Path) -> dict:
     """The hold-out file's manifest record (its sha256 goes into the dataset id)."""
     if not path.is_file():
-        raise PipelineError(f"{path}: hold-out file not found (expected a Parquet or CSV file with columns "
-                            "vocabulary, code)")  # fmt: skip
-    return {"role": "hold_out", "path": str(path.resolve()), "sha256": sha256_file(path),
-            "bytes": path.stat().st_size}  # fmt: skip
+        raise PipelineError(
+            f"{path}: hold-out file not found (expected a Parquet or CSV file with columns vocabulary, code)"
+        )
+    return {
+        "role": "hold_out",
+        "path": str(path.resolve()),
+        "sha256": sha256_file(path),
+        "bytes": path.stat().st_size,
+    }
 
 
 def _read_hold_out(path: Path, concepts: pa.Table, program: Path) -> _HoldOut:
@@ -272,8 +289,14 @@ def _read_hold_out(path: Path, concepts: pa.Table, program: Path) -> _HoldOut:
             + f"; expected {expected}"
         )
     if bad:
-        log.warning("%s: %d of %d codes to hold out are not codes of program %s (e.g. %s); they are ignored",
-                    path, len(bad), table.num_rows, program, "; ".join(bad[:5]))  # fmt: skip
+        log.warning(
+            "%s: %d of %d codes to hold out are not codes of program %s (e.g. %s); they are ignored",
+            path,
+            len(bad),
+            table.num_rows,
+            program,
+            "; ".join(bad[:5]),
+        )
     return _HoldOut(path, ids, table.num_rows, len(bad))
 
 
@@ -296,16 +319,21 @@ def _tables(tok: Tokenized, labels: pa.Table, concepts: pa.Table, s: _Split) -> 
                 "count_train": pa.array(s.count_train),
                 "log_frequency": pa.array(s.log_frequency),
             }
-        ),  # fmt: skip
+        ),
         "rood_codes": _rood_table(s.held, concepts, tok.pair_concept),
         "unknown_codes": tok.unknown,
     }
 
 
 def _counts(
-    data: ReadResult, tok: Tokenized, tables: dict[str, pa.Table], s: _Split, n_concepts: int,
-    hold_out: _HoldOut | None, hold_out_record: dict | None,
-) -> dict:  # fmt: skip
+    data: ReadResult,
+    tok: Tokenized,
+    tables: dict[str, pa.Table],
+    s: _Split,
+    n_concepts: int,
+    hold_out: _HoldOut | None,
+    hold_out_record: dict | None,
+) -> dict:
     """The manifest's ``counts``: patients kept and dropped, codes, and what the reader counted."""
     seen = s.count > 0
     logf = s.log_frequency
@@ -358,10 +386,15 @@ def _given_split(labels: pa.Table, subject_id: np.ndarray) -> np.ndarray | None:
 def _rood_table(held: np.ndarray, concepts: pa.Table, pair_concept: np.ndarray) -> pa.Table:
     per_code = np.bincount(pair_concept, minlength=concepts.num_rows)
     rows = concepts.take(pa.array(held.astype(np.int64)))
-    return pa.table({
-        "concept_id": pa.array(held, pa.int32()), "vocabulary": rows["vocabulary"], "code": rows["code"],
-        "title": rows["title"], "patients": pa.array(per_code[held].astype(np.int64)),
-    })  # fmt: skip
+    return pa.table(
+        {
+            "concept_id": pa.array(held, pa.int32()),
+            "vocabulary": rows["vocabulary"],
+            "code": rows["code"],
+            "title": rows["title"],
+            "patients": pa.array(per_code[held].astype(np.int64)),
+        }
+    )
 
 
 def prepare(

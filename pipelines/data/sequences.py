@@ -209,13 +209,25 @@ class TokenizedDataset:
             raise ValueError(f"unknown split {split!r}; choose one of {SPLITS} or 'all'")
         sel = placed.split == split if split != "all" else np.ones(len(placed.split), bool)
         labels = torch.from_numpy(placed.label[sel].astype(np.float32))[:, None]  # (P, 1)
-        return self._padded(placed.row[sel], split, max_len=max_len, max_segments=max_segments,
-                            cut=placed.length[sel], labels=labels)  # fmt: skip
+        return self._padded(
+            placed.row[sel],
+            split,
+            max_len=max_len,
+            max_segments=max_segments,
+            cut=placed.length[sel],
+            labels=labels,
+        )
 
     def _padded(
-        self, rows: np.ndarray, split: str, *, max_len: int, max_segments: int, cut: np.ndarray | None,
+        self,
+        rows: np.ndarray,
+        split: str,
+        *,
+        max_len: int,
+        max_segments: int,
+        cut: np.ndarray | None,
         labels: Tensor | None,
-    ) -> Sequences:  # fmt: skip
+    ) -> Sequences:
         """Rows ``rows`` of ``patients.parquet`` padded into tensors, each cut at ``cut`` tokens when given."""
         t = self.table.take(pa.array(rows, pa.int64()))
         ids_col = t.column("input_ids")

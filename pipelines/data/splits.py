@@ -114,9 +114,13 @@ def rood_masks(
 
 
 def choose_rood(
-    pair_patient: np.ndarray, pair_concept: np.ndarray, n_patients: int, n_concepts: int, opts: SplitOptions,
+    pair_patient: np.ndarray,
+    pair_concept: np.ndarray,
+    n_patients: int,
+    n_concepts: int,
+    opts: SplitOptions,
     n_visits: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(held-out concept ids (K,), rood patient mask (P,), rood_unseen mask (P,)).
 
     ``rood_codes`` random rare codes, then the codes of whole patients until :func:`unseen_target`
@@ -135,16 +139,30 @@ def choose_rood(
     held = rng.choice(cand, size=min(opts.rood_codes, len(cand)), replace=False)
     rare = per_code <= hi
     rare[:N_SPECIAL] = False
-    extra = _unseen_codes(pair_patient, pair_concept, n_patients, held, rare, unseen_target(opts, n_patients),
-                          n_visits, np.random.default_rng([opts.seed, 33]))  # fmt: skip
+    extra = _unseen_codes(
+        pair_patient,
+        pair_concept,
+        n_patients,
+        held,
+        rare,
+        unseen_target(opts, n_patients),
+        n_visits,
+        np.random.default_rng([opts.seed, 33]),
+    )
     held = np.unique(np.concatenate([held, extra])).astype(np.int32)
     return (held, *rood_masks(pair_patient, pair_concept, n_patients, held))
 
 
 def _unseen_codes(
-    pair_patient: np.ndarray, pair_concept: np.ndarray, n_patients: int, held: np.ndarray, rare: np.ndarray,
-    target: int, n_visits: np.ndarray | None, rng: np.random.Generator,
-) -> np.ndarray:  # fmt: skip
+    pair_patient: np.ndarray,
+    pair_concept: np.ndarray,
+    n_patients: int,
+    held: np.ndarray,
+    rare: np.ndarray,
+    target: int,
+    n_visits: np.ndarray | None,
+    rng: np.random.Generator,
+) -> np.ndarray:
     """Concept ids to hold out beyond ``held`` so that ``target`` patients are rood_unseen (fewer when the
     cohort has too few patients whose codes are all ``rare`` (N,)): greedily all codes of such patients,
     those with a visit before the last one first, then those whose codes occur in the fewest patients in

@@ -66,8 +66,14 @@ def lookup(events: pa.Table, concepts: pa.Table, unk_id: int | None = None) -> n
 
 def _unknown_table(events: pa.Table, mask: np.ndarray) -> pa.Table:
     if not mask.any():
-        return pa.table({"vocabulary": pa.array([], pa.string()), "code": pa.array([], pa.string()),
-                         "occurrences": pa.array([], pa.int64()), "patients": pa.array([], pa.int64())})  # fmt: skip
+        return pa.table(
+            {
+                "vocabulary": pa.array([], pa.string()),
+                "code": pa.array([], pa.string()),
+                "occurrences": pa.array([], pa.int64()),
+                "patients": pa.array([], pa.int64()),
+            }
+        )
     t = events.select(["subject_id", "vocabulary", "code"]).filter(pa.array(mask))
     g = t.group_by(["vocabulary", "code"]).aggregate(
         [("subject_id", "count"), ("subject_id", "count_distinct")]

@@ -127,30 +127,78 @@ def simulate_hospital(
     )
     rate = rng.gamma(3.0, (mean_acute - 1.0) / 3.0, n)
     rows = _diagnoses(
-        space, draws, rng, rate, flagged, sys_off, sys_chapter, cond_patient, cond, onset, cond_cand,
-        visit_patient, visit_local, visit_off, admit,
-    )  # fmt: skip
+        space,
+        draws,
+        rng,
+        rate,
+        flagged,
+        sys_off,
+        sys_chapter,
+        cond_patient,
+        cond,
+        onset,
+        cond_cand,
+        visit_patient,
+        visit_local,
+        visit_off,
+        admit,
+    )
     row_visit, row_seq, row_cand, row_code, row_condition = rows
     last_visit = visit_off[1:] - 1
     p, died, in_hosp, death = _mortality(
-        space, rng, age, visit_patient[row_visit], row_visit == last_visit[visit_patient[row_visit]], row_cand,
-        disch[last_visit], mortality, in_hospital_share,
-    )  # fmt: skip
+        space,
+        rng,
+        age,
+        visit_patient[row_visit],
+        row_visit == last_visit[visit_patient[row_visit]],
+        row_cand,
+        disch[last_visit],
+        mortality,
+        in_hospital_share,
+    )
     chapters = chapter_probabilities(
-        space, draws, flagged=flagged, icd9=admit[last_visit] < SWITCH, rate=rate, sys_off=sys_off,
-        sys_chapter=sys_chapter, cond_patient=cond_patient, cond_cand=cond_cand,
-        cond_last=onset == n_visits[cond_patient] - 1, system_share=SYSTEM_SHARE_ACUTE, recode=RECODE,
-    )  # fmt: skip
+        space,
+        draws,
+        flagged=flagged,
+        icd9=admit[last_visit] < SWITCH,
+        rate=rate,
+        sys_off=sys_off,
+        sys_chapter=sys_chapter,
+        cond_patient=cond_patient,
+        cond_cand=cond_cand,
+        cond_last=onset == n_visits[cond_patient] - 1,
+        system_share=SYSTEM_SHARE_ACUTE,
+        recode=RECODE,
+    )
     return Hospital(
-        subject=subject, age=age, female=female, mortality_p=p, died_6m=died, death_time=death,
-        died_in_hospital=in_hosp, visit_patient=visit_patient, visit_local=visit_local, admit=admit,
-        disch=disch, visit_id=visit_id, row_visit=row_visit, row_seq=row_seq,
-        row_code=row_code.astype(np.int32), row_code10=space.cand_icd10[row_cand].astype(np.int32),
-        row_condition=row_condition.astype(np.int32), cond_patient=cond_patient,
-        cond_condition=cond, cond_onset=onset, cond_code=space.cand_icd10[cond_cand].astype(np.int32),
-        reserved=flagged, systems_offsets=sys_off, systems=sys_chapter, chapter_probs=chapters,
-        label_mortality_p=p, reader_subject=subject,
-    )  # fmt: skip
+        subject=subject,
+        age=age,
+        female=female,
+        mortality_p=p,
+        died_6m=died,
+        death_time=death,
+        died_in_hospital=in_hosp,
+        visit_patient=visit_patient,
+        visit_local=visit_local,
+        admit=admit,
+        disch=disch,
+        visit_id=visit_id,
+        row_visit=row_visit,
+        row_seq=row_seq,
+        row_code=row_code.astype(np.int32),
+        row_code10=space.cand_icd10[row_cand].astype(np.int32),
+        row_condition=row_condition.astype(np.int32),
+        cond_patient=cond_patient,
+        cond_condition=cond,
+        cond_onset=onset,
+        cond_code=space.cand_icd10[cond_cand].astype(np.int32),
+        reserved=flagged,
+        systems_offsets=sys_off,
+        systems=sys_chapter,
+        chapter_probs=chapters,
+        label_mortality_p=p,
+        reader_subject=subject,
+    )
 
 
 class _Draws:
@@ -274,9 +322,17 @@ def _code(space: CodeSpace, cond: np.ndarray, flagged: np.ndarray, u: np.ndarray
     return np.clip(cand, space.cand_offsets[cond], space.cand_offsets[cond + 1] - 1)
 
 
-def _chronic(space: CodeSpace, draws: _Draws, age: np.ndarray, flagged: np.ndarray, sys_off: np.ndarray,
-             sys_chapter: np.ndarray, n_visits: np.ndarray, chronic_rate: tuple[float, float],
-             rng: np.random.Generator) -> tuple[np.ndarray, ...]:  # fmt: skip
+def _chronic(
+    space: CodeSpace,
+    draws: _Draws,
+    age: np.ndarray,
+    flagged: np.ndarray,
+    sys_off: np.ndarray,
+    sys_chapter: np.ndarray,
+    n_visits: np.ndarray,
+    chronic_rate: tuple[float, float],
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, ...]:
     """Chronic conditions: Poisson per patient, more with age, most within the patient's systems; each
     with an onset visit and the one code it is written with. (patient, condition, onset, candidate)."""
     n_draw = rng.poisson(chronic_rate[0] + chronic_rate[1] * ((age - 18) / 75.0) ** 1.2)
@@ -308,10 +364,23 @@ def _visits(n_visits: np.ndarray, rng: np.random.Generator, first: np.ndarray) -
     return visit_patient, visit_local, visit_off, admit, disch
 
 
-def _diagnoses(space: CodeSpace, draws: _Draws, rng: np.random.Generator, rate: np.ndarray,
-               flagged: np.ndarray, sys_off: np.ndarray, sys_chapter: np.ndarray, cond_patient: np.ndarray,
-               cond: np.ndarray, onset: np.ndarray, cond_cand: np.ndarray, visit_patient: np.ndarray,
-               visit_local: np.ndarray, visit_off: np.ndarray, admit: np.ndarray) -> tuple[np.ndarray, ...]:  # fmt: skip
+def _diagnoses(
+    space: CodeSpace,
+    draws: _Draws,
+    rng: np.random.Generator,
+    rate: np.ndarray,
+    flagged: np.ndarray,
+    sys_off: np.ndarray,
+    sys_chapter: np.ndarray,
+    cond_patient: np.ndarray,
+    cond: np.ndarray,
+    onset: np.ndarray,
+    cond_cand: np.ndarray,
+    visit_patient: np.ndarray,
+    visit_local: np.ndarray,
+    visit_off: np.ndarray,
+    admit: np.ndarray,
+) -> tuple[np.ndarray, ...]:
     """Code rows of each visit: first 1 + Poisson(rate) acute codes (most within the patient's systems),
     then the code of each active chronic condition (always at its onset visit, else with ``RECODE``); in
     ICD-9-CM before the switch; a (visit, code) repeated is kept once. (visit, seq_num, candidate, code,
@@ -347,9 +416,17 @@ def _diagnoses(space: CodeSpace, draws: _Draws, rng: np.random.Generator, rate: 
     return row_visit, (seq0 + 1).astype(np.int32), row_cand[keep], row_code[keep], row_condition[keep]
 
 
-def _mortality(space: CodeSpace, rng: np.random.Generator, age: np.ndarray, row_patient: np.ndarray,
-               row_last: np.ndarray, row_cand: np.ndarray, last_disch: np.ndarray, mortality: float,
-               in_hospital_share: float) -> tuple[np.ndarray, ...]:  # fmt: skip
+def _mortality(
+    space: CodeSpace,
+    rng: np.random.Generator,
+    age: np.ndarray,
+    row_patient: np.ndarray,
+    row_last: np.ndarray,
+    row_cand: np.ndarray,
+    last_disch: np.ndarray,
+    mortality: float,
+    in_hospital_share: float,
+) -> tuple[np.ndarray, ...]:
     """Death within 182 days of the last discharge, from the severity of the patient's distinct codes (the
     atoms of their concepts and their category; those of the last visit count fully, earlier ones
     ``EARLIER_WEIGHT``) and age, calibrated to ``mortality``: (probability, died, died in hospital, death
@@ -404,16 +481,32 @@ def generate_cohort(
     space = build_code_space(seed, codes, facts=facts)
     rng = np.random.default_rng(seed)
     mimic = simulate_hospital(
-        space, n_patients, rng, prevalence=space.prevalence, id_base=10_000_000, visit_id_base=20_000_000,
-        mortality=mortality, reserved_share=RESERVED_PATIENTS,
-    )  # fmt: skip
+        space,
+        n_patients,
+        rng,
+        prevalence=space.prevalence,
+        id_base=10_000_000,
+        visit_id_base=20_000_000,
+        mortality=mortality,
+        reserved_share=RESERVED_PATIENTS,
+    )
     n_eicu = max(1, n_patients // 4) if n_eicu is None else n_eicu
     eicu = simulate_hospital(
-        space, n_eicu, rng, prevalence=space.prevalence_eicu, id_base=100_000, visit_id_base=100_000,
-        mean_acute=3.0, chronic_rate=(0.5, 3.0), visits_nb=(1.0, 0.7), mortality=1.6 * mortality,
-        in_hospital_share=0.85, start=int(np.datetime64("2114-01-01T00:00:00", "s").astype(np.int64)),
-        span_years=1.5, ordered_visit_ids=True,
-    )  # fmt: skip
+        space,
+        n_eicu,
+        rng,
+        prevalence=space.prevalence_eicu,
+        id_base=100_000,
+        visit_id_base=100_000,
+        mean_acute=3.0,
+        chronic_rate=(0.5, 3.0),
+        visits_nb=(1.0, 0.7),
+        mortality=1.6 * mortality,
+        in_hospital_share=0.85,
+        start=int(np.datetime64("2114-01-01T00:00:00", "s").astype(np.int64)),
+        span_years=1.5,
+        ordered_visit_ids=True,
+    )
     eicu.label_mortality_p = 0.85 * eicu.mortality_p  # eICU's label is death in hospital
     con = duckdb.connect()
     if threads:
@@ -429,7 +522,14 @@ def generate_cohort(
     )
     log.info(
         "cohort: %d MIMIC patients (%d diagnosis rows; %d ICU stays, %d procedure and %d prescription rows), "
-        "%d eICU patients in %.1f s -> %s", n_patients, len(mimic.row_visit), extra["icu/icustays"],
-        extra["hosp/procedures_icd"], extra["hosp/prescriptions"], n_eicu, time.perf_counter() - t0, out,
-    )  # fmt: skip
+        "%d eICU patients in %.1f s -> %s",
+        n_patients,
+        len(mimic.row_visit),
+        extra["icu/icustays"],
+        extra["hosp/procedures_icd"],
+        extra["hosp/prescriptions"],
+        n_eicu,
+        time.perf_counter() - t0,
+        out,
+    )
     return out

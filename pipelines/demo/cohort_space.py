@@ -245,9 +245,12 @@ def build_code_space(
 
 
 def _severities(
-    cats: list[str], chapter: np.ndarray, icd10: np.ndarray, facts: ProgramFacts | None,
+    cats: list[str],
+    chapter: np.ndarray,
+    icd10: np.ndarray,
+    facts: ProgramFacts | None,
     rng: np.random.Generator,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+) -> tuple[np.ndarray, np.ndarray]:
     """(severity of each condition ``(K,)``, the atom term of each candidate ``(C,)``): a share of the
     category's base value plus noise, and the sum of the weights of the candidate's program atoms."""
     base = np.array(

@@ -34,10 +34,21 @@ if TYPE_CHECKING:
 N_CHAPTERS = 22
 
 
-def chapter_probabilities(space: CodeSpace, draws: _Draws, *, flagged: np.ndarray, icd9: np.ndarray,
-                          rate: np.ndarray, sys_off: np.ndarray, sys_chapter: np.ndarray,
-                          cond_patient: np.ndarray, cond_cand: np.ndarray, cond_last: np.ndarray,
-                          system_share: float, recode: float) -> np.ndarray:  # fmt: skip
+def chapter_probabilities(
+    space: CodeSpace,
+    draws: _Draws,
+    *,
+    flagged: np.ndarray,
+    icd9: np.ndarray,
+    rate: np.ndarray,
+    sys_off: np.ndarray,
+    sys_chapter: np.ndarray,
+    cond_patient: np.ndarray,
+    cond_cand: np.ndarray,
+    cond_last: np.ndarray,
+    system_share: float,
+    recode: float,
+) -> np.ndarray:
     """(P, 22) float64: P(chapter i+1 occurs among the codes of the patient's last visit).
 
     ``icd9`` (P,): the last visit is coded in ICD-9-CM; ``rate`` (P,): the acute Poisson rate; systems as

@@ -136,39 +136,89 @@ def write_mimic(
     last = np.zeros(v, dtype=bool)
     last[np.concatenate([np.flatnonzero(np.diff(h.visit_patient)), [v - 1]])] = True
     died_here = last & h.died_in_hospital[h.visit_patient]
-    con.register("p", pa.table({"subject_id": h.subject, "female": h.female, "age": h.age,
-                                "first_admit": first_admit, "death": h.death_time}))  # fmt: skip
-    _copy(con, "SELECT *, year(make_timestamp(first_admit * 1000000)) AS anchor_year FROM p",
-          hosp / "patients.csv.gz",
-          "subject_id, CASE WHEN female THEN 'F' ELSE 'M' END AS gender, "
-          "CASE WHEN age > 89 THEN 91 ELSE age END AS anchor_age, anchor_year, "
-          "printf('%d - %d', 2008 + 3 * ((anchor_year - 2108) // 3), 2010 + 3 * ((anchor_year - 2108) // 3)) "
-          "AS anchor_year_group, CASE WHEN death >= 0 THEN make_timestamp(death * 1000000)::DATE END AS dod")  # fmt: skip
+    con.register(
+        "p",
+        pa.table(
+            {
+                "subject_id": h.subject,
+                "female": h.female,
+                "age": h.age,
+                "first_admit": first_admit,
+                "death": h.death_time,
+            }
+        ),
+    )
+    _copy(
+        con,
+        "SELECT *, year(make_timestamp(first_admit * 1000000)) AS anchor_year FROM p",
+        hosp / "patients.csv.gz",
+        "subject_id, CASE WHEN female THEN 'F' ELSE 'M' END AS gender, "
+        "CASE WHEN age > 89 THEN 91 ELSE age END AS anchor_age, anchor_year, "
+        "printf('%d - %d', 2008 + 3 * ((anchor_year - 2108) // 3), 2010 + 3 * ((anchor_year - 2108) // 3)) "
+        "AS anchor_year_group, CASE WHEN death >= 0 THEN make_timestamp(death * 1000000)::DATE END AS dod",
+    )
     adm_type = _pick(rng, v, len(ADMISSION_TYPES))
     ed = np.isin(adm_type, [1, 2, 6])
-    con.register("a", pa.table({
-        "subject_id": h.subject[h.visit_patient], "hadm_id": h.visit_id, "admit": h.admit, "disch": h.disch,
-        "died": died_here, "t": adm_type, "prov": rng.integers(10000, 99999, v), "aloc": _pick(rng, v, 8),
-        "dloc": _pick(rng, v, 8), "ins": _pick(rng, n, 3)[h.visit_patient], "mar": _pick(rng, n, 5)[h.visit_patient],
-        "race": _pick(rng, n, len(RACE))[h.visit_patient], "lang": rng.random(n)[h.visit_patient] < 0.9,
-        "ed_in": np.where(ed, h.admit - rng.integers(1, 9, v) * 3600 - rng.integers(0, 60, v) * 60, -1),
-    }))  # fmt: skip
-    _copy(con, "SELECT * FROM a ORDER BY subject_id, admit", hosp / "admissions.csv.gz",
-          f"subject_id, hadm_id, {_ts('admit')} AS admittime, {_ts('disch')} AS dischtime, "
-          f"CASE WHEN died THEN {_ts('disch')} END AS deathtime, {_lit(ADMISSION_TYPES)}[t] AS admission_type, "
-          f"printf('P%05X', prov) AS admit_provider_id, {_lit(ADMISSION_LOCATIONS)}[aloc] AS admission_location, "
-          f"CASE WHEN died THEN 'DIED' WHEN dloc = 8 THEN NULL ELSE {_lit(DISCHARGE_LOCATIONS)}[dloc] END "
-          f"AS discharge_location, {_lit(INSURANCE)}[ins] AS insurance, CASE WHEN lang THEN 'ENGLISH' ELSE '?' END "
-          f"AS language, CASE WHEN mar <= 4 THEN {_lit(MARITAL)}[mar] END AS marital_status, {_lit(RACE)}[race] "
-          f"AS race, CASE WHEN ed_in >= 0 THEN {_ts('ed_in')} END AS edregtime, CASE WHEN ed_in >= 0 THEN "
-          f"{_ts('admit + 600')} END AS edouttime, died::INT AS hospital_expire_flag")  # fmt: skip
+    con.register(
+        "a",
+        pa.table(
+            {
+                "subject_id": h.subject[h.visit_patient],
+                "hadm_id": h.visit_id,
+                "admit": h.admit,
+                "disch": h.disch,
+                "died": died_here,
+                "t": adm_type,
+                "prov": rng.integers(10000, 99999, v),
+                "aloc": _pick(rng, v, 8),
+                "dloc": _pick(rng, v, 8),
+                "ins": _pick(rng, n, 3)[h.visit_patient],
+                "mar": _pick(rng, n, 5)[h.visit_patient],
+                "race": _pick(rng, n, len(RACE))[h.visit_patient],
+                "lang": rng.random(n)[h.visit_patient] < 0.9,
+                "ed_in": np.where(
+                    ed, h.admit - rng.integers(1, 9, v) * 3600 - rng.integers(0, 60, v) * 60, -1
+                ),
+            }
+        ),
+    )
+    _copy(
+        con,
+        "SELECT * FROM a ORDER BY subject_id, admit",
+        hosp / "admissions.csv.gz",
+        f"subject_id, hadm_id, {_ts('admit')} AS admittime, {_ts('disch')} AS dischtime, "
+        f"CASE WHEN died THEN {_ts('disch')} END AS deathtime, {_lit(ADMISSION_TYPES)}[t] AS admission_type, "
+        f"printf('P%05X', prov) AS admit_provider_id, {_lit(ADMISSION_LOCATIONS)}[aloc] AS admission_location, "
+        f"CASE WHEN died THEN 'DIED' WHEN dloc = 8 THEN NULL ELSE {_lit(DISCHARGE_LOCATIONS)}[dloc] END "
+        f"AS discharge_location, {_lit(INSURANCE)}[ins] AS insurance, CASE WHEN lang THEN 'ENGLISH' ELSE '?' END "
+        f"AS language, CASE WHEN mar <= 4 THEN {_lit(MARITAL)}[mar] END AS marital_status, {_lit(RACE)}[race] "
+        f"AS race, CASE WHEN ed_in >= 0 THEN {_ts('ed_in')} END AS edregtime, CASE WHEN ed_in >= 0 THEN "
+        f"{_ts('admit + 600')} END AS edouttime, died::INT AS hospital_expire_flag",
+    )
     con.register("codes", _codes_table(space))
-    con.register("d", pa.table({"subject_id": h.subject[h.visit_patient[h.row_visit]],
-                                "hadm_id": h.visit_id[h.row_visit], "seq_num": h.row_seq, "code_idx": h.row_code}))  # fmt: skip
-    _copy(con, "SELECT * FROM d JOIN codes USING (code_idx) ORDER BY subject_id, hadm_id, seq_num",
-          hosp / "diagnoses_icd.csv.gz", MIMIC_COLUMNS["diagnoses_icd"])  # fmt: skip
-    _copy(con, "SELECT * FROM codes ORDER BY icd_code, icd_version", hosp / "d_icd_diagnoses.csv.gz",
-          MIMIC_COLUMNS["d_icd_diagnoses"])  # fmt: skip
+    con.register(
+        "d",
+        pa.table(
+            {
+                "subject_id": h.subject[h.visit_patient[h.row_visit]],
+                "hadm_id": h.visit_id[h.row_visit],
+                "seq_num": h.row_seq,
+                "code_idx": h.row_code,
+            }
+        ),
+    )
+    _copy(
+        con,
+        "SELECT * FROM d JOIN codes USING (code_idx) ORDER BY subject_id, hadm_id, seq_num",
+        hosp / "diagnoses_icd.csv.gz",
+        MIMIC_COLUMNS["diagnoses_icd"],
+    )
+    _copy(
+        con,
+        "SELECT * FROM codes ORDER BY icd_code, icd_version",
+        hosp / "d_icd_diagnoses.csv.gz",
+        MIMIC_COLUMNS["d_icd_diagnoses"],
+    )
 
 
 def write_eicu(
@@ -203,72 +253,123 @@ def _write_eicu_patients(
     stay = 200_000 + rng.choice(9_000_000, size=u, replace=False)
     eth = _pick(rng, len(h.subject), 6)
     hospital = _pick(rng, len(h.subject), 12) * 7
-    con.register("u", pa.table({
-        "stay": stay, "hss": h.visit_id[unit_visit],
-        "female": h.female[h.visit_patient[unit_visit]], "age": h.age[h.visit_patient[unit_visit]],
-        "eth": eth[h.visit_patient[unit_visit]], "hosp": hospital[h.visit_patient[unit_visit]],
-        "cond": h.row_condition[np.searchsorted(h.row_visit, unit_visit)], "admit": h.admit[unit_visit],
-        "disch": h.disch[unit_visit], "hoff": hosp_admit_off, "dis_off": hosp_admit_off + los_min[unit_visit],
-        "ulen": unit_len, "unit_no": unit_no, "n_units": n_units[unit_visit], "expired": expired[unit_visit],
-        "status_missing": rng.random(u) < 0.01, "unit": _pick(rng, u, 8), "src": _pick(rng, u, 5),
-        "dloc": _pick(rng, u, 5), "height": np.round(rng.normal(170, 10, u), 1), "weight": np.round(rng.normal(82, 18, u), 1),
-        "pid": h.subject[h.visit_patient[unit_visit]], "ward": rng.integers(1, 1200, u),
-    }))  # fmt: skip
-    con.register("cats", pa.table({"cond": np.arange(len(space.conditions), dtype=np.int32),
-                                   "category": space.conditions, "chapter": space.chapter}))  # fmt: skip
+    con.register(
+        "u",
+        pa.table(
+            {
+                "stay": stay,
+                "hss": h.visit_id[unit_visit],
+                "female": h.female[h.visit_patient[unit_visit]],
+                "age": h.age[h.visit_patient[unit_visit]],
+                "eth": eth[h.visit_patient[unit_visit]],
+                "hosp": hospital[h.visit_patient[unit_visit]],
+                "cond": h.row_condition[np.searchsorted(h.row_visit, unit_visit)],
+                "admit": h.admit[unit_visit],
+                "disch": h.disch[unit_visit],
+                "hoff": hosp_admit_off,
+                "dis_off": hosp_admit_off + los_min[unit_visit],
+                "ulen": unit_len,
+                "unit_no": unit_no,
+                "n_units": n_units[unit_visit],
+                "expired": expired[unit_visit],
+                "status_missing": rng.random(u) < 0.01,
+                "unit": _pick(rng, u, 8),
+                "src": _pick(rng, u, 5),
+                "dloc": _pick(rng, u, 5),
+                "height": np.round(rng.normal(170, 10, u), 1),
+                "weight": np.round(rng.normal(82, 18, u), 1),
+                "pid": h.subject[h.visit_patient[unit_visit]],
+                "ward": rng.integers(1, 1200, u),
+            }
+        ),
+    )
+    con.register(
+        "cats",
+        pa.table(
+            {
+                "cond": np.arange(len(space.conditions), dtype=np.int32),
+                "category": space.conditions,
+                "chapter": space.chapter,
+            }
+        ),
+    )
     t24 = "strftime(make_timestamp(({0})::BIGINT * 1000000), '%H:%M:%S')"
-    _copy(con, "SELECT * FROM u JOIN cats USING (cond) ORDER BY pid, admit, unit_no", root / "patient.csv.gz",
-          "stay AS patientunitstayid, hss AS patienthealthsystemstayid, CASE WHEN female THEN 'Female' ELSE 'Male' "
-          f"END AS gender, CASE WHEN age > 89 THEN '> 89' ELSE age::VARCHAR END AS age, {_lit(EICU_ETHNICITY)}[eth] "
-          "AS ethnicity, hosp AS hospitalid, ward AS wardid, printf('%s, chapter %d', category, chapter) "
-          f"AS apacheadmissiondx, height AS admissionheight, {t24.format('admit')} AS hospitaladmittime24, "
-          f"hoff AS hospitaladmitoffset, {_lit(EICU_SOURCES)}[src] AS hospitaladmitsource, "
-          f"year(make_timestamp(disch * 1000000)) - 100 AS hospitaldischargeyear, {t24.format('disch')} "
-          "AS hospitaldischargetime24, dis_off AS hospitaldischargeoffset, CASE WHEN expired THEN 'Death' ELSE "
-          f"{_lit(EICU_DISCHARGE)}[dloc] END AS hospitaldischargelocation, CASE WHEN status_missing THEN NULL "
-          "WHEN expired THEN 'Expired' ELSE 'Alive' END AS hospitaldischargestatus, "
-          f"{_lit(EICU_UNITS)}[unit] AS unittype, {t24.format('admit - hoff * 60')} AS unitadmittime24, "
-          f"{_lit(EICU_SOURCES)}[src] AS unitadmitsource, unit_no AS unitvisitnumber, CASE WHEN unit_no > 1 "
-          "THEN 'stepdown/other' ELSE 'admit' END AS unitstaytype, weight AS admissionweight, "
-          "round(weight - 1.5, 1) AS dischargeweight, "
-          f"{t24.format('admit - hoff * 60 + ulen * 60')} AS unitdischargetime24, ulen AS unitdischargeoffset, "
-          "CASE WHEN unit_no < n_units THEN 'Step-Down Unit (SDU)' WHEN expired THEN 'Death' ELSE 'Floor' END "
-          "AS unitdischargelocation, CASE WHEN expired AND unit_no = n_units THEN 'Expired' ELSE 'Alive' END "
-          "AS unitdischargestatus, printf('%03d-%05d', hosp, pid) AS uniquepid")  # fmt: skip
+    _copy(
+        con,
+        "SELECT * FROM u JOIN cats USING (cond) ORDER BY pid, admit, unit_no",
+        root / "patient.csv.gz",
+        "stay AS patientunitstayid, hss AS patienthealthsystemstayid, CASE WHEN female THEN 'Female' ELSE 'Male' "
+        f"END AS gender, CASE WHEN age > 89 THEN '> 89' ELSE age::VARCHAR END AS age, {_lit(EICU_ETHNICITY)}[eth] "
+        "AS ethnicity, hosp AS hospitalid, ward AS wardid, printf('%s, chapter %d', category, chapter) "
+        f"AS apacheadmissiondx, height AS admissionheight, {t24.format('admit')} AS hospitaladmittime24, "
+        f"hoff AS hospitaladmitoffset, {_lit(EICU_SOURCES)}[src] AS hospitaladmitsource, "
+        f"year(make_timestamp(disch * 1000000)) - 100 AS hospitaldischargeyear, {t24.format('disch')} "
+        "AS hospitaldischargetime24, dis_off AS hospitaldischargeoffset, CASE WHEN expired THEN 'Death' ELSE "
+        f"{_lit(EICU_DISCHARGE)}[dloc] END AS hospitaldischargelocation, CASE WHEN status_missing THEN NULL "
+        "WHEN expired THEN 'Expired' ELSE 'Alive' END AS hospitaldischargestatus, "
+        f"{_lit(EICU_UNITS)}[unit] AS unittype, {t24.format('admit - hoff * 60')} AS unitadmittime24, "
+        f"{_lit(EICU_SOURCES)}[src] AS unitadmitsource, unit_no AS unitvisitnumber, CASE WHEN unit_no > 1 "
+        "THEN 'stepdown/other' ELSE 'admit' END AS unitstaytype, weight AS admissionweight, "
+        "round(weight - 1.5, 1) AS dischargeweight, "
+        f"{t24.format('admit - hoff * 60 + ulen * 60')} AS unitdischargetime24, ulen AS unitdischargeoffset, "
+        "CASE WHEN unit_no < n_units THEN 'Step-Down Unit (SDU)' WHEN expired THEN 'Death' ELSE 'Floor' END "
+        "AS unitdischargelocation, CASE WHEN expired AND unit_no = n_units THEN 'Expired' ELSE 'Alive' END "
+        "AS unitdischargestatus, printf('%03d-%05d', hosp, pid) AS uniquepid",
+    )
     return n_units, unit_len, hospital
 
 
-def _write_eicu_diagnoses(con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital,
-                          rng: np.random.Generator, n_units: np.ndarray, unit_len: np.ndarray) -> None:  # fmt: skip
+def _write_eicu_diagnoses(
+    con: duckdb.DuckDBPyConnection,
+    root: Path,
+    space: CodeSpace,
+    h: Hospital,
+    rng: np.random.Generator,
+    n_units: np.ndarray,
+    unit_len: np.ndarray,
+) -> None:
     """``diagnosis.csv.gz``: each code row in a unit stay of its visit, ``icd9code`` holding the ICD-9 code,
     the ICD-10 code, both or nothing, with the stray separators and blanks of the real table."""
     u = int(n_units.sum())
     r = len(h.row_visit)
     first_unit = np.cumsum(n_units) - n_units
     row_unit = first_unit[h.row_visit] + (rng.random(r) * n_units[h.row_visit]).astype(np.int64)
-    con.register("g", pa.table({
-        "did": 1_000_000 + rng.choice(90_000_000, size=r, replace=False), "unit_row": row_unit,
-        "c9": h.row_code, "c10": h.row_code10, "cond": h.row_condition, "seq": h.row_seq,
-        "mode": rng.choice(4, size=r, p=[0.55, 0.2, 0.1, 0.15]), "stray": rng.choice(4, size=r, p=[0.94, 0.02, 0.02, 0.02]),
-        "active": rng.random(r) < 0.6, "off": (rng.random(r) * unit_len[row_unit]).astype(np.int64),
-    }))  # fmt: skip
+    con.register(
+        "g",
+        pa.table(
+            {
+                "did": 1_000_000 + rng.choice(90_000_000, size=r, replace=False),
+                "unit_row": row_unit,
+                "c9": h.row_code,
+                "c10": h.row_code10,
+                "cond": h.row_condition,
+                "seq": h.row_seq,
+                "mode": rng.choice(4, size=r, p=[0.55, 0.2, 0.1, 0.15]),
+                "stray": rng.choice(4, size=r, p=[0.94, 0.02, 0.02, 0.02]),
+                "active": rng.random(r) < 0.6,
+                "off": (rng.random(r) * unit_len[row_unit]).astype(np.int64),
+            }
+        ),
+    )
     con.register(
         "stays",
         pa.table({"unit_row": np.arange(u), "stay": con.sql("SELECT stay FROM u").fetchnumpy()["stay"]}),
     )
     con.register("codes", _codes_table(space))
     parts = "CASE mode WHEN 0 THEN k9.dotted || ', ' || k10.dotted WHEN 1 THEN k9.dotted WHEN 2 THEN k10.dotted ELSE '' END"
-    _copy(con,
-          f"SELECT g.*, s.stay, cats.category, cats.chapter, k9.dotted AS d9, ({parts}) AS base FROM g "
-          "JOIN stays s USING (unit_row) JOIN cats USING (cond) JOIN codes k9 ON k9.code_idx = g.c9 "
-          "JOIN codes k10 ON k10.code_idx = g.c10 ORDER BY s.stay, g.seq",
-          root / "diagnosis.csv.gz",
-          "did AS diagnosisid, stay AS patientunitstayid, CASE WHEN active THEN 'True' ELSE 'False' END "
-          "AS activeupondischarge, off AS diagnosisoffset, printf('chapter %d|%s', chapter, category) "
-          "AS diagnosisstring, CASE WHEN base = '' THEN NULL WHEN stray = 1 THEN '  ' || replace(base, ', ', ' ,  ') "
-          "|| ' ' WHEN stray = 2 THEN base || ', ' WHEN stray = 3 THEN replace(base, ', ', ',, ') ELSE base END "
-          "AS icd9code, CASE WHEN seq = 1 THEN 'Primary' WHEN seq <= 3 THEN 'Major' ELSE 'Other' END "
-          "AS diagnosispriority")  # fmt: skip
+    _copy(
+        con,
+        f"SELECT g.*, s.stay, cats.category, cats.chapter, k9.dotted AS d9, ({parts}) AS base FROM g "
+        "JOIN stays s USING (unit_row) JOIN cats USING (cond) JOIN codes k9 ON k9.code_idx = g.c9 "
+        "JOIN codes k10 ON k10.code_idx = g.c10 ORDER BY s.stay, g.seq",
+        root / "diagnosis.csv.gz",
+        "did AS diagnosisid, stay AS patientunitstayid, CASE WHEN active THEN 'True' ELSE 'False' END "
+        "AS activeupondischarge, off AS diagnosisoffset, printf('chapter %d|%s', chapter, category) "
+        "AS diagnosisstring, CASE WHEN base = '' THEN NULL WHEN stray = 1 THEN '  ' || replace(base, ', ', ' ,  ') "
+        "|| ' ' WHEN stray = 2 THEN base || ', ' WHEN stray = 3 THEN replace(base, ', ', ',, ') ELSE base END "
+        "AS icd9code, CASE WHEN seq = 1 THEN 'Primary' WHEN seq <= 3 THEN 'Major' ELSE 'Other' END "
+        "AS diagnosispriority",
+    )
 
 
 def write_ground_truth(
@@ -294,54 +395,97 @@ def _ground_truth_tables(space: CodeSpace, hospitals: dict[str, Hospital]) -> di
     for name, h in hospitals.items():
         n = len(h.subject)
         n_visits = np.bincount(h.visit_patient, minlength=n)
-        pats.append(pa.table({
-            "hospital": [name] * n, "subject_id": h.subject, "age": h.age, "female": h.female,
-            "n_visits": n_visits, "n_conditions": np.bincount(h.cond_patient, minlength=n),
-            "mortality_prob": h.mortality_p, "died_6m": h.died_6m, "died_in_hospital": h.died_in_hospital,
-            "death_time": pa.array(np.where(h.death_time >= 0, h.death_time, 0).astype("datetime64[s]"),
-                                   mask=h.death_time < 0),
-            "reserved": h.reserved,
-            "systems": pa.ListArray.from_arrays(pa.array(h.systems_offsets.astype(np.int32)),
-                                                pa.array(h.systems.astype(np.int8))),
-        }))  # fmt: skip
-        conds.append(pa.table({
-            "hospital": [name] * len(h.cond_patient), "subject_id": h.subject[h.cond_patient],
-            "condition": space.conditions[h.cond_condition], "chapter": space.chapter[h.cond_condition],
-            "severity": space.severity[h.cond_condition], "onset_visit": h.cond_onset,
-            "icd10_code": space.code_str[h.cond_code],
-        }))  # fmt: skip
-        codes.append(pa.table({
-            "hospital": [name] * len(h.row_visit), "subject_id": h.subject[h.visit_patient[h.row_visit]],
-            "visit_id": h.visit_id[h.row_visit], "seq_num": h.row_seq, "icd_code": space.code_str[h.row_code],
-            "icd_version": space.code_version[h.row_code], "condition": space.conditions[h.row_condition],
-        }))  # fmt: skip
+        pats.append(
+            pa.table(
+                {
+                    "hospital": [name] * n,
+                    "subject_id": h.subject,
+                    "age": h.age,
+                    "female": h.female,
+                    "n_visits": n_visits,
+                    "n_conditions": np.bincount(h.cond_patient, minlength=n),
+                    "mortality_prob": h.mortality_p,
+                    "died_6m": h.died_6m,
+                    "died_in_hospital": h.died_in_hospital,
+                    "death_time": pa.array(
+                        np.where(h.death_time >= 0, h.death_time, 0).astype("datetime64[s]"),
+                        mask=h.death_time < 0,
+                    ),
+                    "reserved": h.reserved,
+                    "systems": pa.ListArray.from_arrays(
+                        pa.array(h.systems_offsets.astype(np.int32)), pa.array(h.systems.astype(np.int8))
+                    ),
+                }
+            )
+        )
+        conds.append(
+            pa.table(
+                {
+                    "hospital": [name] * len(h.cond_patient),
+                    "subject_id": h.subject[h.cond_patient],
+                    "condition": space.conditions[h.cond_condition],
+                    "chapter": space.chapter[h.cond_condition],
+                    "severity": space.severity[h.cond_condition],
+                    "onset_visit": h.cond_onset,
+                    "icd10_code": space.code_str[h.cond_code],
+                }
+            )
+        )
+        codes.append(
+            pa.table(
+                {
+                    "hospital": [name] * len(h.row_visit),
+                    "subject_id": h.subject[h.visit_patient[h.row_visit]],
+                    "visit_id": h.visit_id[h.row_visit],
+                    "seq_num": h.row_seq,
+                    "icd_code": space.code_str[h.row_code],
+                    "icd_version": space.code_version[h.row_code],
+                    "condition": space.conditions[h.row_condition],
+                }
+            )
+        )
         flat = pa.array(h.chapter_probs.reshape(-1).astype(np.float64))
         offsets = pa.array(np.arange(0, h.chapter_probs.size + 1, h.chapter_probs.shape[1], dtype=np.int32))
-        probs.append(pa.table({
-            "hospital": [name] * n, "subject_id": h.reader_subject.astype(np.int64),
-            "mortality": h.label_mortality_p.astype(np.float64),
-            "chapters": pa.ListArray.from_arrays(offsets, flat),
-        }))  # fmt: skip
+        probs.append(
+            pa.table(
+                {
+                    "hospital": [name] * n,
+                    "subject_id": h.reader_subject.astype(np.int64),
+                    "mortality": h.label_mortality_p.astype(np.float64),
+                    "chapters": pa.ListArray.from_arrays(offsets, flat),
+                }
+            )
+        )
     res = np.flatnonzero(space.cand_reserved)
     owner = np.repeat(np.arange(len(space.conditions)), np.diff(space.cand_offsets))
-    reserved = pa.table({
-        "vocabulary": pa.array(["ICD10CM"] * len(res), pa.string()),
-        "code": pa.array(space.code_str[space.cand_icd10[res]].tolist(), pa.string()),
-        "condition": pa.array(space.conditions[owner[res]].tolist(), pa.string()),
-    })  # fmt: skip
+    reserved = pa.table(
+        {
+            "vocabulary": pa.array(["ICD10CM"] * len(res), pa.string()),
+            "code": pa.array(space.code_str[space.cand_icd10[res]].tolist(), pa.string()),
+            "condition": pa.array(space.conditions[owner[res]].tolist(), pa.string()),
+        }
+    )
     return {
         "patients.parquet": pa.concat_tables(pats),
         "conditions.parquet": pa.concat_tables(conds),
         "codes.parquet": pa.concat_tables(codes),
-        "condition_catalog.parquet": pa.table({
-            "condition": space.conditions, "chapter": space.chapter, "severity": space.severity,
-            "chronic": space.chronic, "prevalence_mimic": space.prevalence,
-            "prevalence_eicu": space.prevalence_eicu, "n_codes": np.diff(space.cand_offsets),
-            "n_reserved": np.bincount(owner, weights=space.cand_reserved, minlength=len(space.conditions)).astype(np.int64),
-        }),
+        "condition_catalog.parquet": pa.table(
+            {
+                "condition": space.conditions,
+                "chapter": space.chapter,
+                "severity": space.severity,
+                "chronic": space.chronic,
+                "prevalence_mimic": space.prevalence,
+                "prevalence_eicu": space.prevalence_eicu,
+                "n_codes": np.diff(space.cand_offsets),
+                "n_reserved": np.bincount(
+                    owner, weights=space.cand_reserved, minlength=len(space.conditions)
+                ).astype(np.int64),
+            }
+        ),
         "reserved_codes.parquet": reserved,
         "task_probabilities.parquet": pa.concat_tables(probs),
-    }  # fmt: skip
+    }
 
 
 def _ground_truth_readme(
@@ -349,12 +493,18 @@ def _ground_truth_readme(
 ) -> dict:
     """``ground_truth/README.json``: version, seed, what each file holds, counts."""
     counts = {
-        name: {"patients": len(h.subject), "visits": len(h.visit_patient), "diagnosis_rows": len(h.row_visit),
-               "reserved_patients": int(h.reserved.sum())}
+        name: {
+            "patients": len(h.subject),
+            "visits": len(h.visit_patient),
+            "diagnosis_rows": len(h.row_visit),
+            "reserved_patients": int(h.reserved.sum()),
+        }
         for name, h in hospitals.items()
-    }  # fmt: skip
+    }
     return {
-        "generator": "pipelines.demo.cohort", "version": version, "seed": seed,
+        "generator": "pipelines.demo.cohort",
+        "version": version,
+        "seed": seed,
         "note": "synthetic patients; not real EHR data",
         "files": files,
         "contents": {
@@ -376,7 +526,7 @@ def _ground_truth_readme(
             "the last visit's codes), exact for MIMIC-IV; for eICU the same formula, an approximation (eICU "
             "writes a code's ICD-9 part, ICD-10 part, both or neither)."
         ),
-    }  # fmt: skip
+    }
 
 
 # ---------------------------------------------------------------- the tables other MIMIC-IV tools read
@@ -513,8 +663,14 @@ class _Visits:
     row_chapter: np.ndarray  # (R,) ICD-10 chapter of each diagnosis row's condition
 
 
-def write_mimic_extra(con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpace, h: Hospital,
-                      switch: int, rng: np.random.Generator) -> dict[str, int]:  # fmt: skip
+def write_mimic_extra(
+    con: duckdb.DuckDBPyConnection,
+    root: Path,
+    space: CodeSpace,
+    h: Hospital,
+    switch: int,
+    rng: np.random.Generator,
+) -> dict[str, int]:
     """``icu/icustays``, ``hosp/procedures_icd``, ``hosp/d_icd_procedures`` and ``hosp/prescriptions``
     (MIMIC-IV v2.2 layouts, gzip CSV) for the admissions of ``h``; every row lies inside its admission and
     carries its ``subject_id`` and ``hadm_id``. ``rng`` is used by nothing else. Returns the row counts."""
@@ -522,10 +678,16 @@ def write_mimic_extra(con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpa
     last = np.r_[h.visit_patient[1:] != h.visit_patient[:-1], True]
     n_rows = np.bincount(h.row_visit, minlength=v)
     vis = _Visits(
-        subject=h.subject[h.visit_patient], hadm=h.visit_id, admit=h.admit, disch=h.disch, icd9=h.admit < switch,
-        died=last & h.died_in_hospital[h.visit_patient], first_row=np.cumsum(n_rows) - n_rows, n_rows=n_rows,
+        subject=h.subject[h.visit_patient],
+        hadm=h.visit_id,
+        admit=h.admit,
+        disch=h.disch,
+        icd9=h.admit < switch,
+        died=last & h.died_in_hospital[h.visit_patient],
+        first_row=np.cumsum(n_rows) - n_rows,
+        n_rows=n_rows,
         row_chapter=space.chapter[h.row_condition].astype(np.int64),
-    )  # fmt: skip
+    )
     icu_visit = rng.random(v) < np.where(vis.died, 0.8, 0.2)
     counts = {"icu/icustays": _write_icustays(con, root, vis, icu_visit, rng)}
     counts.update(_write_procedures(con, root, vis, icu_visit, rng))
@@ -533,8 +695,15 @@ def write_mimic_extra(con: duckdb.DuckDBPyConnection, root: Path, space: CodeSpa
     return counts
 
 
-def _chapter_draw(rng: np.random.Generator, vis: _Visits, row_visit: np.ndarray, icu: np.ndarray,
-                  groups: np.ndarray, p_icu: float, p_chapter: float) -> np.ndarray:  # fmt: skip
+def _chapter_draw(
+    rng: np.random.Generator,
+    vis: _Visits,
+    row_visit: np.ndarray,
+    icu: np.ndarray,
+    groups: np.ndarray,
+    p_icu: float,
+    p_chapter: float,
+) -> np.ndarray:
     """One catalogue index per row: for a row of an ICU admission an ICU entry with ``p_icu``; else with
     ``p_chapter`` an entry of the chapter of one of the admission's diagnoses (when the catalogue has
     one); else an entry for any admission (Zipf-skewed)."""
@@ -556,8 +725,9 @@ def _chapter_draw(rng: np.random.Generator, vis: _Visits, row_visit: np.ndarray,
     return out
 
 
-def _write_icustays(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray,
-                    rng: np.random.Generator) -> int:  # fmt: skip
+def _write_icustays(
+    con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray, rng: np.random.Generator
+) -> int:
     """One ICU stay in each ICU admission, two (in its two halves) in 8 % of those longer than 3 days."""
     span = vis.disch - vis.admit
     two = icu_visit & (span > 3 * DAY_S) & (rng.random(len(span)) < 0.08)
@@ -575,24 +745,44 @@ def _write_icustays(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, ic
     outtime = np.where(dies_in_icu, vis.disch[stay_visit], np.maximum(outtime, intime + 3600))
     outtime = np.minimum(outtime, vis.disch[stay_visit])
     chapter = vis.row_chapter[vis.first_row[stay_visit]]
-    first = np.select([chapter == 9, chapter == 6, chapter == 19], [3 + (rng.random(s) < 0.5), 6, 5],
-                      _pick(rng, s, 3) - 1) + 1  # fmt: skip
+    first = (
+        np.select(
+            [chapter == 9, chapter == 6, chapter == 19],
+            [3 + (rng.random(s) < 0.5), 6, 5],
+            _pick(rng, s, 3) - 1,
+        )
+        + 1
+    )
     moved = rng.random(s) < 0.12
     lastu = np.where(moved, _pick(rng, s, len(CARE_UNITS)), first)
-    con.register("icu", pa.table({
-        "subject_id": vis.subject[stay_visit], "hadm_id": vis.hadm[stay_visit],
-        "stay_id": 30_000_000 + rng.choice(9_000_000, size=s, replace=False), "first": first, "lastu": lastu,
-        "intime": intime, "outtime": outtime,
-    }))  # fmt: skip
-    _copy(con, "SELECT * FROM icu ORDER BY subject_id, intime", root / "icu" / "icustays.csv.gz",
-          f"subject_id, hadm_id, stay_id, {_lit(CARE_UNITS)}[first] AS first_careunit, {_lit(CARE_UNITS)}[lastu] "
-          f"AS last_careunit, {_ts('intime')} AS intime, {_ts('outtime')} AS outtime, "
-          "(outtime - intime) / 86400.0 AS los")  # fmt: skip
+    con.register(
+        "icu",
+        pa.table(
+            {
+                "subject_id": vis.subject[stay_visit],
+                "hadm_id": vis.hadm[stay_visit],
+                "stay_id": 30_000_000 + rng.choice(9_000_000, size=s, replace=False),
+                "first": first,
+                "lastu": lastu,
+                "intime": intime,
+                "outtime": outtime,
+            }
+        ),
+    )
+    _copy(
+        con,
+        "SELECT * FROM icu ORDER BY subject_id, intime",
+        root / "icu" / "icustays.csv.gz",
+        f"subject_id, hadm_id, stay_id, {_lit(CARE_UNITS)}[first] AS first_careunit, {_lit(CARE_UNITS)}[lastu] "
+        f"AS last_careunit, {_ts('intime')} AS intime, {_ts('outtime')} AS outtime, "
+        "(outtime - intime) / 86400.0 AS los",
+    )
     return s
 
 
-def _write_procedures(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray,
-                      rng: np.random.Generator) -> dict[str, int]:  # fmt: skip
+def _write_procedures(
+    con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray, rng: np.random.Generator
+) -> dict[str, int]:
     """``procedures_icd`` (Poisson 1.2 per admission, 2.7 in ICU admissions; ICD-9-CM before the switch,
     ICD-10-PCS after, like the diagnoses) and the ``d_icd_procedures`` of the catalogue."""
     v = len(vis.hadm)
@@ -604,22 +794,42 @@ def _write_procedures(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, 
         np.int64
     )
     k = len(PROCEDURES)
-    con.register("pcat", pa.table({
-        "code_idx": np.arange(2 * k, dtype=np.int64),
-        "icd_code": [p[0] for p in PROCEDURES] + [p[2] for p in PROCEDURES],
-        "icd_version": np.repeat(np.array([9, 10], dtype=np.int64), k),
-        "long_title": [p[1] for p in PROCEDURES] + [p[3] for p in PROCEDURES],
-    }))  # fmt: skip
-    con.register("pr", pa.table({
-        "subject_id": vis.subject[row_visit], "hadm_id": vis.hadm[row_visit], "seq_num": seq,
-        "day": day, "code_idx": proc + np.where(vis.icd9[row_visit], 0, k),
-    }))  # fmt: skip
-    _copy(con, "SELECT * FROM pr JOIN pcat USING (code_idx) ORDER BY subject_id, hadm_id, seq_num",
-          root / "hosp" / "procedures_icd.csv.gz",
-          "subject_id, hadm_id, seq_num, strftime(make_timestamp(day * 1000000), '%Y-%m-%d') AS chartdate, "
-          "icd_code, icd_version")  # fmt: skip
-    _copy(con, "SELECT * FROM pcat ORDER BY icd_code, icd_version", root / "hosp" / "d_icd_procedures.csv.gz",
-          MIMIC_EXTRA_COLUMNS["hosp/d_icd_procedures"])  # fmt: skip
+    con.register(
+        "pcat",
+        pa.table(
+            {
+                "code_idx": np.arange(2 * k, dtype=np.int64),
+                "icd_code": [p[0] for p in PROCEDURES] + [p[2] for p in PROCEDURES],
+                "icd_version": np.repeat(np.array([9, 10], dtype=np.int64), k),
+                "long_title": [p[1] for p in PROCEDURES] + [p[3] for p in PROCEDURES],
+            }
+        ),
+    )
+    con.register(
+        "pr",
+        pa.table(
+            {
+                "subject_id": vis.subject[row_visit],
+                "hadm_id": vis.hadm[row_visit],
+                "seq_num": seq,
+                "day": day,
+                "code_idx": proc + np.where(vis.icd9[row_visit], 0, k),
+            }
+        ),
+    )
+    _copy(
+        con,
+        "SELECT * FROM pr JOIN pcat USING (code_idx) ORDER BY subject_id, hadm_id, seq_num",
+        root / "hosp" / "procedures_icd.csv.gz",
+        "subject_id, hadm_id, seq_num, strftime(make_timestamp(day * 1000000), '%Y-%m-%d') AS chartdate, "
+        "icd_code, icd_version",
+    )
+    _copy(
+        con,
+        "SELECT * FROM pcat ORDER BY icd_code, icd_version",
+        root / "hosp" / "d_icd_procedures.csv.gz",
+        MIMIC_EXTRA_COLUMNS["hosp/d_icd_procedures"],
+    )
     return {"hosp/procedures_icd": len(row_visit), "hosp/d_icd_procedures": 2 * k}
 
 
@@ -628,18 +838,33 @@ def _drugs_table() -> pa.Table:
     ``gsn`` and ``ndc`` numbered in the catalogue's order (an NDC of labeler 99999, which names no product)."""
     cols = list(zip(*DRUGS, strict=True))
     k = len(DRUGS)
-    fdc = ["".join(ch for ch in d[0] if ch.isalpha())[:4].upper() + "".join(ch for ch in d[2] if ch.isdigit())[:4]
-           for d in DRUGS]  # fmt: skip
-    return pa.table({
-        "drug_idx": np.arange(k, dtype=np.int64), "drug_type": cols[1], "drug": cols[0], "formulary_drug_cd": fdc,
-        "gsn": [f"{70001 + 17 * i:06d}" for i in range(k)], "ndc": [f"99999{i + 1:04d}01" for i in range(k)],
-        "prod_strength": cols[2], "dose_val_rx": cols[3], "dose_unit_rx": cols[4], "form_val_disp": cols[5],
-        "form_unit_disp": cols[6], "doses_per_24_hrs": np.array(cols[7], dtype=np.float64), "route": cols[8],
-    })  # fmt: skip
+    fdc = [
+        "".join(ch for ch in d[0] if ch.isalpha())[:4].upper()
+        + "".join(ch for ch in d[2] if ch.isdigit())[:4]
+        for d in DRUGS
+    ]
+    return pa.table(
+        {
+            "drug_idx": np.arange(k, dtype=np.int64),
+            "drug_type": cols[1],
+            "drug": cols[0],
+            "formulary_drug_cd": fdc,
+            "gsn": [f"{70001 + 17 * i:06d}" for i in range(k)],
+            "ndc": [f"99999{i + 1:04d}01" for i in range(k)],
+            "prod_strength": cols[2],
+            "dose_val_rx": cols[3],
+            "dose_unit_rx": cols[4],
+            "form_val_disp": cols[5],
+            "form_unit_disp": cols[6],
+            "doses_per_24_hrs": np.array(cols[7], dtype=np.float64),
+            "route": cols[8],
+        }
+    )
 
 
-def _write_prescriptions(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray,
-                         rng: np.random.Generator) -> int:  # fmt: skip
+def _write_prescriptions(
+    con: duckdb.DuckDBPyConnection, root: Path, vis: _Visits, icu_visit: np.ndarray, rng: np.random.Generator
+) -> int:
     """``prescriptions``: 1 + Poisson 5 orders per admission (+4 in ICU admissions), each starting and
     stopping inside its admission; ``poe_seq`` numbers a patient's orders by start time."""
     v = len(vis.hadm)
@@ -657,16 +882,31 @@ def _write_prescriptions(con: duckdb.DuckDBPyConnection, root: Path, vis: _Visit
     seq = np.empty(r, dtype=np.int64)
     seq[order] = np.arange(r) - np.searchsorted(subject[order], subject[order]) + 1
     con.register("drugs", _drugs_table())
-    con.register("rx", pa.table({
-        "subject_id": subject, "hadm_id": vis.hadm[row_visit], "pharmacy_id": pharmacy, "drug_idx": drug,
-        "start": start, "stop": stop, "seq": seq, "prov": rng.integers(10000, 99999, r),
-        "no_prov": rng.random(r) < 0.03, "no_poe": rng.random(r) < 0.05,
-    }))  # fmt: skip
-    _copy(con, "SELECT * FROM rx JOIN drugs USING (drug_idx) ORDER BY subject_id, hadm_id, start, pharmacy_id",
-          root / "hosp" / "prescriptions.csv.gz",
-          "subject_id, hadm_id, pharmacy_id, CASE WHEN NOT no_poe THEN printf('%d-%d', subject_id, seq) END AS poe_id, "
-          "CASE WHEN NOT no_poe THEN seq END AS poe_seq, CASE WHEN NOT no_prov THEN printf('P%05X', prov) END "
-          f"AS order_provider_id, {_ts('start')} AS starttime, {_ts('stop')} AS stoptime, drug_type, drug, "
-          "formulary_drug_cd, gsn, ndc, prod_strength, NULL AS form_rx, dose_val_rx, dose_unit_rx, form_val_disp, "
-          "form_unit_disp, doses_per_24_hrs, route")  # fmt: skip
+    con.register(
+        "rx",
+        pa.table(
+            {
+                "subject_id": subject,
+                "hadm_id": vis.hadm[row_visit],
+                "pharmacy_id": pharmacy,
+                "drug_idx": drug,
+                "start": start,
+                "stop": stop,
+                "seq": seq,
+                "prov": rng.integers(10000, 99999, r),
+                "no_prov": rng.random(r) < 0.03,
+                "no_poe": rng.random(r) < 0.05,
+            }
+        ),
+    )
+    _copy(
+        con,
+        "SELECT * FROM rx JOIN drugs USING (drug_idx) ORDER BY subject_id, hadm_id, start, pharmacy_id",
+        root / "hosp" / "prescriptions.csv.gz",
+        "subject_id, hadm_id, pharmacy_id, CASE WHEN NOT no_poe THEN printf('%d-%d', subject_id, seq) END AS poe_id, "
+        "CASE WHEN NOT no_poe THEN seq END AS poe_seq, CASE WHEN NOT no_prov THEN printf('P%05X', prov) END "
+        f"AS order_provider_id, {_ts('start')} AS starttime, {_ts('stop')} AS stoptime, drug_type, drug, "
+        "formulary_drug_cd, gsn, ndc, prod_strength, NULL AS form_rx, dose_val_rx, dose_unit_rx, form_val_disp, "
+        "form_unit_disp, doses_per_24_hrs, route",
+    )
     return r

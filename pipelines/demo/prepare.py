@@ -26,10 +26,16 @@ RESERVED_CODES = "ground_truth/reserved_codes.parquet"  # the cohort's codes to 
 
 
 def prepare_demo(
-    *, artifacts: str | Path = "artifacts", out: str | Path | None = None, size: str = "default",
-    n_patients: int = DEMO_PATIENTS, seed: int = 0, splits: SplitOptions | dict | None = None,
-    hold_out: str | Path | None = None, **kwargs,
-) -> list[PrepareResult]:  # fmt: skip
+    *,
+    artifacts: str | Path = "artifacts",
+    out: str | Path | None = None,
+    size: str = "default",
+    n_patients: int = DEMO_PATIENTS,
+    seed: int = 0,
+    splits: SplitOptions | dict | None = None,
+    hold_out: str | Path | None = None,
+    **kwargs,
+) -> list[PrepareResult]:
     """Build the demo release, compile it, generate the cohort (cached) and prepare MIMIC and eICU datasets.
 
     ``splits``: as given; or a dict of :class:`SplitOptions` fields (``hrrbert prepare --demo``'s, seed
@@ -63,9 +69,14 @@ def prepare_demo(
 
 
 def export_demo_meds(
-    out: str | Path, *, artifacts: str | Path = "artifacts", size: str = "default",
-    n_patients: int = DEMO_PATIENTS, seed: int = 0, **kwargs,
-) -> ExportResult:  # fmt: skip
+    out: str | Path,
+    *,
+    artifacts: str | Path = "artifacts",
+    size: str = "default",
+    n_patients: int = DEMO_PATIENTS,
+    seed: int = 0,
+    **kwargs,
+) -> ExportResult:
     """``hrrbert export-meds --demo``: the demo's synthetic MIMIC-IV-layout cohort (built if missing, with
     its release and program, under ``artifacts``) written as a MEDS dataset in ``out``; ``kwargs``: those of
     :func:`~pipelines.data.export_meds.export_meds` (``name``, ``labels``, ``force``)."""

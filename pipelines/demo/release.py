@@ -77,16 +77,38 @@ _UUID_NS = uuid.uuid5(uuid.NAMESPACE_URL, "https://hrrbert.invalid/pipelines/dem
 
 SIZES: dict[str, SizeSpec] = {
     "default": SizeSpec(
-        blocks=None, p_sub=(0.66, 0.22, 0.12, 0.1), p_ext=0.03, p_second_group=0.12, p_ifa=0.03,
-        p_empty=0.35, p_retire=0.004, p_rel_change=0.01, p_term_change=0.01, nlm_drop=0.12,
-        omop_share=0.6, omop_extra=0.02, omop_disagree=0.04, p_icd9_synonym=0.5,
+        blocks=None,
+        p_sub=(0.66, 0.22, 0.12, 0.1),
+        p_ext=0.03,
+        p_second_group=0.12,
+        p_ifa=0.03,
+        p_empty=0.35,
+        p_retire=0.004,
+        p_rel_change=0.01,
+        p_term_change=0.01,
+        nlm_drop=0.12,
+        omop_share=0.6,
+        omop_extra=0.02,
+        omop_disagree=0.04,
+        p_icd9_synonym=0.5,
     ),
     "small": SizeSpec(
-        blocks=L.SMALL_BLOCKS, p_sub=(0.25, 0.12, 0.08, 0.05), p_ext=0.02, p_second_group=0.15,
-        p_ifa=0.06, p_empty=0.35, p_retire=0.02, p_rel_change=0.03, p_term_change=0.03, nlm_drop=0.12,
-        omop_share=0.6, omop_extra=0.05, omop_disagree=0.05, p_icd9_synonym=0.5,
+        blocks=L.SMALL_BLOCKS,
+        p_sub=(0.25, 0.12, 0.08, 0.05),
+        p_ext=0.02,
+        p_second_group=0.15,
+        p_ifa=0.06,
+        p_empty=0.35,
+        p_retire=0.02,
+        p_rel_change=0.03,
+        p_term_change=0.03,
+        nlm_drop=0.12,
+        omop_share=0.6,
+        omop_extra=0.05,
+        omop_disagree=0.05,
+        p_icd9_synonym=0.5,
     ),
-}  # fmt: skip
+}
 
 
 def build_demo_release(out_dir: str | Path, size: str = "default", seed: int = 0) -> Path:
@@ -402,7 +424,7 @@ def _file_listing(out: Path) -> dict[str, dict[str, Any]]:
                 "bytes": p.stat().st_size,
                 "sha256": hashlib.sha256(p.read_bytes()).hexdigest(),
             }
-        # fmt: skip
+
     return files
 
 

@@ -63,16 +63,24 @@ METADATA: list[tuple[str, int, str, str, str | None]] = [
     _meta("replaced_by", S.REPLACED_BY, "foundation"),
     _meta("map_category", S.MAP_CATEGORY, "foundation"),
     _meta("cat_ok", S.MAP_CATEGORY_PROPERLY_CLASSIFIED, "map_category"),
-    _meta("cat_cannot", S.MAP_CATEGORY_CANNOT_CLASSIFY, "map_category",
-          "Map source concept cannot be classified with available data"),
-    _meta("cat_context", S.MAP_CATEGORY_CONTEXT_DEPENDENT, "map_category",
-          "Map of source concept is context dependent"),
+    _meta(
+        "cat_cannot",
+        S.MAP_CATEGORY_CANNOT_CLASSIFY,
+        "map_category",
+        "Map source concept cannot be classified with available data",
+    ),
+    _meta(
+        "cat_context",
+        S.MAP_CATEGORY_CONTEXT_DEPENDENT,
+        "map_category",
+        "Map of source concept is context dependent",
+    ),
     _meta("corr_unspecified", S.MAP_CORRELATION_NOT_SPECIFIED, "foundation"),
     # referenced by IFA map rules
     ("female", 248152002, "Female", "finding", "finding"),
     ("male", 248153007, "Male", "finding", "finding"),
     ("age_onset", 445518008, "Age at onset of clinical finding", "observable entity", "observable"),
-]  # fmt: skip
+]
 
 # Attribute (relationship) types: key -> (SCTID, name). Is-a is always group 0.
 ATTRIBUTES: dict[str, tuple[int, str]] = {

@@ -127,9 +127,21 @@ def write_nlm(demo: DemoRelease, data: IcdMappingsData, links: list[Icd9Link], o
             in_core = unit(seed, "core", key) < 0.2
             core = f"{unit(seed, 'core-usage', key) * 0.8:.5f}" if in_core else "NULL"
             rows[kind].append(
-                [dotted_code(link.code, ICD9CM), name, "1", ip, op, avg, nec, str(c.sctid), c.fsn,
-                 "1" if kind == "1TO1" else "0", core, "1" if in_core else "0"]
-            )  # fmt: skip
+                [
+                    dotted_code(link.code, ICD9CM),
+                    name,
+                    "1",
+                    ip,
+                    op,
+                    avg,
+                    nec,
+                    str(c.sctid),
+                    c.fsn,
+                    "1" if kind == "1TO1" else "0",
+                    core,
+                    "1" if in_core else "0",
+                ]
+            )
     out.mkdir(parents=True, exist_ok=True)
     for kind, body in rows.items():
         lines = ["\ufeff" + "\t".join(NLM_COLUMNS)] + ["\t".join(r) for r in body]

@@ -412,8 +412,17 @@ class DemoRelease:
             primary = _first_leaf(t, c.icd)
         rows = []
         if primary is None:
-            rows.append(MapRow(c.key, 1, 1, "TRUE", "MAP SOURCE CONCEPT CANNOT BE CLASSIFIED WITH AVAILABLE DATA",
-                               "", 447638001))  # fmt: skip
+            rows.append(
+                MapRow(
+                    c.key,
+                    1,
+                    1,
+                    "TRUE",
+                    "MAP SOURCE CONCEPT CANNOT BE CLASSIFIED WITH AVAILABLE DATA",
+                    "",
+                    447638001,
+                )
+            )
         elif codes and unit(self.seed, "ifa", c.key) < s.p_ifa:
             rows += self._ifa_rows(c, codes.pop(0), primary)
         else:
@@ -421,8 +430,16 @@ class DemoRelease:
         if codes and unit(self.seed, "group2", c.key) < s.p_second_group:
             second = codes.pop(0)
             rows.append(
-                MapRow(c.key, 2, 1, "TRUE", f"ALWAYS {second} | POSSIBLE REQUIREMENT FOR ADDITIONAL CODE TO FULLY DESCRIBE DISEASE OR CONDITION", second, 447637006)
-            )  # fmt: skip
+                MapRow(
+                    c.key,
+                    2,
+                    1,
+                    "TRUE",
+                    f"ALWAYS {second} | POSSIBLE REQUIREMENT FOR ADDITIONAL CODE TO FULLY DESCRIBE DISEASE OR CONDITION",
+                    second,
+                    447637006,
+                )
+            )
         return rows
 
     def _ifa_rows(self, c: Concept, alt: str, primary: str) -> list[MapRow]:

@@ -22,7 +22,7 @@ from .defaults import (
     DEMO_FINETUNE,
     DEMO_PATIENTS,
     DEMO_PRETRAIN,
-)  # fmt: skip
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +105,17 @@ def run_demo(
     else:
         extra = {}
     result = run_demo_experiment(
-        out, mimic.path, program.path, eicu.path if eicu else None, name=demo_name(size, patients, train_steps,
-        trials, seed, full), train_steps=train_steps, trials=trials, device=device,
-        ground_truth=str(ground_truth) if ground_truth.is_dir() else None, **extra,
-    )  # fmt: skip
+        out,
+        mimic.path,
+        program.path,
+        eicu.path if eicu else None,
+        name=demo_name(size, patients, train_steps, trials, seed, full),
+        train_steps=train_steps,
+        trials=trials,
+        device=device,
+        ground_truth=str(ground_truth) if ground_truth.is_dir() else None,
+        **extra,
+    )
     show(f"\nexperiment {result.path} ({result.seconds:.0f} s)\nreport    {result.report}\n")
     show(result.headline)
     return 0
@@ -157,10 +164,17 @@ def run_demo_experiment(
         c: o for c, o in exp["pretrain_by_configuration"].items() if c in exp["configurations"]
     }
     cfg = ExperimentConfig(
-        dataset=str(dataset), program=str(program), transfer_dataset=str(transfer) if transfer else None,
-        name=name, out=str(Path(out) / "runs"), device=device, pretrain={**pre, **pre_o},
-        finetune={**DEMO_FINETUNE, **fin_o}, evaluate={**DEMO_EVALUATE, **eval_o}, **exp,
-    )  # fmt: skip
+        dataset=str(dataset),
+        program=str(program),
+        transfer_dataset=str(transfer) if transfer else None,
+        name=name,
+        out=str(Path(out) / "runs"),
+        device=device,
+        pretrain={**pre, **pre_o},
+        finetune={**DEMO_FINETUNE, **fin_o},
+        evaluate={**DEMO_EVALUATE, **eval_o},
+        **exp,
+    )
     return run_experiment(cfg)
 
 

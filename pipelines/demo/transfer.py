@@ -124,13 +124,22 @@ def _datasets(out: Path, ehr: Path, new_dir: Path, old_dir: Path, codes_file: Pa
     before = cohort_without(ehr, pq.read_table(codes_file), out / "ehr" / f"{ehr.name}-before-{ET2}")
     common = {"out": out / "datasets", "label": "demo"}
     d_old = prepare_source(
-        "mimic-iv", before, old_dir, name="demo-transfer-old",
-        splits=SplitOptions(seed=seed, rood_codes=0, **sizes), **common,
-    )  # fmt: skip
+        "mimic-iv",
+        before,
+        old_dir,
+        name="demo-transfer-old",
+        splits=SplitOptions(seed=seed, rood_codes=0, **sizes),
+        **common,
+    )
     d_new = prepare_source(
-        "mimic-iv", ehr, new_dir, name="demo-transfer-new", splits=SplitOptions(seed=seed, **sizes),
-        hold_out=codes_file, **common,
-    )  # fmt: skip
+        "mimic-iv",
+        ehr,
+        new_dir,
+        name="demo-transfer-new",
+        splits=SplitOptions(seed=seed, **sizes),
+        hold_out=codes_file,
+        **common,
+    )
     return before, d_old, d_new
 
 
@@ -164,15 +173,26 @@ def run_transfer_demo(
     show(f"old program {old_dir} (as of {ET1}): {old_p.n_concepts} tokens")
     show(f"new program {new_dir} (as of {ET2}): {new_p.n_concepts} tokens, {rows.size} new codes")
     before, d_old, d_new = _datasets(out, ehr, new_dir, old_dir, codes_file, patients, seed)
-    show(f"cohort without new-code carriers {before}\ndataset (old program) {d_old.path}\n"
-         f"dataset (new program, carriers held out as rood) {d_new.path}")  # fmt: skip
+    show(
+        f"cohort without new-code carriers {before}\ndataset (old program) {d_old.path}\n"
+        f"dataset (new program, carriers held out as rood) {d_new.path}"
+    )
     if train_steps == 0:
         return None
     name = demo_name(size, patients, train_steps, trials, seed) + "-transfer"
     exp = run_demo_experiment(
-        out, d_old.path, old_dir, None, name=name, train_steps=train_steps, trials=trials, device=device,
-        tasks=(TASK,), baselines=False, evaluate={"tsne_points": 0, "cost_steps": 0},
-    )  # fmt: skip
+        out,
+        d_old.path,
+        old_dir,
+        None,
+        name=name,
+        train_steps=train_steps,
+        trials=trials,
+        device=device,
+        tasks=(TASK,),
+        baselines=False,
+        evaluate={"tsne_points": 0, "cost_steps": 0},
+    )
     show(f"experiment (old program) {exp.path} ({exp.seconds:.0f} s)")
     from .transfer_eval import evaluate_transfer
 
@@ -187,5 +207,6 @@ def write_study(folder: Path, record: dict[str, Any], markdown: str) -> None:
 
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "transfer.json", record)
-    write_file_atomically(folder / "transfer.md", lambda tmp: tmp.write_text(markdown, encoding="utf-8"),
-                          what="report")  # fmt: skip
+    write_file_atomically(
+        folder / "transfer.md", lambda tmp: tmp.write_text(markdown, encoding="utf-8"), what="report"
+    )

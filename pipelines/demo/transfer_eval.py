@@ -61,8 +61,12 @@ def _mlm(models, ds, new_rows: np.ndarray, seed: int, device) -> dict[str, Any]:
     allold = mlm_probes(seqs, old_rows)
     pick = np.sort(np.random.default_rng([seed, 17]).permutation(len(allold))[:OLD_PROBES])
     old = Probes(allold.row[pick], allold.col[pick], allold.code[pick], allold.subject_id[pick])
-    out: dict[str, Any] = {"probes": len(probes), "patients": int(np.unique(probes.subject_id).size),
-                           "new_codes_probed": int(np.unique(probes.code).size), "old_probes": len(old)}  # fmt: skip
+    out: dict[str, Any] = {
+        "probes": len(probes),
+        "patients": int(np.unique(probes.subject_id).size),
+        "new_codes_probed": int(np.unique(probes.code).size),
+        "old_probes": len(old),
+    }
     per_patient: dict[str, np.ndarray] = {}
     for mode in CONFIGURATIONS:
         model = HRRBert.from_pretrained(models[mode]["pretrain"])
@@ -105,8 +109,9 @@ def _chapters(models, ds, new_rows: np.ndarray, device) -> dict[str, Any]:
         folder = models[mode][TASK]
         model = HRRBert.from_pretrained(folder)
         mc = model.config
-        seqs = ds.sequences("rood", max_len=mc.max_len, max_segments=mc.max_segments, task=TASK,
-                            before_last_visit=True)  # fmt: skip
+        seqs = ds.sequences(
+            "rood", max_len=mc.max_len, max_segments=mc.max_segments, task=TASK, before_last_visit=True
+        )
         part = subset(seqs, history_holds(seqs, new_rows))
         probs, _ = predict(model, part, TASK, torch.device(device), 256)
         labels = part.labels.numpy()
@@ -147,8 +152,13 @@ def _neighbours(models, new_dir: Path, new_rows: np.ndarray, seed: int) -> dict[
     twin = np.zeros(len(ont.snomed), dtype=bool)  # by row: shares a concept with another mapped code
     twin[everything] = has_twin(ont, everything, everything)
     matched = matched_sample(twin[queries], pool, twin[pool], np.random.default_rng([seed, 19]))
-    out: dict[str, Any] = {"k": NEIGHBOURS, "new_codes": int(queries.size), "old_codes": int(ref.size),
-                           "new_with_twin": int(twin[queries].sum()), "matched_codes": int(matched.size)}  # fmt: skip
+    out: dict[str, Any] = {
+        "k": NEIGHBOURS,
+        "new_codes": int(queries.size),
+        "old_codes": int(ref.size),
+        "new_with_twin": int(twin[queries].sum()),
+        "matched_codes": int(matched.size),
+    }
     for mode in CONFIGURATIONS:
         with torch.no_grad():
             matrix = HRRBert.from_pretrained(models[mode]["pretrain"]).token_matrix().detach()
@@ -181,55 +191,113 @@ def _pct(iv: dict[str, Any] | None, scale: float = 100.0, signed: bool = False) 
 def _markdown(rec: dict[str, Any]) -> str:
     m, c, n = rec["mlm"], rec["chapters"], rec["neighbours"]
     rows = [
-        [f"MLM top-{MLM_K} of new codes, % ({m['probes']} probes, {m['patients']} patients)",
-         _pct(m[CONTROL][f"top{MLM_K}"]), _pct(m[TREATED][f"top{MLM_K}"]), _pct(m[f"diff_top{MLM_K}"], signed=True)],
-        [f"MLM top-{MLM_WIDE} of new codes, %", _pct(m[CONTROL][f"top{MLM_WIDE}"]),
-         _pct(m[TREATED][f"top{MLM_WIDE}"]), _pct(m[f"diff_top{MLM_WIDE}"], signed=True)],
-        [f"MLM median rank of new codes (of {rec['new_tokens']} tokens; ties count half)",
-         f"{m[CONTROL]['median_rank']:.0f}", f"{m[TREATED]['median_rank']:.0f}", ""],
-        [f"chapters F1 ×100, patients with a new code in their history ({c['patients']})",
-         _pct(c[CONTROL]["f1"]), _pct(c[TREATED]["f1"]), _pct(c["diff"]["f1"], signed=True)],
-        ["chapters AUROC ×100", _pct(c[CONTROL]["auroc"]), _pct(c[TREATED]["auroc"]),
-         _pct(c["diff"]["auroc"], signed=True)],
-        [f"neighbours related, new codes among the trained codes, % (top {n['k']} of {n['new_codes']} codes)",
-         _pct(n[CONTROL]["new"]), _pct(n[TREATED]["new"]), ""],
-        ["neighbours related, new codes among all codes, %",
-         _pct(n[CONTROL]["new_all"]), _pct(n[TREATED]["new_all"]), ""],
-        [f"neighbours related, old codes among all codes (reference, {n['old_codes']} codes), %",
-         _pct(n[CONTROL]["old"]), _pct(n[TREATED]["old"]), ""],
-        [f"neighbours related, old codes with the new codes' share of twins ({n['new_with_twin']} of "
-         f"{n['new_codes']} new codes share a SNOMED concept with another code), among all codes, %",
-         _pct(n[CONTROL]["old_matched"]), _pct(n[TREATED]["old_matched"]), ""],
-        [f"MLM top-{MLM_K} of old codes in the same patients, % (reference, {m['old_probes']} probes)",
-         f"{100 * m[CONTROL][f'old_codes_top{MLM_K}']:.1f}", f"{100 * m[TREATED][f'old_codes_top{MLM_K}']:.1f}", ""],
-    ]  # fmt: skip
+        [
+            f"MLM top-{MLM_K} of new codes, % ({m['probes']} probes, {m['patients']} patients)",
+            _pct(m[CONTROL][f"top{MLM_K}"]),
+            _pct(m[TREATED][f"top{MLM_K}"]),
+            _pct(m[f"diff_top{MLM_K}"], signed=True),
+        ],
+        [
+            f"MLM top-{MLM_WIDE} of new codes, %",
+            _pct(m[CONTROL][f"top{MLM_WIDE}"]),
+            _pct(m[TREATED][f"top{MLM_WIDE}"]),
+            _pct(m[f"diff_top{MLM_WIDE}"], signed=True),
+        ],
+        [
+            f"MLM median rank of new codes (of {rec['new_tokens']} tokens; ties count half)",
+            f"{m[CONTROL]['median_rank']:.0f}",
+            f"{m[TREATED]['median_rank']:.0f}",
+            "",
+        ],
+        [
+            f"chapters F1 ×100, patients with a new code in their history ({c['patients']})",
+            _pct(c[CONTROL]["f1"]),
+            _pct(c[TREATED]["f1"]),
+            _pct(c["diff"]["f1"], signed=True),
+        ],
+        [
+            "chapters AUROC ×100",
+            _pct(c[CONTROL]["auroc"]),
+            _pct(c[TREATED]["auroc"]),
+            _pct(c["diff"]["auroc"], signed=True),
+        ],
+        [
+            f"neighbours related, new codes among the trained codes, % (top {n['k']} of {n['new_codes']} codes)",
+            _pct(n[CONTROL]["new"]),
+            _pct(n[TREATED]["new"]),
+            "",
+        ],
+        [
+            "neighbours related, new codes among all codes, %",
+            _pct(n[CONTROL]["new_all"]),
+            _pct(n[TREATED]["new_all"]),
+            "",
+        ],
+        [
+            f"neighbours related, old codes among all codes (reference, {n['old_codes']} codes), %",
+            _pct(n[CONTROL]["old"]),
+            _pct(n[TREATED]["old"]),
+            "",
+        ],
+        [
+            f"neighbours related, old codes with the new codes' share of twins ({n['new_with_twin']} of "
+            f"{n['new_codes']} new codes share a SNOMED concept with another code), among all codes, %",
+            _pct(n[CONTROL]["old_matched"]),
+            _pct(n[TREATED]["old_matched"]),
+            "",
+        ],
+        [
+            f"MLM top-{MLM_K} of old codes in the same patients, % (reference, {m['old_probes']} probes)",
+            f"{100 * m[CONTROL][f'old_codes_top{MLM_K}']:.1f}",
+            f"{100 * m[TREATED][f'old_codes_top{MLM_K}']:.1f}",
+            "",
+        ],
+    ]
     t = rec["transfer"][TREATED]["tokens"]
-    tokens = (f"tokens carried {t['carried']}, new and composed from trained atoms only {t['composed_trained']}, "
-              f"with some new atoms {t['composed_some_new']}, entirely new {t['entirely_new']}")  # fmt: skip
-    return "\n".join([
-        "## When a new release arrives: models carried to the new program",
-        "",
-        f"Old program `{rec['old_program_id']}` ({rec['old_as_of']}), new program `{rec['new_program_id']}`: "
-        f"{rec['new_codes']} new codes. Both models were pretrained and fine-tuned on patients without any new "
-        f"code, then carried over (`hrrbert transfer`, init `{rec['init']}`): `unstructured` gives every new "
-        "code the trained `[UNK]` row, `base` composes it from its trained atoms and relations "
-        f"({tokens}).",
-        "",
-        table(["measure", f"{CONTROL} (new codes at [UNK])", f"{TREATED} (composed)", f"{TREATED} − {CONTROL}"],
-              rows),  # fmt: skip
-        "",
-        "Intervals: 95 % percentile bootstrap over patients (MLM: each patient's probes averaged first; "
-        "chapters), over codes (neighbours); differences are paired (same patients or codes). MLM ranks count "
-        "tied scores half, so identical vectors for all new codes earn no credit from the tie. One pretraining "
-        "seed and one fine-tuning trial per configuration.",
-        "",
-    ])  # fmt: skip
+    tokens = (
+        f"tokens carried {t['carried']}, new and composed from trained atoms only {t['composed_trained']}, "
+        f"with some new atoms {t['composed_some_new']}, entirely new {t['entirely_new']}"
+    )
+    return "\n".join(
+        [
+            "## When a new release arrives: models carried to the new program",
+            "",
+            f"Old program `{rec['old_program_id']}` ({rec['old_as_of']}), new program `{rec['new_program_id']}`: "
+            f"{rec['new_codes']} new codes. Both models were pretrained and fine-tuned on patients without any new "
+            f"code, then carried over (`hrrbert transfer`, init `{rec['init']}`): `unstructured` gives every new "
+            "code the trained `[UNK]` row, `base` composes it from its trained atoms and relations "
+            f"({tokens}).",
+            "",
+            table(
+                [
+                    "measure",
+                    f"{CONTROL} (new codes at [UNK])",
+                    f"{TREATED} (composed)",
+                    f"{TREATED} − {CONTROL}",
+                ],
+                rows,
+            ),
+            "",
+            "Intervals: 95 % percentile bootstrap over patients (MLM: each patient's probes averaged first; "
+            "chapters), over codes (neighbours); differences are paired (same patients or codes). MLM ranks count "
+            "tied scores half, so identical vectors for all new codes earn no credit from the tie. One pretraining "
+            "seed and one fine-tuning trial per configuration.",
+            "",
+        ]
+    )
 
 
 def evaluate_transfer(
-    exp_dir: Path, new_dir: Path, dataset_new: Path, new_rows: np.ndarray, *, init: str = "parents",
-    seed: int = 0, device: str = "cpu", show: Callable[[str], None] = print,
-) -> TransferStudy:  # fmt: skip
+    exp_dir: Path,
+    new_dir: Path,
+    dataset_new: Path,
+    new_rows: np.ndarray,
+    *,
+    init: str = "parents",
+    seed: int = 0,
+    device: str = "cpu",
+    show: Callable[[str], None] = print,
+) -> TransferStudy:
     """Carry the experiment's models to ``new_dir``, score them on the new codes, write ``transfer/``."""
     import json
 

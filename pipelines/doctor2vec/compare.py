@@ -50,9 +50,10 @@ GRID: dict[str, dict[str, Any]] = {
 }
 VISIT_GRID: dict[str, dict[str, Any]] = {
     "plain-dynamic-visits": dict(embedding="plain", doctor="dynamic", patient_encoder="visit-transformer"),
-    "hrr-base-dynamic-visits": dict(embedding="hrr", hrr_mode="base", doctor="dynamic",
-                                   patient_encoder="visit-transformer"),
-}  # fmt: skip
+    "hrr-base-dynamic-visits": dict(
+        embedding="hrr", hrr_mode="base", doctor="dynamic", patient_encoder="visit-transformer"
+    ),
+}
 SPLIT_TITLES = {
     "test": "Test trials (common conditions)",
     "test_rare": "Rare-disease trials (held-out codes)",
@@ -118,8 +119,11 @@ def shared_hrr_codes(trials, program: str | Path) -> dict[str, float]:
     size = np.bincount(row)  # codes per distinct row
     out = {}
     for split in SPLIT_TITLES:
-        conds = [c for c, s in zip(trials["conditions"].to_pylist(), trials["split"].to_pylist(), strict=True)
-                 if s == split]  # fmt: skip
+        conds = [
+            c
+            for c, s in zip(trials["conditions"].to_pylist(), trials["split"].to_pylist(), strict=True)
+            if s == split
+        ]
         shared = [size[row[x]] > sum(row[y] == row[x] for y in c) for c in conds for x in c]
         out[split] = float(np.mean(shared)) if shared else math.nan
     return out
@@ -179,8 +183,11 @@ def compare(
         )
     if data is None and dataset is None:
         raise ValueError("give a tokenized dataset to generate the Doctor2Vec data from, or --data")
-    dseeds: list[int | None] = [None] if data is not None else (
-        [opts.seed] if data_seeds is None else list(parse_seeds(data_seeds, "data seeds")))  # fmt: skip
+    dseeds: list[int | None] = (
+        [None]
+        if data is not None
+        else ([opts.seed] if data_seeds is None else list(parse_seeds(data_seeds, "data seeds")))
+    )
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -197,9 +204,12 @@ def _compare(dataset, program, out: Path, data, epochs, dim, seeds, dseeds, grid
     from .train import train_doctor2vec
 
     t0 = time.perf_counter()
-    sets = {d: Path(data) if d is None else
-            generate_doctor2vec(dataset, program, out=out / "data", options=replace(opts, seed=d)).path
-            for d in dseeds}  # fmt: skip
+    sets = {
+        d: Path(data)
+        if d is None
+        else generate_doctor2vec(dataset, program, out=out / "data", options=replace(opts, seed=d)).path
+        for d in dseeds
+    }
     runs = out / "runs"
     for name, o in grid.items():
         for d in dseeds:
@@ -207,11 +217,29 @@ def _compare(dataset, program, out: Path, data, epochs, dim, seeds, dseeds, grid
                 rid = run_id(name, d, seed)
                 if not (runs / rid / "results.json").is_file():
                     started = (runs / rid / "config.json").is_file()  # killed: continue it
-                    train_doctor2vec(sets[d], program, out=runs, run_id=rid, epochs=epochs, dim=dim, seed=seed,
-                                     progress=False, resume=started, device=device, **o)  # fmt: skip
+                    train_doctor2vec(
+                        sets[d],
+                        program,
+                        out=runs,
+                        run_id=rid,
+                        epochs=epochs,
+                        dim=dim,
+                        seed=seed,
+                        progress=False,
+                        resume=started,
+                        device=device,
+                        **o,
+                    )
                     log.info("%s done", rid)
-    spec = {"data_sets": [{"data_seed": d, "path": str(p)} for d, p in sets.items()], "program": str(program),
-            "runs": list(grid), "seeds": seeds, "epochs": epochs, "dim": dim, "wall_s": time.perf_counter() - t0}  # fmt: skip
+    spec = {
+        "data_sets": [{"data_seed": d, "path": str(p)} for d, p in sets.items()],
+        "program": str(program),
+        "runs": list(grid),
+        "seeds": seeds,
+        "epochs": epochs,
+        "dim": dim,
+        "wall_s": time.perf_counter() - t0,
+    }
     out.mkdir(parents=True, exist_ok=True)
     _write_atomic(out / COMPARE_FILE, json.dumps(spec, indent=2) + "\n")
     return write_report(out, device=device)
@@ -278,8 +306,13 @@ def _read_results(root: Path, names: list[str], keys: list[Key]) -> dict[str, di
     return results
 
 
-def _introduction(spec: dict[str, Any], sets: dict, seeds: list[int], manifest: dict[str, Any],
-                  results: dict[str, dict[Key, dict]]) -> list[str]:  # fmt: skip
+def _introduction(
+    spec: dict[str, Any],
+    sets: dict,
+    seeds: list[int],
+    manifest: dict[str, Any],
+    results: dict[str, dict[Key, dict]],
+) -> list[str]:
     """The title and the paragraphs on the data, the training, the runs and the metrics."""
     first_run = next(iter(results[spec["runs"][0]].values()))
     n = len(sets) * len(seeds)
@@ -287,8 +320,10 @@ def _introduction(spec: dict[str, Any], sets: dict, seeds: list[int], manifest: 
         data_line = f"Data `{sets[None]}` (one data set, given)"
         varies = "the initialization and batch order (training seed)"
     else:
-        data_line = (f"Data generated with seeds {list(sets)} (each draws its own doctors, panels, trials and "
-                     f"enrollment): " + ", ".join(f"`{p}`" for p in sets.values()) + f"; data seed {next(iter(sets))}")  # fmt: skip
+        data_line = (
+            f"Data generated with seeds {list(sets)} (each draws its own doctors, panels, trials and "
+            f"enrollment): " + ", ".join(f"`{p}`" for p in sets.values()) + f"; data seed {next(iter(sets))}"
+        )
         varies = "the data set (data seed) and the initialization and batch order (training seed)"
     return [
         "# Doctor2Vec on HRR code embeddings: matching doctors to clinical trials (issue 9)",
@@ -321,19 +356,55 @@ def _result_tables(results: dict[str, dict[Key, dict]], refs: dict[Any, dict[str
                 r0 = next(iter(rs.values()))
                 cfg = r0["config"]
                 codes = cfg["embedding"] + (f" {cfg['hrr_mode']}" if cfg["embedding"] == "hrr" else "")
-                rows.append([n, codes, cfg["doctor"], cfg["patient_encoder"], f"{r0['parameters']:,}", len(rs),
-                             *[t_interval(r[split][k] for r in rs.values()) for k in METRICS],
-                             f"{np.mean([r['wall_s'] for r in rs.values()]):.0f}"])  # fmt: skip
+                rows.append(
+                    [
+                        n,
+                        codes,
+                        cfg["doctor"],
+                        cfg["patient_encoder"],
+                        f"{r0['parameters']:,}",
+                        len(rs),
+                        *[t_interval(r[split][k] for r in rs.values()) for k in METRICS],
+                        f"{np.mean([r['wall_s'] for r in rs.values()]):.0f}",
+                    ]
+                )
         names = list(dict.fromkeys(name for ref in refs.values() for name in ref.get(split, {})))
         for name in names:
             per_set = [ref[split][name] for ref in refs.values() if name in ref.get(split, {})]
-            rows.append([name, "-", "-", "-", "0", len(per_set),
-                         *[_reference_cell([m[k] for m in per_set]) for k in METRICS], "-"])  # fmt: skip
+            rows.append(
+                [
+                    name,
+                    "-",
+                    "-",
+                    "-",
+                    "0",
+                    len(per_set),
+                    *[_reference_cell([m[k] for m in per_set]) for k in METRICS],
+                    "-",
+                ]
+            )
         if rows:
             sizes = _split_sizes(results, refs, split)
-            parts += ["", f"## {title}", "", sizes, "",
-                      table(["run", "codes", "doctor", "patients", "params", "runs", *[NAMES[k] for k in METRICS],
-                              "wall s"], rows)]  # fmt: skip
+            parts += [
+                "",
+                f"## {title}",
+                "",
+                sizes,
+                "",
+                table(
+                    [
+                        "run",
+                        "codes",
+                        "doctor",
+                        "patients",
+                        "params",
+                        "runs",
+                        *[NAMES[k] for k in METRICS],
+                        "wall s",
+                    ],
+                    rows,
+                ),
+            ]
     return parts
 
 
@@ -352,17 +423,26 @@ def _split_sizes(results: dict[str, dict[Key, dict]], refs: dict[Any, dict[str, 
     for d, ref in refs.items():
         if split in ref and d not in by_set:
             by_set[d] = next(iter(ref[split].values()))
-    return "; ".join(("" if d is None else f"data seed {d}: ")
-                     + f"{m['trials']} trials, {m['pairs']:,} pairs, {m['positives']:,} enrolling"
-                     for d, m in by_set.items()) + "."  # fmt: skip
+    return (
+        "; ".join(
+            ("" if d is None else f"data seed {d}: ")
+            + f"{m['trials']} trials, {m['pairs']:,} pairs, {m['positives']:,} enrolling"
+            for d, m in by_set.items()
+        )
+        + "."
+    )
 
 
 def _per_run(results: dict[str, dict[Key, dict]], keys: list[Key]) -> list[str]:
     """AP/trial and ROC-AUC of every run, per split (the values behind the intervals)."""
     header = ["run", "split", "metric", *[f"s{s}" if d is None else f"d{d}/s{s}" for d, s in keys]]
-    rows = [[n, split, NAMES[k], *[rs[key][split][k] if key in rs and split in rs[key] else None for key in keys]]
-            for n, rs in results.items() for split in SPLIT_TITLES for k in PER_RUN_METRICS
-            if any(split in r for r in rs.values())]  # fmt: skip
+    rows = [
+        [n, split, NAMES[k], *[rs[key][split][k] if key in rs and split in rs[key] else None for key in keys]]
+        for n, rs in results.items()
+        for split in SPLIT_TITLES
+        for k in PER_RUN_METRICS
+        if any(split in r for r in rs.values())
+    ]
     return ["", "## Per run (d: data seed, s: training seed)", "", table(header, rows)]
 
 
@@ -375,8 +455,10 @@ def _contrasts(results: dict[str, dict[Key, dict]]) -> list[str]:
             continue
         for split in SPLIT_TITLES:
             for k in CONTRAST_METRICS:
-                w = wins({key: r[split][k] for key, r in results[a].items() if split in r},
-                         {key: r[split][k] for key, r in results[b].items() if split in r})  # fmt: skip
+                w = wins(
+                    {key: r[split][k] for key, r in results[a].items() if split in r},
+                    {key: r[split][k] for key, r in results[b].items() if split in r},
+                )
                 if not w.n:
                     continue
                 rows.append([what, split, NAMES[k], t_interval(w.diffs), f"a better in {w.cell()}"])
@@ -384,26 +466,35 @@ def _contrasts(results: dict[str, dict[Key, dict]]) -> list[str]:
                     claims.append(f"- {c}")
     if not rows:
         return []
-    return ["", "## Differences, run by run (a - b)", "",
-            "Each run of a against the run of b on the same data set and training seed; the interval is the "
-            "t-interval of those per-run differences (it covers training noise and, with several data seeds, "
-            "the draw of doctors and trials).", "",
-            table(["contrast", "split", "metric", "mean diff", "runs"], rows), "",
-            *(["Holds in every run:", "", *claims] if claims else ["No difference holds in every run."])]  # fmt: skip
+    return [
+        "",
+        "## Differences, run by run (a - b)",
+        "",
+        "Each run of a against the run of b on the same data set and training seed; the interval is the "
+        "t-interval of those per-run differences (it covers training noise and, with several data seeds, "
+        "the draw of doctors and trials).",
+        "",
+        table(["contrast", "split", "metric", "mean diff", "runs"], rows),
+        "",
+        *(["Holds in every run:", "", *claims] if claims else ["No difference holds in every run."]),
+    ]
 
 
 def _hrr_sharing(shared: dict[str, float], data_seed: int | None) -> list[str]:
     """The paragraph on condition codes sharing their HRR ``base`` vector (:func:`shared_hrr_codes`)."""
     where = "" if data_seed is None else f" (data seed {data_seed})"
-    return ["", "How HRR `base` differs from a plain table here: every code whose program edges equal another "
-            "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
-            f"ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition codes{where}, "
-            + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
-            + " share their `base` vector with a code the trial does not list. With criteria on standard "
-            "concepts those codes are eligible too, which `base` knows from the ontology while a plain table "
-            "has to learn it (and cannot for codes unseen in training); with exact-code criteria "
-            "(`generate --criteria listed`) the same sharing keeps `base` from telling eligible codes from "
-            "ineligible ones. `add` and `cat` give every code a free part as well."]  # fmt: skip
+    return [
+        "",
+        "How HRR `base` differs from a plain table here: every code whose program edges equal another "
+        "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
+        f"ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition codes{where}, "
+        + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
+        + " share their `base` vector with a code the trial does not list. With criteria on standard "
+        "concepts those codes are eligible too, which `base` knows from the ontology while a plain table "
+        "has to learn it (and cannot for codes unseen in training); with exact-code criteria "
+        "(`generate --criteria listed`) the same sharing keeps `base` from telling eligible codes from "
+        "ineligible ones. `add` and `cat` give every code a free part as well.",
+    ]
 
 
 def _rare_trial_explanation(
@@ -421,8 +512,14 @@ def _rare_trial_explanation(
         root / "runs" / run_id(show, d, s), sets[d], program, split="test_rare", device=device
     )
     where = f"seed {s}" if d is None else f"data seed {d}, seed {s}"
-    return ["", f"## Which patients made a doctor fit a rare-disease trial ({show}, {where})", "", "```", text,
-            "```"]  # fmt: skip
+    return [
+        "",
+        f"## Which patients made a doctor fit a rare-disease trial ({show}, {where})",
+        "",
+        "```",
+        text,
+        "```",
+    ]
 
 
 def _criteria_line(manifest: dict[str, Any]) -> str:
@@ -436,9 +533,11 @@ def _criteria_line(manifest: dict[str, Any]) -> str:
             if o.get("equivalents")
             else ""
         )
-        return (f"Trials list up to {o.get('listed_max')} codes of a condition's ICD category; a patient is "
-                f"eligible with any of up to {o.get('max_family')} codes of that category{also}, so the rule "
-                "below misses the unlisted ones.")  # fmt: skip
+        return (
+            f"Trials list up to {o.get('listed_max')} codes of a condition's ICD category; a patient is "
+            f"eligible with any of up to {o.get('max_family')} codes of that category{also}, so the rule "
+            "below misses the unlisted ones."
+        )
     return "A patient is eligible with one of the codes a trial lists."
 
 

@@ -129,8 +129,11 @@ def make_doctors(cohort: Cohort, codes: Codes, opts: D2VOptions, rng, counts: Co
             f"no ICD chapter has {opts.panel_min} patients (panel_min); the cohort is too small"
         )
     specialty = rng.choice(N_CHAPTER_SLOTS, size=opts.doctors, p=per_ch / per_ch.sum())
-    volume = np.clip(np.rint(rng.lognormal(np.log(opts.panel_median), opts.panel_sigma, opts.doctors)),
-                     opts.panel_min, opts.panel_max).astype(int)  # fmt: skip
+    volume = np.clip(
+        np.rint(rng.lognormal(np.log(opts.panel_median), opts.panel_sigma, opts.doctors)),
+        opts.panel_min,
+        opts.panel_max,
+    ).astype(int)
     purity = _beta(rng, opts.purity_mean, opts.concentration, opts.doctors)
     free = np.ones(n_pat, bool)
     panels, shares = [], []
@@ -151,18 +154,27 @@ def make_doctors(cohort: Cohort, codes: Codes, opts: D2VOptions, rng, counts: Co
     for d, p in enumerate(panels):
         owner[p] = d
     return {
-        "specialty": specialty[keep], "panels": panels, "purity": np.array(shares)[keep], "owner": owner,
+        "specialty": specialty[keep],
+        "panels": panels,
+        "purity": np.array(shares)[keep],
+        "owner": owner,
         "propensity": _beta(rng, opts.enroll_rate, opts.concentration, opts.doctors)[keep],
-    }  # fmt: skip
+    }
 
 
 class TrialMaker:
     """Draws trials seed by seed; a seed code is used once; trials nobody is eligible for are redrawn."""
 
     def __init__(
-        self, cohort: Cohort, codes: Codes, owner: np.ndarray, exclude: np.ndarray, rng, counts: Counter,
+        self,
+        cohort: Cohort,
+        codes: Codes,
+        owner: np.ndarray,
+        exclude: np.ndarray,
+        rng,
+        counts: Counter,
         opts: D2VOptions,
-    ):  # fmt: skip
+    ):
         self.cohort, self.codes, self.owner, self.rng, self.counts = cohort, codes, owner, rng, counts
         self.opts = opts
         self.n_doctors = int(owner.max(initial=-1)) + 1
@@ -231,9 +243,16 @@ class TrialMaker:
         if eligible.sum() == 0:
             self.counts["trial_no_eligible_patients"] += 1
             return None
-        trial = {"split": split, "category": int(codes.chapter[seed]), "conditions": conditions,
-                 "excluded": excluded, "age_min": age[0], "age_max": age[1], "sex": sex,
-                 "eligible_codes": family}  # fmt: skip
+        trial = {
+            "split": split,
+            "category": int(codes.chapter[seed]),
+            "conditions": conditions,
+            "excluded": excluded,
+            "age_min": age[0],
+            "age_max": age[1],
+            "sex": sex,
+            "eligible_codes": family,
+        }
         return {**trial, "text": trial_text(trial, codes), "eligible": eligible}
 
     def with_equivalents(self, family: list[int], pool: np.ndarray, rare: bool) -> list[int] | None:
@@ -329,43 +348,72 @@ def build_tables(cohort: Cohort, codes: Codes, opts: D2VOptions) -> tuple[dict[s
     starts = np.concatenate([[0], np.cumsum(cohort.lengths)])
     split = np.array([t["split"] for t in trials], dtype=object)  # (T,)
     tables = {
-        "patients": _table("patients", {
-            "subject_id": cohort.subject_id[rows],
-            "sex": [{1: "F", 2: "M"}.get(int(s)) for s in cohort.sex[rows]],
-            "age": [int(a) if a >= 0 else None for a in cohort.age[rows]],
-            "input_ids": [cohort.input_ids[starts[r] : starts[r + 1]] for r in rows],
-            "segment_ids": [cohort.segment_ids[starts[r] : starts[r + 1]] for r in rows],
-        }),
-        "doctors": _table("doctors", {
-            "doctor_id": np.arange(n_doc), "specialty": doctors["specialty"],
-            "specialty_title": [CHAPTER_TITLES[int(s)] for s in doctors["specialty"]],
-            "volume": [len(p) for p in doctors["panels"]], "purity": doctors["purity"],
-            "propensity": doctors["propensity"], "panel": [np.sort(cohort.subject_id[p]) for p in doctors["panels"]],
-        }),
+        "patients": _table(
+            "patients",
+            {
+                "subject_id": cohort.subject_id[rows],
+                "sex": [{1: "F", 2: "M"}.get(int(s)) for s in cohort.sex[rows]],
+                "age": [int(a) if a >= 0 else None for a in cohort.age[rows]],
+                "input_ids": [cohort.input_ids[starts[r] : starts[r + 1]] for r in rows],
+                "segment_ids": [cohort.segment_ids[starts[r] : starts[r + 1]] for r in rows],
+            },
+        ),
+        "doctors": _table(
+            "doctors",
+            {
+                "doctor_id": np.arange(n_doc),
+                "specialty": doctors["specialty"],
+                "specialty_title": [CHAPTER_TITLES[int(s)] for s in doctors["specialty"]],
+                "volume": [len(p) for p in doctors["panels"]],
+                "purity": doctors["purity"],
+                "propensity": doctors["propensity"],
+                "panel": [np.sort(cohort.subject_id[p]) for p in doctors["panels"]],
+            },
+        ),
         "trials": pa.Table.from_pylist(
-            [{"trial_id": i, **t, "rare": t["split"] == "test_rare", "text_ids": [word_id[w] for w in ws]}
-             for i, (t, ws) in enumerate(zip(trials, tokens, strict=True))],
+            [
+                {"trial_id": i, **t, "rare": t["split"] == "test_rare", "text_ids": [word_id[w] for w in ws]}
+                for i, (t, ws) in enumerate(zip(trials, tokens, strict=True))
+            ],
             schema=pa.schema([(c, typ) for c, (typ, _) in COLUMNS["trials"].items()]),
         ),
-        "pairs": _table("pairs", {
-            "doctor_id": np.repeat(np.arange(n_doc), n_trial), "trial_id": np.tile(np.arange(n_trial), n_doc),
-            "split": np.tile(split, n_doc), "eligible": eligible.ravel(), "enrolled": enrolled.ravel(),
-            "label": enrolled.ravel() >= opts.min_enrolled,
-        }),
-        "vocab": _table("vocab", {"token_id": np.arange(len(words)), "token": words,
-                                  "in_train": [w in train_words for w in words]}),
-    }  # fmt: skip
+        "pairs": _table(
+            "pairs",
+            {
+                "doctor_id": np.repeat(np.arange(n_doc), n_trial),
+                "trial_id": np.tile(np.arange(n_trial), n_doc),
+                "split": np.tile(split, n_doc),
+                "eligible": eligible.ravel(),
+                "enrolled": enrolled.ravel(),
+                "label": enrolled.ravel() >= opts.min_enrolled,
+            },
+        ),
+        "vocab": _table(
+            "vocab",
+            {
+                "token_id": np.arange(len(words)),
+                "token": words,
+                "in_train": [w in train_words for w in words],
+            },
+        ),
+    }
     label = (enrolled >= opts.min_enrolled).mean(axis=0) if n_doc else np.zeros(n_trial)  # (T,)
     counts_out = {
-        "doctors": n_doc, "patients": len(rows),
+        "doctors": n_doc,
+        "patients": len(rows),
         "trials": {s: int((split == s).sum()) for s in SPLITS},
         "pairs": {s: int((split == s).sum()) * n_doc for s in SPLITS},
         "positive_rate": {s: round(float(label[split == s].mean()), 4) for s in SPLITS if (split == s).any()},
         "skipped": dict(sorted((k, int(v)) for k, v in counts.items() if v)),
-    }  # fmt: skip
+    }
     fingerprint = hashlib.sha256(json.dumps(words).encode()).hexdigest()[:16]
-    info = {"n_words": len(words), "vocab_fingerprint": fingerprint, "demographics": cohort.demographics,
-            "held_out_codes": held, "counts": counts_out}  # fmt: skip
+    info = {
+        "n_words": len(words),
+        "vocab_fingerprint": fingerprint,
+        "demographics": cohort.demographics,
+        "held_out_codes": held,
+        "counts": counts_out,
+    }
     return tables, info
 
 
@@ -397,9 +445,14 @@ def generate_doctor2vec(
     info["counts"]["skipped"] = dict(sorted((Counter(info["counts"]["skipped"]) + counts).items()))
     if tables["pairs"].num_rows == 0:
         raise D2VDataError(f"{dpath}: no (doctor, trial) pair could be generated ({info['counts']})")
-    manifest = gen.manifest("doctor2vec", "d2v_id", n_codes=len(codes.special),
-                            special_ids=np.flatnonzero(codes.special).tolist(),
-                            rare_max_patients=opts.rare_max_patients, **info)  # fmt: skip
+    manifest = gen.manifest(
+        "doctor2vec",
+        "d2v_id",
+        n_codes=len(codes.special),
+        special_ids=np.flatnonzero(codes.special).tolist(),
+        rare_max_patients=opts.rare_max_patients,
+        **info,
+    )
     validate_tables(manifest, tables, gen.path)  # the generator's output meets the reader's contract
     for k, v in info["counts"]["skipped"].items():
         log.warning("%s: %d %s", dpath, v, k.replace("_", " "))

@@ -38,8 +38,13 @@ def evaluate_doctor2vec(
     ds, prog = _load(str(data), str(program), dev)
     model, meta = load_model(run, ds.manifest, prog)
     model.to(dev)
-    t = build_tensors(ds, max_memories=model.config.max_memories, max_codes=int(meta.get("max_codes", 64)),
-                      hide_held_out=False, seed=0)  # fmt: skip
+    t = build_tensors(
+        ds,
+        max_memories=model.config.max_memories,
+        max_codes=int(meta.get("max_codes", 64)),
+        hide_held_out=False,
+        seed=0,
+    )
     rows = t.pairs_of(split)
     if not len(rows):
         raise PipelineError(f"{data}: split {split!r} has no pairs (splits: {sorted(set(t.trial_split))})")
@@ -85,9 +90,12 @@ def attention_text(
     for j, r in enumerate(order):
         d = int(t.pair_doctor[r])
         elig = int(t.pair_eligible[r])
-        lines += ["", f"Doctor {int(t.doctor_ids[d])}: score {float(torch.sigmoid(logits[j])):.3f}, "
-                  f"label {int(t.pair_label[r])}, eligible patients {elig if elig >= 0 else 'n/a'}, "
-                  f"panel {int(t.panel_size[d])}"]  # fmt: skip
+        lines += [
+            "",
+            f"Doctor {int(t.doctor_ids[d])}: score {float(torch.sigmoid(logits[j])):.3f}, "
+            f"label {int(t.pair_label[r])}, eligible patients {elig if elig >= 0 else 'n/a'}, "
+            f"panel {int(t.panel_size[d])}",
+        ]
         w = att[j]
         mem = batch["memory"][j]
         for i in torch.argsort(w, descending=True)[:top_patients].tolist():

@@ -191,15 +191,20 @@ def find_demographics(
     source = manifest.get("source") or {}
     reader, path = source.get("reader"), source.get("path")
     if reader not in DEMOGRAPHICS:
-        log.warning("%s: source reader %r has no demographics: age and sex unknown, trials unrestricted",
-                    dataset, reader)  # fmt: skip
+        log.warning(
+            "%s: source reader %r has no demographics: age and sex unknown, trials unrestricted",
+            dataset,
+            reader,
+        )
         return None
     rel = DEMOGRAPHICS[reader][0]
     names = (rel, rel.removesuffix(".gz"))
     listed = {i.get("path"): i.get("sha256") for i in source.get("inputs") or [] if i.get("path") in names}
     where = dataset / "manifest.json"
-    hint = ("generate with --no-demographics for data without age and sex (a different data id), or prepare "
-            "the dataset again from the source where it is now")  # fmt: skip
+    hint = (
+        "generate with --no-demographics for data without age and sex (a different data id), or prepare "
+        "the dataset again from the source where it is now"
+    )
     if not path:
         raise D2VDataError(f"{where}: the source ({reader}) has no 'path'; {hint}")
     tried, changed = [], []
@@ -217,18 +222,26 @@ def find_demographics(
                 changed.append(f"{f}: sha256 {got[:12]}..., the dataset lists {want[:12]}...")
                 continue
             if not listed:
-                log.warning("%s: the dataset does not list %s among its inputs; using %s (sha256 %s...)",
-                            where, name, f, got[:12])  # fmt: skip
+                log.warning(
+                    "%s: the dataset does not list %s among its inputs; using %s (sha256 %s...)",
+                    where,
+                    name,
+                    f,
+                    got[:12],
+                )
             return DemographicsInput(reader, name, got, f)
     if changed:
         raise D2VDataError(
-            f"{where}: the source's {rel} changed since the dataset was prepared:\n  " + "\n  ".join(changed)
+            f"{where}: the source's {rel} changed since the dataset was prepared:\n  "
+            + "\n  ".join(changed)
             + f"\n  {hint}"
-        )  # fmt: skip
+        )
     raise D2VDataError(
         f"{where}: the source's demographics ({reader}: {rel} under {path!r}) were not found; looked for:\n  "
-        + "\n  ".join(tried[:4]) + (f"\n  ... and {len(tried) - 4} more" if len(tried) > 4 else "") + f"\n  {hint}"
-    )  # fmt: skip
+        + "\n  ".join(tried[:4])
+        + (f"\n  ... and {len(tried) - 4} more" if len(tried) > 4 else "")
+        + f"\n  {hint}"
+    )
 
 
 def load_cohort(dpath: Path, demographics: DemographicsInput | None, codes: Codes, counts: Counter) -> Cohort:
@@ -263,7 +276,13 @@ def load_cohort(dpath: Path, demographics: DemographicsInput | None, codes: Code
         d_age = demo.column("age").fill_null(-1).to_numpy().astype(np.int32)
         sex[found], age[found] = d_sex[pos[found]], d_age[pos[found]]
     return Cohort(
-        subject, np.bincount(row, minlength=len(subject)), ids, seg, sex, age, kind,
+        subject,
+        np.bincount(row, minlength=len(subject)),
+        ids,
+        seg,
+        sex,
+        age,
+        kind,
         code_patient=key % len(subject),
         code_start=np.searchsorted(key // len(subject), np.arange(len(codes.special) + 1)),
-    )  # fmt: skip
+    )

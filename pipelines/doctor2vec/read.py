@@ -77,20 +77,50 @@ I32, I64 = pa.list_(pa.int32()), pa.list_(pa.int64())
 # table -> column -> (type, default when absent); default REQUIRED: the column must be there
 REQUIRED = object()
 COLUMNS: dict[str, dict[str, tuple[pa.DataType, Any]]] = {
-    "patients": {"subject_id": (pa.int64(), REQUIRED), "sex": (pa.string(), None), "age": (pa.int32(), None),
-                 "input_ids": (I32, REQUIRED), "segment_ids": (I32, REQUIRED)},
-    "doctors": {"doctor_id": (pa.int32(), REQUIRED), "specialty": (pa.int8(), None),
-                "specialty_title": (pa.string(), None), "volume": (pa.int32(), None),
-                "purity": (pa.float32(), None), "propensity": (pa.float32(), None), "panel": (I64, REQUIRED)},
-    "trials": {"trial_id": (pa.int32(), REQUIRED), "split": (pa.string(), REQUIRED), "rare": (pa.bool_(), None),
-               "category": (pa.int8(), None), "conditions": (I32, REQUIRED), "excluded": (I32, []),
-               "age_min": (pa.int32(), OPEN_AGE[0]), "age_max": (pa.int32(), OPEN_AGE[1]),
-               "sex": (pa.string(), "any"), "text": (pa.string(), ""), "text_ids": (I32, []),
-               "eligible_codes": (I32, None)},
-    "pairs": {"doctor_id": (pa.int32(), REQUIRED), "trial_id": (pa.int32(), REQUIRED), "split": (pa.string(), None),
-              "eligible": (pa.int32(), None), "enrolled": (pa.int32(), None), "label": (pa.bool_(), None)},
-    "vocab": {"token_id": (pa.int32(), REQUIRED), "token": (pa.string(), REQUIRED), "in_train": (pa.bool_(), None)},
-}  # fmt: skip
+    "patients": {
+        "subject_id": (pa.int64(), REQUIRED),
+        "sex": (pa.string(), None),
+        "age": (pa.int32(), None),
+        "input_ids": (I32, REQUIRED),
+        "segment_ids": (I32, REQUIRED),
+    },
+    "doctors": {
+        "doctor_id": (pa.int32(), REQUIRED),
+        "specialty": (pa.int8(), None),
+        "specialty_title": (pa.string(), None),
+        "volume": (pa.int32(), None),
+        "purity": (pa.float32(), None),
+        "propensity": (pa.float32(), None),
+        "panel": (I64, REQUIRED),
+    },
+    "trials": {
+        "trial_id": (pa.int32(), REQUIRED),
+        "split": (pa.string(), REQUIRED),
+        "rare": (pa.bool_(), None),
+        "category": (pa.int8(), None),
+        "conditions": (I32, REQUIRED),
+        "excluded": (I32, []),
+        "age_min": (pa.int32(), OPEN_AGE[0]),
+        "age_max": (pa.int32(), OPEN_AGE[1]),
+        "sex": (pa.string(), "any"),
+        "text": (pa.string(), ""),
+        "text_ids": (I32, []),
+        "eligible_codes": (I32, None),
+    },
+    "pairs": {
+        "doctor_id": (pa.int32(), REQUIRED),
+        "trial_id": (pa.int32(), REQUIRED),
+        "split": (pa.string(), None),
+        "eligible": (pa.int32(), None),
+        "enrolled": (pa.int32(), None),
+        "label": (pa.bool_(), None),
+    },
+    "vocab": {
+        "token_id": (pa.int32(), REQUIRED),
+        "token": (pa.string(), REQUIRED),
+        "in_train": (pa.bool_(), None),
+    },
+}
 TABLES = tuple(COLUMNS)
 # source reader -> (demographics file under source.path, SQL over {csv}: subject_id, sex 'F'/'M', age), as
 # each reader declares them (pipelines.data.readers.READERS; a reader without them: age and sex unknown)
@@ -219,9 +249,11 @@ def _check_vocab(vocab: pa.Table, n_words: int, f: Path) -> None:
     ids = vocab.column("token_id").to_numpy()
     if len(ids) != n_words or not np.array_equal(ids, np.arange(n_words)):
         raise InputFileError(
-            f, "token ids must be 0..n_words-1 in order", expected=f"{n_words} rows (manifest n_words)",
+            f,
+            "token ids must be 0..n_words-1 in order",
+            expected=f"{n_words} rows (manifest n_words)",
             found=f"{len(ids)} rows, ids {ids[:SHOW].tolist()}...",
-        )  # fmt: skip
+        )
 
 
 def _flat(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -244,9 +276,10 @@ def _patients(t: pa.Table, valid_code: np.ndarray, f: Path, skipped: Counter) ->
     bad = np.flatnonzero(n_ids != n_seg)
     if len(bad):
         raise InputFileError(
-            f, f"input_ids and segment_ids differ in length for subject_id {sid[bad[:SHOW]].tolist()}",
+            f,
+            f"input_ids and segment_ids differ in length for subject_id {sid[bad[:SHOW]].tolist()}",
             expected="one visit index per concept id",
-        )  # fmt: skip
+        )
     keep = (ids >= 0) & (ids < len(valid_code))
     keep[keep] = valid_code[ids[keep]]
     if not keep.all():
@@ -286,9 +319,10 @@ def _doctors(t: pa.Table, patients: pa.Table, f: Path, skipped: Counter) -> pa.T
         row = np.repeat(np.arange(len(did)), size)[missing]
         pairs = [(int(did[r]), int(panel[m])) for r, m in zip(row[:SHOW], missing[:SHOW], strict=True)]
         raise InputFileError(
-            f, f"{len(missing)} panel subject id(s) not in patients.parquet, (doctor_id, subject_id): {pairs}",
+            f,
+            f"{len(missing)} panel subject id(s) not in patients.parquet, (doctor_id, subject_id): {pairs}",
             hint="add those patients to patients.parquet or remove them from the panels",
-        )  # fmt: skip
+        )
     empty = size == 0
     if empty.any():
         skipped["doctor_no_patients"] += int(empty.sum())
@@ -352,9 +386,11 @@ def _pairs(
         if unknown.any():
             rows = np.flatnonzero(unknown)[:SHOW]
             raise InputFileError(
-                f, f"{int(unknown.sum())} pair(s) refer to an unknown {col}: rows {rows.tolist()} (0-based), "
-                f"{col} {ids[rows].tolist()}", hint=f"every {col} must be in {col.split('_')[0]}s.parquet",
-            )  # fmt: skip
+                f,
+                f"{int(unknown.sum())} pair(s) refer to an unknown {col}: rows {rows.tolist()} (0-based), "
+                f"{col} {ids[rows].tolist()}",
+                hint=f"every {col} must be in {col.split('_')[0]}s.parquet",
+            )
     key = d.astype(np.int64) * (int(tr.max(initial=0)) + 1) + tr
     order = np.argsort(key, kind="stable")
     dup = np.flatnonzero(key[order][1:] == key[order][:-1])
@@ -362,9 +398,10 @@ def _pairs(
         rows = np.sort(np.unique(np.concatenate([order[dup], order[dup + 1]])))
         first = [(int(d[r]), int(tr[r])) for r in order[dup][:SHOW]]
         raise InputFileError(
-            f, f"duplicate (doctor_id, trial_id) pairs {first} in rows {rows[: 2 * SHOW].tolist()} (0-based)",
+            f,
+            f"duplicate (doctor_id, trial_id) pairs {first} in rows {rows[: 2 * SHOW].tolist()} (0-based)",
             hint="keep one row per doctor and trial",
-        )  # fmt: skip
+        )
     trial_split = dict(
         zip(trials.column("trial_id").to_pylist(), trials.column("split").to_pylist(), strict=True)
     )

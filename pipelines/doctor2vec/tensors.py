@@ -226,7 +226,14 @@ def doctor_batches(t: D2VTensors, rows: np.ndarray, doctors_per_batch: int, rng=
     ends = np.searchsorted(sorted_d, doctors, side="right")
     out = []
     for i in range(0, len(doctors), doctors_per_batch):
-        out.append(np.concatenate([sorted_rows[s:e] for s, e in zip(starts[i : i + doctors_per_batch],
-                                                                      ends[i : i + doctors_per_batch],
-                                                                      strict=True)]))  # fmt: skip
+        out.append(
+            np.concatenate(
+                [
+                    sorted_rows[s:e]
+                    for s, e in zip(
+                        starts[i : i + doctors_per_batch], ends[i : i + doctors_per_batch], strict=True
+                    )
+                ]
+            )
+        )
     return out

@@ -184,8 +184,15 @@ def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tupl
     from model.doctor2vec import Doctor2Vec, Doctor2VecConfig
 
     d, p, meta = read_meta(directory, MODEL_KIND, "Doctor2Vec", "hrrbert doctor2vec train", PipelineError)
-    check_meta(meta, manifest, ("program_id", "vocab_fingerprint"), p, "data set",
-               "evaluate on data generated with the same program and vocabulary", Doctor2VecMismatchError)  # fmt: skip
+    check_meta(
+        meta,
+        manifest,
+        ("program_id", "vocab_fingerprint"),
+        p,
+        "data set",
+        "evaluate on data generated with the same program and vocabulary",
+        Doctor2VecMismatchError,
+    )
     cfg = Doctor2VecConfig.from_dict(meta["config"])
     if cfg.n_codes != int(manifest["n_codes"]) or cfg.n_words != int(manifest["n_words"]):
         raise Doctor2VecMismatchError(
@@ -288,8 +295,13 @@ def _optimizer(cfg: D2VTrainConfig, model: nn.Module) -> torch.optim.Optimizer:
 def _train(cfg: D2VTrainConfig, ctx, device, out: Path, run_id: str | None, resume: bool) -> D2VRunResult:
     t0 = time.perf_counter()
     ds, prog = _load(cfg.data, cfg.program, device)
-    t = build_tensors(ds, max_memories=cfg.max_memories, max_codes=cfg.max_codes,
-                      hide_held_out=cfg.hide_held_out, seed=cfg.seed)  # fmt: skip
+    t = build_tensors(
+        ds,
+        max_memories=cfg.max_memories,
+        max_codes=cfg.max_codes,
+        hide_held_out=cfg.hide_held_out,
+        seed=cfg.seed,
+    )
     train_rows = t.pairs_of("train")
     if len(train_rows) == 0 or len(t.pairs_of("val")) == 0:
         raise PipelineError(f"{cfg.data}: no train or validation pairs (skipped: {ds.skipped})")
@@ -309,23 +321,47 @@ def _train(cfg: D2VTrainConfig, ctx, device, out: Path, run_id: str | None, resu
     wrapped = LossForward(model, pos_weight)
     n_batches = len(doctor_batches(t, train_rows, cfg.doctors_per_batch))
     opts = LoopOptions(
-        total_steps=cfg.epochs * n_batches, clip=cfg.clip, val_every=cfg.val_every,
-        keep_checkpoints=cfg.keep_checkpoints, monitor="val_pr_auc", patience=cfg.patience,
-        progress=cfg.progress, tensorboard=cfg.tensorboard, desc=f"doctor2vec {cfg.embedding} {cfg.doctor}",
+        total_steps=cfg.epochs * n_batches,
+        clip=cfg.clip,
+        val_every=cfg.val_every,
+        keep_checkpoints=cfg.keep_checkpoints,
+        monitor="val_pr_auc",
+        patience=cfg.patience,
+        progress=cfg.progress,
+        tensorboard=cfg.tensorboard,
+        desc=f"doctor2vec {cfg.embedding} {cfg.doctor}",
         config=asdict(cfg),
-    )  # fmt: skip
-    res = run_loop(wrapped, _optimizer(cfg, model), None, D2VTask(cfg, t, train_rows, ctx, device), opts, run_dir,
-                   ctx=ctx, device=device, resume_from=resume_from)  # fmt: skip
+    )
+    res = run_loop(
+        wrapped,
+        _optimizer(cfg, model),
+        None,
+        D2VTask(cfg, t, train_rows, ctx, device),
+        opts,
+        run_dir,
+        ctx=ctx,
+        device=device,
+        resume_from=resume_from,
+    )
     meta = _meta(cfg, ds.manifest, model)
     results = {
-        "kind": "doctor2vec", "run_id": run_id, "config": asdict(cfg), "model": meta,
-        "parameters": model.num_parameters(), "best_step": res.best_step, "steps": res.step,
-        "stopped_early": res.stopped_early, **evaluate_splits(model, t, device, cfg.k),
-        "train_pairs": int(len(train_rows)), "pos_weight": pos_weight,
+        "kind": "doctor2vec",
+        "run_id": run_id,
+        "config": asdict(cfg),
+        "model": meta,
+        "parameters": model.num_parameters(),
+        "best_step": res.best_step,
+        "steps": res.step,
+        "stopped_early": res.stopped_early,
+        **evaluate_splits(model, t, device, cfg.k),
+        "train_pairs": int(len(train_rows)),
+        "pos_weight": pos_weight,
         "data_counts": {**t.counts, **{f"skipped_{k}": v for k, v in ds.skipped.items()}},
-        "wall_s": time.perf_counter() - t0, "world_size": ctx.world_size, "versions": versions(),
+        "wall_s": time.perf_counter() - t0,
+        "world_size": ctx.world_size,
+        "versions": versions(),
         "created_at": now_iso(),
-    }  # fmt: skip
+    }
     if ctx.is_main:
         save_model(model, run_dir / "model", meta)
     publish_results(run_dir, results, ctx)

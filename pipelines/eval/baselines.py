@@ -168,9 +168,15 @@ def compute_baselines(
         if transfer_dataset
         else None
     )
-    inputs = {"dataset_id": ds.dataset_id, "transfer_dataset_id": tds.dataset_id if tds else None,
-              "program_id": prog.program_id, "ground_truth": str(ground_truth) if ground_truth else None,
-              "tasks": list(tasks), "seed": seed, "mlm": asdict(masking)}  # fmt: skip
+    inputs = {
+        "dataset_id": ds.dataset_id,
+        "transfer_dataset_id": tds.dataset_id if tds else None,
+        "program_id": prog.program_id,
+        "ground_truth": str(ground_truth) if ground_truth else None,
+        "tasks": list(tasks),
+        "seed": seed,
+        "mlm": asdict(masking),
+    }
     if (out / BASELINES_FILE).is_file() and (out / PREDICTIONS_FILE).is_file():
         return _read_back(out / BASELINES_FILE, inputs)
     tok = tokens_of(prog)
@@ -184,8 +190,15 @@ def compute_baselines(
     kw = dict(max_len=masking.max_len, max_segments=masking.max_segments)
     val = ds.sequences(masking.split, **kw)
     if len(val):
-        record["mlm"] = mlm_baselines(val, ds.sequences("pretrain_train", **kw), tok, special,
-                                      ds.log_frequency().numpy(), seed=seed, masking=masking)  # fmt: skip
+        record["mlm"] = mlm_baselines(
+            val,
+            ds.sequences("pretrain_train", **kw),
+            tok,
+            special,
+            ds.log_frequency().numpy(),
+            seed=seed,
+            masking=masking,
+        )
     else:
         log.warning("%s: split %r is empty; no MLM baselines", ds.patients_path, masking.split)
     record["timings_s"]["mlm"] = time.perf_counter() - t
@@ -196,12 +209,16 @@ def compute_baselines(
     for task in tasks:
         t = time.perf_counter()
         if not (ds.rows("finetune_train", task).size and ds.rows("finetune_val", task).size):
-            log.warning("%s: no finetune_train or finetune_val rows for task %r; no baselines of it",
-                        ds.patients_path, task)  # fmt: skip
+            log.warning(
+                "%s: no finetune_train or finetune_val rows for task %r; no baselines of it",
+                ds.patients_path,
+                task,
+            )
             notes.append(f"{task}: no finetune_train or finetune_val patients, no task baselines.")
             continue
-        scored, choices, task_blocks = task_baselines(ds, tds, task, special, gt, seed=seed, masking=masking,
-                                                      chapters=chapters)  # fmt: skip
+        scored, choices, task_blocks = task_baselines(
+            ds, tds, task, special, gt, seed=seed, masking=masking, chapters=chapters
+        )
         record["tasks"][task] = scored
         record["logistic_regression"][task] = choices["logistic_regression"]
         if "history_chapters" in choices:
@@ -249,8 +266,12 @@ def read_task_probabilities(ground_truth: str | Path) -> dict[str, dict[int, np.
     n_chap = TASK_LABELS["chapters"][1]
     lens = np.diff(chap_col.offsets.to_numpy())
     if len(lens) and (lens != n_chap).any():
-        raise InputFileError(p, "column 'chapters' has lists of another length", expected=str(n_chap),
-                             found=str(sorted(set(lens.tolist()))[:5]))  # fmt: skip
+        raise InputFileError(
+            p,
+            "column 'chapters' has lists of another length",
+            expected=str(n_chap),
+            found=str(sorted(set(lens.tolist()))[:5]),
+        )
     chap = np.asarray(chap_col.flatten().to_numpy(zero_copy_only=False), np.float64).reshape(-1, n_chap)
     out: dict[str, dict[str, Any]] = {}
     for h in sorted(set(hosp.tolist())):
@@ -267,11 +288,19 @@ def _ceiling(gt: dict, split: _Split, task: str) -> np.ndarray:
     """True probabilities ``(P, L)`` of the split's patients, aligned by subject id."""
     where = next(iter(gt.values()))["path"] if gt else GROUND_TRUTH_FILE
     if split.hospital is None:
-        raise InputFileError(where, f"cannot tell whose patients split {split.name!r} holds: its dataset's "
-                             "manifest.json names no source.reader", expected=" or ".join(sorted(HOSPITALS)))  # fmt: skip
+        raise InputFileError(
+            where,
+            f"cannot tell whose patients split {split.name!r} holds: its dataset's "
+            "manifest.json names no source.reader",
+            expected=" or ".join(sorted(HOSPITALS)),
+        )
     if split.hospital not in gt:
-        raise InputFileError(where, f"no rows of hospital {split.hospital!r} (split {split.name!r})",
-                             expected=" or ".join(sorted(set(HOSPITALS.values()))), found=", ".join(sorted(gt)))  # fmt: skip
+        raise InputFileError(
+            where,
+            f"no rows of hospital {split.hospital!r} (split {split.name!r})",
+            expected=" or ".join(sorted(set(HOSPITALS.values()))),
+            found=", ".join(sorted(gt)),
+        )
     sid, probs = gt[split.hospital][task]
     order = np.argsort(sid, kind="stable")
     sorted_sid = sid[order]
@@ -279,22 +308,34 @@ def _ceiling(gt: dict, split: _Split, task: str) -> np.ndarray:
     found = sorted_sid[pos] == split.subject_id if len(sid) else np.zeros(len(pos), bool)
     if not np.all(found):
         miss = split.subject_id[~found]
-        raise InputFileError(where, f"{len(miss)} patient(s) of split {split.name!r} ({split.hospital}) missing, "
-                             f"e.g. subject_id {miss[:3].tolist()}")  # fmt: skip
+        raise InputFileError(
+            where,
+            f"{len(miss)} patient(s) of split {split.name!r} ({split.hospital}) missing, "
+            f"e.g. subject_id {miss[:3].tolist()}",
+        )
     return probs[order][pos]
 
 
-def _task_split(ds: TokenizedDataset, split: str, task: str, special: np.ndarray, masking: MLMMasking,
-                name: str | None = None, chapters: np.ndarray | None = None) -> _Split | None:  # fmt: skip
+def _task_split(
+    ds: TokenizedDataset,
+    split: str,
+    task: str,
+    special: np.ndarray,
+    masking: MLMMasking,
+    name: str | None = None,
+    chapters: np.ndarray | None = None,
+) -> _Split | None:
     if not ds.rows(split, task).size:
         return None
-    seqs = ds.sequences(split, max_len=masking.max_len, max_segments=masking.max_segments, task=task,
-                        before_last_visit=True)  # fmt: skip
+    seqs = ds.sequences(
+        split, max_len=masking.max_len, max_segments=masking.max_segments, task=task, before_last_visit=True
+    )
     return _as_split(seqs, name or split, special, _hospital(ds), chapters)
 
 
-def _as_split(seqs: Sequences, name: str, special: np.ndarray, hospital: str | None,
-              chapters: np.ndarray | None = None) -> _Split:  # fmt: skip
+def _as_split(
+    seqs: Sequences, name: str, special: np.ndarray, hospital: str | None, chapters: np.ndarray | None = None
+) -> _Split:
     import scipy.sparse as sp
 
     x = code_matrix(seqs, special)
@@ -310,8 +351,14 @@ def _unseen(ds: TokenizedDataset, split: _Split) -> np.ndarray:
     return np.isin(split.subject_id, ds.table.column("subject_id").to_numpy()[flag])
 
 
-def scored_splits(ds: TokenizedDataset, tds: TokenizedDataset | None, task: str, special: np.ndarray,
-                  masking: MLMMasking, chapters: np.ndarray | None = None) -> list[_Split]:  # fmt: skip
+def scored_splits(
+    ds: TokenizedDataset,
+    tds: TokenizedDataset | None,
+    task: str,
+    special: np.ndarray,
+    masking: MLMMasking,
+    chapters: np.ndarray | None = None,
+) -> list[_Split]:
     """The splits the models of ``task`` are scored on, as the heads see them (with the history's chapter
     features when ``chapters``, the chapter of every concept, is given)."""
     out = [_task_split(ds, "test", task, special, masking, chapters=chapters)]
@@ -329,9 +376,17 @@ def scored_splits(ds: TokenizedDataset, tds: TokenizedDataset | None, task: str,
     return [s for s in out if s is not None and len(s.subject_id)]
 
 
-def task_baselines(ds: TokenizedDataset, tds: TokenizedDataset | None, task: str, special: np.ndarray,
-                   gt: dict | None, *, seed: int, masking: MLMMasking,
-                   chapters: np.ndarray | None = None) -> tuple[dict, dict, list[Predictions]]:  # fmt: skip
+def task_baselines(
+    ds: TokenizedDataset,
+    tds: TokenizedDataset | None,
+    task: str,
+    special: np.ndarray,
+    gt: dict | None,
+    *,
+    seed: int,
+    masking: MLMMasking,
+    chapters: np.ndarray | None = None,
+) -> tuple[dict, dict, list[Predictions]]:
     """Metrics per split and model, the logistic regressions' choices (``{"logistic_regression": ...,
     "history_chapters": ...}``; the second only with ``chapters``, the chapter of every concept ``(N,)``),
     and the prediction blocks."""
@@ -346,8 +401,10 @@ def task_baselines(ds: TokenizedDataset, tds: TokenizedDataset | None, task: str
     prior = train.y.mean(0)  # (L,)
     lr, choice = fit_logistic(train, val, seed=seed)
     choices = {"logistic_regression": choice}
-    models: dict[str, Any] = {"constant": lambda s: np.tile(prior, (len(s.subject_id), 1)),
-                              "logistic_regression": lambda s: lr.predict(s.x)}  # fmt: skip
+    models: dict[str, Any] = {
+        "constant": lambda s: np.tile(prior, (len(s.subject_id), 1)),
+        "logistic_regression": lambda s: lr.predict(s.x),
+    }
     if chapters is not None:
         as_x = lambda s: _Split(s.name, s.subject_id, s.chapters, s.y, s.hospital)  # noqa: E731
         hc, choices["history_chapters"] = fit_logistic(as_x(train), as_x(val), seed=seed)

@@ -145,9 +145,15 @@ def baseline_ranks(
 
 
 def mlm_baselines(
-    seqs: Sequences, train: Sequences, tok, special: np.ndarray, log_frequency: np.ndarray, *,
-    seed: int, masking: MLMMasking,
-) -> dict[str, Any]:  # fmt: skip
+    seqs: Sequences,
+    train: Sequences,
+    tok,
+    special: np.ndarray,
+    log_frequency: np.ndarray,
+    *,
+    seed: int,
+    masking: MLMMasking,
+) -> dict[str, Any]:
     """Top-k accuracy of the baselines on the masked positions of ``seqs``, overall and by the
     frequency bin of the target (:mod:`pipelines.eval.frequency`'s bins).
 
@@ -176,10 +182,14 @@ def mlm_baselines(
         out[f"top{k}"] = {b: _share(r < k) for b, r in ranks.items()}
     b = bins_of(np.nan_to_num(log_frequency[target], nan=-np.inf))
     out["frequency_bins"] = [
-        {"low": BIN_EDGES[j], "high": BIN_EDGES[j + 1], "n_masked": int((b == j).sum()),
-         **{f"top{k}": {name: _share(r[b == j] < k) for name, r in ranks.items()} for k in TOPK}}
+        {
+            "low": BIN_EDGES[j],
+            "high": BIN_EDGES[j + 1],
+            "n_masked": int((b == j).sum()),
+            **{f"top{k}": {name: _share(r[b == j] < k) for name, r in ranks.items()} for k in TOPK},
+        }
         for j in range(len(BIN_EDGES) - 1)
-    ]  # fmt: skip
+    ]
     return out
 
 

@@ -61,8 +61,15 @@ def run_experiment(config: ExperimentConfig | None = None, **options: Any) -> Ex
     root.mkdir(parents=True, exist_ok=True)
     _check_same_config(root, cfg)
     runs: list[dict[str, Any]] = []
-    record = {"kind": "experiment", "name": cfg.name, "config": asdict(cfg), "control": CONTROL,
-              "versions": versions(), "created_at": now_iso(), "runs": runs}  # fmt: skip
+    record = {
+        "kind": "experiment",
+        "name": cfg.name,
+        "config": asdict(cfg),
+        "control": CONTROL,
+        "versions": versions(),
+        "created_at": now_iso(),
+        "runs": runs,
+    }
     write_json(root / EXPERIMENT_FILE, record)
     if cfg.baselines:
         record["baselines"] = _baselines(cfg, root)
@@ -96,8 +103,11 @@ def _check_same_config(root: Path, cfg: ExperimentConfig) -> None:
         raise PipelineError(f"{p}: not valid JSON ({e}); remove it or choose another --name") from e
     now = json.loads(json.dumps(asdict(cfg)))
     # a field added since the experiment was written compares as its default
-    defaults = {f.name: f.default if f.default is not MISSING else f.default_factory()
-                for f in fields(ExperimentConfig) if f.name in _ADDED}  # fmt: skip
+    defaults = {
+        f.name: f.default if f.default is not MISSING else f.default_factory()
+        for f in fields(ExperimentConfig)
+        if f.name in _ADDED
+    }
     saved = {**defaults, **saved}
     ignore = {"progress", "device", "out", "workers"}  # none of them changes a result
     diffs = sorted(k for k in set(saved) | set(now) if k not in ignore and saved.get(k) != now.get(k))
@@ -124,9 +134,16 @@ def _baselines(cfg: ExperimentConfig, root: Path) -> str:
 
     out = root / "baselines"
     t = time.perf_counter()
-    compute_baselines(cfg.dataset, cfg.program, out, ground_truth=cfg.ground_truth,
-                      transfer_dataset=cfg.transfer_dataset, tasks=cfg.tasks, seed=0,
-                      mlm=MLMMasking.of_experiment(cfg.model, cfg.pretrain))  # fmt: skip
+    compute_baselines(
+        cfg.dataset,
+        cfg.program,
+        out,
+        ground_truth=cfg.ground_truth,
+        transfer_dataset=cfg.transfer_dataset,
+        tasks=cfg.tasks,
+        seed=0,
+        mlm=MLMMasking.of_experiment(cfg.model, cfg.pretrain),
+    )
     log.info("baselines in %.0f s", time.perf_counter() - t)
     return str((out / BASELINES_FILE).relative_to(root))
 
@@ -142,9 +159,19 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
     if not (pre_dir / "model" / "config.json").is_file():
         t = time.perf_counter()
         resume = resumable(pre_dir)
-        pretrain(cfg.dataset, cfg.program, out=root / "pretrain", run_id=tag, resume=resume,
-                 model=cfg.model, mode=conf, seed=seed, device=cfg.device, progress=cfg.progress,
-                 **cfg.pretrain_options(conf))  # fmt: skip
+        pretrain(
+            cfg.dataset,
+            cfg.program,
+            out=root / "pretrain",
+            run_id=tag,
+            resume=resume,
+            model=cfg.model,
+            mode=conf,
+            seed=seed,
+            device=cfg.device,
+            progress=cfg.progress,
+            **cfg.pretrain_options(conf),
+        )
         log.info("pretrained %s in %.0f s", tag, time.perf_counter() - t)
     ft: dict[str, str] = {}
     for task in cfg.tasks:
@@ -153,19 +180,38 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
         if not (ft_dir / "summary.json").is_file():
             t = time.perf_counter()
             # a started run (killed) resumes: finished trials are read back, an interrupted one continues
-            finetune(pre_dir, cfg.dataset, cfg.program, out=root / "finetune", run_id=ft_id, task=task,
-                     resume=(ft_dir / "config.json").is_file(), trials=cfg.trials, seed=FINETUNE_SEED_STRIDE * seed, device=cfg.device, progress=cfg.progress,
-                     **cfg.finetune)  # fmt: skip
+            finetune(
+                pre_dir,
+                cfg.dataset,
+                cfg.program,
+                out=root / "finetune",
+                run_id=ft_id,
+                task=task,
+                resume=(ft_dir / "config.json").is_file(),
+                trials=cfg.trials,
+                seed=FINETUNE_SEED_STRIDE * seed,
+                device=cfg.device,
+                progress=cfg.progress,
+                **cfg.finetune,
+            )
             log.info("fine-tuned %s in %.0f s", ft_id, time.perf_counter() - t)
         ft[task] = str(ft_dir.relative_to(root))
     ev_dir = root / "eval" / tag
     if not (ev_dir / EVALUATION_FILE).is_file():
         t = time.perf_counter()
-        evaluate_pretrained(pretrained=str(pre_dir), dataset=cfg.dataset, program=cfg.program, out=str(ev_dir),
-                 force=True,  # the experiment's own folder: a killed evaluation left it unfinished
-                 mortality=str(root / ft["mortality"]) if "mortality" in ft else None,
-                 chapters=str(root / ft["chapters"]) if "chapters" in ft else None,
-                 transfer_dataset=cfg.transfer_dataset, device=cfg.device, label=conf, **cfg.evaluate)  # fmt: skip
+        evaluate_pretrained(
+            pretrained=str(pre_dir),
+            dataset=cfg.dataset,
+            program=cfg.program,
+            out=str(ev_dir),
+            force=True,  # the experiment's own folder: a killed evaluation left it unfinished
+            mortality=str(root / ft["mortality"]) if "mortality" in ft else None,
+            chapters=str(root / ft["chapters"]) if "chapters" in ft else None,
+            transfer_dataset=cfg.transfer_dataset,
+            device=cfg.device,
+            label=conf,
+            **cfg.evaluate,
+        )
         log.info("evaluated %s in %.0f s", tag, time.perf_counter() - t)
     return {
         "configuration": conf,

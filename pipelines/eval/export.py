@@ -173,8 +173,9 @@ def _frequencies(dataset: Path, program) -> tuple[str, list[int | None], list[fl
         )
     count: list[int | None] = [None] * program.n_concepts
     logf: list[float | None] = [None] * program.n_concepts
-    for cid, n, lf in zip(*(table.column(c).to_pylist() for c in ("concept_id", "count", "log_frequency")),
-                          strict=True):  # fmt: skip
+    for cid, n, lf in zip(
+        *(table.column(c).to_pylist() for c in ("concept_id", "count", "log_frequency")), strict=True
+    ):
         if cid is None or not 0 <= cid < program.n_concepts:
             raise InputFileError(
                 path, f"concept_id {cid} out of range", expected=f"[0, {program.n_concepts - 1}]"
@@ -258,8 +259,10 @@ def _write_projector(tmp: Path, table, vec, name: str) -> None:
         tmp / VECTORS_FILE,
         write_options=pacsv.WriteOptions(include_header=False, delimiter="\t", quoting_style="none"),
     )
-    values = [table.column(c).to_pylist() for c in ("code_dotted", "vocabulary", "title", "chapter", "count",
-                                                    "log_frequency")]  # fmt: skip
+    values = [
+        table.column(c).to_pylist()
+        for c in ("code_dotted", "vocabulary", "title", "chapter", "count", "log_frequency")
+    ]
     with open(tmp / METADATA_FILE, "w", encoding="utf-8", newline="\n") as f:
         f.write("\t".join(METADATA_COLUMNS) + "\n")
         for row in zip(*values, strict=True):
@@ -313,10 +316,18 @@ def export_embeddings(
     for v in table.column("vocabulary").to_pylist():
         per_vocab[v] = per_vocab.get(v, 0) + 1
     result = ExportResult(
-        out=out, source_kind=kind, program_id=program.program_id, program_path=program.path, model=mdir,
-        mode=mode, dim=int(vec.shape[1]), rows=len(rows), vocabularies=per_vocab, dataset_id=dataset_id,
+        out=out,
+        source_kind=kind,
+        program_id=program.program_id,
+        program_path=program.path,
+        model=mdir,
+        mode=mode,
+        dim=int(vec.shape[1]),
+        rows=len(rows),
+        vocabularies=per_vocab,
+        dataset_id=dataset_id,
         files=[EMBEDDINGS_FILE, RECORD_FILE, *(PROJECTOR_FILES if cfg.projector else ())],
-    )  # fmt: skip
+    )
 
     with folder_written(out, "export") as tmp:
         pq.write_table(table, tmp / EMBEDDINGS_FILE, compression="zstd")
@@ -345,6 +356,8 @@ def summary_lines(r: ExportResult) -> list[str]:
         f"  wrote {r.out}: {', '.join(r.files)}",
     ]
     if PROJECTOR_CONFIG in r.files:
-        lines.append(f"  TensorBoard: tensorboard --logdir {r.out} (Projector tab); or load {VECTORS_FILE} "
-                     f"and {METADATA_FILE} at https://projector.tensorflow.org")  # fmt: skip
+        lines.append(
+            f"  TensorBoard: tensorboard --logdir {r.out} (Projector tab); or load {VECTORS_FILE} "
+            f"and {METADATA_FILE} at https://projector.tensorflow.org"
+        )
     return lines

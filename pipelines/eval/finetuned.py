@@ -67,7 +67,7 @@ def _trial_index(mdir: Path, position: int) -> int:
 
 def _predict(
     model, mdir: Path, seqs: Sequences, task: str, split: str, label: str, trial: int, device, batch_size: int
-) -> tuple[dict[str, Any], Predictions | None]:  # fmt: skip
+) -> tuple[dict[str, Any], Predictions | None]:
     """Metrics of a fine-tuned model on ``seqs`` at the thresholds kept with it (:data:`THRESHOLDS_FILE`;
     0.5 for an older model without them), and its predictions block (None when ``seqs`` is empty)."""
     from pipelines.train.finetune import predict, read_thresholds

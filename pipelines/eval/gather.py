@@ -88,8 +88,16 @@ class Head:
     def restrict(self, subject_id: np.ndarray) -> Head:
         """The same head on the patients ``subject_id`` (a subset of its own, sorted)."""
         rows = np.searchsorted(self.subject_id, subject_id)
-        return Head(self.model, self.task, self.split, self.subject_id[rows], self.labels[rows],
-                    self.probs[:, rows], self.thresholds, self.source)  # fmt: skip
+        return Head(
+            self.model,
+            self.task,
+            self.split,
+            self.subject_id[rows],
+            self.labels[rows],
+            self.probs[:, rows],
+            self.thresholds,
+            self.source,
+        )
 
 
 def head_of(blocks: list[Predictions], source: str) -> Head:
@@ -109,8 +117,9 @@ def head_of(blocks: list[Predictions], source: str) -> Head:
             )
         probs.append(np.asarray(b.probs, np.float64)[o])
         thr.append(np.broadcast_to(np.asarray(b.thresholds, np.float64).reshape(-1), (b.probs.shape[1],)))
-    return Head(b0.model, b0.task, b0.split, sid, np.asarray(b0.labels)[order], np.stack(probs),
-                np.stack(thr), source)  # fmt: skip
+    return Head(
+        b0.model, b0.task, b0.split, sid, np.asarray(b0.labels)[order], np.stack(probs), np.stack(thr), source
+    )
 
 
 def _read(path: Path) -> list[Predictions]:
@@ -218,8 +227,14 @@ def _run(root: Path, run: dict[str, Any]) -> Run:
     for t in ev.get("transfer", []):
         if ("mortality", "transfer") not in heads:
             trial_scores.setdefault(("mortality", "transfer"), []).append(t.get("test") or {})
-    return Run(int(run.get("seed", 0)), last_validation(root / run["pretrain"]), ev, str(eval_dir), heads,
-               trial_scores)  # fmt: skip
+    return Run(
+        int(run.get("seed", 0)),
+        last_validation(root / run["pretrain"]),
+        ev,
+        str(eval_dir),
+        heads,
+        trial_scores,
+    )
 
 
 def _synthetic(exp: dict[str, Any], baselines: Baselines | None) -> bool:

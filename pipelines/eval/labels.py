@@ -50,11 +50,16 @@ log = logging.getLogger(__name__)
 LABELS_SPLIT = "labels"  # the split name of the label rows' predictions in predictions.parquet
 LABELS_PREDICTIONS_FILE = "labels_predictions.parquet"
 METRICS = ("auroc", "auprc", "f1", "precision", "recall", "accuracy")  # scored, each with its interval
-LABELS_PREDICTIONS_SCHEMA = pa.schema([
-    ("subject_id", pa.int64()), ("prediction_time", pa.timestamp("us")), ("boolean_value", pa.bool_()),
-    ("predicted_boolean_value", pa.bool_()), ("predicted_boolean_probability", pa.float64()),
-    ("trial", pa.int32()),
-])  # fmt: skip
+LABELS_PREDICTIONS_SCHEMA = pa.schema(
+    [
+        ("subject_id", pa.int64()),
+        ("prediction_time", pa.timestamp("us")),
+        ("boolean_value", pa.bool_()),
+        ("predicted_boolean_value", pa.bool_()),
+        ("predicted_boolean_probability", pa.float64()),
+        ("trial", pa.int32()),
+    ]
+)
 
 
 def run_record(run: str | Path) -> dict[str, Any] | None:
@@ -126,8 +131,9 @@ def labels_eval(
     if split == "all" and run.get("dataset_id") == ds.dataset_id:
         log.warning(
             "labels %s: split 'all' of the dataset the run was fine-tuned on holds its finetune_train and "
-            "finetune_val rows: these scores are not on held-out rows", task.name,
-        )  # fmt: skip
+            "finetune_val rows: these scores are not on held-out rows",
+            task.name,
+        )
     sel = placed.split == split if split != "all" else np.ones(len(placed.split), bool)
     c = placed.counts
     if not sel.any():
@@ -153,7 +159,7 @@ def labels_eval(
     intervals = {
         m: bootstrap_patients(
             trial_mean(scorers, m, groups), n_patients, n_boot=n_boot, seed=seed, vectorized=True
-        ).as_dict()  # fmt: skip
+        ).as_dict()
         for m in METRICS
     }
     n_used = int(sel.sum())
@@ -166,7 +172,7 @@ def labels_eval(
             "task": trained.get("name"),
             "same_files": bool(trained) and trained.get("inputs") == task.inputs,
             "dataset_id": run.get("dataset_id"),
-        },  # fmt: skip
+        },
         "dataset": str(ds.path),
         "dataset_id": ds.dataset_id,
         "split": split,
@@ -244,7 +250,7 @@ def summary_lines(rec: dict[str, Any]) -> list[str]:
         + ", ".join(
             f"{n} {_f(iv[m]['estimate'])} [{_f(iv[m]['low'])}, {_f(iv[m]['high'])}]"
             for m, n in (("auroc", "AUROC"), ("auprc", "AUPRC"), ("f1", "F1"))
-        )  # fmt: skip
+        )
     )
     return lines
 

@@ -29,9 +29,13 @@ def _init_worker(level: int, threads: int) -> None:
 
 
 def run_parallel(
-    fn: Callable[..., Any], jobs: Sequence[tuple], *, workers: int, threads: int = 1,
+    fn: Callable[..., Any],
+    jobs: Sequence[tuple],
+    *,
+    workers: int,
+    threads: int = 1,
     done: Callable[[int, Any], None] | None = None,
-) -> list[Any]:  # fmt: skip
+) -> list[Any]:
     """``[fn(*job) for job in jobs]``, computed by ``workers`` spawned processes (``workers <= 1``: here,
     in order). ``fn`` must be a module-level function; ``done(index, result)`` is called in the parent as
     each job finishes. Results come back in the order of ``jobs``."""
@@ -45,9 +49,11 @@ def run_parallel(
     level = logging.getLogger().getEffectiveLevel()
     errors: list[BaseException] = []
     with ProcessPoolExecutor(
-        max_workers=min(workers, len(jobs)), mp_context=get_context("spawn"),
-        initializer=_init_worker, initargs=(level, threads),
-    ) as pool:  # fmt: skip
+        max_workers=min(workers, len(jobs)),
+        mp_context=get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(level, threads),
+    ) as pool:
         futures = {pool.submit(fn, *job): i for i, job in enumerate(jobs)}
         for fut in as_completed(futures):
             i = futures[fut]

@@ -114,9 +114,12 @@ class Neighbours:
         v = evaluation.get(cls.KEY)
         if v is None:
             return None
-        groups = {g: NeighbourGroup(x.get("related", 0), x.get("total", 0),
-                                    [_read(StudiedCode, c) for c in x.get("codes", [])])
-                  for g, x in (v.get("groups") or {}).items()}  # fmt: skip
+        groups = {
+            g: NeighbourGroup(
+                x.get("related", 0), x.get("total", 0), [_read(StudiedCode, c) for c in x.get("codes", [])]
+            )
+            for g, x in (v.get("groups") or {}).items()
+        }
         return cls(v.get("k"), groups)
 
 

@@ -102,8 +102,9 @@ def records(exp: Experiment, name: str) -> dict[str, list[Any]]:
 def _frequency_bins(x: RunInputs) -> R.FrequencyBins:
     from .frequency import frequency_bin_test
 
-    bins = frequency_bin_test(x.model, x.ds, per_bin=x.cfg.per_bin, seed=x.cfg.seed, batch_size=x.cfg.batch_size,
-                              device=x.device)  # fmt: skip
+    bins = frequency_bin_test(
+        x.model, x.ds, per_bin=x.cfg.per_bin, seed=x.cfg.seed, batch_size=x.cfg.batch_size, device=x.device
+    )
     return R.FrequencyBins([R.FrequencyBin(**b) for b in bins])
 
 
@@ -134,8 +135,14 @@ def unbinding_study(model, n_rows: int, seed: int) -> dict[str, Any]:
     ids = torch.as_tensor(rows, dtype=torch.int64, device=program.device)
     with torch.no_grad():
         vectors = hrr_vectors(token, ids).float()  # (n, H)
-        res = unbinding_recall(program, vectors, token.atom_vectors().detach().float(), token.relation_vectors().detach().float(),
-                               ids, ks=UNBINDING_KS)  # fmt: skip
+        res = unbinding_recall(
+            program,
+            vectors,
+            token.atom_vectors().detach().float(),
+            token.relation_vectors().detach().float(),
+            ids,
+            ks=UNBINDING_KS,
+        )
     out = res.as_dict()
     out["per_relation"] = {program.relation_labels[int(j)]: v for j, v in out["per_relation"].items()}
     out["dim"] = token.hrr_dim
@@ -154,10 +161,17 @@ def _tsne(x: RunInputs) -> R.TSNE | None:
         return None
     from .tsne import tsne_plot
 
-    rec = tsne_plot(x.model.token_matrix(), _log_frequency(x.ds, x.program.n_concepts), x.program.concept_codes,
-                    x.out / TSNE_FILE, title=f"{x.label}: token embeddings (t-SNE)", points=x.cfg.tsne_points,
-                    seed=x.cfg.seed, chapters=x.program.concept_chapters or None,
-                    rare=_rare(_count_train(x.ds, x.program.n_concepts)))  # fmt: skip
+    rec = tsne_plot(
+        x.model.token_matrix(),
+        _log_frequency(x.ds, x.program.n_concepts),
+        x.program.concept_codes,
+        x.out / TSNE_FILE,
+        title=f"{x.label}: token embeddings (t-SNE)",
+        points=x.cfg.tsne_points,
+        seed=x.cfg.seed,
+        chapters=x.program.concept_chapters or None,
+        rare=_rare(_count_train(x.ds, x.program.n_concepts)),
+    )
     return R.TSNE(**{**rec, "path": TSNE_FILE})
 
 
@@ -166,8 +180,9 @@ def _rood(x: RunInputs) -> R.Rood | None:
         return None
     from .finetuned import rood_eval
 
-    trials, blocks = rood_eval(x.cfg.chapters, x.ds, x.program, device=x.device, batch_size=x.cfg.batch_size,
-                               label=x.label)  # fmt: skip
+    trials, blocks = rood_eval(
+        x.cfg.chapters, x.ds, x.program, device=x.device, batch_size=x.cfg.batch_size, label=x.label
+    )
     x.predictions += blocks
     return R.Rood([R.RoodTrial(**t) for t in trials])
 
@@ -179,8 +194,9 @@ def _transfer(x: RunInputs) -> R.Transfer | None:
         return None
     from .finetuned import transfer_eval
 
-    trials, blocks = transfer_eval(x.cfg.mortality, x.transfer_ds, x.program, device=x.device,
-                                   batch_size=x.cfg.batch_size, label=x.label)  # fmt: skip
+    trials, blocks = transfer_eval(
+        x.cfg.mortality, x.transfer_ds, x.program, device=x.device, batch_size=x.cfg.batch_size, label=x.label
+    )
     x.predictions += blocks
     return R.Transfer([R.TransferTrial(**t) for t in trials], x.transfer_ds.dataset_id)
 
@@ -192,8 +208,17 @@ def _labels(x: RunInputs) -> R.LabelTask | None:
 
     from .labels import LABELS_PREDICTIONS_FILE, labels_eval
 
-    rec, blocks, table = labels_eval(x.cfg.labels, x.cfg.labels_run, x.labels_ds, x.program, split=x.cfg.labels_split,
-                                     device=x.device, batch_size=x.cfg.batch_size, label=x.label, seed=x.cfg.seed)  # fmt: skip
+    rec, blocks, table = labels_eval(
+        x.cfg.labels,
+        x.cfg.labels_run,
+        x.labels_ds,
+        x.program,
+        split=x.cfg.labels_split,
+        device=x.device,
+        batch_size=x.cfg.batch_size,
+        label=x.label,
+        seed=x.cfg.seed,
+    )
     x.predictions += blocks
     tmp = x.out / f".{LABELS_PREDICTIONS_FILE}.tmp"
     pq.write_table(table, tmp)
@@ -269,18 +294,50 @@ def _training_throughput(run: Path) -> float | None:
 # ----------------------------------------------------------------------------- the registry
 
 EVALUATIONS: tuple[Evaluation, ...] = (
-    Evaluation("frequency_bins", ("per_bin", "seed", "batch_size"), R.FrequencyBins, _frequency_bins,
-               S.frequency_section, position=50, no_grad=True),
-    Evaluation("neighbours", ("per_group", "neighbours", "seed"), R.Neighbours, _neighbours,
-               S.neighbour_section, position=60, no_grad=True),
-    Evaluation("unbinding_recall", ("unbinding_rows", "seed"), R.UnbindingRecall, _unbinding,
-               S.unbinding_section, position=70, no_grad=True),
+    Evaluation(
+        "frequency_bins",
+        ("per_bin", "seed", "batch_size"),
+        R.FrequencyBins,
+        _frequency_bins,
+        S.frequency_section,
+        position=50,
+        no_grad=True,
+    ),
+    Evaluation(
+        "neighbours",
+        ("per_group", "neighbours", "seed"),
+        R.Neighbours,
+        _neighbours,
+        S.neighbour_section,
+        position=60,
+        no_grad=True,
+    ),
+    Evaluation(
+        "unbinding_recall",
+        ("unbinding_rows", "seed"),
+        R.UnbindingRecall,
+        _unbinding,
+        S.unbinding_section,
+        position=70,
+        no_grad=True,
+    ),
     Evaluation("tsne", ("tsne_points", "seed"), R.TSNE, _tsne, S.tsne_section, position=80, no_grad=True),
     Evaluation("rood", ("chapters", "batch_size"), R.Rood, _rood, S.rood_section, position=40),
-    Evaluation("transfer", ("mortality", "transfer_dataset", "batch_size"), R.Transfer, _transfer,
-               S.transfer_section, position=30),
-    Evaluation("labels", ("labels", "labels_run", "labels_dataset", "labels_split", "batch_size", "seed"),
-               R.LabelTask, _labels),
-    Evaluation("cost", ("cost_steps", "cost_batch", "pretrained"), R.CostRecord, _cost, S.cost_section,
-               position=90),
-)  # fmt: skip
+    Evaluation(
+        "transfer",
+        ("mortality", "transfer_dataset", "batch_size"),
+        R.Transfer,
+        _transfer,
+        S.transfer_section,
+        position=30,
+    ),
+    Evaluation(
+        "labels",
+        ("labels", "labels_run", "labels_dataset", "labels_split", "batch_size", "seed"),
+        R.LabelTask,
+        _labels,
+    ),
+    Evaluation(
+        "cost", ("cost_steps", "cost_batch", "pretrained"), R.CostRecord, _cost, S.cost_section, position=90
+    ),
+)

@@ -61,8 +61,10 @@ SYNTHETIC = (
     "it; whether real outcomes do is answered only by `hrrbert experiment` on MIMIC-IV/eICU."
 )
 # the fine-tuned tasks on their test split (the transfer task is the section of the transfer evaluation)
-TASK_SECTIONS = (("mortality", "test", "Mortality within 6 months (test)"),
-                 ("chapters", "test", "Disease chapters, multi-label (test; macro over chapters)"))  # fmt: skip
+TASK_SECTIONS = (
+    ("mortality", "test", "Mortality within 6 months (test)"),
+    ("chapters", "test", "Disease chapters, multi-label (test; macro over chapters)"),
+)
 
 
 @dataclass
@@ -121,10 +123,12 @@ def _headline_values(exp: Experiment) -> dict[str, Any]:
             "transfer_mortality_auroc": V.conf_interval(runs, "mortality", "transfer", "auroc"),
         }
     for m in BASELINE_MODELS:
-        row = {"chapters_f1": V.baseline_interval(b, m, "chapters", "test", "f1"),
-               "mortality_auroc": V.baseline_interval(b, m, "mortality", "test", "auroc"),
-               "rood_unseen_chapters_f1": V.baseline_interval(b, m, "chapters", "rood_unseen", "f1"),
-               "transfer_mortality_auroc": V.baseline_interval(b, m, "mortality", "transfer", "auroc")}  # fmt: skip
+        row = {
+            "chapters_f1": V.baseline_interval(b, m, "chapters", "test", "f1"),
+            "mortality_auroc": V.baseline_interval(b, m, "mortality", "test", "auroc"),
+            "rood_unseen_chapters_f1": V.baseline_interval(b, m, "chapters", "rood_unseen", "f1"),
+            "transfer_mortality_auroc": V.baseline_interval(b, m, "mortality", "transfer", "auroc"),
+        }
         if any(v is not None for v in row.values()):
             out["baselines"][m] = row
     mlm = b.mlm_top1 if b is not None else {}
@@ -142,17 +146,35 @@ def _headline_table(exp: Experiment, hv: dict[str, Any]) -> str:
         if j is not None and j < len(bins):
             bin_name = f"bin [{bins[j].low:.0f}, {bins[j].high:.0f})"
             break
-    header = ["model", "seeds", "MLM top-1", "chapters macro-F1", "mortality AUROC", "ROOD-unseen chapters F1",
-              f"unseen F1 − {exp.control}", "rare-code neighbours related", f"top-100, {bin_name}",
-              "eICU transfer AUROC"]  # fmt: skip
+    header = [
+        "model",
+        "seeds",
+        "MLM top-1",
+        "chapters macro-F1",
+        "mortality AUROC",
+        "ROOD-unseen chapters F1",
+        f"unseen F1 − {exp.control}",
+        "rare-code neighbours related",
+        f"top-100, {bin_name}",
+        "eICU transfer AUROC",
+    ]
     rows = []
     for k, v in hv["configurations"].items():
         nb = v["rare_neighbours"]
-        rows.append([k, str(len(v["seeds"])), pct(v["mlm_top1"]), pct(v["chapters_f1"]),
-                     pct(v["mortality_auroc"]), pct(v["rood_unseen_chapters_f1"]),
-                     pct(v["rood_unseen_f1_minus_control"], signed=True) if k != exp.control else "(control)",
-                     f"{nb['related']}/{nb['total']}" if nb else "–", pct(v["rarest_bin_top100"]),
-                     pct(v["transfer_mortality_auroc"])])  # fmt: skip
+        rows.append(
+            [
+                k,
+                str(len(v["seeds"])),
+                pct(v["mlm_top1"]),
+                pct(v["chapters_f1"]),
+                pct(v["mortality_auroc"]),
+                pct(v["rood_unseen_chapters_f1"]),
+                pct(v["rood_unseen_f1_minus_control"], signed=True) if k != exp.control else "(control)",
+                f"{nb['related']}/{nb['total']}" if nb else "–",
+                pct(v["rarest_bin_top100"]),
+                pct(v["transfer_mortality_auroc"]),
+            ]
+        )
     mlm = hv["baselines"].get("mlm")
     if mlm:
         name = MLM_BASELINE_NAMES.get(mlm["best"], mlm["best"])
@@ -160,9 +182,20 @@ def _headline_table(exp: Experiment, hv: dict[str, Any]) -> str:
     for m, v in hv["baselines"].items():
         if m == "mlm":
             continue
-        rows.append([f"baseline: {BASELINE_NAMES.get(m, m)}", "–", "–", pct(v["chapters_f1"]),
-                     pct(v["mortality_auroc"]), pct(v["rood_unseen_chapters_f1"]), "–", "–", "–",
-                     pct(v["transfer_mortality_auroc"])])  # fmt: skip
+        rows.append(
+            [
+                f"baseline: {BASELINE_NAMES.get(m, m)}",
+                "–",
+                "–",
+                pct(v["chapters_f1"]),
+                pct(v["mortality_auroc"]),
+                pct(v["rood_unseen_chapters_f1"]),
+                "–",
+                "–",
+                "–",
+                pct(v["transfer_mortality_auroc"]),
+            ]
+        )
     return table(header, rows)
 
 
@@ -171,9 +204,11 @@ def headline_caption(exp: Experiment) -> str:
     how = f"Cells in %, interval in parentheses: {INTERVALS}"
     if seeds == {1}:
         how += " (1 seed: no interval over seeds; MLM top-1 is one value per run)"
-    how += (f". `unseen F1 − {exp.control}`: paired {ONE_SEED} on the same ROOD-unseen patients per seed, "
-            "t interval over seeds when more than one. Rare-code neighbours: related of scored, summed over seeds; "
-            "rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds)")  # fmt: skip
+    how += (
+        f". `unseen F1 − {exp.control}`: paired {ONE_SEED} on the same ROOD-unseen patients per seed, "
+        "t interval over seeds when more than one. Rare-code neighbours: related of scored, summed over seeds; "
+        "rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds)"
+    )
     n = V.ranked_codes(records(exp, "frequency_bins"))
     how += f"; a random ranking of the {n:,} codes would find {chance_top100(n)}." if n else "."
     if exp.baselines is None:
@@ -182,8 +217,10 @@ def headline_caption(exp: Experiment) -> str:
         )
     collapsed = [c for c, _ in _collapsed(exp)]
     if collapsed:
-        how += (f" **Collapsed pretraining: {', '.join(collapsed)}** (MLM top-1 no better than the most frequent "
-                "code; see the masked-code section): its rows are not evidence about its configuration.")  # fmt: skip
+        how += (
+            f" **Collapsed pretraining: {', '.join(collapsed)}** (MLM top-1 no better than the most frequent "
+            "code; see the masked-code section): its rows are not evidence about its configuration."
+        )
     return how
 
 
@@ -196,32 +233,53 @@ def headline(exp: Experiment, hv: dict[str, Any] | None = None) -> str:
 
 
 def _mlm_section(exp: Experiment) -> list[str]:
-    rows = [[k, str(len(runs))] + [pct(V.mlm_interval(runs, key)) for key, _ in MLM_KEYS]
-            for k, runs in exp.configurations.items()]  # fmt: skip
+    rows = [
+        [k, str(len(runs))] + [pct(V.mlm_interval(runs, key)) for key, _ in MLM_KEYS]
+        for k, runs in exp.configurations.items()
+    ]
     b = exp.baselines
     if b is not None:
         names = {n for _, bk in MLM_KEYS for n in b.mlm(bk)}
         for n in sorted(
             names, key=lambda n: list(MLM_BASELINE_NAMES).index(n) if n in MLM_BASELINE_NAMES else 99
         ):
-            rows.append([f"baseline: {MLM_BASELINE_NAMES.get(n, n)}", "–"]
-                        + [pct(Interval(b.mlm(bk)[n], math.nan, math.nan, 0, "")) if n in b.mlm(bk) else "–"
-                           for _, bk in MLM_KEYS])  # fmt: skip
-    lines = ["## Masked-code modelling (pretraining validation)", "",
-             "Last validation of each pretraining run (with the model's code cache when pretraining chose one: "
-             "`mlm_cache.json` of the run); several seeds: " + OVER_SEEDS + " (1 seed: no interval "
-             "over seeds). Baselines predict the masked code without a model "
-             + ("(`baselines/baselines.json`)." if b is not None else "(none in this experiment)."), "",
-             table(["model", "seeds", "MLM top-1", "top-10", "top-100"], rows)]  # fmt: skip
-    tests = [(NAMES[key], {k: {r.seed: r.mlm[key] for r in runs if finite(r.mlm.get(key))}
-                           for k, runs in exp.configurations.items()}) for key, _ in MLM_KEYS]  # fmt: skip
+            rows.append(
+                [f"baseline: {MLM_BASELINE_NAMES.get(n, n)}", "–"]
+                + [
+                    pct(Interval(b.mlm(bk)[n], math.nan, math.nan, 0, "")) if n in b.mlm(bk) else "–"
+                    for _, bk in MLM_KEYS
+                ]
+            )
+    lines = [
+        "## Masked-code modelling (pretraining validation)",
+        "",
+        "Last validation of each pretraining run (with the model's code cache when pretraining chose one: "
+        "`mlm_cache.json` of the run); several seeds: " + OVER_SEEDS + " (1 seed: no interval "
+        "over seeds). Baselines predict the masked code without a model "
+        + ("(`baselines/baselines.json`)." if b is not None else "(none in this experiment)."),
+        "",
+        table(["model", "seeds", "MLM top-1", "top-10", "top-100"], rows),
+    ]
+    tests = [
+        (
+            NAMES[key],
+            {
+                k: {r.seed: r.mlm[key] for r in runs if finite(r.mlm.get(key))}
+                for k, runs in exp.configurations.items()
+            },
+        )
+        for key, _ in MLM_KEYS
+    ]
     collapsed = [f"{c} (MLM top-1 {100 * a:.1f} %)" for c, a in _collapsed(exp)]
     if collapsed:
         floor = 100 * exp.baselines.mlm("top1")["most_frequent"]
-        lines += ["", f"Note: no better than the most-frequent-code baseline ({floor:.1f} %): "
-                  f"{', '.join(collapsed)}. Such a run did not learn to use the context (its masked-code "
-                  "predictions are the code frequencies), and every result fine-tuned from it is that of a "
-                  "collapsed model, not of its configuration."]  # fmt: skip
+        lines += [
+            "",
+            f"Note: no better than the most-frequent-code baseline ({floor:.1f} %): "
+            f"{', '.join(collapsed)}. Such a run did not learn to use the context (its masked-code "
+            "predictions are the code frequencies), and every result fine-tuned from it is that of a "
+            "collapsed model, not of its configuration.",
+        ]
     return lines + tests_lines(exp, tests) + [""]
 
 
@@ -234,8 +292,12 @@ def _collapsed(exp: Experiment) -> list[tuple[str, float]]:
     floor = exp.baselines.mlm("top1").get("most_frequent") if exp.baselines is not None else None
     if floor is None:
         return []
-    return [(f"{k} seed {r.seed}", float(r.mlm["val_mlm_acc"])) for k, runs in exp.configurations.items()
-            for r in runs if finite(r.mlm.get("val_mlm_acc")) and r.mlm["val_mlm_acc"] <= floor + COLLAPSE_MARGIN]  # fmt: skip
+    return [
+        (f"{k} seed {r.seed}", float(r.mlm["val_mlm_acc"]))
+        for k, runs in exp.configurations.items()
+        for r in runs
+        if finite(r.mlm.get("val_mlm_acc")) and r.mlm["val_mlm_acc"] <= floor + COLLAPSE_MARGIN
+    ]
 
 
 def _intro(exp: Experiment) -> list[str]:
@@ -244,49 +306,83 @@ def _intro(exp: Experiment) -> list[str]:
     lines = [f"# Experiment `{rec.get('name', exp.root.name)}`", ""]
     if exp.synthetic:
         lines += [SYNTHETIC, ""]
-    lines += [f"Model `{cfg.get('model')}`, configurations {', '.join(f'`{c}`' for c in confs)} (control "
-              f"`{exp.control}`), {cfg.get('pretrain_seeds')} pretraining seed(s) x {cfg.get('trials')} fine-tuning "
-              f"trial(s) per task. Cells: the metric in %, its 95 % interval in parentheses; each caption names "
-              "how the interval was made.", ""]  # fmt: skip
+    lines += [
+        f"Model `{cfg.get('model')}`, configurations {', '.join(f'`{c}`' for c in confs)} (control "
+        f"`{exp.control}`), {cfg.get('pretrain_seeds')} pretraining seed(s) x {cfg.get('trials')} fine-tuning "
+        f"trial(s) per task. Cells: the metric in %, its 95 % interval in parentheses; each caption names "
+        "how the interval was made.",
+        "",
+    ]
     notes = []
     if exp.baselines is None:
-        notes.append("no baselines (`baselines/baselines.json` is missing: an experiment from before the "
-                     "baselines); model rows are shown without them")  # fmt: skip
+        notes.append(
+            "no baselines (`baselines/baselines.json` is missing: an experiment from before the "
+            "baselines); model rows are shown without them"
+        )
     old = sorted({f"{k} seed {r.seed}" for k, runs in confs.items() for r in runs if r.trial_scores})
     if old:
-        notes.append(f"no per-patient predictions for {', '.join(old)} (an experiment from before them): their "
-                     "cells, marked *, are means over fine-tuning trials without an interval")  # fmt: skip
+        notes.append(
+            f"no per-patient predictions for {', '.join(old)} (an experiment from before them): their "
+            "cells, marked *, are means over fine-tuning trials without an interval"
+        )
     return lines + [f"Note: {n}." for n in notes] + ([""] if notes else [])
 
 
 def _provenance(exp: Experiment) -> list[str]:
     def first(key: str) -> str:  # of the evaluations' header (not of one evaluation's record)
-        return next((str(r.evaluation[key]) for runs in exp.configurations.values() for r in runs
-                     if r.evaluation.get(key)), "–")  # fmt: skip
+        return next(
+            (
+                str(r.evaluation[key])
+                for runs in exp.configurations.values()
+                for r in runs
+                if r.evaluation.get(key)
+            ),
+            "–",
+        )
 
-    transfer = next((str(t.dataset_id) for recs in records(exp, "transfer").values() for t in recs
-                     if t is not None and t.dataset_id), "–")  # fmt: skip
+    transfer = next(
+        (
+            str(t.dataset_id)
+            for recs in records(exp, "transfer").values()
+            for t in recs
+            if t is not None and t.dataset_id
+        ),
+        "–",
+    )
     rec = exp.record
     vers = ", ".join(
         f"{k} {v}" for k, v in rec.get("versions", {}).items() if k in ("torch", "hrrbert", "python")
     )
-    return ["## Provenance", "",
-            f"program `{first('program_id')}`, dataset `{first('dataset_id')}`, transfer dataset "
-            f"`{transfer}`; versions {vers}; started {rec.get('created_at')}, finished "
-            f"{rec.get('finished_at', 'not yet')}.", ""]  # fmt: skip
+    return [
+        "## Provenance",
+        "",
+        f"program `{first('program_id')}`, dataset `{first('dataset_id')}`, transfer dataset "
+        f"`{transfer}`; versions {vers}; started {rec.get('created_at')}, finished "
+        f"{rec.get('finished_at', 'not yet')}.",
+        "",
+    ]
 
 
 # ----------------------------------------------------------------------------- the report
 
 
 def _results(exp: Experiment, hv: dict[str, Any], rood: dict[str, Any]) -> dict[str, Any]:
-    conv = {k: {m: (_d(v) if isinstance(v, Interval) else v) for m, v in row.items()}
-            for k, row in hv["configurations"].items()}  # fmt: skip
+    conv = {
+        k: {m: (_d(v) if isinstance(v, Interval) else v) for m, v in row.items()}
+        for k, row in hv["configurations"].items()
+    }
     base = {
         k: ({m: _d(v) for m, v in row.items()} if k != "mlm" else row) for k, row in hv["baselines"].items()
     }
-    constant = sorted({f"{k} seed {r.seed}: {t}/{s}" for k, runs in exp.configurations.items() for r in runs
-                       for (t, s), h in r.heads.items() if h.constant_trials})  # fmt: skip
+    constant = sorted(
+        {
+            f"{k} seed {r.seed}: {t}/{s}"
+            for k, runs in exp.configurations.items()
+            for r in runs
+            for (t, s), h in r.heads.items()
+            if h.constant_trials
+        }
+    )
     return {
         "schema_version": RESULTS_SCHEMA,
         "experiment": exp.record.get("name", exp.root.name),
@@ -299,7 +395,7 @@ def _results(exp: Experiment, hv: dict[str, Any], rood: dict[str, Any]) -> dict[
             "rarest_bin": "Clopper-Pearson 95 % over the bin's probes; t over seeds when several",
             "neighbours": "related of scored neighbours, summed over seeds",
             "trials": "a model's fine-tuning trials are averaged on each resample, never treated as replicates",
-        },  # fmt: skip
+        },
         "configurations": conv,
         "baselines": base,
         "rood_differences": rood,

@@ -33,8 +33,10 @@ MLM_BASELINE_NAMES = {"most_frequent": "most frequent code", "copy_from_history"
 GROUPS = ("case_studies", "common", "rare", "random")
 ONE_SEED = bootstrap_method()
 OVER_SEEDS = "mean over pretraining seeds with a Student-t 95 % interval over seeds"
-INTERVALS = (f"one pretraining seed: {ONE_SEED} of the held-out patients, each model the mean over its "
-             f"fine-tuning trials on every resample; several seeds: {OVER_SEEDS}")  # fmt: skip
+INTERVALS = (
+    f"one pretraining seed: {ONE_SEED} of the held-out patients, each model the mean over its "
+    f"fine-tuning trials on every resample; several seeds: {OVER_SEEDS}"
+)
 TRANSFER_TITLE = "eICU-layout transfer of the mortality models (test)"
 UNBINDING_KINDS = ("is_a", "attribute", "description")  # relation kinds with a column of their own
 
@@ -81,14 +83,26 @@ def tests_lines(exp: Experiment, metrics: list[tuple[str, dict[str, dict[int, fl
         if not groups.get(exp.control):
             continue
         for k, r in compare_over_seeds(groups, exp.control).items():
-            rows.append([k, label, r["test"] or "none", p_value(r["pvalue"]),
-                         f"{100 * r['diff']:+.1f}" if math.isfinite(r["diff"]) else "–", r["note"]])  # fmt: skip
+            rows.append(
+                [
+                    k,
+                    label,
+                    r["test"] or "none",
+                    p_value(r["pvalue"]),
+                    f"{100 * r['diff']:+.1f}" if math.isfinite(r["diff"]) else "–",
+                    r["note"],
+                ]
+            )
     if not rows:
         return []
-    return ["", f"Tests over pretraining seeds against `{exp.control}` (paired t when seeds match, Welch "
-            "otherwise, Dunnett when every configuration has >= 3 seeds and several are compared; fine-tuning "
-            "trials are never treated as replicates):", "",
-            table(["configuration", "metric", "test", "p", "difference (points)", "note"], rows)]  # fmt: skip
+    return [
+        "",
+        f"Tests over pretraining seeds against `{exp.control}` (paired t when seeds match, Welch "
+        "otherwise, Dunnett when every configuration has >= 3 seeds and several are compared; fine-tuning "
+        "trials are never treated as replicates):",
+        "",
+        table(["configuration", "metric", "test", "p", "difference (points)", "note"], rows),
+    ]
 
 
 def task_section(exp: Experiment, task: str, split: str, title: str) -> list[str]:
@@ -114,11 +128,16 @@ def task_section(exp: Experiment, task: str, split: str, title: str) -> list[str
         if any(iv is not None for iv in ivs):
             rows.append([f"baseline: {BASELINE_NAMES[m]}", "–"] + [pct(iv) for iv in ivs])
     with_iv = ", ".join(NAMES[m] for m in V.INTERVAL_METRICS[task])
-    lines = [f"## {title}", "",
-             f"Intervals on {with_iv}: {INTERVALS}. The other columns are point estimates (the mean over "
-             "fine-tuning trials on all patients). `predicts a constant`: the head's probabilities do not vary "
-             "across patients (no interval shown: resampling patients cannot make it informative). * no per-patient predictions (an older experiment): mean over trials, no "
-             "interval.", "", table(["model", "seeds"] + [NAMES[m] for m in CLS_METRICS], rows)]  # fmt: skip
+    lines = [
+        f"## {title}",
+        "",
+        f"Intervals on {with_iv}: {INTERVALS}. The other columns are point estimates (the mean over "
+        "fine-tuning trials on all patients). `predicts a constant`: the head's probabilities do not vary "
+        "across patients (no interval shown: resampling patients cannot make it informative). * no per-patient predictions (an older experiment): mean over trials, no "
+        "interval.",
+        "",
+        table(["model", "seeds"] + [NAMES[m] for m in CLS_METRICS], rows),
+    ]
     tests = [
         (NAMES[m], {k: V.per_seed(runs, task, split, m) for k, runs in confs.items()})
         for m in V.INTERVAL_METRICS[task]
@@ -151,22 +170,28 @@ def rood_section(s: SectionInputs) -> list[str]:
             ivs[f"baseline: {BASELINE_NAMES[m]}"] = row
     n = {sp: V.patients(confs, "chapters", sp) for sp in ("rood", "rood_unseen")}
     rows = [[k] + [pct(v[sp]) for sp in splits] for k, v in ivs.items()]
-    lines = ["## ROOD: disease chapters of patients with held-out codes", "",
-             f"Chapters macro-F1 on the test split (seen codes), on `rood` ({n['rood'] or '?'} patients with codes no "
-             f"model trained on) and on `rood_unseen` ({n['rood_unseen'] or 'no'} patients whose codes are mostly "
-             f"held-out). A code no training saw has, in a model saved by this version, what training settled "
-             "for it (`untrained_tokens` in the model's `config.json`): an HRR configuration composes it from "
-             "trained atoms, with any atom no trained code uses at the mean of its kind; a table row is the "
-             f"mean of the trained codes' rows (`add`: zero). Intervals: {INTERVALS}.", "",
-             table(["model", "seen (test) F1", "ROOD F1", "ROOD-unseen F1"], rows)]  # fmt: skip
+    lines = [
+        "## ROOD: disease chapters of patients with held-out codes",
+        "",
+        f"Chapters macro-F1 on the test split (seen codes), on `rood` ({n['rood'] or '?'} patients with codes no "
+        f"model trained on) and on `rood_unseen` ({n['rood_unseen'] or 'no'} patients whose codes are mostly "
+        f"held-out). A code no training saw has, in a model saved by this version, what training settled "
+        "for it (`untrained_tokens` in the model's `config.json`): an HRR configuration composes it from "
+        "trained atoms, with any atom no trained code uses at the mean of its kind; a table row is the "
+        f"mean of the trained codes' rows (`add`: zero). Intervals: {INTERVALS}.",
+        "",
+        table(["model", "seen (test) F1", "ROOD F1", "ROOD-unseen F1"], rows),
+    ]
     diffs: dict[str, Any] = {}
     drows = []
     for k in confs:
         if k == exp.control:
             continue
         per, over = V.diff_intervals(exp, k)
-        diffs[k] = {"per_seed": {str(sd): iv.as_dict() for sd, iv in per.items()},
-                    "over_seeds": over.as_dict() if over is not None else None}  # fmt: skip
+        diffs[k] = {
+            "per_seed": {str(sd): iv.as_dict() for sd, iv in per.items()},
+            "over_seeds": over.as_dict() if over is not None else None,
+        }
         drows += [
             [f"{k} − {exp.control}", f"seed {sd}", pct(iv, signed=True), iv.method] for sd, iv in per.items()
         ]
@@ -174,8 +199,12 @@ def rood_section(s: SectionInputs) -> list[str]:
             drows.append([f"{k} − {exp.control}", f"{over.n} seeds", pct(over, signed=True), over.method])
     s.results["rood_differences"] = diffs
     if drows:
-        lines += ["", "ROOD-unseen chapters F1, difference against the control on the same patients (points):", "",
-                  table(["difference", "over", "F1 difference", "interval"], drows)]  # fmt: skip
+        lines += [
+            "",
+            "ROOD-unseen chapters F1, difference against the control on the same patients (points):",
+            "",
+            table(["difference", "over", "F1 difference", "interval"], drows),
+        ]
     from .plots import rood_plot
 
     p = rood_plot(ivs, plots / "rood.png")
@@ -199,28 +228,61 @@ def frequency_section(s: SectionInputs) -> list[str]:
         ranks[f"{k} median rank"] = [V.bin_median_rank(fb[k], j) for j in range(len(bins))]
     ranks = {c: v for c, v in ranks.items() if any(x is not None for x in v)}
     best = _best_baseline_bins(exp, len(bins))
-    rows = [[f"[{b.low:.0f}, {b.high:.0f})", str(b.codes_in_bin), str(b.probes)]
-            + [("empty" if not b.probes else pct(data[c][j])) for c in cols]
-            + [("–" if v[j] is None else f"{v[j]:,.0f}") for v in ranks.values()]
-            + ([f"{100 * best[j][1]:.1f} ({MLM_BASELINE_NAMES.get(best[j][0], best[j][0])}; {best[j][2]} masked)"
-                if best[j] else "–"] if best else []) for j, b in enumerate(bins)]  # fmt: skip
+    rows = [
+        [f"[{b.low:.0f}, {b.high:.0f})", str(b.codes_in_bin), str(b.probes)]
+        + [("empty" if not b.probes else pct(data[c][j])) for c in cols]
+        + [("–" if v[j] is None else f"{v[j]:,.0f}") for v in ranks.values()]
+        + (
+            [
+                f"{100 * best[j][1]:.1f} ({MLM_BASELINE_NAMES.get(best[j][0], best[j][0])}; {best[j][2]} masked)"
+                if best[j]
+                else "–"
+            ]
+            if best
+            else []
+        )
+        for j, b in enumerate(bins)
+    ]
     from .plots import frequency_plot
 
     series = {k: data[f"{k} top-100"] for k in confs}
-    p = frequency_plot([(b.low, b.high, b.codes_in_bin, b.probes) for b in bins], series,
-                       plots / "frequency_bins.png", reference=[x[1] if x else None for x in best] if best else None)  # fmt: skip
-    lines = ["## Masked-code accuracy by code frequency", "",
-             "One masked code per probe, up to 400 codes per bin of log frequency (ln of the code's share of "
-             "pretraining tokens), probes from patients MLM never trained on, scored with the model's code cache "
-             "when it has one. Intervals: Clopper-Pearson 95 % "
-             "over the bin's probes (one seed), " + OVER_SEEDS + " (several)."
-             + (" Best baseline: the best MLM baseline's top-100 accuracy on the validation positions masked for "
-                "MLM accuracy whose target falls in the bin (other positions than the probes; no interval)."
-                if best else "")
-             + (f" Median rank: the probes' median rank of the masked code among all {n:,} codes (1 = first; "
-                f"mean over seeds), where a random ranking finds a code among the top 100 {chance_top100(n)} "
-                "of the time." if ranks else ""), "",
-             table(["log frequency", "codes", "probes"] + cols + list(ranks) + (["best baseline top-100"] if best else []), rows)]  # fmt: skip
+    p = frequency_plot(
+        [(b.low, b.high, b.codes_in_bin, b.probes) for b in bins],
+        series,
+        plots / "frequency_bins.png",
+        reference=[x[1] if x else None for x in best] if best else None,
+    )
+    lines = [
+        "## Masked-code accuracy by code frequency",
+        "",
+        "One masked code per probe, up to 400 codes per bin of log frequency (ln of the code's share of "
+        "pretraining tokens), probes from patients MLM never trained on, scored with the model's code cache "
+        "when it has one. Intervals: Clopper-Pearson 95 % "
+        "over the bin's probes (one seed), "
+        + OVER_SEEDS
+        + " (several)."
+        + (
+            " Best baseline: the best MLM baseline's top-100 accuracy on the validation positions masked for "
+            "MLM accuracy whose target falls in the bin (other positions than the probes; no interval)."
+            if best
+            else ""
+        )
+        + (
+            f" Median rank: the probes' median rank of the masked code among all {n:,} codes (1 = first; "
+            f"mean over seeds), where a random ranking finds a code among the top 100 {chance_top100(n)} "
+            "of the time."
+            if ranks
+            else ""
+        ),
+        "",
+        table(
+            ["log frequency", "codes", "probes"]
+            + cols
+            + list(ranks)
+            + (["best baseline top-100"] if best else []),
+            rows,
+        ),
+    ]
     if p:
         lines += ["", f"![top-100 accuracy by frequency bin](plots/{p.name})"]
     return lines + [""]
@@ -250,10 +312,15 @@ def neighbour_section(s: SectionInputs) -> list[str]:
     rows = [
         [k] + [f"{r}/{t}" if t else "–" for r, t in (g[grp] for grp in GROUPS)] for k, g in counts.items()
     ]
-    lines = ["## Nearest neighbours and the ontology", "",
-             "Top-4 cosine neighbours of each code judged related when within two is-a steps of the code's "
-             "SNOMED concepts or sharing a finding site and an associated morphology (summed over pretraining "
-             "seeds).", "", table(["configuration", "case studies", "common", "rare", "random"], rows)]  # fmt: skip
+    lines = [
+        "## Nearest neighbours and the ontology",
+        "",
+        "Top-4 cosine neighbours of each code judged related when within two is-a steps of the code's "
+        "SNOMED concepts or sharing a finding site and an associated morphology (summed over pretraining "
+        "seeds).",
+        "",
+        table(["configuration", "case studies", "common", "rare", "random"], rows),
+    ]
     if control in counts and len(counts) > 1:
         prow = []
         for k, g in counts.items():
@@ -266,15 +333,22 @@ def neighbour_section(s: SectionInputs) -> list[str]:
                 one = fisher(a, n, b, m, alternative="greater")["pvalue"] if n and m else math.nan
                 cells.append(f"{p_value(two)} / {p_value(one)}")
             prow.append([k] + cells)
-        lines += ["", f"Fisher's exact test against `{control}` (two-sided / one-sided greater):", "",
-                  table(["configuration", "common", "rare", "random"], prow)]  # fmt: skip
+        lines += [
+            "",
+            f"Fisher's exact test against `{control}` (two-sided / one-sided greater):",
+            "",
+            table(["configuration", "common", "rare", "random"], prow),
+        ]
     for k, recs in nb.items():
         rec = next((r for r in recs if r is not None), None)
         cases = rec.group("case_studies").codes if rec else []
         if cases:
             lines += ["", f"Case studies, `{k}` (first seed; ✓ related):", ""]
-            lines += [f"- **{q.code}** {q.title}: " + "; ".join(
-                f"{n['code']} {n['title']}{' ✓' if n['related'] else ''}" for n in q.neighbours) for q in cases]  # fmt: skip
+            lines += [
+                f"- **{q.code}** {q.title}: "
+                + "; ".join(f"{n['code']} {n['title']}{' ✓' if n['related'] else ''}" for n in q.neighbours)
+                for q in cases
+            ]
     return lines + [""]
 
 
@@ -297,30 +371,51 @@ def unbinding_section(s: SectionInputs) -> list[str]:
             parts = [u.recall if kind is None else u.per_kind.get(kind, {}).get("recall", {}) for u in us]
             return _mean_of([p.get(at) for p in parts])
 
-        rows.append([k, "–" if us[0].dim is None else us[0].dim, sum(u.rows for u in us),
-                     sum(u.edges for u in us), top("1"), top("5")] + [top("5", kind) for kind in UNBINDING_KINDS])  # fmt: skip
+        rows.append(
+            [
+                k,
+                "–" if us[0].dim is None else us[0].dim,
+                sum(u.rows for u in us),
+                sum(u.edges for u in us),
+                top("1"),
+                top("5"),
+            ]
+            + [top("5", kind) for kind in UNBINDING_KINDS]
+        )
     if not rows:
         return []
     header = ["configuration", "dimension", "codes", "edges", "top-1", "top-5"] + [
         f"top-5 {kind.replace('_', '-')}" for kind in UNBINDING_KINDS
     ]
-    return ["## Unbinding recall", "",
-            "A seeded sample of ICD codes per pretraining seed: each code's trained HRR vector unbound with the "
-            "relation of each of its program edges and cleaned up against the trained atoms that relation takes "
-            "anywhere in the program (its role's memory: body structures for a finding site); the share of edges "
-            "whose atom ranks in the top 1 / top 5 (mean over seeds; codes and edges summed). A relation with m "
-            "atoms on one code is m edges ranked against the same query.", "", table(header, rows), ""]  # fmt: skip
+    return [
+        "## Unbinding recall",
+        "",
+        "A seeded sample of ICD codes per pretraining seed: each code's trained HRR vector unbound with the "
+        "relation of each of its program edges and cleaned up against the trained atoms that relation takes "
+        "anywhere in the program (its role's memory: body structures for a finding site); the share of edges "
+        "whose atom ranks in the top 1 / top 5 (mean over seeds; codes and edges summed). A relation with m "
+        "atoms on one code is m edges ranked against the same query.",
+        "",
+        table(header, rows),
+        "",
+    ]
 
 
 def tsne_section(s: SectionInputs) -> list[str]:
     """(e) the first seed's t-SNE plot of each configuration."""
-    imgs = [(k, runs[0].eval_dir, s.records[k][0]) for k, runs in s.exp.configurations.items()
-            if runs and s.records[k][0] is not None]  # fmt: skip
+    imgs = [
+        (k, runs[0].eval_dir, s.records[k][0])
+        for k, runs in s.exp.configurations.items()
+        if runs and s.records[k][0] is not None
+    ]
     if not imgs:
         return []
     by_chapter = all(t.coloured_by == "chapter" for _, _, t in imgs)
-    what = ("coloured by ICD chapter, rare codes (seen 1–3 times in pretraining) marked with black crosses"
-            if by_chapter else "coloured by log frequency")  # fmt: skip
+    what = (
+        "coloured by ICD chapter, rare codes (seen 1–3 times in pretraining) marked with black crosses"
+        if by_chapter
+        else "coloured by log frequency"
+    )
     lines = [f"## Token embeddings (t-SNE, {what}; first seed)", ""]
     return lines + [f"![{k}]({d}/{t.path})" for k, d, t in imgs] + [""]
 
@@ -341,12 +436,29 @@ def cost_section(s: SectionInputs) -> list[str]:
             vals = [getattr(x, key) for x in cs if finite(getattr(x, key))]
             return fmt.format(scale * sum(vals) / len(vals)) if vals else "–"
 
-        rows.append([k, m(keys[0], 1e3, "{:.2f}"), m(keys[1], 1e3), m(keys[2], 100), m(keys[3], fmt="{:.0f}"),
-                     m(keys[4]), m(keys[5]), m(keys[6], fmt="{:.0f}"), cs[0].device])  # fmt: skip
+        rows.append(
+            [
+                k,
+                m(keys[0], 1e3, "{:.2f}"),
+                m(keys[1], 1e3),
+                m(keys[2], 100),
+                m(keys[3], fmt="{:.0f}"),
+                m(keys[4]),
+                m(keys[5]),
+                m(keys[6], fmt="{:.0f}"),
+                cs[0].device,
+            ]
+        )
     if not rows:
         return []
     header = ["configuration", "embedding build (ms)", "step (ms)", "build share (%)", "tokens/s", "seq/s (timed)",
               "seq/s (pretraining log)", "peak memory (MB)", "device"]  # fmt: skip
-    return ["## Cost", "", "A training step (forward, backward, AdamW) timed on one batch after a warm-up, mean "
-            "over pretraining seeds; peak memory is CUDA max-allocated on a GPU, the process's peak RSS on a CPU.",
-            "", table(header, rows), ""]  # fmt: skip
+    return [
+        "## Cost",
+        "",
+        "A training step (forward, backward, AdamW) timed on one batch after a warm-up, mean "
+        "over pretraining seeds; peak memory is CUDA max-allocated on a GPU, the process's peak RSS on a CPU.",
+        "",
+        table(header, rows),
+        "",
+    ]

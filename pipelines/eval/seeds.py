@@ -80,5 +80,7 @@ def claim(a: str, b: str, metric: str, w: Wins) -> str | None:
     if w.n < 2 or (w.better != w.n and w.worse != w.n):
         return None
     verb = "better than" if w.better == w.n else "worse than"
-    return (f"{a} is {verb} {b} on {metric} in all {w.n} runs "
-            f"(differences {min(w.diffs):+.3f} to {max(w.diffs):+.3f}).")  # fmt: skip
+    return (
+        f"{a} is {verb} {b} on {metric} in all {w.n} runs "
+        f"(differences {min(w.diffs):+.3f} to {max(w.diffs):+.3f})."
+    )

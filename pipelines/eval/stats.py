@@ -69,8 +69,13 @@ class Interval:
         return self.high - self.low
 
     def as_dict(self) -> dict:
-        out = {"estimate": _num(self.estimate), "low": _num(self.low), "high": _num(self.high), "n": self.n,
-               "method": self.method}  # fmt: skip
+        out = {
+            "estimate": _num(self.estimate),
+            "low": _num(self.low),
+            "high": _num(self.high),
+            "n": self.n,
+            "method": self.method,
+        }
         if self.note:
             out["note"] = self.note
         return out | {k: _num(v) if isinstance(v, float) else v for k, v in self.extra.items()}
@@ -123,8 +128,9 @@ def _percentile_interval(
         {"resamples": n_boot, "undefined_resamples": int(n_boot - kept.size)} if kept.size < n_boot else {}
     )
     if kept.size < 2:
-        return Interval(estimate, math.nan, math.nan, n, method, "the metric is undefined on the resamples",
-                        extra)  # fmt: skip
+        return Interval(
+            estimate, math.nan, math.nan, n, method, "the metric is undefined on the resamples", extra
+        )
     alpha = (1 - level) / 2
     low, high = np.quantile(kept, [alpha, 1 - alpha])
     return Interval(estimate, float(low), float(high), n, method, "", extra)
@@ -258,8 +264,12 @@ def compare_over_seeds(
     if len(others) > 1 and all(len(v) >= 3 for v in vals.values()):
         d = dunnett_vs_control({k: list(v.values()) for k, v in vals.items()}, control)
         for k in others:
-            out[k].update(test="Dunnett", statistic=d[k]["statistic"], pvalue=d[k]["pvalue"],
-                          note=f"many-to-one against {control}, family-wise")  # fmt: skip
+            out[k].update(
+                test="Dunnett",
+                statistic=d[k]["statistic"],
+                pvalue=d[k]["pvalue"],
+                note=f"many-to-one against {control}, family-wise",
+            )
     return out
 
 
@@ -450,8 +460,14 @@ def bootstrap_means(x: np.ndarray, *, n_boot: int = 10_000, seed: int = SEED) ->
     from scipy import stats
 
     x = np.asarray(x, dtype=np.float64)
-    res = stats.bootstrap((x,), np.mean, n_resamples=n_boot, method="percentile", vectorized=True,
-                          rng=np.random.default_rng(seed))  # fmt: skip
+    res = stats.bootstrap(
+        (x,),
+        np.mean,
+        n_resamples=n_boot,
+        method="percentile",
+        vectorized=True,
+        rng=np.random.default_rng(seed),
+    )
     return res.bootstrap_distribution
 
 

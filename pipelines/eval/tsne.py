@@ -89,8 +89,15 @@ def tsne_plot(
         sc = ax.scatter(y[~is_rare, 0], y[~is_rare, 1], c=log_frequency[pick][~is_rare], s=4, cmap="viridis")
         fig.colorbar(sc, ax=ax, label="log frequency (pretraining)")
     if is_rare.any():
-        ax.scatter(y[is_rare, 0], y[is_rare, 1], s=14, marker="x", color="black", linewidths=0.8,
-                   label=f"rare ({int(is_rare.sum())})")  # fmt: skip
+        ax.scatter(
+            y[is_rare, 0],
+            y[is_rare, 1],
+            s=14,
+            marker="x",
+            color="black",
+            linewidths=0.8,
+            label=f"rare ({int(is_rare.sum())})",
+        )
         if chapters is not None:
             ax.legend(
                 fontsize=6, ncol=2, markerscale=2, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False
@@ -103,5 +110,10 @@ def tsne_plot(
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
     plt.close(fig)
-    return {"path": str(out), "points": int(len(pick)), "perplexity": perplexity,
-            "coloured_by": "chapter" if chapters is not None else "log_frequency", "rare_marked": int(is_rare.sum())}  # fmt: skip
+    return {
+        "path": str(out),
+        "points": int(len(pick)),
+        "perplexity": perplexity,
+        "coloured_by": "chapter" if chapters is not None else "log_frequency",
+        "rare_marked": int(is_rare.sum()),
+    }

@@ -174,8 +174,9 @@ def bin_median_rank(recs: list[FrequencyBins | None], j: int) -> float | None:
 
 def ranked_codes(bins_by_conf: dict[str, list[FrequencyBins | None]]) -> int | None:
     """How many concepts the frequency-bin probes were ranked among (None where no run recorded it)."""
-    return next((int(b.ranked) for recs in bins_by_conf.values() for r in recs for b in _bins(r) if b.ranked),
-                None)  # fmt: skip
+    return next(
+        (int(b.ranked) for recs in bins_by_conf.values() for r in recs for b in _bins(r) if b.ranked), None
+    )
 
 
 def rare_neighbours(recs: list[Neighbours | None], group: str = "rare") -> tuple[int, int]:
@@ -186,7 +187,10 @@ def rare_neighbours(recs: list[Neighbours | None], group: str = "rare") -> tuple
 
 def patients(runs_by_conf: dict[str, list[Run]], task: str, split: str) -> int:
     """Patients scored on (task, split) by any run (0 when none)."""
-    ns = [r.heads[(task, split)].n if (task, split) in r.heads else int(t.get("n") or 0)
-          for runs in runs_by_conf.values() for r in runs
-          for t in ([{}] if (task, split) in r.heads else r.trial_scores.get((task, split), []))]  # fmt: skip
+    ns = [
+        r.heads[(task, split)].n if (task, split) in r.heads else int(t.get("n") or 0)
+        for runs in runs_by_conf.values()
+        for r in runs
+        for t in ([{}] if (task, split) in r.heads else r.trial_scores.get((task, split), []))
+    ]
     return max(ns, default=0)

@@ -173,8 +173,10 @@ def _write_folder(out: Path, tables: dict[str, pa.Table], record: dict[str, Any]
     (an earlier diff there is moved aside first and removed after)."""
     from pipelines.train.runtime import write_json
 
-    meta = {b"old_program_id": record["old"]["program_id"].encode(),
-            b"new_program_id": record["new"]["program_id"].encode()}  # fmt: skip
+    meta = {
+        b"old_program_id": record["old"]["program_id"].encode(),
+        b"new_program_id": record["new"]["program_id"].encode(),
+    }
     with folder_written(out, "diff") as tmp:
         for name, table in tables.items():
             pq.write_table(table.replace_schema_metadata(meta), tmp / name, compression="zstd")
@@ -203,14 +205,23 @@ class DiffResult:
 
 def _side_record(side: Side) -> dict[str, Any]:
     release = side.manifest.get("release") if isinstance(side.manifest.get("release"), dict) else {}
-    return {"program_id": side.program_id, "path": str(side.path), "release": release.get("name"),
-            "as_of": release.get("as_of"), "date": release.get("date")}  # fmt: skip
+    return {
+        "program_id": side.program_id,
+        "path": str(side.path),
+        "release": release.get("name"),
+        "as_of": release.get("as_of"),
+        "date": release.get("date"),
+    }
 
 
 def diff_programs(
-    old: str | Path, new: str | Path, *, out: str | Path | None = None, model: str | Path | None = None,
+    old: str | Path,
+    new: str | Path,
+    *,
+    out: str | Path | None = None,
+    model: str | Path | None = None,
     force: bool = False,
-) -> DiffResult:  # fmt: skip
+) -> DiffResult:
     """Compare the programs ``old`` and ``new`` (program or release folders) and write the diff folder
     ``out`` (default :func:`default_out`); with ``model`` (a saved model folder, or its pretraining run, whose
     program is ``old`` or ``new``) also the per-token cosines. See the module docstring.
@@ -248,13 +259,31 @@ def diff_programs(
         tables[VECTORS_FILE] = vectors
         record["counts"] = vector_counts(vectors)
     files = [*tables, RECORD_FILE]
-    diff_record = {"kind": "program_diff", "old": _side_record(a), "new": _side_record(b), "model": record,
-                   "counts": counts, "files": files, "created_at": now_iso()}  # fmt: skip
+    diff_record = {
+        "kind": "program_diff",
+        "old": _side_record(a),
+        "new": _side_record(b),
+        "model": record,
+        "counts": counts,
+        "files": files,
+        "created_at": now_iso(),
+    }
     _write_folder(target, tables, diff_record)
     seconds = time.perf_counter() - start
     log.info("diff of %s and %s written to %s in %.1f s", a.program_id, b.program_id, target, seconds)
-    return DiffResult(target, a.program_id, b.program_id, a.path, b.path, counts, tables["tokens.parquet"],
-                      vectors, record, files, seconds)  # fmt: skip
+    return DiffResult(
+        target,
+        a.program_id,
+        b.program_id,
+        a.path,
+        b.path,
+        counts,
+        tables["tokens.parquet"],
+        vectors,
+        record,
+        files,
+        seconds,
+    )
 
 
 # --- the printed summary ----------------------------------------------------------------------------
@@ -299,9 +328,10 @@ def summary_lines(r: DiffResult, top: int = 10) -> list[str]:
         f"  relations: {_n(rel['old'])} -> {_n(rel['new'])}: {_n(rel.get('added', 0))} added, "
         f"{_n(rel.get('removed', 0))} removed, {_n(rel.get('relabelled', 0))} relabelled",
         f"  mappings: {_n(mp.get('changed', 0))} codes in both changed ("
-        + ", ".join(f"{f} {_n(mp[f])}" for f in MAPPING_FIELDS) + f"); {_n(mp.get('added', 0))} codes added, "
+        + ", ".join(f"{f} {_n(mp[f])}" for f in MAPPING_FIELDS)
+        + f"); {_n(mp.get('added', 0))} codes added, "
         f"{_n(mp.get('removed', 0))} removed",
-    ]  # fmt: skip
+    ]
     most = top_changed(r.tokens, top)
     if most:
         lines.append(f"  most changed tokens (edges gained/lost), top {len(most)}:")
@@ -325,7 +355,7 @@ def _vector_lines(r: DiffResult, top: int) -> list[str]:
         f"median {f(v['median_cosine'])}, min {f(v['min_cosine'])}; {_n(v['below_0_99'])} below 0.99, "
         f"{_n(v['below_0_9'])} below 0.9, {_n(v['zero_vector'])} with a zero vector",
         f"  lowest cosine, top {min(top, r.vectors.num_rows)}:",
-    ]  # fmt: skip
+    ]
     for x in r.vectors.slice(0, top).to_pylist():
         cos = "zero vector" if x["cosine"] is None else f"{x['cosine']:.4f}"
         lines.append(_token_line(x, f"{cos}  "))

@@ -129,14 +129,18 @@ def read_side(path: str | Path) -> Side:
 
 def _check_unique(side: Side) -> None:
     """Keys must name one row each, or the diff would be ambiguous."""
-    for what, keys in (("concepts", side.token_keys()), ("atoms", side.atom_keys()),
-                       ("relations", side.relation_keys())):  # fmt: skip
+    for what, keys in (
+        ("concepts", side.token_keys()),
+        ("atoms", side.atom_keys()),
+        ("relations", side.relation_keys()),
+    ):
         dup = [k for k, n in Counter(keys).items() if n > 1]
         if dup:
             raise InputFileError(
-                side.path / f"{what}.parquet", f"{len(dup)} key(s) occur twice, e.g. {dup[:3]}",
+                side.path / f"{what}.parquet",
+                f"{len(dup)} key(s) occur twice, e.g. {dup[:3]}",
                 expected="one row per key",
-            )  # fmt: skip
+            )
 
 
 # --- matching by key --------------------------------------------------------------------------------

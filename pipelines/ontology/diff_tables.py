@@ -55,21 +55,23 @@ def tokens_table(old: Side, new: Side, m: Match, d: EdgeDiff, rel_labels: list[s
     gained, lost = d.per(new_tok, d.gained_rows, n), d.per(old_tok, d.lost_rows, n)
     old_edges, new_edges = np.bincount(old_tok, minlength=n), np.bincount(new_tok, minlength=n)
     changed_relations = _changed_relations(d, m, n, rel_labels)
-    table = pa.table({
-        "vocabulary": pa.array([k[0] for k in t.keys], pa.string()),
-        "code": pa.array([k[1] for k in t.keys], pa.string()),
-        "code_dotted": pa.array(_concept_column(t, old, new, "code_dotted"), pa.string()),
-        "title": pa.array(_concept_column(t, old, new, "title"), pa.string()),
-        "status": pa.array(_status(t, (gained + lost) > 0), pa.string()),
-        "old_concept_id": _ids(t.old_row),
-        "new_concept_id": _ids(t.new_row),
-        "old_edges": pa.array(old_edges.astype(np.int64)),
-        "new_edges": pa.array(new_edges.astype(np.int64)),
-        "edges_gained": pa.array(gained.astype(np.int64)),
-        "edges_lost": pa.array(lost.astype(np.int64)),
-        "relations_changed": pa.array(changed_relations, pa.list_(pa.string())),
-        "mapping_changed": pa.array(_mapping_changed(old, new, t), pa.bool_()),
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "vocabulary": pa.array([k[0] for k in t.keys], pa.string()),
+            "code": pa.array([k[1] for k in t.keys], pa.string()),
+            "code_dotted": pa.array(_concept_column(t, old, new, "code_dotted"), pa.string()),
+            "title": pa.array(_concept_column(t, old, new, "title"), pa.string()),
+            "status": pa.array(_status(t, (gained + lost) > 0), pa.string()),
+            "old_concept_id": _ids(t.old_row),
+            "new_concept_id": _ids(t.new_row),
+            "old_edges": pa.array(old_edges.astype(np.int64)),
+            "new_edges": pa.array(new_edges.astype(np.int64)),
+            "edges_gained": pa.array(gained.astype(np.int64)),
+            "edges_lost": pa.array(lost.astype(np.int64)),
+            "relations_changed": pa.array(changed_relations, pa.list_(pa.string())),
+            "mapping_changed": pa.array(_mapping_changed(old, new, t), pa.bool_()),
+        }
+    )
     return table
 
 
@@ -121,18 +123,25 @@ def mappings_table(old: Side, new: Side, m: Match) -> pa.Table:
     oc, nc = old.concepts, new.concepts
     titles, dotted = _concept_column(t, old, new, "title"), _concept_column(t, old, new, "code_dotted")
     status = _status(t, np.zeros(t.size, dtype=bool))
-    table = pa.table({
-        "vocabulary": pa.array([t.keys[u][0] for u in keep], pa.string()),
-        "code": pa.array([t.keys[u][1] for u in keep], pa.string()),
-        "code_dotted": pa.array([dotted[u] for u in keep], pa.string()),
-        "title": pa.array([titles[u] for u in keep], pa.string()),
-        "change": pa.array([status[u] if changed[u] is None else "changed" for u in keep], pa.string()),
-        "fields_changed": pa.array([changed[u] or [] for u in keep], pa.list_(pa.string())),
-        **{f"{p}_{name}": pa.array(_at(rows, tab.column(name).to_pylist(), keep), tp)
-           for name, tp in (("snomed_ids", pa.list_(pa.int64())), ("mapping_source", pa.string()),
-                            ("mapping_kind", pa.string()))
-           for p, tab, rows in (("old", oc, t.old_row), ("new", nc, t.new_row))},
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "vocabulary": pa.array([t.keys[u][0] for u in keep], pa.string()),
+            "code": pa.array([t.keys[u][1] for u in keep], pa.string()),
+            "code_dotted": pa.array([dotted[u] for u in keep], pa.string()),
+            "title": pa.array([titles[u] for u in keep], pa.string()),
+            "change": pa.array([status[u] if changed[u] is None else "changed" for u in keep], pa.string()),
+            "fields_changed": pa.array([changed[u] or [] for u in keep], pa.list_(pa.string())),
+            **{
+                f"{p}_{name}": pa.array(_at(rows, tab.column(name).to_pylist(), keep), tp)
+                for name, tp in (
+                    ("snomed_ids", pa.list_(pa.int64())),
+                    ("mapping_source", pa.string()),
+                    ("mapping_kind", pa.string()),
+                )
+                for p, tab, rows in (("old", oc, t.old_row), ("new", nc, t.new_row))
+            },
+        }
+    )
     return table.sort_by([("vocabulary", "ascending"), ("code", "ascending")])
 
 
@@ -162,22 +171,26 @@ def _edge_rows(side: Side, rows: np.ndarray, change: str, status: dict[tuple[str
     cs, rs, at = side.concepts, side.relations, side.atoms
     keys = side.relation_keys()
     voc, code = _take(cs, "vocabulary", c), _take(cs, "code", c)
-    return pa.table({
-        "change": pa.array([change] * len(rows), pa.string()),
-        "vocabulary": voc,
-        "code": code,
-        "code_dotted": _take(cs, "code_dotted", c),
-        "title": _take(cs, "title", c),
-        "token_status": pa.array([status[k] for k in zip(voc.to_pylist(), code.to_pylist(), strict=True)], pa.string()),
-        "relation_key": pa.array([keys[j] for j in r.tolist()], pa.string()),
-        "relation_label": _take(rs, "label", r),
-        "atom_kind": _take(at, "kind", a),
-        "atom_key": _take(at, "key", a),
-        "atom_label": _take(at, "label", a),
-        "role_group": e.column("role_group").cast(pa.int32()),
-        "provenance": e.column("provenance").cast(pa.string()),
-        "source_sctid": e.column("source_sctid").cast(pa.int64()),
-    })  # fmt: skip
+    return pa.table(
+        {
+            "change": pa.array([change] * len(rows), pa.string()),
+            "vocabulary": voc,
+            "code": code,
+            "code_dotted": _take(cs, "code_dotted", c),
+            "title": _take(cs, "title", c),
+            "token_status": pa.array(
+                [status[k] for k in zip(voc.to_pylist(), code.to_pylist(), strict=True)], pa.string()
+            ),
+            "relation_key": pa.array([keys[j] for j in r.tolist()], pa.string()),
+            "relation_label": _take(rs, "label", r),
+            "atom_kind": _take(at, "kind", a),
+            "atom_key": _take(at, "key", a),
+            "atom_label": _take(at, "label", a),
+            "role_group": e.column("role_group").cast(pa.int32()),
+            "provenance": e.column("provenance").cast(pa.string()),
+            "source_sctid": e.column("source_sctid").cast(pa.int64()),
+        }
+    )
 
 
 def _uses(side: Side, column: str, n: int) -> np.ndarray:
@@ -212,8 +225,14 @@ def _sides(
     }
 
 
-def _side_columns(t: KeyIndex, keep: list[int], old: pa.Table, new: pa.Table, id_name: str,
-                  uses: tuple[np.ndarray, np.ndarray]) -> dict[str, pa.Array]:  # fmt: skip
+def _side_columns(
+    t: KeyIndex,
+    keep: list[int],
+    old: pa.Table,
+    new: pa.Table,
+    id_name: str,
+    uses: tuple[np.ndarray, np.ndarray],
+) -> dict[str, pa.Array]:
     """Labels, ids and edge counts on both sides, for the union ids ``keep``."""
     ids = np.arange(max(old.num_rows, new.num_rows))
     return {
@@ -231,12 +250,14 @@ def atoms_table(old: Side, new: Side, m: Match) -> pa.Table:
     status = _relabelled(t, old.atoms.column("label").to_pylist(), new.atoms.column("label").to_pylist())
     keep = [u for u, s in enumerate(status) if s != "unchanged"]
     uses = (_uses(old, "atom_id", old.atoms.num_rows), _uses(new, "atom_id", new.atoms.num_rows))
-    table = pa.table({
-        "change": pa.array([status[u] for u in keep], pa.string()),
-        "kind": pa.array([t.keys[u][0] for u in keep], pa.string()),
-        "key": pa.array([t.keys[u][1] for u in keep], pa.string()),
-        **_side_columns(t, keep, old.atoms, new.atoms, "atom_id", uses),
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "change": pa.array([status[u] for u in keep], pa.string()),
+            "kind": pa.array([t.keys[u][0] for u in keep], pa.string()),
+            "key": pa.array([t.keys[u][1] for u in keep], pa.string()),
+            **_side_columns(t, keep, old.atoms, new.atoms, "atom_id", uses),
+        }
+    )
     return table.sort_by([("kind", "ascending"), ("key", "ascending")])
 
 
@@ -254,14 +275,16 @@ def relations_table(old: Side, new: Side, m: Match, d: EdgeDiff) -> pa.Table:
     )
     _, rel_old, _ = split_key(d.old_keys, m)
     _, rel_new, _ = split_key(d.new_keys, m)
-    table = pa.table({
-        "change": pa.array(status, pa.string()),
-        "kind": pa.array(kinds, pa.string()),
-        "key": pa.array(t.keys, pa.string()),
-        **_side_columns(t, keep, old.relations, new.relations, "relation_id", uses),
-        "edges_gained": pa.array(d.per(rel_new, d.gained_rows, t.size).astype(np.int64)),
-        "edges_lost": pa.array(d.per(rel_old, d.lost_rows, t.size).astype(np.int64)),
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "change": pa.array(status, pa.string()),
+            "kind": pa.array(kinds, pa.string()),
+            "key": pa.array(t.keys, pa.string()),
+            **_side_columns(t, keep, old.relations, new.relations, "relation_id", uses),
+            "edges_gained": pa.array(d.per(rel_new, d.gained_rows, t.size).astype(np.int64)),
+            "edges_lost": pa.array(d.per(rel_old, d.lost_rows, t.size).astype(np.int64)),
+        }
+    )
     return table.sort_by([("kind", "ascending"), ("key", "ascending")])
 
 
@@ -283,28 +306,41 @@ def diff_counts(old: Side, new: Side, tables: dict[str, pa.Table]) -> dict[str, 
     return {
         "tokens": {"old": old.concepts.num_rows, "new": new.concepts.num_rows, **_tally(status)},
         "tokens_by_vocabulary": {
-            v: _tally([s for s, w in zip(status, tok.column("vocabulary").to_pylist(), strict=True) if w == v])
+            v: _tally(
+                [s for s, w in zip(status, tok.column("vocabulary").to_pylist(), strict=True) if w == v]
+            )
             for v in sorted(set(tok.column("vocabulary").to_pylist()))
         },
         "edges": {
-            "old": old.edges.num_rows, "new": new.edges.num_rows,
-            "gained": change.count("gained"), "lost": change.count("lost"),
-            "gained_on_shared_tokens": sum(1 for c, s in zip(change, on_shared, strict=True) if s and c == "gained"),
-            "lost_on_shared_tokens": sum(1 for c, s in zip(change, on_shared, strict=True) if s and c == "lost"),
+            "old": old.edges.num_rows,
+            "new": new.edges.num_rows,
+            "gained": change.count("gained"),
+            "lost": change.count("lost"),
+            "gained_on_shared_tokens": sum(
+                1 for c, s in zip(change, on_shared, strict=True) if s and c == "gained"
+            ),
+            "lost_on_shared_tokens": sum(
+                1 for c, s in zip(change, on_shared, strict=True) if s and c == "lost"
+            ),
         },
         "edges_by_relation": {
             r["new_label"] or r["old_label"]: {"gained": r["edges_gained"], "lost": r["edges_lost"]}
             for r in sorted(rel_rows, key=lambda r: -(r["edges_gained"] + r["edges_lost"]))
         },
         "atoms": {
-            "old": old.atoms.num_rows, "new": new.atoms.num_rows, **_tally([r["change"] for r in atom_rows]),
+            "old": old.atoms.num_rows,
+            "new": new.atoms.num_rows,
+            **_tally([r["change"] for r in atom_rows]),
             "added_by_kind": _tally([r["kind"] for r in atom_rows if r["change"] == "added"]),
             "removed_by_kind": _tally([r["kind"] for r in atom_rows if r["change"] == "removed"]),
         },
-        "relations": {"old": old.relations.num_rows, "new": new.relations.num_rows,
-                      **_tally([c for c in rels.column("change").to_pylist() if c != "unchanged"])},
+        "relations": {
+            "old": old.relations.num_rows,
+            "new": new.relations.num_rows,
+            **_tally([c for c in rels.column("change").to_pylist() if c != "unchanged"]),
+        },
         "mappings": {
             **_tally(maps.column("change").to_pylist()),
             **{f: sum(f in x for x in maps.column("fields_changed").to_pylist()) for f in MAPPING_FIELDS},
         },
-    }  # fmt: skip
+    }

@@ -165,7 +165,7 @@ def _explain_relations(
                 p.atom_kinds[a],
                 float(sims[i, a]),
                 int((sims[i] > sims[i, a]).sum()),
-            )  # fmt: skip
+            )
             for a in held
         ]
         out.append(
@@ -195,9 +195,15 @@ def explain_code(
     asked = _relations_asked(trained, row, tuple(relations), all_relations)
     cc = p.code(row)
     result = Explanation(
-        str(trained.folder), trained.mode, row, str(cc), cc.title, exact, min(top, p.n_atoms),
+        str(trained.folder),
+        trained.mode,
+        row,
+        str(cc),
+        cc.title,
+        exact,
+        min(top, p.n_atoms),
         "all" if any_atom else "range",
-    )  # fmt: skip
+    )
     if asked:
         result.relations = _explain_relations(trained, row, asked, result.top_k, exact, any_atom)
     if drift:

@@ -99,8 +99,11 @@ def is_a_parents(program) -> list[list[int]]:
         log.warning("%s: missing; init 'parents' has no is-a graph, so new atoms start at zero", path)
         return out
     rel = pq.read_table(path, columns=["source_id", "destination_id", "type_id"]).to_pydict()
-    atom = {k: i for i, (k, kind) in enumerate(zip(program.atom_keys, program.atom_kinds, strict=True))
-            if kind == "concept"}  # fmt: skip
+    atom = {
+        k: i
+        for i, (k, kind) in enumerate(zip(program.atom_keys, program.atom_kinds, strict=True))
+        if kind == "concept"
+    }
     for s, d, t in zip(rel["source_id"], rel["destination_id"], rel["type_id"], strict=True):
         child, parent = atom.get(str(s)), atom.get(str(d))
         if t == IS_A and child is not None and parent is not None and parent not in out[child]:
@@ -208,5 +211,6 @@ def transfer(
         files = _write(tmp, new_model, meta, mdir, report, record)
     seconds = time.perf_counter() - start
     log.info("transferred %s to program %s: %s", mdir, new_program.program_id, out)
-    return TransferResult(out=out, source=mdir, new_program=new_path, report=report, seconds=seconds,
-                          files=files)  # fmt: skip
+    return TransferResult(
+        out=out, source=mdir, new_program=new_path, report=report, seconds=seconds, files=files
+    )

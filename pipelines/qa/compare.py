@@ -56,14 +56,27 @@ FINETUNE_METRICS = ("accuracy", "f1", "auroc", "auprc")
 
 TABLES = ("embedding", "hops", "tying", "attention")
 SECTIONS = [  # (grid table, report section, its rows)
-    ("embedding", "MemN2N: plain vs HRR code embeddings", ["memn2n-plain-h3-adjacent", "memn2n-hrr-h3-adjacent"]),
-    ("hops", "MemN2N: hops 1-3 (adjacent tying)",
-     [f"memn2n-{e}-h{h}-adjacent" for e in ("plain", "hrr") for h in (1, 2, 3)]),
-    ("tying", "MemN2N: weight tying (3 hops)",
-     [f"memn2n-{e}-h3-{t}" for e in ("plain", "hrr") for t in ("adjacent", "layerwise", "none")]),
-    ("attention", "Hard-attention MemNN (supporting-fact supervision) vs MemN2N",
-     ["memnn-plain-h2", "memn2n-plain-h2-adjacent", "memnn-hrr-h2", "memn2n-hrr-h2-adjacent"]),
-]  # fmt: skip
+    (
+        "embedding",
+        "MemN2N: plain vs HRR code embeddings",
+        ["memn2n-plain-h3-adjacent", "memn2n-hrr-h3-adjacent"],
+    ),
+    (
+        "hops",
+        "MemN2N: hops 1-3 (adjacent tying)",
+        [f"memn2n-{e}-h{h}-adjacent" for e in ("plain", "hrr") for h in (1, 2, 3)],
+    ),
+    (
+        "tying",
+        "MemN2N: weight tying (3 hops)",
+        [f"memn2n-{e}-h3-{t}" for e in ("plain", "hrr") for t in ("adjacent", "layerwise", "none")],
+    ),
+    (
+        "attention",
+        "Hard-attention MemNN (supporting-fact supervision) vs MemN2N",
+        ["memnn-plain-h2", "memn2n-plain-h2-adjacent", "memnn-hrr-h2", "memn2n-hrr-h2-adjacent"],
+    ),
+]
 RUN_METRICS = (("test accuracy", "accuracy"), ("unseen-code accuracy", "accuracy_unseen"),
                ("seen-code accuracy", "accuracy_seen"))  # fmt: skip
 Key = tuple[int, int]  # (data seed, training seed)
@@ -101,11 +114,26 @@ def _qa_run(qa: Path, program: Path, runs: Path, rid: str, opts: dict[str, Any])
 def _qa_row(name: str, rs: dict[Key, dict[str, Any]]) -> list[Any]:
     r0 = next(iter(rs.values()))
     c = r0["config"]
-    cells = [format_cell(t_interval([r[split][k] for r in rs.values()]))
-             for split, k in (("val", "accuracy"), ("test", "accuracy"), ("test", "accuracy_unseen"),
-                              ("test", "accuracy_seen"))]  # fmt: skip
-    return [name, c["model"], c["embedding"], c["hops"], c["tying"] if c["model"] == "memn2n" else "-",
-            f"{r0['parameters']:,}", len(rs), *cells, f"{np.mean([r['wall_s'] for r in rs.values()]):.0f}"]  # fmt: skip
+    cells = [
+        format_cell(t_interval([r[split][k] for r in rs.values()]))
+        for split, k in (
+            ("val", "accuracy"),
+            ("test", "accuracy"),
+            ("test", "accuracy_unseen"),
+            ("test", "accuracy_seen"),
+        )
+    ]
+    return [
+        name,
+        c["model"],
+        c["embedding"],
+        c["hops"],
+        c["tying"] if c["model"] == "memn2n" else "-",
+        f"{r0['parameters']:,}",
+        len(rs),
+        *cells,
+        f"{np.mean([r['wall_s'] for r in rs.values()]):.0f}",
+    ]
 
 
 QA_HEADER = ["run", "model", "codes", "hops", "tying", "params", "runs", "val acc", "test acc", "unseen acc",
@@ -142,14 +170,29 @@ def compare(
     import torch
 
     opts = qa_options or QAOptions()
-    plan = Plan(parse_seeds(seeds, "seeds"),
-                [opts.seed] if data_seeds is None else parse_seeds(data_seeds, "data seeds"), select_grid(only))  # fmt: skip
+    plan = Plan(
+        parse_seeds(seeds, "seeds"),
+        [opts.seed] if data_seeds is None else parse_seeds(data_seeds, "data seeds"),
+        select_grid(only),
+    )
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pretrain_steps,
-                        skip_finetune, opts, plan, device)  # fmt: skip
+        return _compare(
+            dataset,
+            program,
+            out,
+            epochs,
+            max_train,
+            dim,
+            finetune_epochs,
+            pretrain_steps,
+            skip_finetune,
+            opts,
+            plan,
+            device,
+        )
     finally:
         torch.set_num_threads(before)
 
@@ -166,8 +209,20 @@ class Plan:
         return [(d, s) for d in self.data_seeds for s in self.seeds]
 
 
-def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pretrain_steps, skip_finetune,
-             opts: QAOptions, plan: Plan, device: str) -> Path:  # fmt: skip
+def _compare(
+    dataset,
+    program,
+    out,
+    epochs,
+    max_train,
+    dim,
+    finetune_epochs,
+    pretrain_steps,
+    skip_finetune,
+    opts: QAOptions,
+    plan: Plan,
+    device: str,
+) -> Path:
     t0 = time.perf_counter()
     out, program = Path(out), Path(program)
     runs = out / "runs"
@@ -191,8 +246,10 @@ def _compare(dataset, program, out, epochs, max_train, dim, finetune_epochs, pre
     parts.extend(hrr_vs_plain(results))
     parts.extend(_per_run(results, plan))
     types = sorted({t for rs in results.values() for r in rs.values() for t in r["test"]["by_type"]})
-    rows = [[n] + [t_interval([r["test"]["by_type"].get(t) for r in rs.values()]).estimate for t in types]
-            for n, rs in results.items()]  # fmt: skip
+    rows = [
+        [n] + [t_interval([r["test"]["by_type"].get(t) for r in rs.values()]).estimate for t in types]
+        for n, rs in results.items()
+    ]
     parts.extend(
         ["", "## Test accuracy per question type (mean over runs)", "", table(["run", *types], rows)]
     )
@@ -230,9 +287,11 @@ def _introduction(qas: dict[int, Path], plan: Plan, epochs: int, max_train: int,
         def total(prefix: str, q=q) -> int:
             return sum(v for k, v in q.items() if k.startswith(prefix))
 
-        sets.append(f"data seed {d}: `{qa}` (program `{m['program_id']}`, dataset `{m['source_dataset_id']}`), "
-                    f"{total('train/')} train, {total('val/')} val, {total('test/')} test questions, "
-                    f"{total('test_unseen/')} of them on held-out codes ({len(m['held_out_codes'])} codes held out)")  # fmt: skip
+        sets.append(
+            f"data seed {d}: `{qa}` (program `{m['program_id']}`, dataset `{m['source_dataset_id']}`), "
+            f"{total('train/')} train, {total('val/')} val, {total('test/')} test questions, "
+            f"{total('test_unseen/')} of them on held-out codes ({len(m['held_out_codes'])} codes held out)"
+        )
     n = len(plan.keys())
     return [
         "# Memory networks and the visit Transformer on HRR embeddings (issue 7)",
@@ -258,26 +317,40 @@ def hrr_vs_plain(results: dict[str, dict[Key, dict[str, Any]]]) -> list[str]:
         if "-hrr-" not in name or twin not in results:
             continue
         for label, key in RUN_METRICS:
-            w = wins({k: r["test"][key] for k, r in results[name].items()},
-                     {k: r["test"][key] for k, r in results[twin].items()})  # fmt: skip
+            w = wins(
+                {k: r["test"][key] for k, r in results[name].items()},
+                {k: r["test"][key] for k, r in results[twin].items()},
+            )
             rows.append([name, label, t_interval(w.diffs), f"HRR better in {w.cell()}"])
             if (c := claim(f"`{name}`", f"`{twin}`", label, w)) is not None:
                 claims.append(f"- {c}")
     if not rows:
         return []
-    return ["", "## HRR vs plain code embeddings, run by run", "",
-            "HRR minus its plain twin (same model, hops, tying) on the same QA set and training seed; the "
-            "interval is the t-interval of the per-run differences.", "",
-            table(["HRR run", "metric", "mean difference", "runs"], rows), "",
-            *(["Holds in every run:", "", *claims] if claims else
-              ["No HRR-vs-plain difference holds in every run."])]  # fmt: skip
+    return [
+        "",
+        "## HRR vs plain code embeddings, run by run",
+        "",
+        "HRR minus its plain twin (same model, hops, tying) on the same QA set and training seed; the "
+        "interval is the t-interval of the per-run differences.",
+        "",
+        table(["HRR run", "metric", "mean difference", "runs"], rows),
+        "",
+        *(
+            ["Holds in every run:", "", *claims]
+            if claims
+            else ["No HRR-vs-plain difference holds in every run."]
+        ),
+    ]
 
 
 def _per_run(results: dict[str, dict[Key, dict[str, Any]]], plan: Plan) -> list[str]:
     keys = plan.keys()
     header = ["run", "metric", *[f"d{d}/s{s}" for d, s in keys]]
-    rows = [[n, label, *[rs[k]["test"][key] if k in rs else None for k in keys]]
-            for n, rs in results.items() for label, key in RUN_METRICS[:2]]  # fmt: skip
+    rows = [
+        [n, label, *[rs[k]["test"][key] if k in rs else None for k in keys]]
+        for n, rs in results.items()
+        for label, key in RUN_METRICS[:2]
+    ]
     return [
         "",
         "## Test and unseen-code accuracy per run (d: data seed, s: training seed)",
@@ -311,8 +384,21 @@ def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: in
     t = time.perf_counter()
     pre = runs / "pretrain-tiny-base"
     if not (pre / "model" / "config.json").is_file():
-        pretrain(dataset, program, out=runs, run_id=pre.name, resume=resumable(pre), model="tiny", mode="base", max_steps=steps,
-                 batch_size=64, device=device, progress=False, val_every=0, max_val=200)  # fmt: skip
+        pretrain(
+            dataset,
+            program,
+            out=runs,
+            run_id=pre.name,
+            resume=resumable(pre),
+            model="tiny",
+            mode="base",
+            max_steps=steps,
+            batch_size=64,
+            device=device,
+            progress=False,
+            val_every=0,
+            max_val=200,
+        )
         (pre / "compare_wall.json").write_text(json.dumps({"wall_s": time.perf_counter() - t}))
     pre_wall = pre / "compare_wall.json"
     pre_s = json.loads(pre_wall.read_text())["wall_s"] if pre_wall.is_file() else float("nan")
@@ -327,15 +413,35 @@ def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: in
                 wall = json.loads(wall_file.read_text())["wall_s"] if wall_file.is_file() else float("nan")
             else:
                 t = time.perf_counter()
-                trial = finetune(pre, dataset, program, out=runs, run_id=name, task=task, model=model,
-                                 resume=(runs / name / "config.json").is_file(),
-                                 epochs=epochs, batch_size=32, lr=5e-4, device=device, progress=False).trials[0]  # fmt: skip
+                trial = finetune(
+                    pre,
+                    dataset,
+                    program,
+                    out=runs,
+                    run_id=name,
+                    task=task,
+                    model=model,
+                    resume=(runs / name / "config.json").is_file(),
+                    epochs=epochs,
+                    batch_size=32,
+                    lr=5e-4,
+                    device=device,
+                    progress=False,
+                ).trials[0]
                 wall = time.perf_counter() - t
                 wall_file.write_text(json.dumps({"wall_s": wall}), encoding="utf-8")
             params = _params(runs / name / "trial-0" / "model" / "model.safetensors")
             m = trial["test"] or trial["val"]
-            rows.append([task, model, f"{params:,}", *[m.get(k, float("nan")) for k in FINETUNE_METRICS],
-                         trial["best_epoch"], "n/a" if math.isnan(wall) else f"{wall:.0f}"])  # fmt: skip
+            rows.append(
+                [
+                    task,
+                    model,
+                    f"{params:,}",
+                    *[m.get(k, float("nan")) for k in FINETUNE_METRICS],
+                    trial["best_epoch"],
+                    "n/a" if math.isnan(wall) else f"{wall:.0f}",
+                ]
+            )
     return [
         "## Visit Transformer vs BERT (mortality, chapters)",
         "",

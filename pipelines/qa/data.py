@@ -341,8 +341,16 @@ def _memory(facts: list[tuple[int, int]], split: str, held: set[int], opts: QAOp
     return facts
 
 
-def _add_questions(rec: dict[str, list], subject: int, split: str, facts, qs, held: set[int],
-                   vocab: Vocabulary, counts: Counts) -> None:  # fmt: skip
+def _add_questions(
+    rec: dict[str, list],
+    subject: int,
+    split: str,
+    facts,
+    qs,
+    held: set[int],
+    vocab: Vocabulary,
+    counts: Counts,
+) -> None:
     """Append the questions ``qs`` about one memory to the columns ``rec`` (answers outside the set skipped)."""
     enc = [[vocab.word_id[FACT_WORD], vocab.word_id[str(v)], vocab.n_words + c] for v, c in facts]
     mem_unseen = any(c in held for _, c in facts)
@@ -352,10 +360,17 @@ def _add_questions(rec: dict[str, list], subject: int, split: str, facts, qs, he
             continue
         unseen = any(facts[i][1] in held for i in sup)
         row = {
-            "subject_id": subject, "split": split, "qtype": qtype, "facts": enc,
-            "fact_codes": [c for _, c in facts], "question": [vocab.word_id.get(w, 1) for w in words],
-            "answer": vocab.answer_id[answer], "supporting": sup, "unseen": unseen, "memory_unseen": mem_unseen,
-        }  # fmt: skip
+            "subject_id": subject,
+            "split": split,
+            "qtype": qtype,
+            "facts": enc,
+            "fact_codes": [c for _, c in facts],
+            "question": [vocab.word_id.get(w, 1) for w in words],
+            "answer": vocab.answer_id[answer],
+            "supporting": sup,
+            "unseen": unseen,
+            "memory_unseen": mem_unseen,
+        }
         for k, v in row.items():
             rec[k].append(v)
         counts.questions[f"{split}/{qtype}"] += 1
@@ -366,15 +381,21 @@ def _add_questions(rec: dict[str, list], subject: int, split: str, facts, qs, he
 def _vocabulary_tables(vocab: Vocabulary, onto: Ontology) -> dict[str, pa.Table]:
     """The ``vocab`` (words) and ``answers`` tables, each token with its readable label."""
     return {
-        "vocab": pa.table({
-            "token_id": pa.array(range(vocab.n_words), pa.int32()), "token": vocab.words,
-            "label": [vocab.label(w, onto) for w in vocab.words],
-        }),
-        "answers": pa.table({
-            "answer_id": pa.array(range(len(vocab.answers)), pa.int32()), "answer": vocab.answers,
-            "label": [vocab.label(a, onto) for a in vocab.answers],
-        }),
-    }  # fmt: skip
+        "vocab": pa.table(
+            {
+                "token_id": pa.array(range(vocab.n_words), pa.int32()),
+                "token": vocab.words,
+                "label": [vocab.label(w, onto) for w in vocab.words],
+            }
+        ),
+        "answers": pa.table(
+            {
+                "answer_id": pa.array(range(len(vocab.answers)), pa.int32()),
+                "answer": vocab.answers,
+                "label": [vocab.label(a, onto) for a in vocab.answers],
+            }
+        ),
+    }
 
 
 @dataclass

@@ -249,9 +249,15 @@ def load_model(directory: str | Path, manifest: dict[str, Any], program) -> tupl
 
     d, p, meta = read_meta(directory, MODEL_KIND, "QA", "hrrbert qa train", QADataError)
     cfg = meta["config"]
-    check_meta(meta, manifest, ("vocab_fingerprint", "program_id"), p, "QA set",
-               "evaluate on a QA set generated with the same program and generator options",
-               QAVocabularyMismatchError)  # fmt: skip
+    check_meta(
+        meta,
+        manifest,
+        ("vocab_fingerprint", "program_id"),
+        p,
+        "QA set",
+        "evaluate on a QA set generated with the same program and generator options",
+        QAVocabularyMismatchError,
+    )
     for key in ("n_words", "n_codes", "n_answers"):
         if cfg[key] != manifest.get(key):
             raise QAVocabularyMismatchError(
@@ -294,8 +300,12 @@ class QATask:
 
 def _qa_splits(cfg: QATrainConfig, manifest: dict[str, Any], questions) -> tuple[QASplit, QASplit, QASplit]:
     """train (at most ``max_train`` questions, a seeded sample), val and test."""
-    kw = dict(max_memories=cfg.max_memories, max_question_len=cfg.max_question_len,
-              n_words=manifest["n_words"], n_codes=manifest["n_codes"])  # fmt: skip
+    kw = dict(
+        max_memories=cfg.max_memories,
+        max_question_len=cfg.max_question_len,
+        n_words=manifest["n_words"],
+        n_codes=manifest["n_codes"],
+    )
     train, val, test = (load_split(questions, s, **kw) for s in ("train", "val", "test"))
     if cfg.max_train and len(train) > cfg.max_train:
         keep = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.max_train]
@@ -338,8 +348,9 @@ def _train_qa(cfg: QATrainConfig, ctx, device, out: Path, run_id: str | None, re
             f"but program {prog.program_id!r} was given"
         )
     train, val, test = _qa_splits(cfg, manifest, questions)
-    run_id = safe_component(run_id or f"qa-{cfg.model}-{cfg.embedding}-h{cfg.hops}-{cfg.tying}-seed{cfg.seed}",
-                            "run_id")  # fmt: skip
+    run_id = safe_component(
+        run_id or f"qa-{cfg.model}-{cfg.embedding}-h{cfg.hops}-{cfg.tying}-seed{cfg.seed}", "run_id"
+    )
     run_dir = out / run_id
     if (done := finished_results(run_dir, resume, "QA run")) is not None:
         return QARunResult(run_dir, done)
@@ -349,23 +360,45 @@ def _train_qa(cfg: QATrainConfig, ctx, device, out: Path, run_id: str | None, re
     resume_from = open_run(run_dir, record, resume, ctx, runtime_keys=RUNTIME_KEYS, what="QA run")
     wrapped = LossForward(model)
     opts = LoopOptions(
-        total_steps=cfg.epochs * math.ceil(len(train) / cfg.batch_size), clip=cfg.clip,
-        keep_checkpoints=cfg.keep_checkpoints, monitor="val_accuracy", patience=cfg.patience,
-        progress=cfg.progress, tensorboard=cfg.tensorboard, desc=f"qa {cfg.model} {cfg.embedding}",
+        total_steps=cfg.epochs * math.ceil(len(train) / cfg.batch_size),
+        clip=cfg.clip,
+        keep_checkpoints=cfg.keep_checkpoints,
+        monitor="val_accuracy",
+        patience=cfg.patience,
+        progress=cfg.progress,
+        tensorboard=cfg.tensorboard,
+        desc=f"qa {cfg.model} {cfg.embedding}",
         config=asdict(cfg),
-    )  # fmt: skip
+    )
     opt = torch.optim.Adam(wrapped.parameters(), lr=cfg.lr)
-    res = run_loop(wrapped, opt, None, QATask(cfg, train, val, ctx, device), opts, run_dir, ctx=ctx, device=device,
-                   resume_from=resume_from)  # fmt: skip
+    res = run_loop(
+        wrapped,
+        opt,
+        None,
+        QATask(cfg, train, val, ctx, device),
+        opts,
+        run_dir,
+        ctx=ctx,
+        device=device,
+        resume_from=resume_from,
+    )
     meta = _model_meta(cfg, manifest, model)
     results = {
-        "kind": "qa", "run_id": run_id, "config": asdict(cfg), "model": meta,
-        "parameters": sum(p.numel() for p in model.parameters()), "best_epoch": res.best_epoch,
-        "stopped_early": res.stopped_early, "val": res.best_validation["report"],
+        "kind": "qa",
+        "run_id": run_id,
+        "config": asdict(cfg),
+        "model": meta,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "best_epoch": res.best_epoch,
+        "stopped_early": res.stopped_early,
+        "val": res.best_validation["report"],
         "test": accuracy_report(test, predict(model, test)) if len(test) else {},
-        "train_questions": len(train), "wall_s": time.perf_counter() - t0, "world_size": ctx.world_size,
-        "versions": versions(), "created_at": now_iso(),
-    }  # fmt: skip
+        "train_questions": len(train),
+        "wall_s": time.perf_counter() - t0,
+        "world_size": ctx.world_size,
+        "versions": versions(),
+        "created_at": now_iso(),
+    }
     if ctx.is_main:
         save_model(model, run_dir / "model", meta)
     publish_results(run_dir, results, ctx)

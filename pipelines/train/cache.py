@@ -50,9 +50,18 @@ THRESHOLDS_FILE = "thresholds.json"  # pipelines.train.finetune.THRESHOLDS_FILE
 
 @torch.no_grad()
 def cache_grid(
-    model, seqs, tok, *, weights=GRID_WEIGHTS, sharpness=GRID_SHARPNESS, batch_size: int = 256, seed: int = 0,
-    limit: int | None = 1000, mask_prob: float = 0.15, device: torch.device | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+    model,
+    seqs,
+    tok,
+    *,
+    weights=GRID_WEIGHTS,
+    sharpness=GRID_SHARPNESS,
+    batch_size: int = 256,
+    seed: int = 0,
+    limit: int | None = 1000,
+    mask_prob: float = 0.15,
+    device: torch.device | None = None,
+) -> list[dict[str, Any]]:
     """Masked-code loss and top-1/10/100 accuracy on ``seqs`` for the model alone (weight 0) and for every
     (weight > 0, sharpness) of the grid; one row per pair, in grid order."""
     from model.cache import cache_distribution, mix_log_probs, visible_codes
@@ -95,10 +104,15 @@ def cache_grid(
     if count == 0:
         raise PipelineError("no masked codes to choose the cache on (the sequences hold no codes)")
     return [
-        {"weight": w, "sharpness": s, "loss": acc[0] / count,
-         **{f"top{k}": acc[1 + j] / count for j, k in enumerate(TOPK)}, "masked": count}
+        {
+            "weight": w,
+            "sharpness": s,
+            "loss": acc[0] / count,
+            **{f"top{k}": acc[1 + j] / count for j, k in enumerate(TOPK)},
+            "masked": count,
+        }
         for (w, s), acc in sums.items()
-    ]  # fmt: skip
+    ]
 
 
 def choose_cache(grid: list[dict[str, Any]]):
@@ -123,21 +137,34 @@ class CacheResult:
         lines = [f"{'weight':>6} {'sharp':>5} {'loss':>7} {'top1':>6} {'top10':>6} {'top100':>6}"]
         for r in self.grid:
             sharp = "-" if r["sharpness"] is None else f"{r['sharpness']:g}"
-            lines.append(f"{r['weight']:>6g} {sharp:>5} {r['loss']:>7.3f} {100 * r['top1']:>6.1f} "
-                         f"{100 * r['top10']:>6.1f} {100 * r['top100']:>6.1f}")  # fmt: skip
+            lines.append(
+                f"{r['weight']:>6g} {sharp:>5} {r['loss']:>7.3f} {100 * r['top1']:>6.1f} "
+                f"{100 * r['top10']:>6.1f} {100 * r['top100']:>6.1f}"
+            )
         if self.chosen is None:
-            lines.append(f"no cache: the model alone has the lowest loss ({alone['loss']:.3f}); {self.out} "
-                         "holds the model unchanged")  # fmt: skip
+            lines.append(
+                f"no cache: the model alone has the lowest loss ({alone['loss']:.3f}); {self.out} "
+                "holds the model unchanged"
+            )
         else:
-            lines.append(f"cache weight {self.chosen['weight']:g}, sharpness {self.chosen['sharpness']:g} "
-                         f"({alone['masked']} masked codes): written to {self.out} ({self.seconds:.0f} s)")  # fmt: skip
+            lines.append(
+                f"cache weight {self.chosen['weight']:g}, sharpness {self.chosen['sharpness']:g} "
+                f"({alone['masked']} masked codes): written to {self.out} ({self.seconds:.0f} s)"
+            )
         return lines
 
 
 def add_cache(
-    model_dir: str | Path, dataset: str | Path, out: str | Path, *, split: str = "pretrain_val",
-    limit: int | None = 1000, batch_size: int = 256, seed: int = 0, force: bool = False,
-) -> CacheResult:  # fmt: skip
+    model_dir: str | Path,
+    dataset: str | Path,
+    out: str | Path,
+    *,
+    split: str = "pretrain_val",
+    limit: int | None = 1000,
+    batch_size: int = 256,
+    seed: int = 0,
+    force: bool = False,
+) -> CacheResult:
     """Choose the code cache of the model in ``model_dir`` on ``split`` of ``dataset`` and write the model with
     it to ``out`` (see the module docstring); nothing is left under ``out`` on failure."""
     from model import HRRBert
@@ -166,11 +193,33 @@ def add_cache(
     grid = cache_grid(model, seqs, tok=tokens_of(program), batch_size=batch_size, seed=seed, limit=limit)
     model.mlm_cache = choose_cache(grid)
     chosen = None if model.mlm_cache is None else model.mlm_cache.to_dict()
-    extra = {k: v for k, v in meta.items()
-             if k not in ("kind", "model_type", "architectures", "config", "program_id", "n_concepts",
-                          "untrained_tokens", "mlm_cache")}  # fmt: skip
-    record = {"kind": "mlm_cache", "model": str(mdir), "dataset": str(dataset), "split": split, "limit": limit,
-              "seed": seed, "salt": SALT_CACHE, "grid": grid, "chosen": chosen, "created_at": now_iso()}  # fmt: skip
+    extra = {
+        k: v
+        for k, v in meta.items()
+        if k
+        not in (
+            "kind",
+            "model_type",
+            "architectures",
+            "config",
+            "program_id",
+            "n_concepts",
+            "untrained_tokens",
+            "mlm_cache",
+        )
+    }
+    record = {
+        "kind": "mlm_cache",
+        "model": str(mdir),
+        "dataset": str(dataset),
+        "split": split,
+        "limit": limit,
+        "seed": seed,
+        "salt": SALT_CACHE,
+        "grid": grid,
+        "chosen": chosen,
+        "created_at": now_iso(),
+    }
     with folder_written(out, "cached model") as tmp:
         model.save_pretrained(tmp, extra=extra)
         if (mdir / THRESHOLDS_FILE).is_file():  # a fine-tuned model's thresholds travel with it

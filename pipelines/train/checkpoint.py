@@ -124,9 +124,12 @@ def save_checkpoint(path: Path, state: dict[str, Any], keep: int = 2) -> Path:
     """
     path = Path(path)
     write_file_atomically(
-        path, lambda tmp: torch.save(state, tmp), what="checkpoint", error=OutputWriteError,
+        path,
+        lambda tmp: torch.save(state, tmp),
+        what="checkpoint",
+        error=OutputWriteError,
         hint="free some space (older checkpoints are kept) and continue with --resume",
-    )  # fmt: skip
+    )
     for stale in path.parent.glob("step-*.pt.tmp"):  # left by a killed writer
         stale.unlink(missing_ok=True)
     if keep > 0:

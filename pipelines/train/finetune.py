@@ -98,9 +98,14 @@ def model_dir(pretrained: str | Path) -> Path:
 
 @torch.no_grad()
 def predict(
-    model, seqs: Sequences, task: str, device: torch.device, batch_size: int, bf16: bool = False,
+    model,
+    seqs: Sequences,
+    task: str,
+    device: torch.device,
+    batch_size: int,
+    bf16: bool = False,
     pos_weight: torch.Tensor | None = None,
-) -> tuple[np.ndarray, float]:  # fmt: skip
+) -> tuple[np.ndarray, float]:
     """Probabilities ``(P, L)`` and the mean BCE loss on ``seqs`` (positives weighted by ``pos_weight (L,)``
     when given)."""
     was = model.training
@@ -175,8 +180,12 @@ def read_thresholds(model_folder: str | Path, task: str, n_labels: int) -> np.nd
     model without the file (fine-tuned before thresholds were tuned) gets :data:`DEFAULT_THRESHOLD`."""
     p = Path(model_folder) / THRESHOLDS_FILE
     if not p.is_file():
-        log.info("%s: no %s (an older fine-tuned model); scoring at threshold %.1f", model_folder,
-                 THRESHOLDS_FILE, DEFAULT_THRESHOLD)  # fmt: skip
+        log.info(
+            "%s: no %s (an older fine-tuned model); scoring at threshold %.1f",
+            model_folder,
+            THRESHOLDS_FILE,
+            DEFAULT_THRESHOLD,
+        )
         return np.full(n_labels, DEFAULT_THRESHOLD, dtype=np.float32)
     try:
         rec = json.loads(p.read_text(encoding="utf-8"))
@@ -222,8 +231,9 @@ def finetune(
     """
     if run_id is not None:
         safe_component(run_id, "run_id")  # one folder under ``out``, never a path
-    cfg = config_from(FinetuneConfig, config, options, "finetune", pretrained=pretrained, dataset=dataset,
-                      program=program)  # fmt: skip
+    cfg = config_from(
+        FinetuneConfig, config, options, "finetune", pretrained=pretrained, dataset=dataset, program=program
+    )
     with distributed(cfg.device) as (ctx, device):
         return _finetune(cfg, ctx, device, Path(out), run_id, resume)
 
@@ -290,11 +300,19 @@ def _finetune(
     if cfg.model != "bert":
         meta["model"] = cfg.model
         meta["visit_transformer_config"] = asdict(visit_transformer_config(mc, program_))
-    open_run(run_dir, {"kind": "finetune", "run_id": run_id, "config": asdict(cfg), **meta}, resume, ctx,
-             runtime_keys=RUNTIME_KEYS, what="fine-tuning run")  # fmt: skip
+    open_run(
+        run_dir,
+        {"kind": "finetune", "run_id": run_id, "config": asdict(cfg), **meta},
+        resume,
+        ctx,
+        runtime_keys=RUNTIME_KEYS,
+        what="fine-tuning run",
+    )
     data = (train, val, test)
-    results = [_trial(k, cfg, mdir, program_, data, run_dir / f"trial-{k}", ctx, device, meta, resume)
-               for k in range(cfg.trials)]  # fmt: skip
+    results = [
+        _trial(k, cfg, mdir, program_, data, run_dir / f"trial-{k}", ctx, device, meta, resume)
+        for k in range(cfg.trials)
+    ]
     if ctx.is_main:
         summary = {"kind": "finetune", "run_id": run_id, "config": asdict(cfg), **meta, "trials": results}
         write_json(run_dir / SUMMARY_FILE, {**summary, "created_at": now_iso()})
@@ -346,9 +364,15 @@ class FinetuneTask:
     validation metrics on ``finetune_val``."""
 
     def __init__(
-        self, cfg: FinetuneConfig, train: Sequences, val: Sequences, seed: int, ctx, device,
+        self,
+        cfg: FinetuneConfig,
+        train: Sequences,
+        val: Sequences,
+        seed: int,
+        ctx,
+        device,
         pos_weight: torch.Tensor | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.cfg, self.train, self.val, self.seed, self.ctx, self.device = cfg, train, val, seed, ctx, device
         self.pos_weight = None if pos_weight is None else pos_weight.to(device)
 
@@ -418,14 +442,31 @@ def _trial(
     pw = None if pw_values is None else torch.from_numpy(pw_values).float()
     tdir.mkdir(parents=True, exist_ok=True)
     opts = LoopOptions(
-        total_steps=steps, clip=cfg.clip, val_every=cfg.val_every,
-        keep_checkpoints=cfg.keep_checkpoints, monitor=f"val_{cfg.select_by}", minimize=cfg.select_by == "loss",
-        patience=cfg.patience, bf16=cfg.bf16, progress=cfg.progress, tensorboard=cfg.tensorboard,
-        desc=f"finetune {cfg.task} trial {k}", config=asdict(cfg),
-    )  # fmt: skip
+        total_steps=steps,
+        clip=cfg.clip,
+        val_every=cfg.val_every,
+        keep_checkpoints=cfg.keep_checkpoints,
+        monitor=f"val_{cfg.select_by}",
+        minimize=cfg.select_by == "loss",
+        patience=cfg.patience,
+        bf16=cfg.bf16,
+        progress=cfg.progress,
+        tensorboard=cfg.tensorboard,
+        desc=f"finetune {cfg.task} trial {k}",
+        config=asdict(cfg),
+    )
     ckpts = list_checkpoints(tdir) if resume else []
-    res = run_loop(model, opt, sched, FinetuneTask(cfg, train, val, seed, ctx, device, pw), opts, tdir, ctx=ctx,
-                   device=device, resume_from=ckpts[-1] if ckpts else None)  # fmt: skip
+    res = run_loop(
+        model,
+        opt,
+        sched,
+        FinetuneTask(cfg, train, val, seed, ctx, device, pw),
+        opts,
+        tdir,
+        ctx=ctx,
+        device=device,
+        resume_from=ckpts[-1] if ckpts else None,
+    )
     best = {key.removeprefix("val_"): x for key, x in (res.best_validation or {}).items()}
     if getattr(model, "untrained_tokens", None) is not None:  # a BERT whose pretraining recorded its tokens
         log.info("untrained after fine-tuning: %s", model.settle_untrained(train.tokens(model.n_concepts)))
@@ -440,28 +481,56 @@ def _trial(
     label = configuration_label(cfg, meta["model_config"]["mode"])
     if ctx.is_main:
         model.save_pretrained(
-            tdir / "model", extra={"task": cfg.task, "trial": k, "seed": seed, "best_epoch": res.best_epoch,
-                                   "best_step": res.best_step}
-        )  # fmt: skip
-        write_thresholds(tdir / "model", cfg.task, thresholds, {
-            "chosen_on": "finetune_val", "tuned": cfg.tune_thresholds, "criterion": "f1", "n": int(len(y_val)),
-            "val_f1": val_tuned["f1"], "val_f1_at_default": score(cfg.task, y_val, p_val, cfg.threshold)["f1"],
-        })  # fmt: skip
+            tdir / "model",
+            extra={
+                "task": cfg.task,
+                "trial": k,
+                "seed": seed,
+                "best_epoch": res.best_epoch,
+                "best_step": res.best_step,
+            },
+        )
+        write_thresholds(
+            tdir / "model",
+            cfg.task,
+            thresholds,
+            {
+                "chosen_on": "finetune_val",
+                "tuned": cfg.tune_thresholds,
+                "criterion": "f1",
+                "n": int(len(y_val)),
+                "val_f1": val_tuned["f1"],
+                "val_f1_at_default": score(cfg.task, y_val, p_val, cfg.threshold)["f1"],
+            },
+        )
     t: dict[str, Any] = {}
     if len(test):
         p_test, loss = predict(model, test, cfg.task, device, cfg.eval_batch_size, cfg.bf16)
-        block = Predictions(label, cfg.task, "test", k, test.subject_id.numpy(), test.labels.numpy(), p_test,
-                            thresholds)  # fmt: skip
+        block = Predictions(
+            label, cfg.task, "test", k, test.subject_id.numpy(), test.labels.numpy(), p_test, thresholds
+        )
         t = {"loss": loss, **block.scores()}
         if ctx.is_main:
             write_predictions(tdir / PREDICTIONS_FILE, [block])
     else:
         log.warning("split 'test' has no rows for task %r; no test metrics", cfg.task)
-    result = {"trial": k, "seed": seed, "task": cfg.task, "label": label, "steps": res.step,
-              "best_step": res.best_step, "best_epoch": res.best_epoch, "select_by": cfg.select_by,
-              "stopped_early": res.stopped_early, "val": best, "val_tuned": val_tuned,
-              "thresholds": [float(x) for x in thresholds],
-              "pos_weight": None if pw_values is None else pw_values.tolist(), "test": t, "config": asdict(cfg),
-              **meta}  # fmt: skip
+    result = {
+        "trial": k,
+        "seed": seed,
+        "task": cfg.task,
+        "label": label,
+        "steps": res.step,
+        "best_step": res.best_step,
+        "best_epoch": res.best_epoch,
+        "select_by": cfg.select_by,
+        "stopped_early": res.stopped_early,
+        "val": best,
+        "val_tuned": val_tuned,
+        "thresholds": [float(x) for x in thresholds],
+        "pos_weight": None if pw_values is None else pw_values.tolist(),
+        "test": t,
+        "config": asdict(cfg),
+        **meta,
+    }
     publish_results(tdir, result, ctx)
     return result

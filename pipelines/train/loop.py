@@ -316,8 +316,15 @@ class _Loop:
             return
         if key not in v:
             raise KeyError(f"validation gave {sorted(v)}; the monitored metric {key!r} is not among them")
-        log.info("%s step %d (epoch %d): train loss %.4f, %s %.4f", self.o.desc, s.step, s.epoch,
-                 loss / max(weight, 1e-12), key, float(v[key]))  # fmt: skip
+        log.info(
+            "%s step %d (epoch %d): train loss %.4f, %s %.4f",
+            self.o.desc,
+            s.step,
+            s.epoch,
+            loss / max(weight, 1e-12),
+            key,
+            float(v[key]),
+        )
         if _improved(v, s.best, key, self.o.minimize):
             s.best, s.best_step, s.best_epoch, s.bad = v, s.step, s.epoch, 0
             if self.o.keep_best:

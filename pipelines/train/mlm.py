@@ -36,8 +36,15 @@ class Tokens:
 
     def mask(self, batch: dict[str, Tensor], prob: float, generator: torch.Generator):
         """:func:`mask_tokens` of a batch (``input_ids``, ``attention_mask``) with these tokens."""
-        return mask_tokens(batch["input_ids"], batch["attention_mask"], mask_id=self.mask_id, special=self.special,
-                           candidates=self.candidates, prob=prob, generator=generator)  # fmt: skip
+        return mask_tokens(
+            batch["input_ids"],
+            batch["attention_mask"],
+            mask_id=self.mask_id,
+            special=self.special,
+            candidates=self.candidates,
+            prob=prob,
+            generator=generator,
+        )
 
 
 def tokens_of(program, train: Sequences | None = None) -> Tokens:

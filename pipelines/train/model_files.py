@@ -30,11 +30,19 @@ def save_weights(model: nn.Module, directory: Path, meta: dict[str, Any], kind: 
 
     directory = Path(directory)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    write_file_atomically(directory / WEIGHTS_FILE, lambda tmp: save_file(state, str(tmp), metadata={"kind": kind}),
-                          what="model weights", error=OutputWriteError)  # fmt: skip
+    write_file_atomically(
+        directory / WEIGHTS_FILE,
+        lambda tmp: save_file(state, str(tmp), metadata={"kind": kind}),
+        what="model weights",
+        error=OutputWriteError,
+    )
     text = json.dumps(plain(meta), indent=2, default=str, allow_nan=False) + "\n"
-    write_file_atomically(directory / META_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"),
-                          what="model config", error=OutputWriteError)  # fmt: skip
+    write_file_atomically(
+        directory / META_FILE,
+        lambda tmp: tmp.write_text(text, encoding="utf-8"),
+        what="model config",
+        error=OutputWriteError,
+    )
     return directory
 
 
@@ -54,9 +62,14 @@ def read_meta(
 
 
 def check_meta(
-    meta: dict[str, Any], manifest: dict[str, Any], keys: tuple[str, ...], path: Path, data: str, hint: str,
+    meta: dict[str, Any],
+    manifest: dict[str, Any],
+    keys: tuple[str, ...],
+    path: Path,
+    data: str,
+    hint: str,
     error: type[Exception],
-) -> None:  # fmt: skip
+) -> None:
     """Raise ``error`` when the model's ``keys`` differ from the data manifest's (``data`` names the data)."""
     for key in keys:
         if meta.get(key) != manifest.get(key):

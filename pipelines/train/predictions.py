@@ -28,11 +28,18 @@ import pyarrow.parquet as pq
 from .metrics import binary_metrics, multilabel_metrics
 
 PREDICTIONS_FILE = "predictions.parquet"
-SCHEMA = pa.schema([
-    ("model", pa.string()), ("task", pa.string()), ("split", pa.string()), ("trial", pa.int32()),
-    ("subject_id", pa.int64()), ("labels", pa.list_(pa.int8())), ("probs", pa.list_(pa.float32())),
-    ("thresholds", pa.list_(pa.float32())),
-])  # fmt: skip
+SCHEMA = pa.schema(
+    [
+        ("model", pa.string()),
+        ("task", pa.string()),
+        ("split", pa.string()),
+        ("trial", pa.int32()),
+        ("subject_id", pa.int64()),
+        ("labels", pa.list_(pa.int8())),
+        ("probs", pa.list_(pa.float32())),
+        ("thresholds", pa.list_(pa.float32())),
+    ]
+)
 
 
 @dataclass
@@ -110,6 +117,16 @@ def read_predictions(path: str | Path) -> list[Predictions]:
         sub = t.take(pa.array(rows))
         labels = np.asarray(sub.column("labels").to_pylist(), dtype=np.int8)
         probs = np.asarray(sub.column("probs").to_pylist(), dtype=np.float32)
-        out.append(Predictions(model, task, split, int(trial), sub.column("subject_id").to_numpy(),
-                               labels, probs, np.asarray(sub.column("thresholds")[0].as_py(), np.float32)))  # fmt: skip
+        out.append(
+            Predictions(
+                model,
+                task,
+                split,
+                int(trial),
+                sub.column("subject_id").to_numpy(),
+                labels,
+                probs,
+                np.asarray(sub.column("thresholds")[0].as_py(), np.float32),
+            )
+        )
     return out

@@ -148,9 +148,19 @@ class MLMTask:
         if not len(self.val):
             return {}
         cfg = self.cfg
-        return evaluate_mlm(model, self.val, self.tok, topk=cfg.topk, batch_size=cfg.val_batch_size,
-                            seed=cfg.seed, ctx=self.ctx, device=self.device, bf16=cfg.bf16, limit=cfg.max_val,
-                            mask_prob=cfg.mask_prob)  # fmt: skip
+        return evaluate_mlm(
+            model,
+            self.val,
+            self.tok,
+            topk=cfg.topk,
+            batch_size=cfg.val_batch_size,
+            seed=cfg.seed,
+            ctx=self.ctx,
+            device=self.device,
+            bf16=cfg.bf16,
+            limit=cfg.max_val,
+            mask_prob=cfg.mask_prob,
+        )
 
 
 def _run_record(cfg: PretrainConfig, run_id: str, model, program, ds, task: MLMTask, total: int, ctx) -> dict:
@@ -184,15 +194,32 @@ def _choose_cache(cfg: PretrainConfig, model, task: MLMTask, run_dir: Path, step
     run's last validation is the saved model's. The grid goes to ``mlm_cache.json``."""
     from .cache import SALT_CACHE, cache_grid, choose_cache
 
-    grid = cache_grid(model, task.val, task.tok, batch_size=cfg.val_batch_size, seed=cfg.seed, limit=cfg.max_val,
-                      mask_prob=cfg.mask_prob, device=device)  # fmt: skip
+    grid = cache_grid(
+        model,
+        task.val,
+        task.tok,
+        batch_size=cfg.val_batch_size,
+        seed=cfg.seed,
+        limit=cfg.max_val,
+        mask_prob=cfg.mask_prob,
+        device=device,
+    )
     model.mlm_cache = choose_cache(grid)
     chosen = None if model.mlm_cache is None else model.mlm_cache.to_dict()
     log.info("code cache after pretraining: %s", chosen or "none (the model alone has the lowest loss)")
     val = task.validate(model) if chosen is not None else {}
     if ctx.is_main:
-        write_json(run_dir / CACHE_FILE, {"split": "pretrain_val", "limit": cfg.max_val, "seed": cfg.seed,
-                                          "salt": SALT_CACHE, "grid": grid, "chosen": chosen})  # fmt: skip
+        write_json(
+            run_dir / CACHE_FILE,
+            {
+                "split": "pretrain_val",
+                "limit": cfg.max_val,
+                "seed": cfg.seed,
+                "salt": SALT_CACHE,
+                "grid": grid,
+                "chosen": chosen,
+            },
+        )
         if val:
             MetricsLog(run_dir / METRICS_FILE).write({"step": step, **val, "mlm_cache": chosen})
 
@@ -227,14 +254,35 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     if resume and resume_from is None:
         latest_checkpoint(run_dir)  # raises CheckpointError naming the folder
     opts = LoopOptions(
-        total_steps=total, clip=cfg.clip, val_every=cfg.val_every, log_every=cfg.log_every,
-        save_every=cfg.save_every, keep_checkpoints=cfg.keep_checkpoints,
-        monitor="val_loss" if len(val) else None, minimize=True, keep_best=False, patience=cfg.patience,
-        bf16=cfg.bf16, progress=cfg.progress, tensorboard=cfg.tensorboard, weight_name="masked",
-        desc=f"pretrain {cfg.mode}", config=asdict(cfg),
-    )  # fmt: skip
-    res = run_loop(model, opt, sched, task, opts, run_dir, ctx=ctx, device=device, resume_from=resume_from,
-                   stop_after=stop_after)  # fmt: skip
+        total_steps=total,
+        clip=cfg.clip,
+        val_every=cfg.val_every,
+        log_every=cfg.log_every,
+        save_every=cfg.save_every,
+        keep_checkpoints=cfg.keep_checkpoints,
+        monitor="val_loss" if len(val) else None,
+        minimize=True,
+        keep_best=False,
+        patience=cfg.patience,
+        bf16=cfg.bf16,
+        progress=cfg.progress,
+        tensorboard=cfg.tensorboard,
+        weight_name="masked",
+        desc=f"pretrain {cfg.mode}",
+        config=asdict(cfg),
+    )
+    res = run_loop(
+        model,
+        opt,
+        sched,
+        task,
+        opts,
+        run_dir,
+        ctx=ctx,
+        device=device,
+        resume_from=resume_from,
+        stop_after=stop_after,
+    )
     if res.completed:
         settled = model.settle_untrained(train.tokens(model.n_concepts))
         log.info("untrained after pretraining: %s", settled)

@@ -33,9 +33,12 @@ def _row(*values) -> bytes:
 
 def _is_a_row(lines: list[bytes], source: int) -> int:
     return next(
-        i for i, b in enumerate(lines) if b.startswith(b"99") and b.split(b"\t")[4] == str(source).encode()
+        i
+        for i, b in enumerate(lines)
+        if b.startswith(b"99")
+        and b.split(b"\t")[4] == str(source).encode()
         and b.split(b"\t")[7] == str(S.IS_A).encode()
-    )  # fmt: skip
+    )
 
 
 # ---- characteristic types ------------------------------------------------------------------------

@@ -44,8 +44,10 @@ def _tls(tmp: Path) -> Path:
     """The US extension's ICD-10-CM map rows as a tls_Icd10cmHumanReadableMap file."""
     src = next((FIXTURE / US / "Snapshot").rglob("der2_iisssccRefset_ExtendedMapSnapshot_*"))
     rows = src.read_text("utf-8").splitlines()[1:]
-    header = ("id effectiveTime active moduleId refsetId referencedComponentId referencedComponentName mapGroup "
-              "mapPriority mapRule mapAdvice mapTarget mapTargetName correlationId mapCategoryId mapCategoryName")  # fmt: skip
+    header = (
+        "id effectiveTime active moduleId refsetId referencedComponentId referencedComponentName mapGroup "
+        "mapPriority mapRule mapAdvice mapTarget mapTargetName correlationId mapCategoryId mapCategoryName"
+    )
     out = [header.replace(" ", "\t")]
     for r in rows:
         f = r.split("\t")

@@ -116,8 +116,13 @@ def test_wrong_value_type_names_line_column_and_value(program, tmp_path):
 def test_meds_integer_code_column_names_the_shard(program, tmp_path):
     root = tmp_path / "meds"
     (root / "data").mkdir(parents=True)
-    t = pa.table({"subject_id": pa.array([1], pa.int64()), "time": pa.array([dt(2110, 1, 1)], pa.timestamp("us")),
-                  "code": pa.array([250], pa.int64())})  # fmt: skip
+    t = pa.table(
+        {
+            "subject_id": pa.array([1], pa.int64()),
+            "time": pa.array([dt(2110, 1, 1)], pa.timestamp("us")),
+            "code": pa.array([250], pa.int64()),
+        }
+    )
     pq.write_table(t, root / "data" / "0.parquet")
     out = tmp_path / "out"
     msg = assert_refused(

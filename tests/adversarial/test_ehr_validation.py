@@ -50,8 +50,11 @@ def test_mimic_exact_duplicates_are_dropped_counted_and_printed(program, tmp_pat
     assert prepare_cli("--mimic", clean, out=tmp_path / "a", program=program).exit_code == 0
     res = prepare_cli("--mimic", dup, out=tmp_path / "b", program=program)
     assert res.exit_code == 0, res.output
-    key = {"diagnoses_icd": "duplicate_diagnosis_rows", "admissions": "duplicate_admission_rows",
-           "patients": "duplicate_patient_rows"}[table]  # fmt: skip
+    key = {
+        "diagnoses_icd": "duplicate_diagnosis_rows",
+        "admissions": "duplicate_admission_rows",
+        "patients": "duplicate_patient_rows",
+    }[table]
     n = {"diagnoses_icd": 12, "admissions": 10, "patients": 6}[table]
     (rows_a, man_a), (rows_b, man_b) = _dataset(tmp_path / "a"), _dataset(tmp_path / "b")
     assert rows_b == rows_a  # the same tokens and labels: nothing multiplied
@@ -150,8 +153,10 @@ def test_meds_duplicate_rows_counted_and_two_splits_refused(program, tmp_path):
     write_meds_shards(bad, {}, {1: "train", 2: "held_out"})
     import pyarrow as pa
 
-    pq.write_table(pa.table({"subject_id": pa.array([1, 1, 2], pa.int64()), "split": ["train", "held_out", "train"]}),
-                   bad / "metadata" / "subject_splits.parquet")  # fmt: skip
+    pq.write_table(
+        pa.table({"subject_id": pa.array([1, 1, 2], pa.int64()), "split": ["train", "held_out", "train"]}),
+        bad / "metadata" / "subject_splits.parquet",
+    )
     out = tmp_path / "c"
     msg = assert_refused(prepare_cli("--meds", bad, out=out, program=program), out, "subject_splits.parquet")
     assert "subject_id(s) 1 with more than one split" in msg

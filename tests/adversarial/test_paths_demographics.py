@@ -54,8 +54,14 @@ def test_same_id_and_bytes_from_any_working_directory(project, program_dir, tmp_
     assert files_of(results[0].path) == files_of(results[1].path) == files_of(results[2].path)
     assert {r.path.parent.name for r in results} == {"d2v-mimic-x"}  # the default name from the dataset, too
     inputs = results[0].manifest["inputs"]
-    assert inputs == [{"role": "demographics", "reader": "mimic-iv", "path": "hosp/patients.csv.gz",
-                       "sha256": sha256_file(ds / "ehr" / "hosp" / "patients.csv.gz")}]  # fmt: skip
+    assert inputs == [
+        {
+            "role": "demographics",
+            "reader": "mimic-iv",
+            "path": "hosp/patients.csv.gz",
+            "sha256": sha256_file(ds / "ehr" / "hosp" / "patients.csv.gz"),
+        }
+    ]
 
 
 def _rewrite_ages(f, age):

@@ -159,8 +159,23 @@ def write_tsv(
 
 def main() -> None:
     def nlm_rows(rows, one):
-        return [[c, n, "1", "0.5" if s else "NULL", "NULL", "0.25" if s else "NULL", "0", s if s else "NULL", f,
-                 "1" if one else "0", "NULL", "0"] for c, n, s, f in rows]  # fmt: skip
+        return [
+            [
+                c,
+                n,
+                "1",
+                "0.5" if s else "NULL",
+                "NULL",
+                "0.25" if s else "NULL",
+                "0",
+                s if s else "NULL",
+                f,
+                "1" if one else "0",
+                "NULL",
+                "0",
+            ]
+            for c, n, s, f in rows
+        ]
 
     write_tsv(
         OUT / "nlm" / "ICD9CM_SNOMED_MAP_1TO1_201812.txt",
@@ -189,7 +204,7 @@ def main() -> None:
             "valid_start_date",
             "valid_end_date",
             "invalid_reason",
-        ],  # fmt: skip
+        ],
         [[i, n, "Condition", v, k, s, c, "20161001", "20991231", r] for i, n, v, k, s, c, r in OMOP_CONCEPTS],
     )
     write_tsv(

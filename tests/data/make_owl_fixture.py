@@ -94,8 +94,9 @@ def build(path: Path) -> None:
                     prop[k].append(v)
         c[12].label.append(owl.locstr("Asthme", "fr"))
         alt[c[16]] = ["T2DM"]
-        site, agent, morph, group = (props[n] for n in ("finding_site", "causative_agent",
-                                                         "associated_morphology", "role_group"))  # fmt: skip
+        site, agent, morph, group = (
+            props[n] for n in ("finding_site", "causative_agent", "associated_morphology", "role_group")
+        )
         c[11].is_a.append(site.some(c[4]))  # a direct restriction
         c[12].is_a.append(site.some(c[5]))
         c[13].is_a.append(site.some(c[4]) & morph.some(c[22]))  # inside a subClassOf intersection

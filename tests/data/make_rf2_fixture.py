@@ -410,12 +410,32 @@ def build_international() -> tuple[Package, Builder, dict[str, Any]]:
     ):
         b.concept(cid, fsn, [CONCEPT_MODEL_ATTRIBUTE], et=et, module=M)
     for cid in (
-        S.FSN, S.SYNONYM, S.DEFINITION, S.INFERRED, S.STATED, S.ADDITIONAL, S.PREFERRED, S.ACCEPTABLE,
-        S.US_ENGLISH, S.GB_ENGLISH, S.CORE_MODULE, S.MODEL_MODULE, S.ICD10_MAP_MODULE, S.PRIMITIVE, S.DEFINED,
-        S.CASE_INSENSITIVE, S.CASE_SENSITIVE, S.EXISTENTIAL, S.ICD10_MAP_REFSET, S.MAP_CORRELATION_NOT_SPECIFIED,
-        S.MAP_CATEGORY_PROPERLY_CLASSIFIED, S.MAP_CATEGORY_CANNOT_CLASSIFY, S.MAP_CATEGORY_CONTEXT_DEPENDENT,
-        S.REPLACED_BY, S.SAME_AS,
-    ):  # fmt: skip
+        S.FSN,
+        S.SYNONYM,
+        S.DEFINITION,
+        S.INFERRED,
+        S.STATED,
+        S.ADDITIONAL,
+        S.PREFERRED,
+        S.ACCEPTABLE,
+        S.US_ENGLISH,
+        S.GB_ENGLISH,
+        S.CORE_MODULE,
+        S.MODEL_MODULE,
+        S.ICD10_MAP_MODULE,
+        S.PRIMITIVE,
+        S.DEFINED,
+        S.CASE_INSENSITIVE,
+        S.CASE_SENSITIVE,
+        S.EXISTENTIAL,
+        S.ICD10_MAP_REFSET,
+        S.MAP_CORRELATION_NOT_SPECIFIED,
+        S.MAP_CATEGORY_PROPERLY_CLASSIFIED,
+        S.MAP_CATEGORY_CANNOT_CLASSIFY,
+        S.MAP_CATEGORY_CONTEXT_DEPENDENT,
+        S.REPLACED_BY,
+        S.SAME_AS,
+    ):
         b.concept(cid, S.metadata_fsn(cid), [MODEL_COMPONENT], et=et, module=M)
 
     # --- supporting clinical content (synthetic SCTIDs) ---------------------------------------------

@@ -24,8 +24,15 @@ def programs(tmp_path_factory):
     out = tmp_path_factory.mktemp("contract")
     m = DATA / "mapping_sources"
     plain = compile_ontology(DATA / "snomed_mini_20220531", out=out)
-    mapped = compile_ontology(DATA / "snomed_mini_20220531", out=out, omop=m / "omop", nlm_icd9=m / "nlm",
-                              gem=m / "gem", codes=m / "d_icd_diagnoses.csv", fallback="icd")  # fmt: skip
+    mapped = compile_ontology(
+        DATA / "snomed_mini_20220531",
+        out=out,
+        omop=m / "omop",
+        nlm_icd9=m / "nlm",
+        gem=m / "gem",
+        codes=m / "d_icd_diagnoses.csv",
+        fallback="icd",
+    )
     return plain, mapped
 
 
@@ -35,9 +42,11 @@ def test_compiled_program_loads_and_composes_exactly(programs, which):
     p = load_program(result.path)
     assert p.program_id == result.program_id
     assert (p.n_concepts, p.n_atoms, p.n_relations, p.n_edges) == (
-        result.manifest["counts"]["concepts"], result.manifest["counts"]["atoms"],
-        result.manifest["counts"]["relations"], result.manifest["counts"]["edges"],
-    )  # fmt: skip
+        result.manifest["counts"]["concepts"],
+        result.manifest["counts"]["atoms"],
+        result.manifest["counts"]["relations"],
+        result.manifest["counts"]["edges"],
+    )
     e = pq.read_table(result.path / "edges.parquet")
     edges = (e["concept_id"].to_pylist(), e["relation_id"].to_pylist(), e["atom_id"].to_pylist())
     g = torch.Generator().manual_seed(which)

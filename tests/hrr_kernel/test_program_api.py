@@ -206,8 +206,15 @@ def test_compiled_program_rows_match_its_concepts_table(tmp_path):
     from ontology_compiler import compile_ontology
 
     m = DATA / "mapping_sources"
-    result = compile_ontology(DATA / "snomed_mini_20220531", out=tmp_path, omop=m / "omop", nlm_icd9=m / "nlm",
-                              gem=m / "gem", codes=m / "d_icd_diagnoses.csv", fallback="icd")  # fmt: skip
+    result = compile_ontology(
+        DATA / "snomed_mini_20220531",
+        out=tmp_path,
+        omop=m / "omop",
+        nlm_icd9=m / "nlm",
+        gem=m / "gem",
+        codes=m / "d_icd_diagnoses.csv",
+        fallback="icd",
+    )
     p = load_program(result.path.parent)  # the release folder
     assert p.path == result.path
     t = pq.read_table(result.path / "concepts.parquet").to_pylist()
@@ -218,6 +225,10 @@ def test_compiled_program_rows_match_its_concepts_table(tmp_path):
         )
         c = p.code(r["concept_id"])
         assert (c.vocabulary, c.code, c.code_dotted, c.title, c.chapter) == (
-            r["vocabulary"], r["code"], r["code_dotted"], r["title"] or "", r["chapter"],
-        )  # fmt: skip
+            r["vocabulary"],
+            r["code"],
+            r["code_dotted"],
+            r["title"] or "",
+            r["chapter"],
+        )
     assert p.row("ICD10CM", "E11.9") == p.concept_codes.index("E119")

@@ -40,8 +40,12 @@ def test_compose_spectrum_is_the_half_spectrum_of_compose(program, d, rows):
     # a loss of the spectrum and the same loss of the signal-domain rows give the same gradients
     w = torch.randn(spec.shape, dtype=torch.float64)
     ga = torch.autograd.grad((compose_spectrum(program, a, r, ids) * w).sum(), (a, r))
-    gb = torch.autograd.grad((torch.view_as_real(torch.fft.rfft(compose(program, a, r, ids), dim=1))
-                              .reshape(spec.shape) * w).sum(), (a, r))  # fmt: skip
+    gb = torch.autograd.grad(
+        (
+            torch.view_as_real(torch.fft.rfft(compose(program, a, r, ids), dim=1)).reshape(spec.shape) * w
+        ).sum(),
+        (a, r),
+    )
     for x, y in zip(ga, gb, strict=True):
         torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-10)
 

@@ -21,8 +21,13 @@ def loop_cache(e, ids, visible, special, sharpness):
     for b in range(ids.shape[0]):
         js = [int(ids[b, t]) for t in range(ids.shape[1]) if visible[b, t]]
         for j in js:
-            k = torch.tensor([0.0 if special[c] else math.exp(sharpness * (float(e[c] @ e[j]) - 1))
-                              for c in range(e.shape[0])], dtype=torch.float64)  # fmt: skip
+            k = torch.tensor(
+                [
+                    0.0 if special[c] else math.exp(sharpness * (float(e[c] @ e[j]) - 1))
+                    for c in range(e.shape[0])
+                ],
+                dtype=torch.float64,
+            )
             out[b] += k / k.sum() / len(js)
     return out
 
@@ -37,8 +42,11 @@ def test_distribution_matches_the_definition():
     predicted = torch.zeros_like(att, dtype=torch.bool)
     predicted[0, 2] = True  # code 5 is being predicted: not read
     vis = visible_codes(ids, att, predicted, special)
-    assert vis.tolist() == [[False, True, False, True, True], [False, True, True, False, False],
-                            [False, False, False, False, False]]  # fmt: skip
+    assert vis.tolist() == [
+        [False, True, False, True, True],
+        [False, True, True, False, False],
+        [False, False, False, False, False],
+    ]
     got, has = cache_distribution(e, ids, vis, special, 7.0)
     want = loop_cache(e, ids, vis, special, 7.0)
     assert has.tolist() == [True, True, False]
@@ -73,9 +81,17 @@ def test_mixture():
     assert torch.equal(mix_log_probs(logits, cache, has, 0.0), torch.log_softmax(logits, 1))
 
 
-@pytest.mark.parametrize("bad", [{"weight": 1.0, "sharpness": 5}, {"weight": -0.1, "sharpness": 5},
-                                 {"weight": 0.1, "sharpness": 0}, {"weight": 0.1}, [0.1, 5],
-                                 {"weight": 0.1, "sharpness": float("nan")}])  # fmt: skip
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"weight": 1.0, "sharpness": 5},
+        {"weight": -0.1, "sharpness": 5},
+        {"weight": 0.1, "sharpness": 0},
+        {"weight": 0.1},
+        [0.1, 5],
+        {"weight": 0.1, "sharpness": float("nan")},
+    ],
+)
 def test_bad_cache_refused(bad):
     with pytest.raises(ValueError):
         CodeCache.from_dict(bad)
@@ -103,7 +119,10 @@ def test_model_scores_with_its_cache_and_keeps_it(program, tmp_path):
     gain = (cached - alone)[0]
     assert float(gain[visible].min()) > 0 and float(gain[codes[2]]) < float(gain[visible].min())
     m.save_pretrained(tmp_path / "m", card=False)
-    assert json.loads((tmp_path / "m" / "config.json").read_text())["mlm_cache"] == {"weight": 0.5, "sharpness": 40.0}
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["mlm_cache"] == {
+        "weight": 0.5,
+        "sharpness": 40.0,
+    }
     back = HRRBert.from_pretrained(tmp_path / "m", program)
     assert back.mlm_cache == CodeCache(0.5, 40.0)
     meta = json.loads((tmp_path / "m" / "config.json").read_text())

@@ -286,8 +286,12 @@ def test_cls_mean_pooling_travels_with_the_folder(hf, program, tmp_path):
         h = m.encode(ids, seg, att)
         mask = att.unsqueeze(-1).float()
         want = torch.tanh(m.heads.pool(h[:, 0] + (h * mask).sum(1) / mask.sum(1)))
-        torch.testing.assert_close(AutoModel.from_pretrained(tmp_path / "m")(
-            input_ids=ids, attention_mask=att, token_type_ids=seg).pooler_output, want)  # fmt: skip
+        torch.testing.assert_close(
+            AutoModel.from_pretrained(tmp_path / "m")(
+                input_ids=ids, attention_mask=att, token_type_ids=seg
+            ).pooler_output,
+            want,
+        )
         clf = AutoModelForSequenceClassification.from_pretrained(tmp_path / "m", task="chapters")
         got = clf(input_ids=ids, attention_mask=att, token_type_ids=seg).logits
     torch.testing.assert_close(got, m(ids, seg, att, task="chapters"))

@@ -150,9 +150,14 @@ def test_unchanged_tokens(pair):
 def test_table_mode_without_unk_is_refused(tmp_path):
     def program(root, n):
         return load_program(
-            write_program(root, n_concepts=n, n_atoms=4, n_relations=3,
-                          edges=random_edges(np.random.default_rng(0), 4, 4, 3, 8))
-        )  # fmt: skip
+            write_program(
+                root,
+                n_concepts=n,
+                n_atoms=4,
+                n_relations=3,
+                edges=random_edges(np.random.default_rng(0), 4, 4, 3, 8),
+            )
+        )
 
     old, new = program(tmp_path / "o", 4), program(tmp_path / "n", 5)  # codes X00000.., one more in new
     for mode in ("unstructured", "cat", "freq"):

@@ -42,8 +42,17 @@ def test_sql_views_and_read_only(compiled):
         row[0]
         for row in run_sql(compiled.path, "SELECT view_name FROM duckdb_views() WHERE NOT internal").rows
     }
-    assert {"atoms", "relations", "concepts", "edges", "slices", "snomed_concepts", "snomed_relationships",
-            "snomed_descriptions", "icd_map"} <= names  # fmt: skip
+    assert {
+        "atoms",
+        "relations",
+        "concepts",
+        "edges",
+        "slices",
+        "snomed_concepts",
+        "snomed_relationships",
+        "snomed_descriptions",
+        "icd_map",
+    } <= names
     for bad in ("CREATE TABLE t AS SELECT 1", "COPY (SELECT 1) TO 'x.csv'", "SELECT 1; DROP VIEW atoms"):
         with pytest.raises(SQLError, match="read-only"):
             run_sql(compiled.path, bad)
@@ -94,9 +103,23 @@ def test_readme_queries_are_the_demo_queries():
 
 def test_cli_mapping_options_print_the_coverage_table(fixture_release, tmp_path):
     m = Path(__file__).resolve().parents[1] / "data" / "mapping_sources"
-    args = [str(fixture_release), "--out", str(tmp_path), "--omop", str(m / "omop"), "--nlm-icd9", str(m / "nlm"),
-            "--gem", str(m / "gem"), "--codes", str(m / "d_icd_diagnoses.csv"), "--code-counts",
-            str(m / "code_counts.csv"), "--fallback", "icd"]  # fmt: skip
+    args = [
+        str(fixture_release),
+        "--out",
+        str(tmp_path),
+        "--omop",
+        str(m / "omop"),
+        "--nlm-icd9",
+        str(m / "nlm"),
+        "--gem",
+        str(m / "gem"),
+        "--codes",
+        str(m / "d_icd_diagnoses.csv"),
+        "--code-counts",
+        str(m / "code_counts.csv"),
+        "--fallback",
+        "icd",
+    ]
     res = CliRunner().invoke(compile_main, args)
     assert res.exit_code == 0, res.output
     header = next(line for line in res.output.splitlines() if "one_to_one" in line)

@@ -21,8 +21,14 @@ APPENDICITIS, STREP, PHARYNGITIS, DM, RESP = 9990110001, 9990117003, 9990116007,
 
 
 def _compile(fixture_release, out, **kw):
-    opts = dict(omop=M / "omop", nlm_icd9=M / "nlm", gem=M / "gem", codes=M / "d_icd_diagnoses.csv",
-                code_counts=M / "code_counts.csv", fallback="icd")  # fmt: skip
+    opts = dict(
+        omop=M / "omop",
+        nlm_icd9=M / "nlm",
+        gem=M / "gem",
+        codes=M / "d_icd_diagnoses.csv",
+        code_counts=M / "code_counts.csv",
+        fallback="icd",
+    )
     opts.update(kw)
     return compile_ontology(fixture_release, out=out, **opts)
 
@@ -46,8 +52,17 @@ def test_every_coverage_category_is_non_empty(full):
     for cat in ("one_to_one", "one_to_many", "conditional", "chain", "fallback", "unmapped"):
         assert cov["totals"][cat] > 0, cat
     assert set(cov["by_vocabulary"]) == {"ICD9CM", "ICD10CM"}
-    assert {"snomed_icd10cm_map", "snomed_icd10_map", "omop", "nlm_icd9_1to1", "nlm_icd9_1tom", "gem_backward",
-            "gem_forward", "icd_fallback", "none"} <= set(cov["by_source"])  # fmt: skip
+    assert {
+        "snomed_icd10cm_map",
+        "snomed_icd10_map",
+        "omop",
+        "nlm_icd9_1to1",
+        "nlm_icd9_1tom",
+        "gem_backward",
+        "gem_forward",
+        "icd_fallback",
+        "none",
+    } <= set(cov["by_source"])
     occ = cov["occurrences"]
     assert occ["total"] == 27_940 and occ["lost"] == 30  # U09.9 (unmapped, 20) + V72.81 (not a code, 10)
     assert cov["codes_in_universe"] == 25 and cov["codes"] == 24
@@ -120,8 +135,10 @@ def test_counted_warnings_name_file_and_line(full):
 
 def test_policy_file_changes_the_choice(fixture_release, tmp_path):
     text = default_policy_path().read_text("utf-8")
-    omop_first = text.replace('ICD10CM = ["snomed_icd10cm_map", "snomed_icd10_map", "omop"]',
-                              'ICD10CM = ["omop", "snomed_icd10cm_map", "snomed_icd10_map"]')  # fmt: skip
+    omop_first = text.replace(
+        'ICD10CM = ["snomed_icd10cm_map", "snomed_icd10_map", "omop"]',
+        'ICD10CM = ["omop", "snomed_icd10cm_map", "snomed_icd10_map"]',
+    )
     omop_first = omop_first.replace('mode = "union"', 'mode = "first"')
     p = tmp_path / "policy.toml"
     p.write_text(omop_first, "utf-8")
@@ -170,7 +187,12 @@ def test_nlm_and_omop_readers(tmp_path):
     assert f.counts["nlm_rows_without_snomed_cid"] == 1
     omop = read_omop(M / "omop" / "CONCEPT.csv", M / "omop" / "CONCEPT_RELATIONSHIP.csv", f)
     assert sorted(zip(omop["vocabulary"].to_pylist(), omop["code"].to_pylist(), strict=True)) == [
-        ("ICD10CM", "D509"), ("ICD10CM", "J020"), ("ICD10CM", "K5090"), ("ICD9CM", "0340"), ("ICD9CM", "2809")]  # fmt: skip
+        ("ICD10CM", "D509"),
+        ("ICD10CM", "J020"),
+        ("ICD10CM", "K5090"),
+        ("ICD9CM", "0340"),
+        ("ICD9CM", "2809"),
+    ]
     bad = tmp_path / "ICD9CM_SNOMED_MAP_1TO1_201812.txt"
     bad.write_bytes(
         (M / "nlm" / "ICD9CM_SNOMED_MAP_1TO1_201812.txt").read_bytes().replace(b"540.9\t", b"54X.9\t")

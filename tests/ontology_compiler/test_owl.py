@@ -78,13 +78,22 @@ def test_codes_file_program(by_codes):
     assert (c["classes"], c["classes_deprecated"], c["is_a_edges"], c["attribute_edges"]) == (24, 1, 19, 11)
     assert (c["role_groups"], c["object_properties"], c["classes_without_label"]) == (3, 4, 0)
     concepts = _t(by_codes, "concepts")
-    assert concepts["code"].to_pylist()[5:] == ["MINI:0000012", "MINI:0000014", "MINI:0000016", "MINI:0000018",
-                                                "MINI:0000023"]  # fmt: skip
+    assert concepts["code"].to_pylist()[5:] == [
+        "MINI:0000012",
+        "MINI:0000014",
+        "MINI:0000016",
+        "MINI:0000018",
+        "MINI:0000023",
+    ]
     assert set(concepts["vocabulary"].to_pylist()[5:]) == {"OWL"}
     assert concepts["title"][6].as_py() == "Pneumococcal pneumonia"
     assert {p.name for p in (by_codes.path / "graph").iterdir()} == {
-        "owl_classes.parquet", "owl_edges.parquet", "owl_labels.parquet", "owl_properties.parquet",
-        "owl_code_map.parquet"}  # fmt: skip
+        "owl_classes.parquet",
+        "owl_edges.parquet",
+        "owl_labels.parquet",
+        "owl_properties.parquet",
+        "owl_code_map.parquet",
+    }
 
 
 def test_words_restrictions_and_role_groups(by_codes):
@@ -194,7 +203,10 @@ def test_unmatched_codes_entries(tmp_path):
     r = compile_owl(OWL, codes=codes, out=tmp_path / "p")
     assert r.manifest["coverage"]["codes_unmatched"] == 3
     assert [(u["line"], u["entry"]) for u in r.manifest["codes_unmatched"]] == [
-        (2, "MINI:0009999"), (5, "http://example.invalid/nothing"), (6, "MINI:0000099")]  # fmt: skip
+        (2, "MINI:0009999"),
+        (5, "http://example.invalid/nothing"),
+        (6, "MINI:0000099"),
+    ]
     assert r.manifest["coverage"]["codes"] == 1
     with pytest.raises(ValueError, match="not both"):
         compile_owl(OWL, codes=codes, code_property=XREF, out=tmp_path / "p")
@@ -299,9 +311,16 @@ def test_export_owl_program_round_trip(by_codes, tmp_path):
     def edges(result):
         cl, e = _t(result, "graph/owl_classes"), _t(result, "graph/owl_edges")
         iri = dict(zip(cl["key"].to_pylist(), cl["iri"].to_pylist(), strict=True))
-        return {(iri[s], iri[t], g) for s, t, g in zip(e["source_key"].to_pylist(), e["target_key"].to_pylist(),
-                                                       e["role_group"].to_pylist(), strict=True)
-                if iri[s].startswith(BASE)}  # fmt: skip
+        return {
+            (iri[s], iri[t], g)
+            for s, t, g in zip(
+                e["source_key"].to_pylist(),
+                e["target_key"].to_pylist(),
+                e["role_group"].to_pylist(),
+                strict=True,
+            )
+            if iri[s].startswith(BASE)
+        }
 
     assert (
         edges(by_codes) >= edges(again) and len(edges(again)) >= r.counts["is_a"] + r.counts["restrictions"]
@@ -337,8 +356,10 @@ def test_export_rf2_program_and_cli(compiled, tmp_path):
         assert sorted(int(c.iri.rsplit("/", 1)[1]) for c in mapped) == sorted(row["snomed_ids"])
         isa = rels.filter(pc.equal(rels["type_id"], 116680003)).to_pylist()
         child = next(r for r in isa if f"http://snomed.info/id/{r['source_id']}" in classes)
-        assert classes[f"http://snomed.info/id/{child['destination_id']}"] in classes[
-            f"http://snomed.info/id/{child['source_id']}"].is_a  # fmt: skip
+        assert (
+            classes[f"http://snomed.info/id/{child['destination_id']}"]
+            in classes[f"http://snomed.info/id/{child['source_id']}"].is_a
+        )
         assert any(isinstance(x, owlready2.Restriction) for c in classes.values() for x in c.is_a)
     finally:
         world.close()

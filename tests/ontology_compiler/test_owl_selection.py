@@ -34,7 +34,7 @@ def doid(tmp_path_factory) -> Path:
             1,
             "rheumatic fever",
             ["ICD10CM:I00-I02", "ICD9CM:390-392.99", "SNOMEDCT_US_2025_09_01:58718002", "UMLS_CUI:C0035436"],
-        )  # fmt: skip
+        )
         + _class(
             2,
             "HIV infectious disease",
@@ -45,7 +45,7 @@ def doid(tmp_path_factory) -> Path:
                 "ICD10CM:see B20",
                 "MESH:D015658",
             ],
-        )  # fmt: skip
+        )
         + _class(3, "asthma", ["ICD10CM:J45", "ICD9CM:493", "SNOMEDCT_US_2021_09_01:195967001"])
     )
     f = tmp_path_factory.mktemp("doid") / "doid_mini.owl"
@@ -111,8 +111,14 @@ def test_a_prefix_that_selects_nothing_names_the_prefixes_found(doid, tmp_path, 
     text = "--code-prefix ICD-10 selected no value of http://www.geneontology.org/formats/oboInOwl#hasDbXref"
     assert text in caplog.text
     finding = next(f for f in r.manifest["findings"] if f.startswith("--code-prefix ICD-10 "))
-    for found in ("ICD10CM (4)", "ICD9CM (3)", "SNOMEDCT_US_2025_09_01 (2)", "SNOMEDCT_US_2021_09_01 (1)",
-                  "UMLS_CUI (1)", "MESH (1)"):  # fmt: skip
+    for found in (
+        "ICD10CM (4)",
+        "ICD9CM (3)",
+        "SNOMEDCT_US_2025_09_01 (2)",
+        "SNOMEDCT_US_2021_09_01 (1)",
+        "UMLS_CUI (1)",
+        "MESH (1)",
+    ):
         assert found in finding
     assert not any(f.startswith("--code-prefix ICD10CM") for f in r.manifest["findings"])
     caplog.clear()

@@ -167,8 +167,13 @@ def test_static_map_resolution():
 
 def test_precedence_prefers_unconditional_then_source():
     a, b = make_sctid(9990001), make_sctid(9990002)
-    rows = _maprows([(a, 1, 1, "IFA 248152002 | Female (finding) |", "N94.9"), (a, 1, 2, "OTHERWISE TRUE", "R10.2"),
-                     (b, 1, 1, "TRUE", "N94.9")])  # fmt: skip
+    rows = _maprows(
+        [
+            (a, 1, 1, "IFA 248152002 | Female (finding) |", "N94.9"),
+            (a, 1, 2, "OTHERWISE TRUE", "R10.2"),
+            (b, 1, 1, "TRUE", "N94.9"),
+        ]
+    )
     cand = choose(extended_map_candidates(rows, MappingStats()), load_policy())
     chosen = cand.filter(cand["chosen"])
     pairs = sorted(zip(chosen["code"].to_pylist(), chosen["sctid"].to_pylist(), strict=True))

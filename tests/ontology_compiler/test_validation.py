@@ -18,9 +18,17 @@ from ontology_compiler.summary import release_warnings
 
 @pytest.mark.parametrize(
     ("value", "ok"),
-    [("20220531", True), (20200229, True), ("20210229", False), ("20201341", False), ("20200100", False),
-     ("00000101", False), ("2020013", False), ("2020O131", False)],
-)  # fmt: skip
+    [
+        ("20220531", True),
+        (20200229, True),
+        ("20210229", False),
+        ("20201341", False),
+        ("20200100", False),
+        ("00000101", False),
+        ("2020013", False),
+        ("2020O131", False),
+    ],
+)
 def test_is_calendar_date(value, ok):
     assert is_calendar_date(value) is ok
 

@@ -15,9 +15,19 @@ from pipelines.doctor2vec.data import D2VOptions
 # fixture program codes (tests/data/snomed_mini_20220531): J45* (16-19) and M81* (24-26) are made rare
 RARE_CODES = (16, 17, 18, 19, 24, 25, 26)
 OPTS = D2VOptions(
-    doctors=12, panel_median=20, panel_min=5, panel_max=40, train_trials=6, val_trials=2, test_trials=2,
-    rare_trials=2, rare_min_patients=3, rare_max_patients=15, common_min_patients=30, seed=3,
-)  # fmt: skip
+    doctors=12,
+    panel_median=20,
+    panel_min=5,
+    panel_max=40,
+    train_trials=6,
+    val_trials=2,
+    test_trials=2,
+    rare_trials=2,
+    rare_min_patients=3,
+    rare_max_patients=15,
+    common_min_patients=30,
+    seed=3,
+)
 
 
 def make_dataset(root, program, *, demographics: bool = True, n: int = 360, seed: int = 0, source_path=None):
@@ -44,12 +54,14 @@ def make_dataset(root, program, *, demographics: bool = True, n: int = 360, seed
         segs.append(seg)
     pid = json.loads((program / "manifest.json").read_text())["program_id"]
     root.mkdir(parents=True)
-    patients = pa.table({
-        "subject_id": pa.array(np.arange(n) + 5000, pa.int64()),
-        "split": pa.array(["pretrain_train"] * n).dictionary_encode(),
-        "input_ids": pa.array(ids, pa.list_(pa.int32())),
-        "segment_ids": pa.array(segs, pa.list_(pa.int16())),
-    })  # fmt: skip
+    patients = pa.table(
+        {
+            "subject_id": pa.array(np.arange(n) + 5000, pa.int64()),
+            "split": pa.array(["pretrain_train"] * n).dictionary_encode(),
+            "input_ids": pa.array(ids, pa.list_(pa.int32())),
+            "segment_ids": pa.array(segs, pa.list_(pa.int16())),
+        }
+    )
     pq.write_table(patients, root / "patients.parquet")
     source = {"kind": "test"}
     if demographics:
@@ -68,7 +80,11 @@ def make_dataset(root, program, *, demographics: bool = True, n: int = 360, seed
             "path": str(source_path or root / "ehr"),
             "inputs": inputs,
         }
-    manifest = {"format_version": 1, "dataset_id": f"d2vtest{int(demographics)}{seed}", "program_id": pid,
-                "source": source}  # fmt: skip
+    manifest = {
+        "format_version": 1,
+        "dataset_id": f"d2vtest{int(demographics)}{seed}",
+        "program_id": pid,
+        "source": source,
+    }
     (root / "manifest.json").write_text(json.dumps(manifest))
     return root

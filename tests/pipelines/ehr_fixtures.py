@@ -79,14 +79,23 @@ def write_mimic(root: Path, *, admissions=None, diagnoses=None, patients=None) -
         *ORDER_ADMISSIONS,
     ]
     diagnoses = diagnoses or [
-        [1, 102, 2, "E119", 10], [1, 102, 1, "I10", 10], [1, 101, 1, "4019", 9], [1, 101, 2, "25000", 9],
-        [2, 201, 1, "J45909", 10], [2, 201, 2, "ZZZ99", 10], [3, 301, 1, "N1830", 10], *ORDER_DIAGNOSES,
-    ]  # fmt: skip
+        [1, 102, 2, "E119", 10],
+        [1, 102, 1, "I10", 10],
+        [1, 101, 1, "4019", 9],
+        [1, 101, 2, "25000", 9],
+        [2, 201, 1, "J45909", 10],
+        [2, 201, 2, "ZZZ99", 10],
+        [3, 301, 1, "N1830", 10],
+        *ORDER_DIAGNOSES,
+    ]
     write_csv_gz(hosp / "patients.csv.gz", MIMIC_COLUMNS["patients"], patients)
     write_csv_gz(hosp / "admissions.csv.gz", MIMIC_COLUMNS["admissions"], admissions)
     write_csv_gz(hosp / "diagnoses_icd.csv.gz", MIMIC_COLUMNS["diagnoses_icd"], diagnoses)
-    write_csv_gz(hosp / "d_icd_diagnoses.csv.gz", MIMIC_COLUMNS["d_icd_diagnoses"],
-                 [["4019", 9, "Unspecified essential hypertension"], ["I10", 10, "Essential (primary) hypertension"]])  # fmt: skip
+    write_csv_gz(
+        hosp / "d_icd_diagnoses.csv.gz",
+        MIMIC_COLUMNS["d_icd_diagnoses"],
+        [["4019", 9, "Unspecified essential hypertension"], ["I10", 10, "Essential (primary) hypertension"]],
+    )
     return root
 
 
@@ -95,10 +104,17 @@ def _stay(
 ) -> list[object]:
     row = dict.fromkeys(EICU_COLUMNS["patient"].split(","))
     row.update(
-        patientunitstayid=stay, patienthealthsystemstayid=hss, gender="Male", age="> 89", hospitalid=73,
-        hospitaladmitoffset=offset, hospitaldischargeyear=year, hospitaldischargestatus=status,
-        unitvisitnumber=unit_no, uniquepid=pid,
-    )  # fmt: skip
+        patientunitstayid=stay,
+        patienthealthsystemstayid=hss,
+        gender="Male",
+        age="> 89",
+        hospitalid=73,
+        hospitaladmitoffset=offset,
+        hospitaldischargeyear=year,
+        hospitaldischargestatus=status,
+        unitvisitnumber=unit_no,
+        uniquepid=pid,
+    )
     return list(row.values())
 
 
@@ -133,8 +149,12 @@ def write_eicu(root: Path, *, patient=None, diagnosis=None) -> Path:
 def meds_shard(rows: list[tuple], *, hadm: bool = False) -> pa.Table:
     """A MEDS DataSchema shard from ``(subject_id, time, code[, hadm_id])`` rows."""
     cols = list(zip(*rows, strict=True))
-    t = {"subject_id": pa.array(cols[0], pa.int64()), "time": pa.array(cols[1], pa.timestamp("us")),
-         "code": pa.array(cols[2], pa.string()), "numeric_value": pa.array([None] * len(rows), pa.float32())}  # fmt: skip
+    t = {
+        "subject_id": pa.array(cols[0], pa.int64()),
+        "time": pa.array(cols[1], pa.timestamp("us")),
+        "code": pa.array(cols[2], pa.string()),
+        "numeric_value": pa.array([None] * len(rows), pa.float32()),
+    }
     if hadm:
         t["hadm_id"] = pa.array(cols[3], pa.int64())
     return pa.table(t)
@@ -147,8 +167,10 @@ def write_meds_shards(root: Path, shards: dict[str, pa.Table], splits: dict[int,
         pq.write_table(table, root / "data" / rel)
     if splits:
         (root / "metadata").mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table({"subject_id": pa.array(list(splits), pa.int64()), "split": list(splits.values())}),
-                       root / "metadata" / "subject_splits.parquet")  # fmt: skip
+        pq.write_table(
+            pa.table({"subject_id": pa.array(list(splits), pa.int64()), "split": list(splits.values())}),
+            root / "metadata" / "subject_splits.parquet",
+        )
     return root
 
 
@@ -176,7 +198,7 @@ def write_meds(root: Path, *, splits: bool = True) -> Path:
                     (3, dt(2121, 1, 1), "GENDER//F"),
                 ]
             ),
-        },  # fmt: skip
+        },
         {1: "train", 2: "held_out", 3: "tuning"} if splits else None,
     )
 
@@ -196,7 +218,7 @@ def write_meds_admissions(root: Path) -> Path:
                 ],
                 hadm=True,
             ),
-        },  # fmt: skip
+        },
     )
 
 

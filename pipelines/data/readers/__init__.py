@@ -69,16 +69,43 @@ PARTS = ("read", "input_files", "root", "demographics", "meds_export")  # the fi
 
 # --- the readers, in option order: one declaration each ------------------------------------------------
 _DECLARED = (
-    Reader("mimic-iv", "--mimic", "MIMIC-IV root (holding hosp/).", "mimic", read="read_mimic",
-           input_files="mimic_files", root="mimic_root", hospital="mimic-iv", demographics="DEMOGRAPHICS",
-           meds_export="meds_export"),
-    Reader("eicu", "--eicu", "eICU-CRD folder (patient.csv.gz, ...).", "eicu", read="read_eicu",
-           input_files="eicu_files", root="eicu_root", hospital="eicu", demographics="DEMOGRAPHICS",
-           note="eICU has no absolute times (only offsets from unit admission), which MEDS events need; "
-                "export a MIMIC-IV-layout or MEDS source"),
-    Reader("meds", "--meds", "MEDS root (data/, metadata/).", "meds", read="read_meds", input_files="meds_files",
-           root="meds_root", hospital=None, meds_export="meds_export"),
-)  # fmt: skip
+    Reader(
+        "mimic-iv",
+        "--mimic",
+        "MIMIC-IV root (holding hosp/).",
+        "mimic",
+        read="read_mimic",
+        input_files="mimic_files",
+        root="mimic_root",
+        hospital="mimic-iv",
+        demographics="DEMOGRAPHICS",
+        meds_export="meds_export",
+    ),
+    Reader(
+        "eicu",
+        "--eicu",
+        "eICU-CRD folder (patient.csv.gz, ...).",
+        "eicu",
+        read="read_eicu",
+        input_files="eicu_files",
+        root="eicu_root",
+        hospital="eicu",
+        demographics="DEMOGRAPHICS",
+        note="eICU has no absolute times (only offsets from unit admission), which MEDS events need; "
+        "export a MIMIC-IV-layout or MEDS source",
+    ),
+    Reader(
+        "meds",
+        "--meds",
+        "MEDS root (data/, metadata/).",
+        "meds",
+        read="read_meds",
+        input_files="meds_files",
+        root="meds_root",
+        hospital=None,
+        meds_export="meds_export",
+    ),
+)
 READERS: dict[str, Reader] = {r.name: r for r in _DECLARED}
 HOSPITALS: dict[str, str] = {r.name: r.hospital for r in _DECLARED if r.hospital}  # reader -> ground truth
 

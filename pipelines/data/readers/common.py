@@ -265,9 +265,11 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
                     raise InputFileError(
-                        path, f"not UTF-8: byte {raw[e.start]:#04x} at column {e.start + 1}", line=n,
+                        path,
+                        f"not UTF-8: byte {raw[e.start]:#04x} at column {e.start + 1}",
+                        line=n,
                         hint="convert the file to UTF-8",
-                    ) from e  # fmt: skip
+                    ) from e
                 yield n, text.lstrip("\ufeff") if n == 1 else text
     except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as e:
         what = "the compressed stream ends early (truncated file?)" if isinstance(e, EOFError) else f"{e}"
@@ -291,9 +293,12 @@ def _check_structure(path: Path, n_fields: int) -> None:
                 continue
             if len(rec) != n_fields:
                 raise InputFileError(
-                    path, "wrong number of fields", line=current[0], expected=f"{n_fields} fields, as in the header",
+                    path,
+                    "wrong number of fields",
+                    line=current[0],
+                    expected=f"{n_fields} fields, as in the header",
                     found=f"{len(rec)} fields",
-                )  # fmt: skip
+                )
     except csv.Error as e:
         raise InputFileError(path, f"malformed CSV: {e}", line=current[0]) from e
 
@@ -309,9 +314,13 @@ def require(con: duckdb.DuckDBPyConnection, table: str, path: Path, columns: tup
 
 
 def drop_duplicates(
-    con: duckdb.DuckDBPyConnection, table: str, path: Path, key: tuple[str, ...] | None, findings: Findings,
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    path: Path,
+    key: tuple[str, ...] | None,
+    findings: Findings,
     count_key: str,
-) -> None:  # fmt: skip
+) -> None:
     """Drop the exact duplicates of the loaded CSV ``table`` (rows equal in every column read), counted as
     the finding ``count_key``; then, with ``key``, raise when two different rows share a key."""
     t = quote_identifier(table)
@@ -322,9 +331,11 @@ def drop_duplicates(
         "QUALIFY rowid + 2 <> first ORDER BY rowid"
     ).fetchall()
     findings.finding(
-        count_key, len(dup), [f"line {a} repeats line {b}" for a, b in dup],
+        count_key,
+        len(dup),
+        [f"line {a} repeats line {b}" for a, b in dup],
         f"exact duplicate rows in {path.name} dropped",
-    )  # fmt: skip
+    )
     if dup:
         con.execute(f"DELETE FROM {t} WHERE rowid NOT IN (SELECT min(rowid) FROM {t} GROUP BY {allc})")
     if not key:
@@ -447,13 +458,18 @@ def load_tables(
     return con, files
 
 
-def read_result(kind: str, root: Path, inputs: list[dict], events: pa.Table, visits: pa.Table,
-                counts: dict) -> ReadResult:  # fmt: skip
+def read_result(
+    kind: str, root: Path, inputs: list[dict], events: pa.Table, visits: pa.Table, counts: dict
+) -> ReadResult:
     """The reader's :class:`ReadResult` (``source`` names ``kind``, ``root`` and the input files), logged."""
     patients = pc.count_distinct(visits["subject_id"]).as_py()
     log.info("%s: %d patients with codes, %d code rows", kind, patients, events.num_rows)
-    return ReadResult(events=events, visits=visits, source={"kind": kind, "path": str(Path(root).resolve()), "inputs": inputs},
-                      counts=counts)  # fmt: skip
+    return ReadResult(
+        events=events,
+        visits=visits,
+        source={"kind": kind, "path": str(Path(root).resolve()), "inputs": inputs},
+        counts=counts,
+    )
 
 
 def one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> tuple:

@@ -46,24 +46,67 @@ from .common import (
 TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
     "patient": (
         "patient.csv.gz",
-        ("patientunitstayid", "patienthealthsystemstayid", "gender", "age", "ethnicity", "hospitalid", "wardid",
-         "apacheadmissiondx", "admissionheight", "hospitaladmittime24", "hospitaladmitoffset",
-         "hospitaladmitsource", "hospitaldischargeyear", "hospitaldischargetime24", "hospitaldischargeoffset",
-         "hospitaldischargelocation", "hospitaldischargestatus", "unittype", "unitadmittime24", "unitadmitsource",
-         "unitvisitnumber", "unitstaytype", "admissionweight", "dischargeweight", "unitdischargetime24",
-         "unitdischargeoffset", "unitdischargelocation", "unitdischargestatus", "uniquepid"),
-        {"patientunitstayid": "BIGINT", "patienthealthsystemstayid": "BIGINT", "hospitaladmitoffset": "BIGINT",
-         "hospitaldischargeyear": "INTEGER", "hospitaldischargestatus": "VARCHAR", "unitvisitnumber": "INTEGER",
-         "uniquepid": "VARCHAR"},
+        (
+            "patientunitstayid",
+            "patienthealthsystemstayid",
+            "gender",
+            "age",
+            "ethnicity",
+            "hospitalid",
+            "wardid",
+            "apacheadmissiondx",
+            "admissionheight",
+            "hospitaladmittime24",
+            "hospitaladmitoffset",
+            "hospitaladmitsource",
+            "hospitaldischargeyear",
+            "hospitaldischargetime24",
+            "hospitaldischargeoffset",
+            "hospitaldischargelocation",
+            "hospitaldischargestatus",
+            "unittype",
+            "unitadmittime24",
+            "unitadmitsource",
+            "unitvisitnumber",
+            "unitstaytype",
+            "admissionweight",
+            "dischargeweight",
+            "unitdischargetime24",
+            "unitdischargeoffset",
+            "unitdischargelocation",
+            "unitdischargestatus",
+            "uniquepid",
+        ),
+        {
+            "patientunitstayid": "BIGINT",
+            "patienthealthsystemstayid": "BIGINT",
+            "hospitaladmitoffset": "BIGINT",
+            "hospitaldischargeyear": "INTEGER",
+            "hospitaldischargestatus": "VARCHAR",
+            "unitvisitnumber": "INTEGER",
+            "uniquepid": "VARCHAR",
+        },
     ),
     "diagnosis": (
         "diagnosis.csv.gz",
-        ("diagnosisid", "patientunitstayid", "activeupondischarge", "diagnosisoffset", "diagnosisstring",
-         "icd9code", "diagnosispriority"),
-        {"diagnosisid": "BIGINT", "patientunitstayid": "BIGINT", "diagnosisoffset": "BIGINT",
-         "icd9code": "VARCHAR", "diagnosispriority": "VARCHAR"},
+        (
+            "diagnosisid",
+            "patientunitstayid",
+            "activeupondischarge",
+            "diagnosisoffset",
+            "diagnosisstring",
+            "icd9code",
+            "diagnosispriority",
+        ),
+        {
+            "diagnosisid": "BIGINT",
+            "patientunitstayid": "BIGINT",
+            "diagnosisoffset": "BIGINT",
+            "icd9code": "VARCHAR",
+            "diagnosispriority": "VARCHAR",
+        },
     ),
-}  # fmt: skip
+}
 PRIORITY = "CASE diagnosispriority WHEN 'Primary' THEN 0 WHEN 'Major' THEN 1 ELSE 2 END"
 # Doctor2Vec's demographics: (file under the root, SQL over {csv}: subject_id, sex 'F'/'M', age); subject_id
 # is the dense rank of uniquepid, as read_eicu numbers patients
@@ -167,22 +210,32 @@ def _counts(con: DuckDBPyConnection, files: dict[str, Path], f: Findings, events
     f.count("diagnosis_rows", one(con, "SELECT count(*) FROM diagnosis")[0])
     cond = "FROM diagnosis d ANTI JOIN patient p USING (patientunitstayid)"
     f.finding(
-        "diagnosis_rows_without_stay", one(con, f"SELECT count(*) {cond}")[0],
-        [r[0] for r in con.execute(
-            f"SELECT printf('%s line %d: patientunitstayid %s', $n, d.rowid + 2, "
-            f"coalesce(d.patientunitstayid::VARCHAR, '(empty)')) {cond} ORDER BY d.rowid LIMIT {EXAMPLES}", {"n": dname}
-        ).fetchall()],
+        "diagnosis_rows_without_stay",
+        one(con, f"SELECT count(*) {cond}")[0],
+        [
+            r[0]
+            for r in con.execute(
+                f"SELECT printf('%s line %d: patientunitstayid %s', $n, d.rowid + 2, "
+                f"coalesce(d.patientunitstayid::VARCHAR, '(empty)')) {cond} ORDER BY d.rowid LIMIT {EXAMPLES}",
+                {"n": dname},
+            ).fetchall()
+        ],
         f"diagnosis rows whose patientunitstayid is not in {pname} dropped",
-    )  # fmt: skip
+    )
     cond = "FROM patient WHERE uniquepid IS NULL"
     f.finding(
-        "unit_stays_without_uniquepid", one(con, f"SELECT count(*) {cond}")[0],
-        [r[0] for r in con.execute(
-            f"SELECT printf('%s line %d: patientunitstayid %d', $n, rowid + 2, patientunitstayid) {cond} "
-            f"ORDER BY rowid LIMIT {EXAMPLES}", {"n": pname}
-        ).fetchall()],
+        "unit_stays_without_uniquepid",
+        one(con, f"SELECT count(*) {cond}")[0],
+        [
+            r[0]
+            for r in con.execute(
+                f"SELECT printf('%s line %d: patientunitstayid %d', $n, rowid + 2, patientunitstayid) {cond} "
+                f"ORDER BY rowid LIMIT {EXAMPLES}",
+                {"n": pname},
+            ).fetchall()
+        ],
         "unit stays without uniquepid dropped (with their diagnoses)",
-    )  # fmt: skip
+    )
     f.count(
         "diagnosis_rows_without_code",
         one(con, "SELECT count(*) FROM diagnosis WHERE icd9code IS NULL OR trim(icd9code) = ''")[0],
@@ -192,13 +245,18 @@ def _counts(con: DuckDBPyConnection, files: dict[str, Path], f: Findings, events
         con, "SELECT count(*), list(DISTINCT part ORDER BY part)[1:10] FROM dx WHERE vocabulary IS NULL"
     )
     f.finding(
-        "unparseable_code_parts", bad[0],
-        [r[0] for r in con.execute(
-            f"SELECT printf('%s line %d: %s', $n, line, part) FROM dx WHERE vocabulary IS NULL "
-            f"ORDER BY line, k LIMIT {EXAMPLES}", {"n": dname}
-        ).fetchall()],
+        "unparseable_code_parts",
+        bad[0],
+        [
+            r[0]
+            for r in con.execute(
+                f"SELECT printf('%s line %d: %s', $n, line, part) FROM dx WHERE vocabulary IS NULL "
+                f"ORDER BY line, k LIMIT {EXAMPLES}",
+                {"n": dname},
+            ).fetchall()
+        ],
         "icd9code parts that are neither ICD-9 nor ICD-10 codes dropped",
-    )  # fmt: skip
+    )
     f.counts["unparseable_examples"] = bad[1] or []  # the distinct parts (first 10)
     f.count(
         "duplicate_codes_in_visit",

@@ -259,10 +259,14 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
         "ORDER BY filename, file_row_number"
     ).fetchall()
     f.finding(
-        "duplicate_diagnosis_rows", len(dup),
-        [f"{_rel(root, a)} file_row_number {b} repeats {_rel(root, c)} file_row_number {d}" for a, b, c, d in dup],
+        "duplicate_diagnosis_rows",
+        len(dup),
+        [
+            f"{_rel(root, a)} file_row_number {b} repeats {_rel(root, c)} file_row_number {d}"
+            for a, b, c, d in dup
+        ],
         "exact duplicate diagnosis rows (subject_id, time, code, hadm_id) dropped",
-    )  # fmt: skip
+    )
     con.execute(
         "CREATE TEMP TABLE dx AS SELECT * FROM dx0 WHERE vocabulary IS NOT NULL QUALIFY row_number() OVER "
         "(PARTITION BY subject_id, time, hadm_id, source_code ORDER BY filename, file_row_number) = 1"
@@ -305,9 +309,11 @@ def _not_read(con: DuckDBPyConnection, root: Path, f: Findings) -> None:
         f"ORDER BY n DESC, source_code LIMIT {EXAMPLES}"
     ).fetchall()
     f.finding(
-        "unrecognised_diagnosis_codes", n, [f"{c!r} ({f'{d}, ' if d else ''}{k} rows)" for c, k, d in ex],
+        "unrecognised_diagnosis_codes",
+        n,
+        [f"{c!r} ({f'{d}, ' if d else ''}{k} rows)" for c, k, d in ex],
         "rows with a diagnosis-like code in no form the reader reads (not read; see docs/input-formats.md, MEDS)",
-    )  # fmt: skip
+    )
     cond = "FROM dx WHERE vocabulary IS NOT NULL AND time IS NULL"
     n = one(con, f"SELECT count(*) {cond}")[0]
     ex = con.execute(
@@ -315,10 +321,11 @@ def _not_read(con: DuckDBPyConnection, root: Path, f: Findings) -> None:
         f"LIMIT {EXAMPLES}"
     ).fetchall()
     f.finding(
-        "diagnosis_rows_without_time", n,
+        "diagnosis_rows_without_time",
+        n,
         [f"{_rel(root, a)} file_row_number {b}: subject_id {c}, {d!r}" for a, b, c, d in ex],
         "diagnosis rows without a time (kept only where an hadm_id joins them to a timed visit)",
-    )  # fmt: skip
+    )
 
 
 def _visits(con: DuckDBPyConnection) -> None:
@@ -357,9 +364,11 @@ def _given_splits(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dict
         "SELECT subject_id, count(*) FROM sp0 GROUP BY subject_id, split HAVING count(*) > 1 ORDER BY subject_id"
     ).fetchall()
     f.finding(
-        "duplicate_split_rows", sum(n - 1 for _, n in dup), [f"subject_id {s} listed {n} times" for s, n in dup],
+        "duplicate_split_rows",
+        sum(n - 1 for _, n in dup),
+        [f"subject_id {s} listed {n} times" for s, n in dup],
         "exact duplicate rows in subject_splits.parquet dropped",
-    )  # fmt: skip
+    )
     bad = con.execute(
         "SELECT subject_id, list(DISTINCT split ORDER BY split) FROM sp0 GROUP BY subject_id "
         f"HAVING count(DISTINCT split) > 1 ORDER BY subject_id LIMIT {EXAMPLES + 1}"
@@ -399,18 +408,21 @@ def _code_metadata(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dic
         raise InputFileError(path, f"cannot be read: {str(e).strip().splitlines()[0]}") from e
     rows = con.execute("SELECT file_row_number FROM codes0 WHERE code IS NULL ORDER BY ALL").fetchall()
     f.finding(
-        "code_metadata_rows_without_code", len(rows), [f"file_row_number {r}" for (r,) in rows],
+        "code_metadata_rows_without_code",
+        len(rows),
+        [f"file_row_number {r}" for (r,) in rows],
         "rows of metadata/codes.parquet without a code dropped",
-    )  # fmt: skip
+    )
     dup = con.execute(
         "SELECT code, list(file_row_number ORDER BY file_row_number) FROM codes0 WHERE code IS NOT NULL "
         "GROUP BY code HAVING count(*) > 1 ORDER BY min(file_row_number)"
     ).fetchall()
     f.finding(
-        "code_metadata_duplicate_codes", sum(len(r) - 1 for _, r in dup),
+        "code_metadata_duplicate_codes",
+        sum(len(r) - 1 for _, r in dup),
         [f"{c!r} at file_row_number {', '.join(map(str, r))}" for c, r in dup],
         "codes listed more than once in metadata/codes.parquet (the first row is used)",
-    )  # fmt: skip
+    )
     con.execute(
         "INSERT INTO codes SELECT code, description, parent_codes FROM codes0 WHERE code IS NOT NULL "
         "QUALIFY row_number() OVER (PARTITION BY code ORDER BY file_row_number) = 1"
@@ -437,8 +449,12 @@ def _dataset_metadata(root: Path, f: Findings) -> tuple[dict | None, list[dict]]
             path, f"not valid JSON ({e})", expected="a JSON object (MEDS DatasetMetadataSchema)"
         ) from e
     if not isinstance(data, dict):
-        raise InputFileError(path, "not a JSON object", expected="a JSON object (MEDS DatasetMetadataSchema)",
-                             found=type(data).__name__)  # fmt: skip
+        raise InputFileError(
+            path,
+            "not a JSON object",
+            expected="a JSON object (MEDS DatasetMetadataSchema)",
+            found=type(data).__name__,
+        )
     out, bad = {}, []
     for key in (*DATASET_TEXT_FIELDS, *DATASET_LIST_FIELDS):
         v = data.get(key)
@@ -451,6 +467,10 @@ def _dataset_metadata(root: Path, f: Findings) -> tuple[dict | None, list[dict]]
             out[key] = v
         else:
             bad.append(f"{key}: {v!r}")
-    f.finding("dataset_metadata_fields_of_another_type", len(bad), bad,
-              "fields of metadata/dataset.json of another type than MEDS specifies (not recorded)")  # fmt: skip
+    f.finding(
+        "dataset_metadata_fields_of_another_type",
+        len(bad),
+        bad,
+        "fields of metadata/dataset.json of another type than MEDS specifies (not recorded)",
+    )
     return out, [input_record(root, path)]

@@ -181,9 +181,16 @@ def _diagnoses(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) -> 
     }
     for key, cond in where.items():
         n = one(con, f"SELECT count(*) FROM dx WHERE {cond}")[0]
-        ex = [r[0] for r in con.execute(
-            f"SELECT {example[key]} FROM dx WHERE {cond} ORDER BY line LIMIT {EXAMPLES}", {"n": name}
-        ).fetchall()] if n else []  # fmt: skip
+        ex = (
+            [
+                r[0]
+                for r in con.execute(
+                    f"SELECT {example[key]} FROM dx WHERE {cond} ORDER BY line LIMIT {EXAMPLES}", {"n": name}
+                ).fetchall()
+            ]
+            if n
+            else []
+        )
         f.finding(key, n, ex, what[key])
 
 
@@ -192,20 +199,28 @@ def _findings(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) -> N
     adm, pat = files["admissions"].name, files["patients"].name
     cond = "FROM admissions a ANTI JOIN patients p USING (subject_id)"
     n = one(con, f"SELECT count(*) {cond}")[0]
-    ex = [r[0] for r in con.execute(
-        f"SELECT printf('%s line %d: hadm_id %d, subject_id %d', $n, a.rowid + 2, a.hadm_id, a.subject_id) {cond} "
-        f"ORDER BY a.rowid LIMIT {EXAMPLES}", {"n": adm},
-    ).fetchall()]  # fmt: skip
+    ex = [
+        r[0]
+        for r in con.execute(
+            f"SELECT printf('%s line %d: hadm_id %d, subject_id %d', $n, a.rowid + 2, a.hadm_id, a.subject_id) {cond} "
+            f"ORDER BY a.rowid LIMIT {EXAMPLES}",
+            {"n": adm},
+        ).fetchall()
+    ]
     f.finding("admissions_of_unknown_patients", n, ex, f"admissions of patients not in {pat} (kept; no dod)")
     cond = (
         "FROM patients p JOIN (SELECT subject_id, arg_max(hadm_id, dischtime) AS hadm_id, max(dischtime) AS disch "
         "FROM admissions GROUP BY subject_id) a USING (subject_id) WHERE p.dod < a.disch::DATE"
     )
     n = one(con, f"SELECT count(*) {cond}")[0]
-    ex = [r[0] for r in con.execute(
-        f"SELECT printf('%s line %d: subject_id %d, dod %s before the discharge %s of hadm_id %d', $n, "
-        f"p.rowid + 2, p.subject_id, p.dod, a.disch, a.hadm_id) {cond} ORDER BY p.rowid LIMIT {EXAMPLES}", {"n": pat},
-    ).fetchall()]  # fmt: skip
+    ex = [
+        r[0]
+        for r in con.execute(
+            f"SELECT printf('%s line %d: subject_id %d, dod %s before the discharge %s of hadm_id %d', $n, "
+            f"p.rowid + 2, p.subject_id, p.dod, a.disch, a.hadm_id) {cond} ORDER BY p.rowid LIMIT {EXAMPLES}",
+            {"n": pat},
+        ).fetchall()
+    ]
     f.finding(
         "dod_before_last_discharge",
         n,

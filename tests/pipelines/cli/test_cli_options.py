@@ -132,8 +132,12 @@ def test_options_have_the_field_help_and_choices():
     assert list(q["hrr_mode"].type.choices) == list(MODES)
     assert list(q["tying"].type.choices) == ["adjacent", "layerwise", "none"]
     assert list(_params(_command(("finetune",)))["select_by"].type.choices) == [
-        "f1", "auroc", "auprc", "accuracy", "loss",
-    ]  # fmt: skip
+        "f1",
+        "auroc",
+        "auprc",
+        "accuracy",
+        "loss",
+    ]
 
 
 def test_every_generated_option_has_help():
@@ -233,8 +237,11 @@ def test_handle_errors_maps_api_errors_only():
     @click.argument("kind")
     @opts.handle_errors
     def cmd(kind: str) -> None:
-        raise {"pipeline": PipelineError("bad input x"), "value": ValueError("bad value y"),
-               "other": RuntimeError("a bug")}[kind]  # fmt: skip
+        raise {
+            "pipeline": PipelineError("bad input x"),
+            "value": ValueError("bad value y"),
+            "other": RuntimeError("a bug"),
+        }[kind]
 
     for kind, text in (("pipeline", "bad input x"), ("value", "bad value y")):
         res = CliRunner().invoke(cmd, [kind])
@@ -276,8 +283,13 @@ TRAINERS = {
 @pytest.mark.parametrize("command", list(TRAINERS))
 def test_trainers_pass_the_config_options_and_resume(monkeypatch, tmp_path, command):
     module, func, cls, extra = TRAINERS[command]
-    result = types.SimpleNamespace(run_dir=tmp_path, trials=[], step=0, validation={},
-                                   results={"parameters": 1, "test": None, "val": None})  # fmt: skip
+    result = types.SimpleNamespace(
+        run_dir=tmp_path,
+        trials=[],
+        step=0,
+        validation={},
+        results={"parameters": 1, "test": None, "val": None},
+    )
     calls = _fake_api(monkeypatch, module, func, result)
     summaries = "pipelines.cli.summaries"
     monkeypatch.setattr(

@@ -90,13 +90,26 @@ def write_cohort(root: Path, n: int = 60, *, metadata: bool = False) -> tuple[Pa
     ``codes.parquet`` and ``dataset.json``."""
     rows, times = cohort_rows(n)
     half = n // 2
-    write_meds_shards(root, {"train/0.parquet": meds_shard([r for r in rows if r[0] <= half]),
-                             "train/1.parquet": meds_shard([r for r in rows if r[0] > half])})  # fmt: skip
+    write_meds_shards(
+        root,
+        {
+            "train/0.parquet": meds_shard([r for r in rows if r[0] <= half]),
+            "train/1.parquet": meds_shard([r for r in rows if r[0] > half]),
+        },
+    )
     if metadata:
         (root / "metadata").mkdir(exist_ok=True)
         codes = sorted({r[2] for r in rows})
-        pq.write_table(pa.table({"code": codes, "description": [f"title of {c}" for c in codes],
-                                 "parent_codes": pa.array([[] for _ in codes], pa.list_(pa.string()))}), root / meds.code_metadata_filepath)  # fmt: skip
+        pq.write_table(
+            pa.table(
+                {
+                    "code": codes,
+                    "description": [f"title of {c}" for c in codes],
+                    "parent_codes": pa.array([[] for _ in codes], pa.list_(pa.string())),
+                }
+            ),
+            root / meds.code_metadata_filepath,
+        )
         (root / meds.dataset_metadata_filepath).write_text(
             json.dumps(
                 {
@@ -115,9 +128,11 @@ def write_labels(folder: Path, rows: list[tuple], *, shards: int = 1, extra: dic
     folder.mkdir(parents=True, exist_ok=True)
     for i in range(shards):
         part = rows[i::shards]
-        t = {"subject_id": pa.array([r[0] for r in part], pa.int64()),
-             "prediction_time": pa.array([r[1] for r in part], pa.timestamp("us")),
-             "boolean_value": pa.array([r[2] for r in part], pa.bool_())}  # fmt: skip
+        t = {
+            "subject_id": pa.array([r[0] for r in part], pa.int64()),
+            "prediction_time": pa.array([r[1] for r in part], pa.timestamp("us")),
+            "boolean_value": pa.array([r[2] for r in part], pa.bool_()),
+        }
         for k, v in (extra or {}).items():
             t[k] = v[: len(part)]
         pq.write_table(pa.table(t), folder / f"part-{i}.parquet")
@@ -157,8 +172,16 @@ def test_the_validator_catches_what_meds_forbids(tmp_path):
     )
     with pytest.raises(AssertionError, match="contiguous"):
         assert_valid_meds(root)
-    pq.write_table(pa.table({"subject_id": pa.array([1], pa.int32()), "time": pa.array([T0], pa.timestamp("us")),
-                             "code": ["X"]}), root / "data" / "0.parquet")  # fmt: skip
+    pq.write_table(
+        pa.table(
+            {
+                "subject_id": pa.array([1], pa.int32()),
+                "time": pa.array([T0], pa.timestamp("us")),
+                "code": ["X"],
+            }
+        ),
+        root / "data" / "0.parquet",
+    )
     with pytest.raises(Exception, match="subject_id"):
         assert_valid_meds(root)
 
@@ -171,8 +194,12 @@ def test_metadata_files_are_read_and_recorded_as_inputs(tmp_path, program):
     r = read_meds(root)
     inputs = [i["path"] for i in r.source["inputs"]]
     assert inputs[-2:] == ["metadata/codes.parquet", "metadata/dataset.json"]
-    assert r.source["metadata"] == {"dataset_name": "cohort", "dataset_version": "1.0", "etl_name": "test",
-                                    "meds_version": "0.4.1"}  # fmt: skip
+    assert r.source["metadata"] == {
+        "dataset_name": "cohort",
+        "dataset_version": "1.0",
+        "etl_name": "test",
+        "meds_version": "0.4.1",
+    }
     assert r.counts["codes_in_metadata"] == r.counts["codes_with_description"] == len(set(KNOWN)) + 1  # death
     assert [p.relative_to(root).as_posix() for p in meds_files(root)][-2:] == inputs[-2:]
     # both enter the dataset id: an edited dataset.json gives another dataset
@@ -191,13 +218,38 @@ def test_parent_codes_read_codes_of_no_form_and_descriptions_name_the_rest(tmp_p
             (1, T0, "LAB//1"), (1, T0, "ICD10/I10")]  # fmt: skip
     root = write_meds_shards(tmp_path / "m", {"0.parquet": meds_shard(rows)})
     (root / "metadata").mkdir()
-    pq.write_table(pa.table({
-        "code": ["ICD10/E11.9", "LOCAL//DX//7", "ICD10PCS/0DTJ4ZZ", "ICD10/K37", "LAB//1", "ICD10/I10"],
-        "description": ["Type 2 diabetes", "local asthma", "appendectomy", "Acute appendicitis", "a lab", None],
-        "parent_codes": [["SNOMED/44054006"], ["OTHER/1", "ICD10CM/J45.9"], ["SNOMED/80146002"], ["OTHER/2"],
-                         ["SNOMED/123456"], None],
-        "other": [1, 2, 3, 4, 5, 6],
-    }), root / meds.code_metadata_filepath)  # fmt: skip
+    pq.write_table(
+        pa.table(
+            {
+                "code": [
+                    "ICD10/E11.9",
+                    "LOCAL//DX//7",
+                    "ICD10PCS/0DTJ4ZZ",
+                    "ICD10/K37",
+                    "LAB//1",
+                    "ICD10/I10",
+                ],
+                "description": [
+                    "Type 2 diabetes",
+                    "local asthma",
+                    "appendectomy",
+                    "Acute appendicitis",
+                    "a lab",
+                    None,
+                ],
+                "parent_codes": [
+                    ["SNOMED/44054006"],
+                    ["OTHER/1", "ICD10CM/J45.9"],
+                    ["SNOMED/80146002"],
+                    ["OTHER/2"],
+                    ["SNOMED/123456"],
+                    None,
+                ],
+                "other": [1, 2, 3, 4, 5, 6],
+            }
+        ),
+        root / meds.code_metadata_filepath,
+    )
     assert_valid_meds(root)
     r = read_meds(root)
     got = [(e["vocabulary"], e["code"]) for e in r.events.to_pylist()]
@@ -214,13 +266,15 @@ def test_parent_codes_read_codes_of_no_form_and_descriptions_name_the_rest(tmp_p
     ("write", "match"),
     [
         (lambda p: pq.write_table(pa.table({"code": [1, 2]}), p / "codes.parquet"), "column code"),
-        (lambda p: pq.write_table(pa.table({"code": ["a"], "parent_codes": ["b"]}), p / "codes.parquet"),
-         "column parent_codes"),
+        (
+            lambda p: pq.write_table(pa.table({"code": ["a"], "parent_codes": ["b"]}), p / "codes.parquet"),
+            "column parent_codes",
+        ),
         (lambda p: (p / "codes.parquet").write_bytes(b"not parquet"), "not a readable Parquet"),
         (lambda p: (p / "dataset.json").write_text("{broken"), "not valid JSON"),
         (lambda p: (p / "dataset.json").write_text("[1, 2]"), "not a JSON object"),
     ],
-)  # fmt: skip
+)
 def test_broken_metadata_files_are_errors_naming_them(tmp_path, write, match):
     root = write_meds_shards(tmp_path / "m", {"0.parquet": meds_shard([(1, T0, "ICD10CM/E11.9")])})
     (root / "metadata").mkdir()
@@ -233,8 +287,9 @@ def test_broken_metadata_files_are_errors_naming_them(tmp_path, write, match):
 def test_dataset_json_fields_of_another_type_are_a_finding(tmp_path):
     root = write_meds_shards(tmp_path / "m", {"0.parquet": meds_shard([(1, T0, "ICD10CM/E11.9")])})
     (root / "metadata").mkdir()
-    (root / meds.dataset_metadata_filepath).write_text(json.dumps({"etl_name": 3, "dataset_name": "x",
-                                                                   "site_id_columns": ["site"]}))  # fmt: skip
+    (root / meds.dataset_metadata_filepath).write_text(
+        json.dumps({"etl_name": 3, "dataset_name": "x", "site_id_columns": ["site"]})
+    )
     r = read_meds(root)
     assert r.source["metadata"] == {"dataset_name": "x", "site_id_columns": ["site"]}
     assert r.counts["dataset_metadata_fields_of_another_type"] == 1
@@ -314,8 +369,16 @@ def test_label_files_are_checked(tmp_path):
         read_label_task(tmp_path / "missing")
     no_bool = tmp_path / "ints"
     no_bool.mkdir()
-    pq.write_table(pa.table({"subject_id": pa.array([1], pa.int64()), "prediction_time": pa.array([T0], pa.timestamp("us")),
-                             "integer_value": pa.array([3], pa.int64())}), no_bool / "0.parquet")  # fmt: skip
+    pq.write_table(
+        pa.table(
+            {
+                "subject_id": pa.array([1], pa.int64()),
+                "prediction_time": pa.array([T0], pa.timestamp("us")),
+                "integer_value": pa.array([3], pa.int64()),
+            }
+        ),
+        no_bool / "0.parquet",
+    )
     with pytest.raises(InputFileError, match="boolean_value") as e:
         read_label_task(no_bool)
     assert "integer_value" in str(e.value)
@@ -324,14 +387,28 @@ def test_label_files_are_checked(tmp_path):
     with pytest.raises(InputFileError, match="has both labels"):
         read_label_task(write_labels(tmp_path / "conflict", [*ok, (1, T0, False)], shards=2))
     # exact duplicates are dropped; the other label columns are not read
-    task = read_label_task(write_labels(tmp_path / "dup", [*ok, (1, T0, True)], shards=3,
-                                        extra={"float_value": pa.array([0.5, 1.5, 2.5], pa.float32())}))  # fmt: skip
+    task = read_label_task(
+        write_labels(
+            tmp_path / "dup",
+            [*ok, (1, T0, True)],
+            shards=3,
+            extra={"float_value": pa.array([0.5, 1.5, 2.5], pa.float32())},
+        )
+    )
     assert task.rows.num_rows == 2 and task.counts["duplicate_rows"] == 1 and task.name == "dup"
     assert len(task.inputs) == 3 and all(len(i["sha256"]) == 64 for i in task.inputs)
     wrong = tmp_path / "wrong"
     wrong.mkdir()
-    pq.write_table(pa.table({"subject_id": ["1"], "prediction_time": pa.array([T0], pa.timestamp("us")),
-                             "boolean_value": [True]}), wrong / "0.parquet")  # fmt: skip
+    pq.write_table(
+        pa.table(
+            {
+                "subject_id": ["1"],
+                "prediction_time": pa.array([T0], pa.timestamp("us")),
+                "boolean_value": [True],
+            }
+        ),
+        wrong / "0.parquet",
+    )
     with pytest.raises(InputFileError, match="column subject_id"):
         read_label_task(wrong)
 
@@ -348,8 +425,14 @@ def test_a_dataset_without_visit_times_is_refused_only_by_label_tasks(tmp_path, 
         place_labels(task, pq.read_table(old / "patients.parquet"), old)
     assert "prepare" in str(e.value)
     ds = TokenizedDataset(old, json.loads((old / "manifest.json").read_text())["program_id"], 10_000)
-    assert len(ds.sequences("finetune_train", max_len=128, max_segments=100, task="mortality",
-                            before_last_visit=True)) == SPLITS.finetune_train  # fmt: skip
+    assert (
+        len(
+            ds.sequences(
+                "finetune_train", max_len=128, max_segments=100, task="mortality", before_last_visit=True
+            )
+        )
+        == SPLITS.finetune_train
+    )
     # a source without visit times (eICU) has null elements: refused too
     nulls = pa.array([[None] * n for n in t["n_visits"].to_pylist()], pa.list_(pa.timestamp("us")))
     with pytest.raises(InputFileError, match="no visit times"):
@@ -363,16 +446,34 @@ def test_a_dataset_without_visit_times_is_refused_only_by_label_tasks(tmp_path, 
 def pretrained(dataset, program, tmp_path_factory) -> Path:
     from pipelines.train.pretrain import pretrain
 
-    return pretrain(dataset, program, out=tmp_path_factory.mktemp("runs"), model="tiny", mode="base", max_steps=2,
-                    batch_size=8, device="cpu", progress=False).run_dir  # fmt: skip
+    return pretrain(
+        dataset,
+        program,
+        out=tmp_path_factory.mktemp("runs"),
+        model="tiny",
+        mode="base",
+        max_steps=2,
+        batch_size=8,
+        device="cpu",
+        progress=False,
+    ).run_dir
 
 
 def test_a_meds_label_folder_drives_a_fine_tuning(tmp_path, dataset, program, pretrained, cohort, one_thread):
     from pipelines.train.finetune import finetune
 
     labels = _task(tmp_path, cohort, name="i10 by visit 2")
-    r = finetune(pretrained, dataset, program, out=tmp_path / "runs", labels=str(labels), epochs=2, batch_size=8,
-                 device="cpu", progress=False)  # fmt: skip
+    r = finetune(
+        pretrained,
+        dataset,
+        program,
+        out=tmp_path / "runs",
+        labels=str(labels),
+        epochs=2,
+        batch_size=8,
+        device="cpu",
+        progress=False,
+    )
     assert r.run_dir.name == f"finetune-labels-i10_by_visit_2-{pretrained.name}-seed0"
     res = json.loads((r.run_dir / "trial-0" / "results.json").read_text())
     assert res["config"]["labels"] == str(labels) and res["labels"]["name"] == "i10 by visit 2"
@@ -389,8 +490,18 @@ def test_a_meds_label_folder_drives_a_fine_tuning(tmp_path, dataset, program, pr
     flipped = pa.array([not part["boolean_value"][0].as_py(), *part["boolean_value"].to_pylist()[1:]])
     pq.write_table(part.set_column(2, "boolean_value", flipped), labels / "part-0.parquet")
     with pytest.raises(PipelineError, match="other label files"):
-        finetune(pretrained, dataset, program, out=tmp_path / "runs", labels=str(labels), epochs=2, batch_size=8,
-                 device="cpu", progress=False, resume=True)  # fmt: skip
+        finetune(
+            pretrained,
+            dataset,
+            program,
+            out=tmp_path / "runs",
+            labels=str(labels),
+            epochs=2,
+            batch_size=8,
+            device="cpu",
+            progress=False,
+            resume=True,
+        )
 
 
 def test_finetune_cli_takes_labels_and_keeps_them_binary(
@@ -399,8 +510,23 @@ def test_finetune_cli_takes_labels_and_keeps_them_binary(
     from pipelines.cli import main
 
     labels = _task(tmp_path, cohort)
-    args = ["finetune", str(pretrained), "--dataset", str(dataset), "--program", str(program), "--labels",
-            str(labels), "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--no-progress"]  # fmt: skip
+    args = [
+        "finetune",
+        str(pretrained),
+        "--dataset",
+        str(dataset),
+        "--program",
+        str(program),
+        "--labels",
+        str(labels),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "runs")])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "runs" / f"finetune-labels-task-{pretrained.name}-seed0" / "summary.json").is_file()
@@ -455,9 +581,12 @@ def test_export_meds_of_a_meds_source_keeps_its_splits_and_deaths(tmp_path):
     assert splits == [{"subject_id": 1, "split": "train"}, {"subject_id": 2, "split": "held_out"}]
     data = pq.read_table(r.path / "data" / "0.parquet").to_pylist()
     assert [d["code"] for d in data if d["subject_id"] == 1] == [
-        "DIAGNOSIS//ICD//9//4019", "DIAGNOSIS//ICD//9//25000", "DIAGNOSIS//ICD//10//E119",
-        "DIAGNOSIS//ICD//10//I10", meds.death_code,
-    ]  # fmt: skip
+        "DIAGNOSIS//ICD//9//4019",
+        "DIAGNOSIS//ICD//9//25000",
+        "DIAGNOSIS//ICD//10//E119",
+        "DIAGNOSIS//ICD//10//I10",
+        meds.death_code,
+    ]
     assert read_meds(r.path).labels.equals(read_meds(src).labels)
 
 

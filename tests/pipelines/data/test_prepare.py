@@ -36,8 +36,12 @@ def program(tmp_path_factory):
 def prepared(program, tmp_path_factory):
     root = tmp_path_factory.mktemp("prep")
     ehr = generate_cohort(root / "ehr", n_patients=1500, seed=2, codes=program)
-    (r,) = prepare(mimic=ehr, program=program, out=root / "datasets",
-                   splits=SplitOptions(rood_codes=3, rood_max_patients=120))  # fmt: skip
+    (r,) = prepare(
+        mimic=ehr,
+        program=program,
+        out=root / "datasets",
+        splits=SplitOptions(rood_codes=3, rood_max_patients=120),
+    )
     return r
 
 
@@ -111,14 +115,24 @@ def test_prepare_again_is_a_noop_and_never_overwrites(prepared, program, tmp_pat
 
 
 def test_tokenize_keeps_the_most_recent_visits():
-    concepts = pa.table({"concept_id": pa.array(range(5, 25), pa.int32()), "vocabulary": ["ICD10CM"] * 20,
-                         "code": [f"A{i:02d}" for i in range(20)]})  # fmt: skip
+    concepts = pa.table(
+        {
+            "concept_id": pa.array(range(5, 25), pa.int32()),
+            "vocabulary": ["ICD10CM"] * 20,
+            "code": [f"A{i:02d}" for i in range(20)],
+        }
+    )
     visits = [0, 0, 0, 1, 1, 2, 2, 2, 3]  # patient 7: 9 codes in 4 visits; patient 8: one 7-code visit
-    ev = pa.table({
-        "subject_id": pa.array([7] * 9 + [8] * 7, pa.int64()), "visit_index": pa.array(visits + [0] * 7, pa.int32()),
-        "visit_time": pa.array([None] * 16, pa.timestamp("us")), "seq": pa.array(range(16), pa.int32()),
-        "vocabulary": ["ICD10CM"] * 15 + ["ICD9CM"], "code": [f"A{i:02d}" for i in range(15)] + ["9999"],
-    })  # fmt: skip
+    ev = pa.table(
+        {
+            "subject_id": pa.array([7] * 9 + [8] * 7, pa.int64()),
+            "visit_index": pa.array(visits + [0] * 7, pa.int32()),
+            "visit_time": pa.array([None] * 16, pa.timestamp("us")),
+            "seq": pa.array(range(16), pa.int32()),
+            "vocabulary": ["ICD10CM"] * 15 + ["ICD9CM"],
+            "code": [f"A{i:02d}" for i in range(15)] + ["9999"],
+        }
+    )
     tok = tokenize(ev, concepts, max_len=6)
     seq7 = tok.input_ids[tok.offsets[0] : tok.offsets[1]].tolist()
     assert seq7 == [1, 5 + 5, 5 + 6, 5 + 7, 5 + 8]  # visits 2 and 3 fit in 5 codes; visit 1 would not
@@ -132,8 +146,20 @@ def test_tokenize_keeps_the_most_recent_visits():
 
 def test_cli_prepare_mimic_fixture(program, tmp_path):
     ehr = write_mimic(tmp_path / "mimic")
-    res = CliRunner().invoke(main, ["prepare", "--mimic", str(ehr), "--program", str(program),
-                                    "--out", str(tmp_path / "ds"), "--rood-codes", "0"])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        [
+            "prepare",
+            "--mimic",
+            str(ehr),
+            "--program",
+            str(program),
+            "--out",
+            str(tmp_path / "ds"),
+            "--rood-codes",
+            "0",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "dropped {'no_diagnoses': 1" in res.output
     (path,) = (tmp_path / "ds").glob("*/*")
@@ -158,8 +184,13 @@ def test_cli_reports_bad_input(program, tmp_path):
 def test_prepare_demo_small(tmp_path):
     from pipelines.demo.prepare import prepare_demo
 
-    results = prepare_demo(size="small", n_patients=300, artifacts=tmp_path, out=tmp_path / "ds",
-                           splits=SplitOptions(rood_codes=4))  # fmt: skip
+    results = prepare_demo(
+        size="small",
+        n_patients=300,
+        artifacts=tmp_path,
+        out=tmp_path / "ds",
+        splits=SplitOptions(rood_codes=4),
+    )
     assert [r.manifest["name"] for r in results] == ["demo-mimic", "demo-eicu"]
     for r in results:
         verify_dataset(r.path)
@@ -212,8 +243,13 @@ def test_hold_out_file_is_the_rood_split(prepared, program, tmp_path, caplog):
     )
     ehr = Path(prepared.manifest["source"]["path"])
     with caplog.at_level("WARNING"):
-        (r,) = prepare(mimic=ehr, program=program, out=tmp_path / "ds", hold_out=hold,
-                       splits=SplitOptions(rood_codes=3, rood_max_patients=120))  # fmt: skip
+        (r,) = prepare(
+            mimic=ehr,
+            program=program,
+            out=tmp_path / "ds",
+            hold_out=hold,
+            splits=SplitOptions(rood_codes=3, rood_max_patients=120),
+        )
     assert "3 of 5 codes to hold out are not codes of program" in caplog.text and str(hold) in caplog.text
     assert r.dataset_id != prepared.dataset_id
     rood = r.manifest["counts"]["rood"]
@@ -235,8 +271,13 @@ def test_hold_out_file_is_the_rood_split(prepared, program, tmp_path, caplog):
     assert pq.read_table(r.path / "code_counts.parquet")["count"].to_numpy()[ids].sum() == 0
     # the same codes as Parquet: another file, another id, the same split
     pq.write_table(pa.table({"vocabulary": vocs, "code": codes}), tmp_path / "hold.parquet")
-    (r2,) = prepare(mimic=ehr, program=program, out=tmp_path / "ds", hold_out=tmp_path / "hold.parquet",
-                    splits=SplitOptions(rood_codes=3, rood_max_patients=120))  # fmt: skip
+    (r2,) = prepare(
+        mimic=ehr,
+        program=program,
+        out=tmp_path / "ds",
+        hold_out=tmp_path / "hold.parquet",
+        splits=SplitOptions(rood_codes=3, rood_max_patients=120),
+    )
     assert r2.dataset_id != r.dataset_id and r2.manifest["counts"]["rood"]["hold_out_unresolved"] == 0
     t2 = pq.read_table(r2.path / "patients.parquet").to_pydict()
     assert [s == "rood" for s in t2["split"]] == [s == "rood" for s in t["split"]]
@@ -274,8 +315,20 @@ def test_cli_prepare_hold_out(program, tmp_path):
     ehr = write_mimic(tmp_path / "mimic")
     hold = tmp_path / "hold.csv"
     hold.write_text("vocabulary,code\nICD10CM,I10\n")
-    res = CliRunner().invoke(main, ["prepare", "--mimic", str(ehr), "--program", str(program),
-                                    "--out", str(tmp_path / "ds"), "--hold-out", str(hold)])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        [
+            "prepare",
+            "--mimic",
+            str(ehr),
+            "--program",
+            str(program),
+            "--out",
+            str(tmp_path / "ds"),
+            "--hold-out",
+            str(hold),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "rood      1 held-out codes from" in res.output
     (path,) = (tmp_path / "ds").glob("*/*")

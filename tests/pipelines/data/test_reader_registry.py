@@ -98,8 +98,10 @@ def test_input_paths_are_recorded_relative_to_the_outer_folder(tmp_path):
     root, files = READERS["mimic-iv"].inputs(mimic / "hosp")
     assert root == mimic
     assert [input_record(root, f)["path"] for f in files] == [
-        "hosp/patients.csv.gz", "hosp/admissions.csv.gz", "hosp/diagnoses_icd.csv.gz",
-    ]  # fmt: skip
+        "hosp/patients.csv.gz",
+        "hosp/admissions.csv.gz",
+        "hosp/diagnoses_icd.csv.gz",
+    ]
     write_eicu(tmp_path / "e" / "eicu")
     root, files = READERS["eicu"].inputs(tmp_path / "e")
     assert root == tmp_path / "e"
@@ -120,8 +122,16 @@ def test_a_registered_reader_is_prepared_end_to_end(monkeypatch, program, tmp_pa
         mimic.mimic_root,
     )
     monkeypatch.setitem(sys.modules, module.__name__, module)
-    fake = Reader("fake", "--fake", "A fake source.", "fake", read="read_fake", input_files="fake_files",
-                  root="fake_root", hospital=None)  # fmt: skip
+    fake = Reader(
+        "fake",
+        "--fake",
+        "A fake source.",
+        "fake",
+        read="read_fake",
+        input_files="fake_files",
+        root="fake_root",
+        hospital=None,
+    )
     monkeypatch.setitem(READERS, "fake", fake)
     ehr = write_mimic(tmp_path / "ehr")
     (r,) = prepare(fake=ehr, program=program, out=tmp_path / "ds", splits=SplitOptions(rood_codes=0))
@@ -162,5 +172,17 @@ def test_export_meds_demo_is_one_call_of_the_demo_room(monkeypatch, tmp_path):
     monkeypatch.setattr("pipelines.data.export_meds.describe", lambda r: "described")
     res = CliRunner().invoke(main, ["export-meds", str(tmp_path / "out"), "--demo", "--seed", "3", "-q"])
     assert res.exit_code == 0, res.output
-    assert calls == [((str(tmp_path / "out"),), {"artifacts": "artifacts", "size": "default", "n_patients": 30_000,
-                                                 "seed": 3, "name": None, "labels": True, "force": False})]  # fmt: skip
+    assert calls == [
+        (
+            (str(tmp_path / "out"),),
+            {
+                "artifacts": "artifacts",
+                "size": "default",
+                "n_patients": 30_000,
+                "seed": 3,
+                "name": None,
+                "labels": True,
+                "force": False,
+            },
+        )
+    ]

@@ -20,11 +20,19 @@ def _rows(t):
 def test_mimic_orders_visits_by_admittime_and_codes_by_seq_num(tmp_path):
     r = read_mimic(write_mimic(tmp_path))
     assert _rows(r.events) == [
-        (1, 0, 0, "ICD9CM", "4019"), (1, 0, 1, "ICD9CM", "25000"), (1, 1, 0, "ICD10CM", "I10"),
-        (1, 1, 1, "ICD10CM", "E119"), (2, 0, 0, "ICD10CM", "J45909"), (2, 0, 1, "ICD10CM", "ZZZ99"),
-        (3, 0, 0, "ICD10CM", "N1830"), (5, 0, 0, "ICD10CM", "E119"), (5, 1, 0, "ICD10CM", "I10"),
-        (5, 2, 0, "ICD10CM", "J45909"), (6, 0, 0, "ICD10CM", "I10"), (6, 1, 0, "ICD10CM", "K219"),
-    ]  # fmt: skip
+        (1, 0, 0, "ICD9CM", "4019"),
+        (1, 0, 1, "ICD9CM", "25000"),
+        (1, 1, 0, "ICD10CM", "I10"),
+        (1, 1, 1, "ICD10CM", "E119"),
+        (2, 0, 0, "ICD10CM", "J45909"),
+        (2, 0, 1, "ICD10CM", "ZZZ99"),
+        (3, 0, 0, "ICD10CM", "N1830"),
+        (5, 0, 0, "ICD10CM", "E119"),
+        (5, 1, 0, "ICD10CM", "I10"),
+        (5, 2, 0, "ICD10CM", "J45909"),
+        (6, 0, 0, "ICD10CM", "I10"),
+        (6, 1, 0, "ICD10CM", "K219"),
+    ]
     assert str(r.events["visit_time"][0].as_py()) == "2114-05-01 08:00:00"
 
 
@@ -106,13 +114,20 @@ def test_eicu_splits_icd9code_lists_with_stray_spaces_and_empty_parts(tmp_path):
     r = read_eicu(write_eicu(tmp_path))
     assert _rows(r.events) == [
         # stay 11: unit 1 (Primary, then Other), then unit 2
-        (1, 0, 0, "ICD9CM", "51881"), (1, 0, 1, "ICD10CM", "J9600"), (1, 0, 2, "ICD9CM", "4019"),
-        (1, 0, 3, "ICD10CM", "I10"), (1, 0, 4, "ICD9CM", "5849"), (1, 0, 5, "ICD10CM", "N179"),
+        (1, 0, 0, "ICD9CM", "51881"),
+        (1, 0, 1, "ICD10CM", "J9600"),
+        (1, 0, 2, "ICD9CM", "4019"),
+        (1, 0, 3, "ICD10CM", "I10"),
+        (1, 0, 4, "ICD9CM", "5849"),
+        (1, 0, 5, "ICD10CM", "N179"),
         # stay 12 (2015): J96.00 repeated in the visit is kept once
-        (1, 1, 0, "ICD9CM", "0389"), (1, 1, 1, "ICD10CM", "A419"), (1, 1, 2, "ICD10CM", "J9600"),
+        (1, 1, 0, "ICD9CM", "0389"),
+        (1, 1, 1, "ICD10CM", "A419"),
+        (1, 1, 2, "ICD10CM", "J9600"),
         # 002-00003: stay 32 (2013) before stay 31 (2015)
-        (3, 0, 0, "ICD10CM", "I10"), (3, 1, 0, "ICD10CM", "E119"),
-    ]  # fmt: skip
+        (3, 0, 0, "ICD10CM", "I10"),
+        (3, 1, 0, "ICD10CM", "E119"),
+    ]
     assert r.counts["unparseable_code_parts"] == 1 and r.counts["unparseable_examples"] == ["JUNK!"]
     assert r.counts["empty_code_parts"] >= 3
     assert r.counts["dropped_no_diagnoses"] == 1
@@ -139,8 +154,11 @@ def test_eicu_visit_order_is_discharge_year_not_stay_id(tmp_path):
     r = read_eicu(write_eicu(tmp_path, patient=patient_rows, diagnosis=diagnosis_rows))
     # stay 93 (2014: unit 1 before unit 2), 92 (2015), 91 (2016): ids disagree with the years
     assert [(v, s, c) for _, v, s, _, c in _rows(r.events)] == [
-        (0, 0, "J45909"), (0, 1, "N1830"), (1, 0, "I10"), (2, 0, "E119"),
-    ]  # fmt: skip
+        (0, 0, "J45909"),
+        (0, 1, "N1830"),
+        (1, 0, "I10"),
+        (2, 0, "E119"),
+    ]
 
 
 def test_eicu_missing_column(tmp_path):
@@ -154,9 +172,12 @@ def test_eicu_missing_column(tmp_path):
 def test_meds_both_code_forms_visits_mortality_and_splits(tmp_path):
     r = read_meds(write_meds(tmp_path))
     assert _rows(r.events) == [
-        (1, 0, 0, "ICD9CM", "4019"), (1, 0, 1, "ICD9CM", "25000"), (1, 1, 0, "ICD10CM", "E119"),
-        (1, 1, 1, "ICD10CM", "I10"), (2, 0, 0, "ICD9CM", "51881"),
-    ]  # fmt: skip
+        (1, 0, 0, "ICD9CM", "4019"),
+        (1, 0, 1, "ICD9CM", "25000"),
+        (1, 1, 0, "ICD10CM", "E119"),
+        (1, 1, 1, "ICD10CM", "I10"),
+        (2, 0, 0, "ICD9CM", "51881"),
+    ]
     labels = {x["subject_id"]: x for x in r.labels.to_pylist()}
     assert labels[1]["mortality_6m"] is True and labels[2]["mortality_6m"] is False
     assert labels[1]["given_split"] == "train" and labels[2]["given_split"] == "held_out"

@@ -70,11 +70,17 @@ def test_exact_v22_headers(cohort):
 
 
 def test_rows_lie_inside_their_admissions(cohort):
-    n = _sql(cohort, "SELECT (SELECT count(*) FROM icustays), (SELECT count(*) FROM procedures_icd), "
-                     "(SELECT count(*) FROM prescriptions), (SELECT count(*) FROM admissions)")[0]  # fmt: skip
+    n = _sql(
+        cohort,
+        "SELECT (SELECT count(*) FROM icustays), (SELECT count(*) FROM procedures_icd), "
+        "(SELECT count(*) FROM prescriptions), (SELECT count(*) FROM admissions)",
+    )[0]
     assert all(x > 0 for x in n)
-    for table, start, stop in (("icustays", "intime", "outtime"), ("prescriptions", "starttime", "stoptime"),
-                               ("procedures_icd", "chartdate", "chartdate")):  # fmt: skip
+    for table, start, stop in (
+        ("icustays", "intime", "outtime"),
+        ("prescriptions", "starttime", "stoptime"),
+        ("procedures_icd", "chartdate", "chartdate"),
+    ):
         bad = _sql(
             cohort,
             f"""
@@ -86,17 +92,31 @@ def test_rows_lie_inside_their_admissions(cohort):
         )[0][0]
         assert bad == 0, table
     # times to the second inside the admission for the timed tables
-    assert _sql(cohort, "SELECT count(*) FROM prescriptions p JOIN admissions a USING (hadm_id) "
-                        "WHERE p.starttime::TIMESTAMP < a.admittime::TIMESTAMP")[0][0] == 0  # fmt: skip
-    assert _sql(cohort, "SELECT count(*) FROM icustays i JOIN admissions a USING (hadm_id) "
-                        "WHERE i.intime::TIMESTAMP < a.admittime::TIMESTAMP")[0][0] == 0  # fmt: skip
+    assert (
+        _sql(
+            cohort,
+            "SELECT count(*) FROM prescriptions p JOIN admissions a USING (hadm_id) "
+            "WHERE p.starttime::TIMESTAMP < a.admittime::TIMESTAMP",
+        )[0][0]
+        == 0
+    )
+    assert (
+        _sql(
+            cohort,
+            "SELECT count(*) FROM icustays i JOIN admissions a USING (hadm_id) "
+            "WHERE i.intime::TIMESTAMP < a.admittime::TIMESTAMP",
+        )[0][0]
+        == 0
+    )
 
 
 def test_ids_codes_and_values(cohort):
     assert _sql(cohort, "SELECT count(*) = count(DISTINCT stay_id) FROM icustays")[0][0]
     assert _sql(cohort, "SELECT count(*) = count(DISTINCT pharmacy_id) FROM prescriptions")[0][0]
-    los = _sql(cohort, "SELECT max(abs(los::DOUBLE - epoch(outtime::TIMESTAMP - intime::TIMESTAMP) / 86400)) "
-                       "FROM icustays")[0][0]  # fmt: skip
+    los = _sql(
+        cohort,
+        "SELECT max(abs(los::DOUBLE - epoch(outtime::TIMESTAMP - intime::TIMESTAMP) / 86400)) FROM icustays",
+    )[0][0]
     assert los < 1e-9
     # procedures: ICD-9-CM before the switch and ICD-10-PCS after, as the diagnoses; all in d_icd_procedures
     switch = datetime.fromtimestamp(SWITCH, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
@@ -117,8 +137,14 @@ def test_ids_codes_and_values(cohort):
         == 0
     )
     # seq_num 1..n within an admission; poe_id = subject_id-poe_seq where given
-    assert _sql(cohort, "SELECT count(*) FROM (SELECT hadm_id, max(seq_num::INT) m, count(*) n FROM procedures_icd "
-                        "GROUP BY hadm_id) WHERE m <> n")[0][0] == 0  # fmt: skip
+    assert (
+        _sql(
+            cohort,
+            "SELECT count(*) FROM (SELECT hadm_id, max(seq_num::INT) m, count(*) n FROM procedures_icd "
+            "GROUP BY hadm_id) WHERE m <> n",
+        )[0][0]
+        == 0
+    )
     assert (
         _sql(cohort, "SELECT count(*) FROM prescriptions WHERE poe_id <> subject_id || '-' || poe_seq")[0][0]
         == 0

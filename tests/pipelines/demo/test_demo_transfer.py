@@ -14,8 +14,20 @@ from pipelines.cli import main as hrrbert_main
 
 @pytest.mark.slow  # about 2 minutes on 2 cores: two compiles, a cohort, two datasets, two tiny experiments
 def test_demo_transfer_at_toy_size(tmp_path):
-    args = ["demo", "--transfer", "--out", str(tmp_path), "--size", "small", "--patients", "300",
-            "--train-steps", "2", "--trials", "1"]  # fmt: skip
+    args = [
+        "demo",
+        "--transfer",
+        "--out",
+        str(tmp_path),
+        "--size",
+        "small",
+        "--patients",
+        "300",
+        "--train-steps",
+        "2",
+        "--trials",
+        "1",
+    ]
     res = CliRunner().invoke(hrrbert_main, args)
     assert res.exit_code == 0, res.output
     assert "new codes" in res.output and "| MLM top-10 of new codes" in res.output

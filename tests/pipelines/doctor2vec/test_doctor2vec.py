@@ -150,8 +150,17 @@ def test_compare_report_and_cli(d2v, program_dir, tmp_path, monkeypatch):  # noq
         f"{n}-seed{s}" for n in only for s in (0, 1)
     )  # a given data folder: one data set, runs named by training seed only
     text = path.read_text()
-    for needle in ("Test trials", "Rare-disease trials", "hrr-cat-dynamic", "plain-static", "ceiling: eligible",
-                   "Differences, run by run", "a better in", "| s0 | s1 |", "Which patients"):  # fmt: skip
+    for needle in (
+        "Test trials",
+        "Rare-disease trials",
+        "hrr-cat-dynamic",
+        "plain-static",
+        "ceiling: eligible",
+        "Differences, run by run",
+        "a better in",
+        "| s0 | s1 |",
+        "Which patients",
+    ):
         assert needle in text, needle
     assert "hrr-base-dynamic" not in text.split("## Which patients")[0]  # not asked for
     row = next(line for line in text.splitlines() if line.startswith("| plain-dynamic |"))
@@ -172,12 +181,24 @@ def test_compare_report_and_cli(d2v, program_dir, tmp_path, monkeypatch):  # noq
 def test_compare_over_data_seeds(program_dir, tmp_path, monkeypatch):  # noqa: F811
     from pipelines.doctor2vec import compare as dc
 
-    monkeypatch.setattr(dc, "GRID", {k: {**v, "hidden": 16, "doctors_per_batch": 4, "max_memories": 48}
-                                     for k, v in dc.GRID.items()})  # fmt: skip
+    monkeypatch.setattr(
+        dc,
+        "GRID",
+        {k: {**v, "hidden": 16, "doctors_per_batch": 4, "max_memories": 48} for k, v in dc.GRID.items()},
+    )
     ds = make_dataset(tmp_path / "ds", program_dir)
     out = tmp_path / "cmp"
-    path = dc.compare(ds, program_dir, out=out, epochs=1, dim=16, seeds="1,", data_seeds="0,2",
-                      only=["plain-dynamic", "hrr-base-dynamic"], data_options=OPTS)  # fmt: skip
+    path = dc.compare(
+        ds,
+        program_dir,
+        out=out,
+        epochs=1,
+        dim=16,
+        seeds="1,",
+        data_seeds="0,2",
+        only=["plain-dynamic", "hrr-base-dynamic"],
+        data_options=OPTS,
+    )
     want = {f"{n}-data{d}-seed1" for n in ("plain-dynamic", "hrr-base-dynamic") for d in (0, 2)}
     assert {p.name for p in (out / "runs").iterdir()} == want
     sets = [p for p in (out / "data").glob("*/*") if p.is_dir()]
@@ -201,23 +222,77 @@ def test_compare_over_data_seeds(program_dir, tmp_path, monkeypatch):  # noqa: F
 def test_cli_generate_train_evaluate(tmp_path, d2v, program_dir):  # noqa: F811
     ds = make_dataset(tmp_path / "ds", program_dir, seed=1)
     cli = CliRunner()
-    r = cli.invoke(main, ["doctor2vec", "generate", str(ds), "--program", str(program_dir), "--out",
-                          str(tmp_path / "d2v"), "--doctors", "12", "--train-trials", "6", "--val-trials", "2",
-                          "--test-trials", "2", "--rare-trials", "2"])  # fmt: skip
+    r = cli.invoke(
+        main,
+        [
+            "doctor2vec",
+            "generate",
+            str(ds),
+            "--program",
+            str(program_dir),
+            "--out",
+            str(tmp_path / "d2v"),
+            "--doctors",
+            "12",
+            "--train-trials",
+            "6",
+            "--val-trials",
+            "2",
+            "--test-trials",
+            "2",
+            "--rare-trials",
+            "2",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "doctors   10 " in r.output and "train 6, val 2, test 2, test_rare 2" in r.output
     assert "doctor no patients 2" in r.output
-    r = cli.invoke(main, ["doctor2vec", "train", str(d2v), "--program", str(program_dir), "--out",
-                          str(tmp_path / "runs"), "--run-id", "cli", "--embedding", "plain", "--epochs", "1",
-                          "--dim", "16", "--doctors-per-batch", "4", "--no-progress", "-q"])  # fmt: skip
+    r = cli.invoke(
+        main,
+        [
+            "doctor2vec",
+            "train",
+            str(d2v),
+            "--program",
+            str(program_dir),
+            "--out",
+            str(tmp_path / "runs"),
+            "--run-id",
+            "cli",
+            "--embedding",
+            "plain",
+            "--epochs",
+            "1",
+            "--dim",
+            "16",
+            "--doctors-per-batch",
+            "4",
+            "--no-progress",
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "test_rare" in r.output and "PR-AUC" in r.output
-    r = cli.invoke(main, ["doctor2vec", "evaluate", str(tmp_path / "runs" / "cli"), "--data", str(d2v),
-                          "--program", str(program_dir), "--split", "test"])  # fmt: skip
+    r = cli.invoke(
+        main,
+        [
+            "doctor2vec",
+            "evaluate",
+            str(tmp_path / "runs" / "cli"),
+            "--data",
+            str(d2v),
+            "--program",
+            str(program_dir),
+            "--split",
+            "test",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "Trial " in r.output
-    r = cli.invoke(main, ["doctor2vec", "evaluate", str(tmp_path / "ds"), "--data", str(d2v), "--program",
-                          str(program_dir)])  # fmt: skip
+    r = cli.invoke(
+        main,
+        ["doctor2vec", "evaluate", str(tmp_path / "ds"), "--data", str(d2v), "--program", str(program_dir)],
+    )
     assert r.exit_code != 0 and "not a saved Doctor2Vec model" in r.output
 
 

@@ -285,13 +285,20 @@ def test_bring_your_own_tables(tmp_path):
     """Only the required columns and manifest keys: defaults are filled in, labels derived from enrolled."""
     manifest = {"kind": "doctor2vec", "program_id": "p", "n_codes": 10, "n_words": 3, "format_version": 1}
     tables = {
-        "patients": pa.table({"subject_id": [1, 2, 3], "input_ids": [[5, 6], [7], [0, 8]],
-                              "segment_ids": [[0, 1], [0], [0, 0]]}),
+        "patients": pa.table(
+            {
+                "subject_id": [1, 2, 3],
+                "input_ids": [[5, 6], [7], [0, 8]],
+                "segment_ids": [[0, 1], [0], [0, 0]],
+            }
+        ),
         "doctors": pa.table({"doctor_id": [10, 11], "panel": [[1, 2], [3]]}),
         "trials": pa.table({"trial_id": [0, 1], "split": ["train", "test_rare"], "conditions": [[5], [9]]}),
-        "pairs": pa.table({"doctor_id": [10, 11, 10, 11], "trial_id": [0, 0, 1, 1], "enrolled": [2, 0, 1, None]}),
+        "pairs": pa.table(
+            {"doctor_id": [10, 11, 10, 11], "trial_id": [0, 0, 1, 1], "enrolled": [2, 0, 1, None]}
+        ),
         "vocab": pa.table({"token_id": [0, 1, 2], "token": ["[PAD]", "[UNK]", "asthma"]}),
-    }  # fmt: skip
+    }
     t, skipped = validate_tables(manifest, tables, tmp_path)
     assert skipped == {"patient_codes_outside_program": 1}  # the [PAD] (0) in patient 3
     assert t["patients"].column("input_ids").to_pylist() == [[5, 6], [7], [8]]

@@ -64,15 +64,21 @@ def data(tmp_path_factory, program_dir):  # noqa: F811
     gt.mkdir()
     order = np.random.default_rng(0).permutation(len(sid))  # rows in another order than the dataset's
     p_mimic, c_mimic = 0.2 + 0.6 * mort, 0.15 + 0.7 * chap
-    table = pa.table({
-        "hospital": ["mimic-iv"] * len(sid) + ["eicu"] * len(sid),
-        "subject_id": np.r_[sid[order], sid],
-        "mortality": np.r_[p_mimic[order], 1.0 - p_mimic],
-        "chapters": pa.array([*c_mimic[order].tolist(), *(1.0 - c_mimic).tolist()], pa.list_(pa.float64())),
-    })  # fmt: skip
+    table = pa.table(
+        {
+            "hospital": ["mimic-iv"] * len(sid) + ["eicu"] * len(sid),
+            "subject_id": np.r_[sid[order], sid],
+            "mortality": np.r_[p_mimic[order], 1.0 - p_mimic],
+            "chapters": pa.array(
+                [*c_mimic[order].tolist(), *(1.0 - c_mimic).tolist()], pa.list_(pa.float64())
+            ),
+        }
+    )
     pq.write_table(table, gt / "task_probabilities.parquet")
-    truth = {"mimic-iv": dict(zip(sid.tolist(), p_mimic, strict=True)),
-             "eicu": dict(zip(sid.tolist(), 1.0 - p_mimic, strict=True))}  # fmt: skip
+    truth = {
+        "mimic-iv": dict(zip(sid.tolist(), p_mimic, strict=True)),
+        "eicu": dict(zip(sid.tolist(), 1.0 - p_mimic, strict=True)),
+    }
     return ds, tr, gt, truth
 
 
@@ -97,12 +103,24 @@ def test_mlm_positions_are_the_models_validation_positions(data, program_dir, on
     torch.manual_seed(0)
     model = HRRBert(preset("tiny", mode="unstructured"), prog)
     seen: list[tuple[torch.Tensor, torch.Tensor]] = []
-    model.register_forward_pre_hook(lambda m, a, kw: seen.append((a[0].clone(), kw["mlm_mask"].clone())),
-                                    with_kwargs=True)  # fmt: skip
-    val = evaluate_mlm(model, seqs, tok, topk=(10,), batch_size=MASKING.batch_size, seed=5, ctx=DistContext(),
-                       device=torch.device("cpu"), limit=MASKING.limit, mask_prob=MASKING.mask_prob)  # fmt: skip
-    rows, cols, target = masked_positions(seqs, tok, seed=5, mask_prob=MASKING.mask_prob,
-                                          batch_size=MASKING.batch_size, limit=MASKING.limit)  # fmt: skip
+    model.register_forward_pre_hook(
+        lambda m, a, kw: seen.append((a[0].clone(), kw["mlm_mask"].clone())), with_kwargs=True
+    )
+    val = evaluate_mlm(
+        model,
+        seqs,
+        tok,
+        topk=(10,),
+        batch_size=MASKING.batch_size,
+        seed=5,
+        ctx=DistContext(),
+        device=torch.device("cpu"),
+        limit=MASKING.limit,
+        mask_prob=MASKING.mask_prob,
+    )
+    rows, cols, target = masked_positions(
+        seqs, tok, seed=5, mask_prob=MASKING.mask_prob, batch_size=MASKING.batch_size, limit=MASKING.limit
+    )
     assert len(seen) == 4  # 26 patients in batches of 8
     model_pos = [(8 * k + int(r), int(c)) for k, (_, m) in enumerate(seen) for r, c in m.nonzero().tolist()]
     assert model_pos == list(zip(rows.tolist(), cols.tolist(), strict=True))
@@ -180,8 +198,10 @@ def test_files_models_and_scores(done, data):
 
 
 def test_history_chapter_features_by_hand():
-    slots = chapter_slots(["SPECIAL", "ICD10CM", "ICD10CM", "ICD9CM", "ICD9CM", "ICD10CM", "SNOMED"],
-                          [None, 4, 9, 7, None, 30, 5])  # fmt: skip
+    slots = chapter_slots(
+        ["SPECIAL", "ICD10CM", "ICD10CM", "ICD9CM", "ICD9CM", "ICD10CM", "SNOMED"],
+        [None, 4, 9, 7, None, 30, 5],
+    )
     assert slots.tolist() == [0, 4, 9, 23 + 7, 0, 0, 0]
     special = np.array([True] + [False] * 6)
     # patient 0: [CLS], visit 0 {1, 3}, visit 1 {1, 2}, visit 2 {2, 2}, padding; patient 1: [CLS] only
@@ -254,9 +274,25 @@ def test_bad_ground_truth_names_the_file(tmp_path, data, program_dir):  # noqa: 
 
 def test_baselines_command(tmp_path, data, program_dir):  # noqa: F811
     ds, _, gt, _ = data
-    args = ["baselines", "--dataset", str(ds), "--program", str(program_dir), "--out", str(tmp_path / "b"),
-            "--ground-truth", str(gt), "--task", "mortality", "--model", "tiny", "--max-val", "26",
-            "--val-batch-size", "8"]  # fmt: skip
+    args = [
+        "baselines",
+        "--dataset",
+        str(ds),
+        "--program",
+        str(program_dir),
+        "--out",
+        str(tmp_path / "b"),
+        "--ground-truth",
+        str(gt),
+        "--task",
+        "mortality",
+        "--model",
+        "tiny",
+        "--max-val",
+        "26",
+        "--val-batch-size",
+        "8",
+    ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "mortality test auroc: constant 0.500" in res.output and "ceiling 1.000" in res.output
@@ -265,12 +301,22 @@ def test_baselines_command(tmp_path, data, program_dir):  # noqa: F811
 
 
 def test_experiment_computes_baselines_once(tmp_path, dataset_dir, program_dir, one_thread):  # noqa: F811
-    cfg = ExperimentConfig(dataset=str(dataset_dir), program=str(program_dir), name="x", out=str(tmp_path),
-                           configurations=("unstructured",), model="tiny", pretrain_seeds=1, trials=1,
-                           tasks=("mortality",), device="cpu", progress=False,
-                           pretrain={"max_steps": 1, "batch_size": 8, "save_every": 1, "max_val": 10},
-                           finetune={"epochs": 1, "batch_size": 8},
-                           evaluate={"tsne_points": 0, "cost_steps": 0, "per_bin": 5})  # fmt: skip
+    cfg = ExperimentConfig(
+        dataset=str(dataset_dir),
+        program=str(program_dir),
+        name="x",
+        out=str(tmp_path),
+        configurations=("unstructured",),
+        model="tiny",
+        pretrain_seeds=1,
+        trials=1,
+        tasks=("mortality",),
+        device="cpu",
+        progress=False,
+        pretrain={"max_steps": 1, "batch_size": 8, "save_every": 1, "max_val": 10},
+        finetune={"epochs": 1, "batch_size": 8},
+        evaluate={"tsne_points": 0, "cost_steps": 0, "per_bin": 5},
+    )
     run_experiment(cfg)
     root = tmp_path / "x"
     exp = json.loads((root / "experiment.json").read_text())

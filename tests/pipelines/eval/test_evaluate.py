@@ -25,8 +25,17 @@ FAST = dict(tsne_points=20, cost_steps=1, per_bin=50, device="cpu")
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, dataset_dir, program_dir):  # noqa: F811
     out = tmp_path_factory.mktemp("eval_runs")
-    pre = pretrain(dataset_dir, program_dir, out=out, model="tiny", mode="base", max_steps=3, batch_size=8,
-                   device="cpu", progress=False).run_dir  # fmt: skip
+    pre = pretrain(
+        dataset_dir,
+        program_dir,
+        out=out,
+        model="tiny",
+        mode="base",
+        max_steps=3,
+        batch_size=8,
+        device="cpu",
+        progress=False,
+    ).run_dir
     ft = {
         task: finetune(
             pre,
@@ -40,7 +49,7 @@ def runs(tmp_path_factory, dataset_dir, program_dir):  # noqa: F811
             batch_size=8,
             device="cpu",
             progress=False,
-        ).run_dir  # fmt: skip
+        ).run_dir
         for task in ("mortality", "chapters")
     }
     return pre, ft
@@ -72,9 +81,16 @@ def test_ontology_relatedness(program_dir):  # noqa: F811
 
 def test_evaluate_all_parts(tmp_path, runs, dataset_dir, program_dir):  # noqa: F811
     pre, ft = runs
-    r = evaluate_pretrained(pretrained=str(pre), dataset=str(dataset_dir), program=str(program_dir), out=str(tmp_path),
-                 mortality=str(ft["mortality"]), chapters=str(ft["chapters"]),
-                 transfer_dataset=str(dataset_dir), **FAST)  # fmt: skip
+    r = evaluate_pretrained(
+        pretrained=str(pre),
+        dataset=str(dataset_dir),
+        program=str(program_dir),
+        out=str(tmp_path),
+        mortality=str(ft["mortality"]),
+        chapters=str(ft["chapters"]),
+        transfer_dataset=str(dataset_dir),
+        **FAST,
+    )
     saved = json.loads((tmp_path / "evaluation.json").read_text())
     assert saved["program_id"] == program_dir.name and saved["mode"] == "base"
     bins = saved["frequency_bins"]
@@ -125,8 +141,24 @@ def _check_predictions(out, saved, ft):
 
 def test_evaluate_cli(tmp_path, runs, dataset_dir, program_dir):  # noqa: F811
     pre, _ = runs
-    args = ["evaluate", str(pre), "--dataset", str(dataset_dir), "--program", str(program_dir), "--out",
-            str(tmp_path / "ev"), "--tsne-points", "0", "--cost-steps", "0", "--per-bin", "20", "--device", "cpu"]  # fmt: skip
+    args = [
+        "evaluate",
+        str(pre),
+        "--dataset",
+        str(dataset_dir),
+        "--program",
+        str(program_dir),
+        "--out",
+        str(tmp_path / "ev"),
+        "--tsne-points",
+        "0",
+        "--cost-steps",
+        "0",
+        "--per-bin",
+        "20",
+        "--device",
+        "cpu",
+    ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "bin       [-14, -12)" in res.output and "neighbours rare" in res.output
@@ -148,8 +180,21 @@ def test_dataset_of_another_program_is_refused(tmp_path, runs, program_dir):  # 
 def test_transfer_dataset_of_another_program_is_refused(tmp_path, runs, dataset_dir, program_dir):  # noqa: F811
     pre, ft = runs
     other = write_dataset(tmp_path / "other", program_dir, program_id="fedcba9876543210")
-    res = _cli([pre, "--dataset", dataset_dir, "--program", program_dir, "--out", tmp_path / "ev",
-                "--mortality", ft["mortality"], "--transfer-dataset", other])  # fmt: skip
+    res = _cli(
+        [
+            pre,
+            "--dataset",
+            dataset_dir,
+            "--program",
+            program_dir,
+            "--out",
+            tmp_path / "ev",
+            "--mortality",
+            ft["mortality"],
+            "--transfer-dataset",
+            other,
+        ]
+    )
     assert res.exit_code == 1 and "fedcba9876543210" in res.output
 
 
@@ -166,8 +211,19 @@ def test_missing_and_corrupt_model(tmp_path, runs, dataset_dir, program_dir):  #
     assert res.exit_code == 1 and "model.safetensors" in res.output and "corrupt" in res.output
     noft = tmp_path / "noft"
     noft.mkdir()
-    res = _cli([pre, "--dataset", dataset_dir, "--program", program_dir, "--out", tmp_path / "ev",
-                "--chapters", noft])  # fmt: skip
+    res = _cli(
+        [
+            pre,
+            "--dataset",
+            dataset_dir,
+            "--program",
+            program_dir,
+            "--out",
+            tmp_path / "ev",
+            "--chapters",
+            noft,
+        ]
+    )
     assert res.exit_code == 1 and "no fine-tuned model" in res.output and str(noft) in res.output
 
 
@@ -189,16 +245,43 @@ def test_task_labels_absent(tmp_path, runs, program_dir):  # noqa: F811
     )
     assert res.exit_code == 1 and "'chapters'" in res.output and "patients.parquet" in res.output
     ds2 = write_dataset(tmp_path / "nullmort", program_dir, null_column="mortality_6m")
-    res = _cli([pre, "--dataset", ds, "--program", program_dir, "--out", tmp_path / "ev",
-                "--mortality", ft["mortality"], "--transfer-dataset", ds2])  # fmt: skip
+    res = _cli(
+        [
+            pre,
+            "--dataset",
+            ds,
+            "--program",
+            program_dir,
+            "--out",
+            tmp_path / "ev",
+            "--mortality",
+            ft["mortality"],
+            "--transfer-dataset",
+            ds2,
+        ]
+    )
     assert res.exit_code == 1 and "mortality_6m" in res.output and "no labels" in res.output
 
 
 def test_an_existing_out_is_refused_unless_force(tmp_path, runs, dataset_dir, program_dir):  # noqa: F811
     pre, _ = runs
     out = tmp_path / "ev"
-    base = ["evaluate", str(pre), "--dataset", str(dataset_dir), "--program", str(program_dir), "--out", str(out),
-            "--cost-steps", "0", "--per-bin", "20", "--device", "cpu"]  # fmt: skip
+    base = [
+        "evaluate",
+        str(pre),
+        "--dataset",
+        str(dataset_dir),
+        "--program",
+        str(program_dir),
+        "--out",
+        str(out),
+        "--cost-steps",
+        "0",
+        "--per-bin",
+        "20",
+        "--device",
+        "cpu",
+    ]
     assert CliRunner().invoke(main, [*base, "--tsne-points", "20"]).exit_code == 0
     (out / "notes.txt").write_text("mine")
     first = (out / "evaluation.json").read_bytes()

@@ -66,8 +66,17 @@ def runs(dataset, program, labels, tmp_path_factory) -> dict[str, Path]:
     from pipelines.train.pretrain import pretrain
 
     out = tmp_path_factory.mktemp("runs")
-    pre = pretrain(dataset, program, out=out, model="tiny", mode="base", max_steps=2, batch_size=8, device="cpu",
-                   progress=False).run_dir  # fmt: skip
+    pre = pretrain(
+        dataset,
+        program,
+        out=out,
+        model="tiny",
+        mode="base",
+        max_steps=2,
+        batch_size=8,
+        device="cpu",
+        progress=False,
+    ).run_dir
     kw = dict(out=out, trials=2, max_steps=3, batch_size=8, device="cpu", progress=False)
     return {
         "pretrained": pre,
@@ -79,8 +88,13 @@ def runs(dataset, program, labels, tmp_path_factory) -> dict[str, Path]:
 def _evaluate(out, runs, dataset, program, **kw):
     from pipelines.eval.pretrained import evaluate_pretrained
 
-    return evaluate_pretrained(pretrained=str(runs["pretrained"]), dataset=str(dataset), program=str(program),
-                               out=str(out), **{**FAST, **kw})  # fmt: skip
+    return evaluate_pretrained(
+        pretrained=str(runs["pretrained"]),
+        dataset=str(dataset),
+        program=str(program),
+        out=str(out),
+        **{**FAST, **kw},
+    )
 
 
 def test_evaluate_scores_a_label_task_run_on_its_test_rows(
@@ -100,8 +114,11 @@ def test_evaluate_scores_a_label_task_run_on_its_test_rows(
     test = placed.split == "test"
     r = lab["rows"]
     assert r["used"] == int(test.sum()) > r["patients"] == M.SPLITS.test  # several rows per patient
-    assert r["dropped"] == {"subject_not_in_dataset": 1, "without_history": 1,
-                            "other_splits": int((~test).sum())}  # fmt: skip
+    assert r["dropped"] == {
+        "subject_not_in_dataset": 1,
+        "without_history": 1,
+        "other_splits": int((~test).sum()),
+    }
     assert r["positives"] == int(placed.label[test].sum())
     # the numbers equal sklearn's on the written predictions, per trial at its kept threshold
     blocks = [b for b in read_predictions(tmp_path / "predictions.parquet") if b.split == "labels"]
@@ -150,8 +167,9 @@ def test_the_interval_resamples_patients_with_all_their_rows(runs, dataset, prog
     prog = load_program(program)
     ds = TokenizedDataset(dataset, prog.program_id, prog.n_concepts, prog.special_id("[PAD]"))
     n_boot = 60
-    rec, blocks, _ = labels_eval(labels, runs["labels"], ds, prog, split="all", device=torch.device("cpu"),
-                                 n_boot=n_boot, seed=3)  # fmt: skip
+    rec, blocks, _ = labels_eval(
+        labels, runs["labels"], ds, prog, split="all", device=torch.device("cpu"), n_boot=n_boot, seed=3
+    )
     subject = blocks[0].subject_id
     uniq, groups = np.unique(subject, return_inverse=True)
     assert len(uniq) < len(subject)  # patients with several rows
@@ -202,18 +220,54 @@ def test_misuse_is_a_clear_error(tmp_path, runs, dataset, program, labels):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     # a split without label rows (no rood patients here)
     with pytest.raises(PipelineError, match="no label rows in split 'rood'"):
-        _evaluate(tmp_path / "c", runs, dataset, program, labels=str(labels), labels_run=str(runs["labels"]),
-                  labels_split="rood")  # fmt: skip
+        _evaluate(
+            tmp_path / "c",
+            runs,
+            dataset,
+            program,
+            labels=str(labels),
+            labels_run=str(runs["labels"]),
+            labels_split="rood",
+        )
 
 
 def test_evaluate_cli_takes_labels(tmp_path, runs, dataset, program, labels, one_thread):
     from pipelines.cli import main
 
-    args = ["evaluate", str(runs["pretrained"]), "--dataset", str(dataset), "--program", str(program),
-            "--tsne-points", "0", "--cost-steps", "0", "--per-bin", "5", "--per-group", "2", "--unbinding-rows", "0",
-            "--device", "cpu"]  # fmt: skip
-    res = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "e"), "--labels", str(labels), "--labels-run",
-                                    str(runs["labels"]), "--labels-split", "all"])  # fmt: skip
+    args = [
+        "evaluate",
+        str(runs["pretrained"]),
+        "--dataset",
+        str(dataset),
+        "--program",
+        str(program),
+        "--tsne-points",
+        "0",
+        "--cost-steps",
+        "0",
+        "--per-bin",
+        "5",
+        "--per-group",
+        "2",
+        "--unbinding-rows",
+        "0",
+        "--device",
+        "cpu",
+    ]
+    res = CliRunner().invoke(
+        main,
+        [
+            *args,
+            "--out",
+            str(tmp_path / "e"),
+            "--labels",
+            str(labels),
+            "--labels-run",
+            str(runs["labels"]),
+            "--labels-split",
+            "all",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "labels    i10 on all rows" in res.output and "trial 1: AUROC" in res.output
     saved = json.loads((tmp_path / "e" / "evaluation.json").read_text())

@@ -13,16 +13,26 @@ from pipelines.errors import PipelineError
 from pipelines.eval.experiment import ExperimentConfig, run_experiment
 
 TOY = dict(
-    model="tiny", pretrain_seeds=1, trials=2, device="cpu", progress=False,
+    model="tiny",
+    pretrain_seeds=1,
+    trials=2,
+    device="cpu",
+    progress=False,
     pretrain={"max_steps": 2, "batch_size": 8, "save_every": 1},
     finetune={"epochs": 1, "batch_size": 8},
     evaluate={"tsne_points": 10, "cost_steps": 1, "per_bin": 20},
-)  # fmt: skip
+)
 
 
 def test_experiment_runs_every_step_and_resumes(tmp_path, dataset_dir, program_dir):  # noqa: F811
-    cfg = ExperimentConfig(dataset=str(dataset_dir), program=str(program_dir), transfer_dataset=str(dataset_dir),
-                           name="toy", out=str(tmp_path), **TOY)  # fmt: skip
+    cfg = ExperimentConfig(
+        dataset=str(dataset_dir),
+        program=str(program_dir),
+        transfer_dataset=str(dataset_dir),
+        name="toy",
+        out=str(tmp_path),
+        **TOY,
+    )
     r = run_experiment(cfg)
     root = tmp_path / "toy"
     exp = json.loads((root / "experiment.json").read_text())
@@ -35,9 +45,18 @@ def test_experiment_runs_every_step_and_resumes(tmp_path, dataset_dir, program_d
         ev = json.loads((root / x["evaluation"]).read_text())
         assert {"frequency_bins", "neighbours", "rood", "transfer", "tsne", "cost"} <= set(ev)
     text = r.report.read_text()
-    for section in ("## Headline", "## Masked-code modelling", "## Mortality", "## Disease chapters", "## eICU",
-                    "## ROOD", "## Masked-code accuracy by code frequency", "## Nearest neighbours", "## Token embeddings",
-                    "## Cost"):  # fmt: skip
+    for section in (
+        "## Headline",
+        "## Masked-code modelling",
+        "## Mortality",
+        "## Disease chapters",
+        "## eICU",
+        "## ROOD",
+        "## Masked-code accuracy by code frequency",
+        "## Nearest neighbours",
+        "## Token embeddings",
+        "## Cost",
+    ):
         assert section in text, section
     assert "| unstructured |" in r.headline and "| base |" in r.headline
     # a second run finds every step done and only rewrites the report
@@ -62,10 +81,40 @@ def test_experiment_runs_every_step_and_resumes(tmp_path, dataset_dir, program_d
 
 
 def test_experiment_cli_and_bad_options(tmp_path, dataset_dir, program_dir):  # noqa: F811
-    args = ["experiment", "--dataset", str(dataset_dir), "--program", str(program_dir), "--out", str(tmp_path),
-            "--name", "cli", "--config", "unstructured", "--model", "tiny", "--seeds", "1",
-            "--trials", "1", "--max-steps", "1", "--batch-size", "8", "--finetune-epochs", "1",
-            "--finetune-batch-size", "8", "--tsne-points", "0", "--per-bin", "10", "--device", "cpu", "--no-progress"]  # fmt: skip
+    args = [
+        "experiment",
+        "--dataset",
+        str(dataset_dir),
+        "--program",
+        str(program_dir),
+        "--out",
+        str(tmp_path),
+        "--name",
+        "cli",
+        "--config",
+        "unstructured",
+        "--model",
+        "tiny",
+        "--seeds",
+        "1",
+        "--trials",
+        "1",
+        "--max-steps",
+        "1",
+        "--batch-size",
+        "8",
+        "--finetune-epochs",
+        "1",
+        "--finetune-batch-size",
+        "8",
+        "--tsne-points",
+        "0",
+        "--per-bin",
+        "10",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "report.md" in res.output and "| unstructured |" in res.output
@@ -76,8 +125,19 @@ def test_experiment_cli_and_bad_options(tmp_path, dataset_dir, program_dir):  # 
 
 
 def test_demo_experiment_at_toy_size(tmp_path):
-    args = ["demo", "--out", str(tmp_path), "--size", "small", "--patients", "300", "--train-steps", "2",
-            "--trials", "1"]  # fmt: skip
+    args = [
+        "demo",
+        "--out",
+        str(tmp_path),
+        "--size",
+        "small",
+        "--patients",
+        "300",
+        "--train-steps",
+        "2",
+        "--trials",
+        "1",
+    ]
     res = CliRunner().invoke(main, args)
     assert res.exit_code == 0, res.output
     assert "report    " in res.output and "| unstructured |" in res.output and "| base |" in res.output
@@ -98,8 +158,12 @@ def test_demo_experiment_at_toy_size(tmp_path):
 
 
 def test_per_configuration_pretraining_options(tmp_path):
-    cfg = ExperimentConfig(dataset="d", program="p", pretrain={"lr": 2e-3, "max_steps": 5},
-                           pretrain_by_configuration={"unstructured": {"lr": 1e-3}})  # fmt: skip
+    cfg = ExperimentConfig(
+        dataset="d",
+        program="p",
+        pretrain={"lr": 2e-3, "max_steps": 5},
+        pretrain_by_configuration={"unstructured": {"lr": 1e-3}},
+    )
     assert cfg.pretrain_options("unstructured") == {"lr": 1e-3, "max_steps": 5}
     assert cfg.pretrain_options("base") == {"lr": 2e-3, "max_steps": 5}
     with pytest.raises(ValueError, match=r"names \['cat'\], which are not among the configurations"):
@@ -109,20 +173,37 @@ def test_per_configuration_pretraining_options(tmp_path):
 
     from pipelines.eval.experiment import _check_same_config
 
-    old = {k: v for k, v in asdict(ExperimentConfig(dataset="d", program="p")).items()
-           if k != "pretrain_by_configuration"}  # fmt: skip
+    old = {
+        k: v
+        for k, v in asdict(ExperimentConfig(dataset="d", program="p")).items()
+        if k != "pretrain_by_configuration"
+    }
     (tmp_path / "experiment.json").write_text(json.dumps({"config": old}))
     _check_same_config(tmp_path, ExperimentConfig(dataset="d", program="p"))
     with pytest.raises(PipelineError, match="pretrain_by_configuration: experiment has {}"):
-        _check_same_config(tmp_path, ExperimentConfig(dataset="d", program="p",
-                                                      pretrain_by_configuration={"base": {"lr": 1e-3}}))  # fmt: skip
+        _check_same_config(
+            tmp_path,
+            ExperimentConfig(dataset="d", program="p", pretrain_by_configuration={"base": {"lr": 1e-3}}),
+        )
 
 
 def test_lr_for_gives_each_configuration_its_pretraining_lr(tmp_path):
     from pipelines.eval.experiment import options_to_config
 
-    flat = dict(dataset="d", program="p", epochs=1, max_steps=None, batch_size=8, lr=2e-3, bf16=False,
-                finetune_epochs=1, finetune_lr=1e-3, finetune_batch_size=8, per_bin=10, tsne_points=0)  # fmt: skip
+    flat = dict(
+        dataset="d",
+        program="p",
+        epochs=1,
+        max_steps=None,
+        batch_size=8,
+        lr=2e-3,
+        bf16=False,
+        finetune_epochs=1,
+        finetune_lr=1e-3,
+        finetune_batch_size=8,
+        per_bin=10,
+        tsne_points=0,
+    )
     cfg = options_to_config(**flat, lr_for=("unstructured=1e-3",))
     assert cfg.pretrain_options("unstructured")["lr"] == 1e-3 and cfg.pretrain_options("base")["lr"] == 2e-3
     assert options_to_config(**flat).pretrain_by_configuration == {}

@@ -30,8 +30,15 @@ def program_dir(tmp_path_factory) -> Path:
 
     m = DATA / "mapping_sources"
     out = tmp_path_factory.mktemp("programs")
-    return compile_ontology(DATA / "snomed_mini_20220531", out=out, omop=m / "omop", nlm_icd9=m / "nlm",
-                            gem=m / "gem", codes=m / "d_icd_diagnoses.csv", fallback="icd").path  # fmt: skip
+    return compile_ontology(
+        DATA / "snomed_mini_20220531",
+        out=out,
+        omop=m / "omop",
+        nlm_icd9=m / "nlm",
+        gem=m / "gem",
+        codes=m / "d_icd_diagnoses.csv",
+        fallback="icd",
+    ).path
 
 
 @pytest.fixture(scope="module")
@@ -96,12 +103,25 @@ def test_program_exports_the_seeded_untrained_composition(program_dir, tmp_path)
     assert "exported" in output and "base (untrained, seed 3)" in output and "tensorboard --logdir" in output
     out = tmp_path / "out"
     assert sorted(p.name for p in out.iterdir()) == [
-        "embeddings.parquet", "export.json", "metadata.tsv", "projector_config.pbtxt", "vectors.tsv",
-    ]  # fmt: skip
+        "embeddings.parquet",
+        "export.json",
+        "metadata.tsv",
+        "projector_config.pbtxt",
+        "vectors.tsv",
+    ]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary folder left
     t = pq.read_table(out / "embeddings.parquet")
-    assert t.column_names == ["concept_id", "vocabulary", "code", "code_dotted", "title", "chapter", "count",
-                              "log_frequency", "vector"]  # fmt: skip
+    assert t.column_names == [
+        "concept_id",
+        "vocabulary",
+        "code",
+        "code_dotted",
+        "title",
+        "chapter",
+        "count",
+        "log_frequency",
+        "vector",
+    ]
     assert t.schema.field("vector").type == pa.list_(pa.float32(), 64)
     assert t.schema.metadata[b"program_id"].decode() == program_dir.name
     p = load_program(program_dir)
@@ -112,8 +132,12 @@ def test_program_exports_the_seeded_untrained_composition(program_dir, tmp_path)
     for r in t.select(["concept_id", "vocabulary", "code", "code_dotted", "title", "chapter"]).to_pylist():
         c = p.code(r["concept_id"])
         assert (r["vocabulary"], r["code"], r["code_dotted"], r["title"], r["chapter"]) == (
-            c.vocabulary, c.code, c.code_dotted, c.title, c.chapter,
-        )  # fmt: skip
+            c.vocabulary,
+            c.code,
+            c.code_dotted,
+            c.title,
+            c.chapter,
+        )
     assert t.column("log_frequency").null_count == t.num_rows  # no --dataset
     v = np.array(t.column("vector").to_pylist())
     np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, rtol=1e-5)  # unit rows
@@ -130,8 +154,9 @@ def test_program_exports_the_seeded_untrained_composition(program_dir, tmp_path)
     row = {
         (r["vocabulary"], r["code"]): i for i, r in enumerate(t.select(["vocabulary", "code"]).to_pylist())
     }
-    asthma10, asthma9, osteoporosis = (v[row[k]] for k in (("ICD10CM", "J459"), ("ICD9CM", "49390"),
-                                                          ("ICD10CM", "M810")))  # fmt: skip
+    asthma10, asthma9, osteoporosis = (
+        v[row[k]] for k in (("ICD10CM", "J459"), ("ICD9CM", "49390"), ("ICD10CM", "M810"))
+    )
     assert asthma10 @ asthma9 > 0.5 > abs(asthma10 @ osteoporosis)
 
 

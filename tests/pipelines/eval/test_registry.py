@@ -30,16 +30,26 @@ def test_each_evaluation_is_declared_once_with_fields_of_the_config():
         assert ev.record.KEY == ev.name and dataclasses.is_dataclass(ev.record), ev.name
     # the report's order of the sections, after the masked-code (10) and test-split task (20) sections
     placed = sorted((e for e in EVALUATIONS if e.section), key=lambda e: e.position)
-    assert [e.name for e in placed] == ["transfer", "rood", "frequency_bins", "neighbours", "unbinding_recall",
-                                        "tsne", "cost"]  # fmt: skip
+    assert [e.name for e in placed] == [
+        "transfer",
+        "rood",
+        "frequency_bins",
+        "neighbours",
+        "unbinding_recall",
+        "tsne",
+        "cost",
+    ]
     assert all(e.position > 20 for e in placed) and len({e.position for e in placed}) == len(placed)
 
 
 def _cfg_reads(fn) -> set[str]:
     """The ``<inputs>.cfg.<field>`` attributes a run function reads."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    return {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute)
-            and n.value.attr == "cfg"}  # fmt: skip
+    return {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute) and n.value.attr == "cfg"
+    }
 
 
 @pytest.mark.parametrize("ev", EVALUATIONS, ids=lambda e: e.name)

@@ -31,24 +31,48 @@ def _w(p: Path, obj) -> None:
 
 
 def _evaluation(conf: str, related: int) -> dict:
-    bins = [{"low": lo, "high": lo + 2.0, "codes_in_bin": 5, "probes": 40 if lo < -4 else 0,
-             "top10": 0.2 if lo < -4 else None, "top100": (0.5 if conf == "base" else 0.1) if lo < -4 else None,
-             "median_rank": (120.0 if conf == "base" else 9000.0) if lo < -4 else None, "ranked": 20000}
-            for lo in range(-14, 0, 2)]  # fmt: skip
+    bins = [
+        {
+            "low": lo,
+            "high": lo + 2.0,
+            "codes_in_bin": 5,
+            "probes": 40 if lo < -4 else 0,
+            "top10": 0.2 if lo < -4 else None,
+            "top100": (0.5 if conf == "base" else 0.1) if lo < -4 else None,
+            "median_rank": (120.0 if conf == "base" else 9000.0) if lo < -4 else None,
+            "ranked": 20000,
+        }
+        for lo in range(-14, 0, 2)
+    ]
     code = {"code": "2724 (ICD-9)", "title": "Lipidemia", "neighbours": [
         {"code": "2721 (ICD-9)", "title": "Other lipidemia", "related": True}]}  # fmt: skip
     groups = {g: {"related": related, "total": 40, "codes": []} for g in ("common", "rare", "random")}
     groups["case_studies"] = {"related": 1, "total": 4, "codes": [code]}
     return {
-        "label": conf, "mode": conf, "program_id": "p1", "dataset_id": "d1", "transfer_dataset_id": "d2",
-        "frequency_bins": bins, "neighbours": {"k": 4, "groups": groups},
-        "rood": [{"trial": k, "rood": {"f1": f, "accuracy": 0.8, "auroc": 0.7, "n": 140}, "rood_unseen": {"n": 0}}
-                 for k, f in enumerate(F1[conf])],
+        "label": conf,
+        "mode": conf,
+        "program_id": "p1",
+        "dataset_id": "d1",
+        "transfer_dataset_id": "d2",
+        "frequency_bins": bins,
+        "neighbours": {"k": 4, "groups": groups},
+        "rood": [
+            {"trial": k, "rood": {"f1": f, "accuracy": 0.8, "auroc": 0.7, "n": 140}, "rood_unseen": {"n": 0}}
+            for k, f in enumerate(F1[conf])
+        ],
         "transfer": [{"trial": k, "test": {"f1": f - 0.1, "accuracy": 0.7}} for k, f in enumerate(F1[conf])],
         "tsne": {"path": "tsne.png", "coloured_by": "chapter"},
-        "cost": {"embedding_build_s": 0.002, "step_s": 0.1, "build_share": 0.02, "tokens_per_s": 3000.0,
-                 "sequences_per_s": 300.0, "training_seq_per_s": 250.0, "peak_memory_mb": 900.0, "device": "cpu"},
-    }  # fmt: skip
+        "cost": {
+            "embedding_build_s": 0.002,
+            "step_s": 0.1,
+            "build_share": 0.02,
+            "tokens_per_s": 3000.0,
+            "sequences_per_s": 300.0,
+            "training_seq_per_s": 250.0,
+            "peak_memory_mb": 900.0,
+            "device": "cpu",
+        },
+    }
 
 
 def _truth(split: str, task: str) -> tuple[np.ndarray, np.ndarray]:
@@ -67,8 +91,16 @@ def _block(model: str, task: str, split: str, trial: int, seed: int = 0) -> Pred
     else:
         probs = np.clip(skill * y + (1 - skill) * rng.random(y.shape), 0, 1)
     order = rng.permutation(len(sid))  # files list patients in any order
-    return Predictions(model, task, split, trial, sid[order], y[order], probs[order].astype(np.float32),
-                       np.full(y.shape[1], 0.5, np.float32))  # fmt: skip
+    return Predictions(
+        model,
+        task,
+        split,
+        trial,
+        sid[order],
+        y[order],
+        probs[order].astype(np.float32),
+        np.full(y.shape[1], 0.5, np.float32),
+    )
 
 
 def _experiment(
@@ -97,12 +129,21 @@ def _experiment(
                         )
             _w(root / "eval" / tag / "evaluation.json", _evaluation(conf, related))
             if predictions:
-                blocks = [_block(conf, t, s, k, seed) for s, t in (("rood", "chapters"), ("rood_unseen", "chapters"),
-                                                                  ("transfer", "mortality")) for k in range(TRIALS)]  # fmt: skip
+                blocks = [
+                    _block(conf, t, s, k, seed)
+                    for s, t in (("rood", "chapters"), ("rood_unseen", "chapters"), ("transfer", "mortality"))
+                    for k in range(TRIALS)
+                ]
                 write_predictions(root / "eval" / tag / "predictions.parquet", blocks)
-            runs.append({"configuration": conf, "seed": seed, "pretrain": f"pretrain/{tag}",
-                         "finetune": {t: f"finetune/{t}-{tag}" for t in ("mortality", "chapters")},
-                         "evaluation": f"eval/{tag}/evaluation.json"})  # fmt: skip
+            runs.append(
+                {
+                    "configuration": conf,
+                    "seed": seed,
+                    "pretrain": f"pretrain/{tag}",
+                    "finetune": {t: f"finetune/{t}-{tag}" for t in ("mortality", "chapters")},
+                    "evaluation": f"eval/{tag}/evaluation.json",
+                }
+            )
     if baselines:
         _w(
             root / "baselines" / "baselines.json",
@@ -121,12 +162,28 @@ def _experiment(
                 }
             },
         )
-        write_predictions(root / "baselines" / "predictions.parquet",
-                          [_block(m, t, s, 0) for m in ("constant", "logistic_regression", "ceiling")
-                           for s, t in (("test", "mortality"), ("test", "chapters"), ("rood_unseen", "chapters"),
-                                        ("transfer", "mortality"))])  # fmt: skip
-    _w(root / "experiment.json", {"name": "exp", "control": "unstructured", "runs": runs,
-                                  "config": {"model": "tiny", "pretrain_seeds": seeds, "trials": TRIALS}})  # fmt: skip
+        write_predictions(
+            root / "baselines" / "predictions.parquet",
+            [
+                _block(m, t, s, 0)
+                for m in ("constant", "logistic_regression", "ceiling")
+                for s, t in (
+                    ("test", "mortality"),
+                    ("test", "chapters"),
+                    ("rood_unseen", "chapters"),
+                    ("transfer", "mortality"),
+                )
+            ],
+        )
+    _w(
+        root / "experiment.json",
+        {
+            "name": "exp",
+            "control": "unstructured",
+            "runs": runs,
+            "config": {"model": "tiny", "pretrain_seeds": seeds, "trials": TRIALS},
+        },
+    )
     return root
 
 
@@ -166,8 +223,9 @@ def test_report_patient_bootstrap_against_scipy(experiment):
         return np.mean([auroc(y[rows], p[rows]) for p in probs], axis=0)
 
     assert stat(np.arange(P["test"])) == pytest.approx(np.mean([roc_auc_score(y, p) for p in probs]))
-    ref = sps.bootstrap((np.arange(P["test"]),), stat, n_resamples=2000, method="percentile",
-                        rng=np.random.default_rng(0))  # fmt: skip
+    ref = sps.bootstrap(
+        (np.arange(P["test"]),), stat, n_resamples=2000, method="percentile", rng=np.random.default_rng(0)
+    )
     est = _mean_score("base", "mortality", "test", "auroc")
     lo, hi = ref.confidence_interval
     cell = f"{100 * est:.1f} ({100 * lo:.1f}–{100 * hi:.1f})"

@@ -42,13 +42,24 @@ def test_bootstrap_patients_matches_scipy():
 
 def test_paired_bootstrap_diff_matches_scipy_paired():
     iv = paired_bootstrap_diff(lambda r: X[r].mean(), lambda r: Y[r].mean(), len(X), n_boot=999, seed=1)
-    ref = sps.bootstrap((X, Y), lambda a, b, axis=-1: a.mean(axis) - b.mean(axis), paired=True,
-                        n_resamples=999, method="percentile", rng=np.random.default_rng(1))  # fmt: skip
+    ref = sps.bootstrap(
+        (X, Y),
+        lambda a, b, axis=-1: a.mean(axis) - b.mean(axis),
+        paired=True,
+        n_resamples=999,
+        method="percentile",
+        rng=np.random.default_rng(1),
+    )
     assert iv.estimate == pytest.approx(X.mean() - Y.mean())
     assert (iv.low, iv.high) == pytest.approx(tuple(ref.confidence_interval), rel=1e-12)
     # pairing: the difference's interval is narrower than unpaired resampling would give
-    unpaired = sps.bootstrap((X, Y), lambda a, b, axis=-1: a.mean(axis) - b.mean(axis), n_resamples=999,
-                             method="percentile", rng=np.random.default_rng(1))  # fmt: skip
+    unpaired = sps.bootstrap(
+        (X, Y),
+        lambda a, b, axis=-1: a.mean(axis) - b.mean(axis),
+        n_resamples=999,
+        method="percentile",
+        rng=np.random.default_rng(1),
+    )
     assert iv.width < unpaired.confidence_interval.high - unpaired.confidence_interval.low
 
 

@@ -21,7 +21,9 @@ from pipelines.eval.sections import SectionInputs, unbinding_section
 
 def _unbinding_section(exp) -> list[str]:
     """The report's unbinding section of an experiment whose runs carry these evaluation records."""
-    recs = {k: [UnbindingRecall.from_dict(r.evaluation) for r in runs] for k, runs in exp.configurations.items()}  # fmt: skip
+    recs = {
+        k: [UnbindingRecall.from_dict(r.evaluation) for r in runs] for k, runs in exp.configurations.items()
+    }
     return unbinding_section(SectionInputs(exp, recs, Path("plots")))
 
 

@@ -29,8 +29,10 @@ OLD_EDGES = {  # code -> (relation key, atom key)
 }
 # NEW: every id re-numbered; atom 40 gone, atom 50 and relation Laterality new; A03 gone, B00 new
 NEW_ATOMS = [("word", "fever"), ("concept", "50"), ("concept", "30"), ("concept", "20"), ("concept", "10")]
-NEW_RELATIONS = (["attribute", "is_a", "description", "identity", "attribute"],
-                 [LATERALITY, ISA, None, None, FINDING_SITE])  # fmt: skip
+NEW_RELATIONS = (
+    ["attribute", "is_a", "description", "identity", "attribute"],
+    [LATERALITY, ISA, None, None, FINDING_SITE],
+)
 NEW_CODES = ["B00", "A02", "A01", "A00"]
 NEW_EDGES = {
     "A00": [(str(ISA), "10"), ("description", "fever")],  # unchanged
@@ -54,10 +56,17 @@ def _write(root: Path, atoms, relations, codes, edges) -> Path:
     triples = [(codes.index(code), rel_id[r], atom_id[a]) for code, pairs in edges.items() for r, a in pairs]
     c, r, a = (np.array(x) for x in zip(*triples, strict=True))
     return write_program(
-        root, n_concepts=len(codes), n_atoms=len(atoms), n_relations=len(kinds), edges=(c, r, a),
-        relation_kinds=kinds, relation_sctids=sctids, atom_keys=[k for _, k in atoms],
-        atom_kinds=[k for k, _ in atoms], concept_codes=codes,
-    )  # fmt: skip
+        root,
+        n_concepts=len(codes),
+        n_atoms=len(atoms),
+        n_relations=len(kinds),
+        edges=(c, r, a),
+        relation_kinds=kinds,
+        relation_sctids=sctids,
+        atom_keys=[k for _, k in atoms],
+        atom_kinds=[k for k, _ in atoms],
+        concept_codes=codes,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +90,23 @@ def _rows(out: Path, name: str) -> list[dict]:
 def test_tokens_by_key_not_by_id(diff):
     tokens = {r["code"]: r for r in _rows(diff.out, "tokens.parquet")}
     assert {c: r["status"] for c, r in tokens.items()} == {
-        "A00": "unchanged", "A01": "changed", "A02": "changed", "A03": "removed", "B00": "added",
-    }  # fmt: skip
+        "A00": "unchanged",
+        "A01": "changed",
+        "A02": "changed",
+        "A03": "removed",
+        "B00": "added",
+    }
     got = {
         c: (r["old_concept_id"], r["new_concept_id"], r["edges_gained"], r["edges_lost"])
         for c, r in tokens.items()
     }
-    assert got == {"A00": (0, 3, 0, 0), "A01": (1, 2, 1, 0), "A02": (2, 1, 1, 1), "A03": (3, None, 0, 1),
-                   "B00": (None, 0, 1, 0)}  # fmt: skip
+    assert got == {
+        "A00": (0, 3, 0, 0),
+        "A01": (1, 2, 1, 0),
+        "A02": (2, 1, 1, 1),
+        "A03": (3, None, 0, 1),
+        "B00": (None, 0, 1, 0),
+    }
     assert tokens["A02"]["relations_changed"] == ["attribute 4"]  # NEW's label of Finding site
     assert tokens["A00"]["relations_changed"] == [] and tokens["A00"]["title"] == "code 3"  # NEW's title
     assert [r["code"] for r in _rows(diff.out, "tokens.parquet")] == sorted(tokens)
@@ -107,10 +125,22 @@ def test_exact_edges_gained_and_lost(diff):
 def test_counts_atoms_relations_mappings(diff):
     c = diff.counts
     assert c["tokens"] == {"old": 4, "new": 4, "added": 1, "removed": 1, "changed": 2, "unchanged": 1}
-    assert c["edges"] == {"old": 7, "new": 8, "gained": 3, "lost": 2, "gained_on_shared_tokens": 2,
-                          "lost_on_shared_tokens": 1}  # fmt: skip
-    assert c["atoms"] == {"old": 5, "new": 5, "added": 1, "removed": 1, "added_by_kind": {"concept": 1},
-                          "removed_by_kind": {"concept": 1}}  # fmt: skip
+    assert c["edges"] == {
+        "old": 7,
+        "new": 8,
+        "gained": 3,
+        "lost": 2,
+        "gained_on_shared_tokens": 2,
+        "lost_on_shared_tokens": 1,
+    }
+    assert c["atoms"] == {
+        "old": 5,
+        "new": 5,
+        "added": 1,
+        "removed": 1,
+        "added_by_kind": {"concept": 1},
+        "removed_by_kind": {"concept": 1},
+    }
     atoms = {
         (r["change"], r["key"], r["old_atom_id"], r["new_atom_id"]) for r in _rows(diff.out, "atoms.parquet")
     }
@@ -125,8 +155,12 @@ def test_counts_atoms_relations_mappings(diff):
     # synthetic snomed_ids are 1000 + row, so every re-numbered code's mapping changed
     maps = {r["code"]: r for r in _rows(diff.out, "mappings.parquet")}
     assert {k: r["change"] for k, r in maps.items()} == {
-        "A00": "changed", "A01": "changed", "A02": "changed", "A03": "removed", "B00": "added",
-    }  # fmt: skip
+        "A00": "changed",
+        "A01": "changed",
+        "A02": "changed",
+        "A03": "removed",
+        "B00": "added",
+    }
     assert (maps["A00"]["old_snomed_ids"], maps["A00"]["new_snomed_ids"]) == ([1000], [1003])
     assert maps["A00"]["fields_changed"] == ["snomed_ids"] and maps["B00"]["old_mapping_source"] is None
     record = json.loads((diff.out / "diff.json").read_text(encoding="utf-8"))
@@ -185,8 +219,13 @@ def test_model_refusals(pair, tmp_path):
         diff_programs(
             pair[0], pair[1], out=tmp_path / "a", model=_model(pair[0], tmp_path / "u", "unstructured")
         )
-    other = _write(tmp_path / "other", OLD_ATOMS, OLD_RELATIONS, ["Z99", "A01", "A02", "A03"], {
-        "Z99": [(str(ISA), "10")], "A01": [(str(ISA), "20")]})  # fmt: skip
+    other = _write(
+        tmp_path / "other",
+        OLD_ATOMS,
+        OLD_RELATIONS,
+        ["Z99", "A01", "A02", "A03"],
+        {"Z99": [(str(ISA), "10")], "A01": [(str(ISA), "20")]},
+    )
     with pytest.raises(PipelineError, match="trained on program"):
         diff_programs(pair[0], pair[1], out=tmp_path / "b", model=_model(other, tmp_path / "o"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -331,8 +331,20 @@ def test_query_command(models):
     res = _run(["query", str(models["base"]), "attribute 3=1005", "description=cyst", "--top", "2", "-q"])
     assert res.exit_code == 0, res.output
     assert res.output.splitlines()[-2].split()[1] == "ICD10CM:N20.0"
-    res = _run(["query", str(models["base"]), "--like", "E11.9", "--minus", "attribute 3=1003", "--plus",
-                "attribute 3=1004", "--json", "-q"])  # fmt: skip
+    res = _run(
+        [
+            "query",
+            str(models["base"]),
+            "--like",
+            "E11.9",
+            "--minus",
+            "attribute 3=1003",
+            "--plus",
+            "attribute 3=1004",
+            "--json",
+            "-q",
+        ]
+    )
     assert json.loads(res.output)["hits"][0]["code_dotted"] == "E10.8"
     res = _run(["query", str(models["base"]), "attribute 3=kidneys", "-q"])
     assert res.exit_code == 1 and "no atom 'kidneys'" in res.output

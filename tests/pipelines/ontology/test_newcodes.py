@@ -51,8 +51,11 @@ def test_probes_history_and_patient_hits():
     assert history_holds(s, np.array([7])).tolist() == [True, False, False]
     p = mlm_probes(s, np.array([7, 8]))
     assert list(zip(p.row.tolist(), p.col.tolist(), p.code.tolist(), strict=True)) == [
-        (0, 1, 7), (0, 2, 8), (0, 3, 7), (2, 1, 8),
-    ]  # fmt: skip
+        (0, 1, 7),
+        (0, 2, 8),
+        (0, 3, 7),
+        (2, 1, 8),
+    ]
     assert p.subject_id.tolist() == [10, 10, 10, 12]
     subjects, share = patient_hits(p, np.array([0.0, 20.0, 3.5, 9.0]), k=10)
     assert subjects.tolist() == [10, 12] and share.tolist() == pytest.approx([2 / 3, 1.0])
@@ -90,11 +93,26 @@ def test_new_code_rows_are_the_tokens_the_old_program_lacks(program, tmp_path):
     from tests.helpers.synthetic_program import write_program
 
     edges = (np.array([0, 1, 2]), np.array([0, 0, 0]), np.array([0, 1, 2]))
-    old = load_program(write_program(tmp_path / "old", n_concepts=3, n_atoms=3, n_relations=3, edges=edges,
-                                     concept_codes=["A01", "B02", "C03"]))  # fmt: skip
-    new = load_program(write_program(tmp_path / "new", n_concepts=4, n_atoms=3, n_relations=3,
-                                     edges=(np.array([0, 1, 2, 3]), np.zeros(4, int), np.array([0, 1, 2, 2])),
-                                     concept_codes=["B02", "Z99", "A01", "C031"]))  # fmt: skip
+    old = load_program(
+        write_program(
+            tmp_path / "old",
+            n_concepts=3,
+            n_atoms=3,
+            n_relations=3,
+            edges=edges,
+            concept_codes=["A01", "B02", "C03"],
+        )
+    )
+    new = load_program(
+        write_program(
+            tmp_path / "new",
+            n_concepts=4,
+            n_atoms=3,
+            n_relations=3,
+            edges=(np.array([0, 1, 2, 3]), np.zeros(4, int), np.array([0, 1, 2, 2])),
+            concept_codes=["B02", "Z99", "A01", "C031"],
+        )
+    )
     assert new_code_rows(old, new).tolist() == [1, 3]
 
 

@@ -45,8 +45,15 @@ def test_transfer_writes_a_loadable_model_folder(tmp_path, programs, saved, one_
     r = transfer(saved, new_path.parent, tmp_path / "moved", init="kind_mean", seed=3)  # a release folder
     out = tmp_path / "moved"
     assert r.out == out and r.new_program == new_path
-    assert {"config.json", "model.safetensors", "program/", "vocab.txt", "README.md", REPORT_FILE,
-            "thresholds.json"} == set(r.files)  # fmt: skip
+    assert {
+        "config.json",
+        "model.safetensors",
+        "program/",
+        "vocab.txt",
+        "README.md",
+        REPORT_FILE,
+        "thresholds.json",
+    } == set(r.files)
     moved = HRRBert.from_pretrained(out)  # carries the new program
     new = load_program(new_path)
     assert moved.program_id == new.program_id and moved.n_concepts == len(NEW_CODES)
@@ -118,8 +125,9 @@ def test_cli(tmp_path, programs, saved):
         main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "-q"]
     )
     assert res.exit_code == 1 and "pass --force" in res.output
-    res = CliRunner().invoke(main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "--init",
-                                    "mean"])  # fmt: skip
+    res = CliRunner().invoke(
+        main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "--init", "mean"]
+    )
     assert res.exit_code == 2 and "'mean' is not one of" in res.output
 
 
@@ -130,8 +138,17 @@ def test_transferred_folder_fine_tunes(tmp_path, programs, saved, one_thread):
     out = tmp_path / "moved"
     transfer(saved, new_path, out)
     ds = write_dataset(tmp_path / "ds", new_path)
-    r = finetune(out, ds, new_path, out=tmp_path / "ft", task="mortality", epochs=1, batch_size=8, device="cpu",
-                 progress=False)  # fmt: skip
+    r = finetune(
+        out,
+        ds,
+        new_path,
+        out=tmp_path / "ft",
+        task="mortality",
+        epochs=1,
+        batch_size=8,
+        device="cpu",
+        progress=False,
+    )
     assert len(r.trials) == 1 and "test" in r.trials[0]
 
 

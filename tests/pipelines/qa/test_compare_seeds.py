@@ -54,8 +54,21 @@ def test_one_run_per_data_seed_seed_and_configuration(tmp_path, dataset_dir, pro
 
 def test_cli_seeds_and_only(tmp_path, dataset_dir, program_dir):  # noqa: F811
     out = tmp_path / "cli"
-    args = ["qa", "compare", "--dataset", str(dataset_dir), "--program", str(program_dir), "--out", str(out),
-            "--epochs", "1", "--skip-finetune", "--max-train", "50"]  # fmt: skip
+    args = [
+        "qa",
+        "compare",
+        "--dataset",
+        str(dataset_dir),
+        "--program",
+        str(program_dir),
+        "--out",
+        str(out),
+        "--epochs",
+        "1",
+        "--skip-finetune",
+        "--max-train",
+        "50",
+    ]
     r = CliRunner().invoke(main, [*args, "--seeds", "5,", "--only", "memn2n-hrr-h3-adjacent"])
     assert r.exit_code == 0, r.output
     assert [p.name for p in (out / "runs").iterdir()] == ["memn2n-hrr-h3-adjacent-data0-seed5"]

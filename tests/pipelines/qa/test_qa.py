@@ -88,8 +88,13 @@ def test_load_split_skips_and_counts(qa_dir):
     rows = q.to_pylist()
     rows[0]["facts"] = []
     rows[0]["fact_codes"] = []
-    empty = load_split(pa.Table.from_pylist(rows, schema=q.schema), rows[0]["split"], max_memories=12,
-                       max_question_len=12, **kw)  # fmt: skip
+    empty = load_split(
+        pa.Table.from_pylist(rows, schema=q.schema),
+        rows[0]["split"],
+        max_memories=12,
+        max_question_len=12,
+        **kw,
+    )
     assert empty.skipped["empty_memory"] == 1
 
 
@@ -123,12 +128,42 @@ def test_mismatched_vocabulary(tmp_path, qa_dir, dataset_dir, program_dir):  # n
 
 def test_cli(tmp_path, dataset_dir, program_dir):  # noqa: F811
     runner = CliRunner()
-    r = runner.invoke(main, ["qa", "generate", str(dataset_dir), "--program", str(program_dir), "--out",
-                             str(tmp_path / "qa"), "--max-memories", "12"])  # fmt: skip
+    r = runner.invoke(
+        main,
+        [
+            "qa",
+            "generate",
+            str(dataset_dir),
+            "--program",
+            str(program_dir),
+            "--out",
+            str(tmp_path / "qa"),
+            "--max-memories",
+            "12",
+        ],
+    )
     assert r.exit_code == 0, r.output
     qa = r.output.split()[1]
-    r = runner.invoke(main, ["qa", "train", qa, "--program", str(program_dir), "--out", str(tmp_path),
-                             "--run-id", "x", "--dim", "8", "--epochs", "1", "--no-progress", "-q"])  # fmt: skip
+    r = runner.invoke(
+        main,
+        [
+            "qa",
+            "train",
+            qa,
+            "--program",
+            str(program_dir),
+            "--out",
+            str(tmp_path),
+            "--run-id",
+            "x",
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--no-progress",
+            "-q",
+        ],
+    )
     assert r.exit_code == 0, r.output
     assert "accuracy" in r.output
     r = runner.invoke(
@@ -143,16 +178,36 @@ def test_cli(tmp_path, dataset_dir, program_dir):  # noqa: F811
 def pretrained(tmp_path_factory, dataset_dir, program_dir):  # noqa: F811
     from pipelines.train.pretrain import pretrain
 
-    return pretrain(dataset_dir, program_dir, out=tmp_path_factory.mktemp("runs"), model="tiny", mode="base",
-                    max_steps=2, batch_size=8, device="cpu", progress=False).run_dir  # fmt: skip
+    return pretrain(
+        dataset_dir,
+        program_dir,
+        out=tmp_path_factory.mktemp("runs"),
+        model="tiny",
+        mode="base",
+        max_steps=2,
+        batch_size=8,
+        device="cpu",
+        progress=False,
+    ).run_dir
 
 
 @pytest.mark.parametrize("task", ["mortality", "chapters"])
 def test_finetune_visit_transformer(tmp_path, pretrained, dataset_dir, program_dir, task):  # noqa: F811
     from pipelines.train.finetune import finetune
 
-    r = finetune(pretrained, dataset_dir, program_dir, out=tmp_path, task=task, model="visit-transformer",
-                 epochs=1, batch_size=8, lr=1e-3, device="cpu", progress=False)  # fmt: skip
+    r = finetune(
+        pretrained,
+        dataset_dir,
+        program_dir,
+        out=tmp_path,
+        task=task,
+        model="visit-transformer",
+        epochs=1,
+        batch_size=8,
+        lr=1e-3,
+        device="cpu",
+        progress=False,
+    )
     assert "visit-transformer" in r.run_dir.name
     t = r.trials[0]
     assert t["model"] == "visit-transformer" and t["config"]["model"] == "visit-transformer"
@@ -162,8 +217,23 @@ def test_finetune_visit_transformer(tmp_path, pretrained, dataset_dir, program_d
 
 
 def test_finetune_cli_model_option(tmp_path, pretrained, dataset_dir, program_dir):  # noqa: F811
-    args = ["finetune", str(pretrained), "--dataset", str(dataset_dir), "--program", str(program_dir),
-            "--out", str(tmp_path), "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--no-progress"]  # fmt: skip
+    args = [
+        "finetune",
+        str(pretrained),
+        "--dataset",
+        str(dataset_dir),
+        "--program",
+        str(program_dir),
+        "--out",
+        str(tmp_path),
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     r = CliRunner().invoke(main, [*args, "--model", "visit-transformer"])
     assert r.exit_code == 0, r.output
     assert "visit-transformer" in r.output
@@ -175,8 +245,9 @@ def test_finetune_cli_model_option(tmp_path, pretrained, dataset_dir, program_di
 def test_compare_report(tmp_path, dataset_dir, program_dir):  # noqa: F811
     from pipelines.qa.compare import QA_GRID, compare
 
-    path = compare(dataset_dir, program_dir, out=tmp_path / "cmp", epochs=1, dim=8, skip_finetune=True,
-                   qa_options=OPTS)  # fmt: skip
+    path = compare(
+        dataset_dir, program_dir, out=tmp_path / "cmp", epochs=1, dim=8, skip_finetune=True, qa_options=OPTS
+    )
     text = path.read_text()
     for title in ("plain vs HRR", "hops 1-3", "weight tying", "Hard-attention MemNN", "per question type"):
         assert title in text

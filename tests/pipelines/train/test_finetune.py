@@ -97,8 +97,10 @@ def test_pooling_set_at_fine_tuning_is_saved_with_the_model(tmp_path, pretrained
     assert HRRBert.read_config(d / "model")["config"]["pooling"] == "cls+mean"
     # the saved model, loaded back, gives the trial's test predictions (so it pools as it was trained)
     _check_thresholds_and_predictions(d, res, "chapters", dataset_dir, program_dir, trial=0)
-    for bad, match in ((dict(pooling="max"), "pooling must be one of"),
-                       (dict(pooling="cls+mean", model="visit-transformer"), "pools visits its own way")):  # fmt: skip
+    for bad, match in (
+        (dict(pooling="max"), "pooling must be one of"),
+        (dict(pooling="cls+mean", model="visit-transformer"), "pools visits its own way"),
+    ):
         with pytest.raises(ValueError, match=match):
             finetune(pretrained, dataset_dir, program_dir, out=tmp_path / "bad", task="chapters", **FT, **bad)
 
@@ -112,8 +114,9 @@ def _check_untrained(pretrained, d, task, dataset_dir, program_dir):  # noqa: F8
     assert pre.untrained_tokens  # the fixture's pretraining misses some codes
     ds = TokenizedDataset(dataset_dir, program.program_id, program.n_concepts, pre.pad_id)
     mc = pre.config
-    held = ds.sequences("finetune_train", max_len=mc.max_len, max_segments=mc.max_segments, task=task,
-                        before_last_visit=True).tokens(program.n_concepts)  # fmt: skip
+    held = ds.sequences(
+        "finetune_train", max_len=mc.max_len, max_segments=mc.max_segments, task=task, before_last_visit=True
+    ).tokens(program.n_concepts)
     assert fin.untrained_tokens == [i for i in pre.untrained_tokens if not held[i]]
     trained = torch.ones(program.n_concepts, dtype=torch.bool)
     trained[fin.untrained_tokens] = False
@@ -199,9 +202,24 @@ def test_steps_validations_and_selection(tmp_path, pretrained, dataset_dir, prog
     """max_steps overrides epochs; validations every val_every steps, at epoch ends and after the last step;
     the kept checkpoint is the first best by select_by; pos_weight auto weighs the BCE by the train labels;
     length buckets keep the number of batches."""
-    r = finetune(pretrained, dataset_dir, program_dir, out=tmp_path, task="mortality", max_steps=7, val_every=2,
-                 epochs=1, batch_size=8, lr=1e-3, schedule="linear", pos_weight="auto", select_by=select_by,
-                 bucket_batches=2, device="cpu", progress=False)  # fmt: skip
+    r = finetune(
+        pretrained,
+        dataset_dir,
+        program_dir,
+        out=tmp_path,
+        task="mortality",
+        max_steps=7,
+        val_every=2,
+        epochs=1,
+        batch_size=8,
+        lr=1e-3,
+        schedule="linear",
+        pos_weight="auto",
+        select_by=select_by,
+        bucket_batches=2,
+        device="cpu",
+        progress=False,
+    )
     d = r.run_dir / "trial-0"
     recs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     # 24 train patients / batch 8 = 3 steps an epoch: validations at 2, 3 (epoch end), 5, 6 (epoch end), 7
@@ -237,10 +255,31 @@ def test_finetune_learns_mortality(tmp_path, program_dir):  # noqa: F811
     or its pretrained weights does not."""
     sizes = {**SPLIT_SIZES, "finetune_train": 300, "finetune_val": 40, "test": 120}
     ds = write_dataset(tmp_path / "ds", program_dir, sizes=sizes)
-    pre = pretrain(ds, program_dir, out=tmp_path, model="tiny", mode="base", max_steps=3, batch_size=8,
-                   device="cpu", progress=False).run_dir  # fmt: skip
-    r = finetune(pre, ds, program_dir, out=tmp_path, task="mortality", max_steps=200, val_every=20, lr=1e-3,
-                 batch_size=16, pos_weight="auto", device="cpu", progress=False)  # fmt: skip
+    pre = pretrain(
+        ds,
+        program_dir,
+        out=tmp_path,
+        model="tiny",
+        mode="base",
+        max_steps=3,
+        batch_size=8,
+        device="cpu",
+        progress=False,
+    ).run_dir
+    r = finetune(
+        pre,
+        ds,
+        program_dir,
+        out=tmp_path,
+        task="mortality",
+        max_steps=200,
+        val_every=20,
+        lr=1e-3,
+        batch_size=16,
+        pos_weight="auto",
+        device="cpu",
+        progress=False,
+    )
     d = r.run_dir / "trial-0"
     epochs = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
     assert epochs[-1]["train_loss"] < epochs[0]["train_loss"]
@@ -256,8 +295,25 @@ def test_finetune_learns_mortality(tmp_path, program_dir):  # noqa: F811
 def test_cli_finetune(tmp_path, pretrained, dataset_dir, program_dir):  # noqa: F811
     res = CliRunner().invoke(
         main,
-        ["finetune", str(pretrained), "--dataset", str(dataset_dir), "--program", str(program_dir), "--task",
-         "chapters", "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--out", str(tmp_path), "-q"],
-    )  # fmt: skip
+        [
+            "finetune",
+            str(pretrained),
+            "--dataset",
+            str(dataset_dir),
+            "--program",
+            str(program_dir),
+            "--task",
+            "chapters",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path),
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "trial 0   test: accuracy" in res.output

@@ -30,8 +30,17 @@ finetune(pre, dataset, program, out=out, task="mortality", trials=2, epochs=12, 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory, dataset_dir, program_dir):  # noqa: F811
     out = tmp_path_factory.mktemp("runs")
-    return pretrain(dataset_dir, program_dir, out=out, model="tiny", mode="base", max_steps=3, batch_size=8,
-                    device="cpu", progress=False).run_dir  # fmt: skip
+    return pretrain(
+        dataset_dir,
+        program_dir,
+        out=out,
+        model="tiny",
+        mode="base",
+        max_steps=3,
+        batch_size=8,
+        device="cpu",
+        progress=False,
+    ).run_dir
 
 
 def _run_outputs(run):
@@ -77,8 +86,20 @@ def test_finetune_two_gloo_ranks(tmp_path, pretrained, dataset_dir, program_dir)
     driver.write_text(DRIVER)
     out = tmp_path / "runs"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(driver),
-           str(pretrained), str(dataset_dir), str(program_dir), str(out), "0"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(driver),
+        str(pretrained),
+        str(dataset_dir),
+        str(program_dir),
+        str(out),
+        "0",
+    ]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     run = out / f"finetune-mortality-{pretrained.name}-seed0"

@@ -47,8 +47,16 @@ def build(seed: int = 0):
 
 
 def opts(**kw):
-    base = dict(total_steps=40, log_every=3, val_every=4, keep_checkpoints=2, monitor="val_wobble",
-                minimize=False, progress=False, config={"toy": 1})  # fmt: skip
+    base = dict(
+        total_steps=40,
+        log_every=3,
+        val_every=4,
+        keep_checkpoints=2,
+        monitor="val_wobble",
+        minimize=False,
+        progress=False,
+        config={"toy": 1},
+    )
     return LoopOptions(**{**base, **kw})
 
 

@@ -20,7 +20,14 @@ from pipelines.train.cache import GRID_SHARPNESS, GRID_WEIGHTS, REPORT_FILE, add
 from pipelines.train.pretrain import pretrain
 
 TINY = dict(model="tiny", batch_size=8, log_every=1, device="cpu", progress=False, max_val=None)
-SIZES = {"pretrain_train": 64, "pretrain_val": 48, "finetune_train": 4, "finetune_val": 4, "test": 4, "rood": 4}
+SIZES = {
+    "pretrain_train": 64,
+    "pretrain_val": 48,
+    "finetune_train": 4,
+    "finetune_val": 4,
+    "test": 4,
+    "rood": 4,
+}
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +40,10 @@ def chronic_dataset(tmp_path_factory, program_dir):  # noqa: F811
     normal = np.array([i for i, c in enumerate(codes) if not c.startswith("[")])
     t = pq.read_table(ds / "patients.parquet")
     rng = np.random.default_rng(0)
-    ids = [[r[0]] + rng.choice(rng.choice(normal, 2, replace=False), size=len(r) - 1).tolist()
-           for r in t["input_ids"].to_pylist()]  # fmt: skip
+    ids = [
+        [r[0]] + rng.choice(rng.choice(normal, 2, replace=False), size=len(r) - 1).tolist()
+        for r in t["input_ids"].to_pylist()
+    ]
     t = t.set_column(t.column_names.index("input_ids"), "input_ids", pa.array(ids, pa.list_(pa.int32())))
     pq.write_table(t, ds / "patients.parquet")
     return ds
@@ -62,13 +71,16 @@ def test_pretraining_chooses_the_cache(tmp_path, chronic_dataset, program_dir): 
 
 
 def test_cache_off_and_added_afterwards(tmp_path, chronic_dataset, program_dir):  # noqa: F811
-    r = pretrain(chronic_dataset, program_dir, out=tmp_path, mode="unstructured", max_steps=3, mlm_cache="off",
-                 **TINY)  # fmt: skip
+    r = pretrain(
+        chronic_dataset, program_dir, out=tmp_path, mode="unstructured", max_steps=3, mlm_cache="off", **TINY
+    )
     assert not (r.run_dir / "mlm_cache.json").exists() and r.model.mlm_cache is None
     assert "mlm_cache" not in _validations(r.run_dir)[-1]
     out = tmp_path / "cached"
-    res = CliRunner().invoke(main, ["mlm-cache", str(r.run_dir), "--dataset", str(chronic_dataset),
-                                    "--out", str(out), "--limit", "0"])  # fmt: skip
+    res = CliRunner().invoke(
+        main,
+        ["mlm-cache", str(r.run_dir), "--dataset", str(chronic_dataset), "--out", str(out), "--limit", "0"],
+    )
     assert res.exit_code == 0, res.output
     rec = json.loads((out / REPORT_FILE).read_text())
     assert rec["chosen"] is not None and "cache weight" in res.output and rec["grid"][0]["masked"] > 0

@@ -136,8 +136,12 @@ def grouped_dataset(tmp_path_factory, program_dir):  # noqa: F811
         "rood": 4,
     }
     groups = np.array_split(_ordinary_codes(program_dir), 4)
-    ds = _recoded_dataset(tmp_path_factory.mktemp("grouped") / "ds", program_dir, sizes,
-                          lambda rng, n: rng.choice(groups[rng.integers(4)], size=n))  # fmt: skip
+    ds = _recoded_dataset(
+        tmp_path_factory.mktemp("grouped") / "ds",
+        program_dir,
+        sizes,
+        lambda rng, n: rng.choice(groups[rng.integers(4)], size=n),
+    )
     return ds, groups
 
 
@@ -166,8 +170,18 @@ def _top5_on_hand_masked_codes(model, ds, program_dir) -> float:  # noqa: F811
 @pytest.mark.parametrize("mode", ["unstructured", "add"])
 def test_pretrain_learns_the_codes_context_predicts(tmp_path, grouped_dataset, program_dir, mode):  # noqa: F811
     ds, groups = grouped_dataset
-    r = pretrain(ds, program_dir, out=tmp_path, mode=mode, max_steps=60, lr=3e-3, warmup=0.0, dropout=0.0, topk=(5,),
-                 **{**TINY, "batch_size": 32, "max_val": None})  # fmt: skip
+    r = pretrain(
+        ds,
+        program_dir,
+        out=tmp_path,
+        mode=mode,
+        max_steps=60,
+        lr=3e-3,
+        warmup=0.0,
+        dropout=0.0,
+        topk=(5,),
+        **{**TINY, "batch_size": 32, "max_val": None},
+    )
     baseline = 5 / sum(len(g) for g in groups)  # the unigram guess (codes are uniform)
     assert _top5_on_hand_masked_codes(r.model, ds, program_dir) > 2 * baseline
     _, val = losses(r.run_dir)
@@ -175,8 +189,17 @@ def test_pretrain_learns_the_codes_context_predicts(tmp_path, grouped_dataset, p
 
 
 def test_pretrain_freq_mode_loss_falls(tmp_path, dataset_dir, program_dir):  # noqa: F811
-    r = pretrain(dataset_dir, program_dir, out=tmp_path, mode="freq", max_steps=30, lr=3e-3, warmup=0.0,
-                 dropout=0.0, **TINY)  # fmt: skip
+    r = pretrain(
+        dataset_dir,
+        program_dir,
+        out=tmp_path,
+        mode="freq",
+        max_steps=30,
+        lr=3e-3,
+        warmup=0.0,
+        dropout=0.0,
+        **TINY,
+    )
     train, _ = losses(r.run_dir)
     first, last = sum(x for _, x in train[:5]) / 5, sum(x for _, x in train[-5:]) / 5
     assert last < first
@@ -202,9 +225,28 @@ def test_resume_after_kill_gives_the_same_loss_curve(tmp_path, dataset_dir, prog
 def test_cli_pretrain(tmp_path, dataset_dir, program_dir):  # noqa: F811
     res = CliRunner().invoke(
         main,
-        ["pretrain", str(dataset_dir), "--program", str(program_dir), "--out", str(tmp_path), "--model", "tiny",
-         "--mode", "cat", "--max-steps", "2", "--batch-size", "8", "--device", "cpu", "--run-id", "r1", "-q"],
-    )  # fmt: skip
+        [
+            "pretrain",
+            str(dataset_dir),
+            "--program",
+            str(program_dir),
+            "--out",
+            str(tmp_path),
+            "--model",
+            "tiny",
+            "--mode",
+            "cat",
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "8",
+            "--device",
+            "cpu",
+            "--run-id",
+            "r1",
+            "-q",
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert "steps     2" in res.output and (tmp_path / "r1" / "model" / "config.json").is_file()
 
@@ -246,8 +288,9 @@ def narrow_dataset(tmp_path_factory, program_dir):  # noqa: F811
     }
     used = _ordinary_codes(program_dir)
     used = used[: 3 * len(used) // 4]
-    return _recoded_dataset(tmp_path_factory.mktemp("narrow") / "ds", program_dir, sizes,
-                            lambda rng, n: rng.choice(used, size=n))  # fmt: skip
+    return _recoded_dataset(
+        tmp_path_factory.mktemp("narrow") / "ds", program_dir, sizes, lambda rng, n: rng.choice(used, size=n)
+    )
 
 
 def test_train_vocabulary_scores_only_the_codes_pretraining_sees(narrow_dataset, program_dir):  # noqa: F811
@@ -278,8 +321,15 @@ def test_codes_outside_the_train_vocabulary_get_no_gradient(
     from pipelines.train.pretrain import build_model
     from pipelines.train.runtime import seed_everything
 
-    r = pretrain(narrow_dataset, program_dir, out=tmp_path, mode="unstructured", max_steps=3, mlm_vocabulary=vocabulary,
-                 **TINY)  # fmt: skip
+    r = pretrain(
+        narrow_dataset,
+        program_dir,
+        out=tmp_path,
+        mode="unstructured",
+        max_steps=3,
+        mlm_vocabulary=vocabulary,
+        **TINY,
+    )
     record = json.loads((r.run_dir / "config.json").read_text())["mlm_vocabulary"]
     program = load_program(program_dir)
     ds = TokenizedDataset(narrow_dataset, program.program_id, program.n_concepts, program.special_id("[PAD]"))

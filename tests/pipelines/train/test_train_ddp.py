@@ -35,8 +35,18 @@ def test_two_gloo_ranks_end_identical(tmp_path, dataset_dir, program_dir):  # no
     out = tmp_path / "runs"
     out.mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(driver),
-           str(dataset_dir), str(program_dir), str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(driver),
+        str(dataset_dir),
+        str(program_dir),
+        str(out),
+    ]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     a, b = load_file(str(out / "rank0.safetensors")), load_file(str(out / "rank1.safetensors"))

@@ -57,11 +57,14 @@ def test_resume_with_changed_config_names_the_keys(tmp_path, dataset_dir, progra
     pretrain(dataset_dir, program_dir, out=tmp_path, max_steps=2, resume=True, **{**KW, "progress": True})
 
 
-@pytest.mark.parametrize(("drop", "null", "task", "column"), [
-    (("mortality_6m",), None, "mortality", "mortality_6m"),
-    (("chapters",), None, "chapters", "chapters"),
-    ((), "mortality_6m", "mortality", "mortality_6m"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("drop", "null", "task", "column"),
+    [
+        (("mortality_6m",), None, "mortality", "mortality_6m"),
+        (("chapters",), None, "chapters", "chapters"),
+        ((), "mortality_6m", "mortality", "mortality_6m"),
+    ],
+)
 def test_task_labels_absent(tmp_path, program_dir, drop, null, task, column):  # noqa: F811
     ds = write_dataset(tmp_path / "ds", program_dir, drop_columns=drop, null_column=null)
     run = pretrain(ds, program_dir, out=tmp_path, max_steps=1, **KW).run_dir

@@ -15,10 +15,36 @@ from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
 
 def cmd(dataset, program, out, *extra):
-    return [str(Path(sys.executable).parent / "hrrbert"), "pretrain", str(dataset), "--program", str(program), "--out",
-            str(out), "--model", "tiny", "--mode", "base", "--max-steps", "120", "--batch-size", "8",
-            "--save-every", "5", "--log-every", "1", "--val-every", "40", "--max-val", "8", "--device", "cpu",
-            "--no-progress", "-q", *extra]  # fmt: skip
+    return [
+        str(Path(sys.executable).parent / "hrrbert"),
+        "pretrain",
+        str(dataset),
+        "--program",
+        str(program),
+        "--out",
+        str(out),
+        "--model",
+        "tiny",
+        "--mode",
+        "base",
+        "--max-steps",
+        "120",
+        "--batch-size",
+        "8",
+        "--save-every",
+        "5",
+        "--log-every",
+        "1",
+        "--val-every",
+        "40",
+        "--max-val",
+        "8",
+        "--device",
+        "cpu",
+        "--no-progress",
+        "-q",
+        *extra,
+    ]
 
 
 def train_losses(run):
