@@ -39,7 +39,7 @@ rows = sum(v for k, v in r.manifest["counts"].items() if k.startswith("rows_read
 print(json.dumps({"seconds": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "rows": rows, "edges": r.manifest["counts"]["edges"], "concepts": r.manifest["counts"]["concepts"],
                   "timings": r.manifest["timings"]}))
-"""
+"""  # noqa: E501
 
 CHILD_CSV = r"""
 import csv, json, resource, sys, time
@@ -54,7 +54,7 @@ for kind, fs in files.items():
                 rows += 1
 dt = time.perf_counter() - t
 print(json.dumps({"seconds": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "rows": rows}))
-"""
+"""  # noqa: E501
 
 
 def run_child(code: str, *args: str) -> dict:
@@ -102,7 +102,8 @@ def print_report(results: dict[str, dict], info: dict, rel: Path, scale: float) 
     base = results["baseline: csv module reads the Snapshot rows"]["seconds"]
     snap = results["compile Snapshot"]["seconds"]
     print(
-        f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        f"\nmachine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}"
     )
     print(
         f"release: {rel.name} (scale {scale:g}): "
@@ -110,7 +111,8 @@ def print_report(results: dict[str, dict], info: dict, rel: Path, scale: float) 
     )
     print()
     print(
-        f"| {'run':<44} | {'seconds':>8} | {'rows read':>10} | {'rows/s':>10} | {'peak RSS MB':>11} | {'vs csv baseline':>15} | {'vs Snapshot':>11} |"
+        f"| {'run':<44} | {'seconds':>8} | {'rows read':>10} | {'rows/s':>10} | {'peak RSS MB':>11} | "
+        f"{'vs csv baseline':>15} | {'vs Snapshot':>11} |"
     )
     print(f"|{'-' * 46}|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 13}|{'-' * 17}|{'-' * 13}|")
     for name, r in results.items():

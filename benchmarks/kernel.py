@@ -108,7 +108,8 @@ def table(rows: list[dict], ref: dict | None, device: str = "cpu") -> list[str]:
     memory = memory_label(device)
     nd = 3 if device.startswith("cuda") else 1  # GPU times are fractions of a millisecond
     out = [
-        f"| method | forward (ms) | fwd+bwd (ms) | bwd/fwd | {memory} | fwd speed-up vs (a) | fwd+bwd speed-up vs (a) |",
+        f"| method | forward (ms) | fwd+bwd (ms) | bwd/fwd | {memory} | "
+        "fwd speed-up vs (a) | fwd+bwd speed-up vs (a) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -120,8 +121,10 @@ def table(rows: list[dict], ref: dict | None, device: str = "cpu") -> list[str]:
         ratio_f = ref["forward"] / f if comparable else None
         ratio_fb = ref["forward_backward"] / fb if comparable else None
         out.append(
-            f"| {r['label']} | {fmt(f, nd)} | {fmt(fb, nd)} | {fmt((fb - f) / f, 2)} | {fmt(r['peak_extra_mib'])} | "
-            f"{fmt(ratio_f, 1) + 'x' if ratio_f else '–'} | {fmt(ratio_fb, 1) + 'x' if ratio_fb else '–'} |"
+            f"| {r['label']} | {fmt(f, nd)} | {fmt(fb, nd)} | {fmt((fb - f) / f, 2)} | "
+            f"{fmt(r['peak_extra_mib'])} | "
+            f"{fmt(ratio_f, 1) + 'x' if ratio_f else '–'} | "
+            f"{fmt(ratio_fb, 1) + 'x' if ratio_fb else '–'} |"
         )
     return out
 
@@ -132,9 +135,11 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
     lines = [
         f"### {title}",
         "",
-        f"program {root.name}: {stats['concepts']:,} concepts, {stats['atoms']:,} atoms, {stats['relations']} relations, "
+        f"program {root.name}: {stats['concepts']:,} concepts, {stats['atoms']:,} atoms, "
+        f"{stats['relations']} relations, "
         f"{stats['edges']:,} edges, {stats['slices']} slices, {stats['pairs']:,} (relation, atom) pairs, "
-        f"{stats['concept_relation_pairs']:,} (concept, relation) pairs, {stats['distinct_rows']:,} distinct rows, "
+        f"{stats['concept_relation_pairs']:,} (concept, relation) pairs, "
+        f"{stats['distinct_rows']:,} distinct rows, "
         f"max multiplicity {stats['max_multiplicity']}; D = {args.dim}, float32, device {args.device}",
         "",
     ]
@@ -250,8 +255,10 @@ def sweep(args) -> tuple[list[str], list[dict]]:
             continue
         e = r["counts"]["edges"]
         lines.append(
-            f"| {n:,} | {e:,} | {r['counts']['pairs']:,} | {fmt(r['forward'], nd)} | {fmt(r['forward_backward'], nd)} | "
-            f"{fmt(1e6 * r['forward'] / e)} | {fmt(1e6 * r['forward_backward'] / e)} | {fmt(r['peak_extra_mib'])} |"
+            f"| {n:,} | {e:,} | {r['counts']['pairs']:,} | {fmt(r['forward'], nd)} | "
+            f"{fmt(r['forward_backward'], nd)} | "
+            f"{fmt(1e6 * r['forward'] / e)} | {fmt(1e6 * r['forward_backward'] / e)} | "
+            f"{fmt(r['peak_extra_mib'])} |"
         )
     return lines + [""], rows
 
@@ -327,7 +334,8 @@ def main(argv: list[str] | None = None) -> None:
         root = synthetic_program(n_main, shared=args.shared)
         lines, section = compare(
             root,
-            f"Same shape, {args.shared:.0%} of codes sharing another code's edge set (ICD codes mapping to one SNOMED concept)",
+            f"Same shape, {args.shared:.0%} of codes sharing another code's edge set "
+            "(ICD codes mapping to one SNOMED concept)",
             args,
             baselines=not args.quick,
         )

@@ -144,14 +144,17 @@ def main() -> None:
     print(f"|{'-' * 48}|{'-' * 10}:|{'-' * 12}:|{'-' * 12}:|{'-' * 13}:|")
     for r in results:
         print(
-            f"| {r['phase']:<46} | {r['seconds']:8.1f} | {r['rows']:10d} | {r['rows'] / r['seconds']:10.0f} | {r['rss_mb']:11.0f} |"
+            f"| {r['phase']:<46} | {r['seconds']:8.1f} | {r['rows']:10d} | "
+            f"{r['rows'] / r['seconds']:10.0f} | {r['rss_mb']:11.0f} |"
         )
     counts = json.loads((Path(tempfile.gettempdir()) / "bench_prepare_manifest.json").read_text())
     p, c = counts["patients"], counts["codes"]
     print(f"\npatients kept {p['kept']} (dropped {p['dropped']}), splits {p['by_split']}")
     print(
-        f"unknown code share {100 * c['unknown_code_share']:.2f} %, log frequency {c['log_frequency_min']:.2f} to "
-        f"{c['log_frequency_max']:.2f}, {c['concepts_seen_in_pretraining']} of {c['program_concepts']} concepts seen"
+        f"unknown code share {100 * c['unknown_code_share']:.2f} %, "
+        f"log frequency {c['log_frequency_min']:.2f} to "
+        f"{c['log_frequency_max']:.2f}, "
+        f"{c['concepts_seen_in_pretraining']} of {c['program_concepts']} concepts seen"
     )
 
 

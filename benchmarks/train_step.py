@@ -1,7 +1,8 @@
 """Benchmark one HRRBERT pretraining step per model preset and embedding mode.
 
 For each (preset, mode) it measures, on a synthetic paper-scale program (25,493 codes, 22,725 atoms,
-42 relations; written once with ``tests/helpers/synthetic_program.py`` and cached under ``benchmarks/_cache/``):
+42 relations; written once with ``tests/helpers/synthetic_program.py`` and cached under
+``benchmarks/_cache/``):
 
 * step time: masked-code forward (full matrix built once, used for lookup and the tied decoder),
   backward, gradient clipping and the AdamW update, on random sequences of 128 codes with 15 % masked;
@@ -10,8 +11,8 @@ For each (preset, mode) it measures, on a synthetic paper-scale program (25,493 
   (``token_matrix()`` + ``backward``), measured separately, divided by the step time;
 * ratios against the ``unstructured`` baseline of the same preset, measured in the same run;
 * every HRR mode twice: the tied decoder on the signal-domain matrix (``decoder`` ``matrix``) and in the
-  spectral domain (``spectral``: ``HRRBertSettings.spectral_decoder``, inputs composed for the batch's rows only,
-  no full-matrix ``irfft``; same logits up to float rounding), and a third time with the atoms and
+  spectral domain (``spectral``: ``HRRBertSettings.spectral_decoder``, inputs composed for the batch's
+  rows only, no full-matrix ``irfft``; same logits up to float rounding), and a third time with the atoms and
   relations trained as half spectra as well (``spectral-atoms``: ``HRRBertSettings.spectral_atoms``; no
   ``rfft`` of the atoms either, only the sparse product is left of the composition).
 
@@ -152,7 +153,10 @@ def bench_one(
 
 
 def table(rows: list[dict]) -> str:
-    head = "| preset | mode | decoder | batch | params (M) | step (ms) | tokens/s | seq/s | matrix build+bwd (ms) | matrix share | step vs unstructured | tokens/s vs unstructured |"
+    head = (
+        "| preset | mode | decoder | batch | params (M) | step (ms) | tokens/s | seq/s | "
+        "matrix build+bwd (ms) | matrix share | step vs unstructured | tokens/s vs unstructured |"
+    )
     out = [head, "|" + "---|" * 12]
     base = {r["preset"]: r for r in rows if r["mode"] == "unstructured"}
     for r in rows:
@@ -160,8 +164,10 @@ def table(rows: list[dict]) -> str:
         ratio = f"{r['step_ms'] / b['step_ms']:.2f}x" if b else "-"
         tratio = f"{r['tokens_per_s'] / b['tokens_per_s']:.2f}x" if b else "-"
         out.append(
-            f"| {r['preset']} | {r['mode']} | {r.get('decoder', 'matrix')} | {r['batch']} | {r['params_m']:.1f} | {r['step_ms']:.0f} | "
-            f"{r['tokens_per_s']:.0f} | {r['seq_per_s']:.1f} | {r['embed_ms']:.1f} | {100 * r['embed_share']:.1f} % | "
+            f"| {r['preset']} | {r['mode']} | {r.get('decoder', 'matrix')} | {r['batch']} | "
+            f"{r['params_m']:.1f} | {r['step_ms']:.0f} | "
+            f"{r['tokens_per_s']:.0f} | {r['seq_per_s']:.1f} | {r['embed_ms']:.1f} | "
+            f"{100 * r['embed_share']:.1f} % | "
             f"{ratio} | {tratio} |"
         )
     return "\n".join(out)
@@ -212,8 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     program = load_program(path, device=device)
     batch = parse_map(a.batch, DEFAULT_BATCH)
     print(
-        f"program {path.name}: {program.n_concepts} concepts, {program.n_atoms} atoms, {program.n_relations} relations, "
-        f"{program.n_edges} edges; device {device}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"program {path.name}: {program.n_concepts} concepts, {program.n_atoms} atoms, "
+        f"{program.n_relations} relations, "
+        f"{program.n_edges} edges; device {device}, torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads, "
         f"{platform.processor() or platform.machine()}",
         flush=True,
     )
@@ -227,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                 r = bench_one(program, p, m, batch[p], steps, a.warmup, device, a.bf16, dec)
                 rows.append(r)
                 print(
-                    f"  {p:9s} {m:12s} {dec:8s} step {r['step_ms']:8.0f} ms  matrix {100 * r['embed_share']:5.1f} %",
+                    f"  {p:9s} {m:12s} {dec:8s} step {r['step_ms']:8.0f} ms  "
+                    f"matrix {100 * r['embed_share']:5.1f} %",
                     flush=True,
                 )
     print(f"\n{table(rows)}\n\nwall time {time.perf_counter() - t0:.0f} s")

@@ -177,7 +177,8 @@ class _Compose(torch.autograd.Function):
             r_hat = torch.fft.rfft(relations, dim=1)  # (R, F)
         b = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
         _gather_bind(a_hat, r_hat, plan, ws, b)
-        # a spectral output of every row in order is the product itself: fresh, not pooled (the caller owns it)
+        # a spectral output of every row in order is the product itself: fresh, not pooled
+        # (the caller owns it)
         direct = spectral and plan.row_map is None
         c_hat = (
             torch.empty((plan.n_rows, f), dtype=cdt, device=dev)

@@ -161,7 +161,8 @@ class HRREmbedding(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"program={self.program.program_id}, n={self.program.n_concepts}, dim={self.dim}, mode={self.mode}, "
+            f"program={self.program.program_id}, n={self.program.n_concepts}, dim={self.dim}, "
+            f"mode={self.mode}, "
             f"normalize={self.normalize}" + (", spectral_atoms=True" if self.spectral_atoms else "")
         )
 
@@ -205,7 +206,8 @@ class HRREmbedding(nn.Module):
         return compose(self.program, a, r, rows, dim=dim)
 
     def _build(self, rows: Tensor | None) -> Tensor:
-        """Embedding rows (all when ``rows`` is None), as the mode builds them. Shapes: ``(N,)`` -> ``(N, D)``."""
+        """Embedding rows (all when ``rows`` is None), as the mode builds them.
+        Shapes: ``(N,)`` -> ``(N, D)``."""
         return self.spec.build(self, rows)
 
     def _check_ids(self, ids: Tensor) -> None:

@@ -538,7 +538,8 @@ def _edge_columns(
     ):
         if arr.size and (arr.min() < 0 or arr.max() >= hi):
             raise ProgramError(
-                f"edges.parquet column {col} has values in [{arr.min()}, {arr.max()}], expected [0, {hi - 1}]",
+                f"edges.parquet column {col} has values in [{arr.min()}, {arr.max()}], "
+                f"expected [0, {hi - 1}]",
                 path=root,
             )
     if es.size and es.min() < 0:
@@ -559,7 +560,8 @@ def _edge_columns(
 def _slice_columns(
     slices, er: np.ndarray, es: np.ndarray, root: Path
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(relation, slot, start, length)`` of every slice, checked against the edges' (relation, slot) runs."""
+    """``(relation, slot, start, length)`` of every slice, checked against the edges'
+    (relation, slot) runs."""
     sr, ss, sst, sln = (
         _int_column(slices, c, "slices.parquet", root) for c in ("relation_id", "slot", "start", "length")
     )

@@ -4,7 +4,7 @@ A model trains the atoms and relations on the edges of the tokens its data hold.
 tokens absent from the training data use (a word of one rare code's title, the concept of a condition no
 training patient had) keeps its random start: composed into a token's vector it adds noise of the same
 size as a trained atom's contribution. :func:`settle_untrained` replaces such vectors, once training
-ends, by the ``kind_mean`` rule of :mod:`hrr_kernel.transfer`: an untrained ``concept`` or ``word`` atom
+ends, by the ``kind_mean`` rule of :mod:`hrr_kernel.carry`: an untrained ``concept`` or ``word`` atom
 becomes the mean of the trained atoms of its kind, an untrained relation the mean of the trained
 relations. So a token the model never saw is composed from what training taught about its other atoms,
 plus the typical vector of an atom it knows nothing about: the same rule a new release's new atoms get.
@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .carry import _fill
 from .errors import ShapeError
 from .program import Program
-from .transfer import _fill
 
 __all__ = ["SETTLED_KINDS", "trained_parts", "settle_untrained"]
 
@@ -51,7 +51,7 @@ def trained_parts(program: Program, tokens: Tensor) -> tuple[Tensor, Tensor]:
 
 def _settle_rows(rows: Tensor, groups: list[str], trained: Tensor, settle: set[str]) -> int:
     """Set each untrained row of a settled group to the mean of the trained rows of its group, in place
-    (the ``kind_mean`` rule of :func:`hrr_kernel.transfer._fill`, with only the trained rows averaged); a
+    (the ``kind_mean`` rule of :func:`hrr_kernel.carry._fill`, with only the trained rows averaged); a
     group without trained rows is left as it is. Returns how many rows changed.
     Shapes: rows ``(A, H)``, trained ``(A,)`` bool."""
     has_trained = {g for g, t in zip(groups, trained.tolist(), strict=True) if t}

@@ -2,8 +2,8 @@
 
 Public API: :class:`HRRBert` (BERT with ``HRREmbedding`` tokens, a tied MLM head and pooled task
 heads), :class:`HRRBertSettings` and its presets, the memory networks (:class:`MemN2N`, :class:`MemNN`), the
-visit-level :class:`VisitTransformer`, :class:`Doctor2Vec` (doctor-trial matching), :func:`transfer_model`
-(carry a trained HRRBert over to a new program, :mod:`model.transfer`), and the package's errors.
+visit-level :class:`VisitTransformer`, :class:`Doctor2Vec` (doctor-trial matching), :func:`carry_model`
+(carry a trained HRRBert over to a new program, :mod:`model.carry`), and the package's errors.
 
 A saved :class:`HRRBert` folder is self-contained (``program/``, ``vocab.txt``, a model card ``README.md``;
 :mod:`model.card`: :func:`write_model_card`, :func:`read_vocab`). The Hugging Face ``transformers`` classes
@@ -15,10 +15,10 @@ Auto classes. They are also reachable as ``model.HRRBertModel`` etc., imported o
 
 from .bert import PRESETS, TASKS, HRRBert, HRRBertSettings, bert_base, bert_small, bert_tiny, preset
 from .card import read_vocab, write_model_card
+from .carry import carry_model
 from .doctor2vec import Doctor2Vec, Doctor2VecConfig
 from .errors import ModelError, ModelWriteError, PretrainedFileError, ProgramMismatchError
 from .memory_network import MemN2N, MemN2NConfig, MemNN, MemNNConfig, TokenEmbedding
-from .transfer import transfer_model
 from .visit_transformer import VisitTransformer, VisitTransformerConfig, group_visits
 
 __all__ = [
@@ -46,7 +46,7 @@ __all__ = [
     "Doctor2VecConfig",
     "read_vocab",
     "write_model_card",
-    "transfer_model",
+    "carry_model",
 ]
 
 # model.hf needs transformers (the hf extra): its names are imported on first use only

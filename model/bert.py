@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from hrr_kernel import MODES, EmbeddingMode, HRREmbedding, Program, mode_spec
 
-from .cache import CodeCache, cache_distribution, mix_log_probs, visible_codes
+from .code_cache import CodeCache, cache_distribution, mix_log_probs, visible_codes
 from .common import (
     CACHE_KEY,
     CONFIG_FILE,
@@ -70,7 +70,7 @@ class HRRBertSettings(ConfigDict):
     attn_dropout: float = 0.1  # dropout on attention probabilities
     layer_norm_eps: float = 1e-12  # LayerNorm epsilon (BERT's)
     init_std: float = 0.02  # std of the N(0, std) initialisation of every weight matrix
-    mode: str = "base"  # token embedding: a mode of hrr_kernel.MODES (unstructured, base, freq, add, cat)
+    mode: str = "base"  # token embedding: a name of hrr_kernel.MODES (its spec: hrr_kernel/modes.py)
     normalize: bool = False  # scale each HRR concept vector to unit L2 norm
     freq_resolution: float = 10.0  # bins per unit of log frequency (mode freq)
     # MLM logits from the HRR half spectra (HRREmbedding.decode), inputs by row; None: where it is one
@@ -234,7 +234,8 @@ class MLMHead(nn.Module):
 
 
 class PooledHead(nn.Module):
-    """BERT pooler (dense + tanh) on what ``HRRBert.pool_states`` gives, dropout, then one linear layer per task."""
+    """BERT pooler (dense + tanh) on what ``HRRBert.pool_states`` gives, dropout, then one linear layer per
+    task."""
 
     def __init__(self, config: HRRBertSettings) -> None:
         super().__init__()
@@ -277,7 +278,7 @@ class HRRBert(nn.Module):
         # sorted ids of the tokens no training of this model has seen (None: not recorded); see
         # :meth:`settle_untrained`, saved in ``config.json``
         self.untrained_tokens: list[int] | None = None
-        # the code cache of masked-code prediction (None: the model's softmax alone); see model.cache
+        # the code cache of masked-code prediction (None: the model's softmax alone); see model.code_cache
         self.mlm_cache: CodeCache | None = None
         self._special: Tensor | None = None
         self._init_weights()
@@ -321,7 +322,7 @@ class HRRBert(nn.Module):
         predicted: Tensor,
     ) -> Tensor:
         """Log-probabilities of the codes at the ``predicted`` positions: with the code cache when the model
-        has one (:attr:`mlm_cache`, see :mod:`model.cache`), else the log-softmax of ``logits``.
+        has one (:attr:`mlm_cache`, see :mod:`model.code_cache`), else the log-softmax of ``logits``.
 
         Shapes: logits ``(M, N)`` at ``predicted``'s positions in row-major order; token_matrix ``(N, D)``;
         input_ids (as the model read them), attention_mask, predicted ``(B, T)`` -> ``(M, N)``.
@@ -353,7 +354,8 @@ class HRRBert(nn.Module):
             )
         if attention_mask is not None and attention_mask.shape != input_ids.shape:
             raise ValueError(
-                f"attention_mask shape {tuple(attention_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
+                f"attention_mask shape {tuple(attention_mask.shape)} != "
+                f"input_ids shape {tuple(input_ids.shape)}"
             )
         if input_ids.shape[1] > self.config.max_len:
             raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_len {self.config.max_len}")
@@ -423,9 +425,9 @@ class HRRBert(nn.Module):
         return self.mlm(h[mlm_mask.bool()], e)  # (M, D) -> (M, N)
 
     def pool_states(self, h: Tensor, attention_mask: Tensor | None) -> Tensor:
-        """What the task heads' pooler reads, ``(B, T, D)`` -> ``(B, D)``: the [CLS] state (``pooling`` cls), or
-        the [CLS] state plus the mean of the states at real positions (``attention_mask`` 1; all positions when
-        it is None), [CLS] included (cls+mean). Padding never changes it."""
+        """What the task heads' pooler reads, ``(B, T, D)`` -> ``(B, D)``: the [CLS] state (``pooling``
+        cls), or the [CLS] state plus the mean of the states at real positions (``attention_mask`` 1; all
+        positions when it is None), [CLS] included (cls+mean). Padding never changes it."""
         cls = h[:, 0]  # (B, D)
         if self.config.pooling == "cls":
             return cls
@@ -560,7 +562,7 @@ class HRRBert(nn.Module):
         kind (:func:`hrr_kernel.settle_untrained`); an untrained token's table row follows the mode's
         ``untrained_fill`` (:mod:`hrr_kernel.modes`): ``mean``, the mean of the trained codes' rows
         (special tokens left out; ``unstructured``, ``cat``), or ``zero``, the token being its
-        composition alone (``add``); :mod:`model.transfer` gives a
+        composition alone (``add``); :mod:`model.carry` gives a
         new release's new tokens the same (its ``[UNK]`` row is that mean when no data held ``[UNK]``).
         The MLM bias is left alone. Returns the counts.
 
@@ -571,7 +573,8 @@ class HRRBert(nn.Module):
 
         if trained.dtype != torch.bool or trained.shape != (self.n_concepts,):
             raise ValueError(
-                f"trained must be a ({self.n_concepts},) bool tensor, got {trained.dtype} {tuple(trained.shape)}"
+                f"trained must be a ({self.n_concepts},) bool tensor, "
+                f"got {trained.dtype} {tuple(trained.shape)}"
             )
         trained = trained.cpu().clone()
         if self.untrained_tokens is not None:

@@ -239,7 +239,8 @@ def _program_section(folder: Path, meta: dict[str, Any]) -> tuple[list[str], dic
     if manifest is None:
         return [
             f"- program id: `{pid}`",
-            f"- the folder does not carry its program: load it with `HRRBert.from_pretrained(folder, program)` "
+            "- the folder does not carry its program: load it with "
+            "`HRRBert.from_pretrained(folder, program)` "
             f"and the program `{pid}`",
         ], {}
     rel = manifest.get("release") if isinstance(manifest.get("release"), dict) else {}
@@ -368,14 +369,16 @@ def _configuration_section(meta: dict, config: dict) -> list[str]:
     if isinstance(meta.get(UNTRAINED_KEY), list):
         out += [
             f"| untrained tokens | {len(meta[UNTRAINED_KEY])} | tokens no training data held; what only they "
-            "use was set to the mean of the trained parameters of its kind (`untrained_tokens` in `config.json`) |"
+            "use was set to the mean of the trained parameters of its kind "
+            "(`untrained_tokens` in `config.json`) |"
         ]
     cache = meta.get(CACHE_KEY)
     if isinstance(cache, dict):
         out += [
-            f"| code cache | weight {_fmt(cache.get('weight'))}, sharpness {_fmt(cache.get('sharpness'))} | masked-code "
+            f"| code cache | weight {_fmt(cache.get('weight'))}, "
+            f"sharpness {_fmt(cache.get('sharpness'))} | masked-code "
             "prediction mixes in the sequence's visible codes and the codes like them (`mlm_cache` in "
-            "`config.json`, model/cache.py); it does not touch the encoder or the task heads |"
+            "`config.json`, model/code_cache.py); it does not touch the encoder or the task heads |"
         ]
     return [*out, f"| architecture | {arch} | the `transformers` class this folder loads as by default |", ""]
 
@@ -432,8 +435,8 @@ def _use_and_limits(
         "",
         "## Limitations",
         "",
-        "- Inputs are sequences of the program's tokens only; a code outside `vocab.txt` has no embedding, and "
-        "the weights fit only this program (its id is checked on load).",
+        "- Inputs are sequences of the program's tokens only; a code outside `vocab.txt` has no embedding, "
+        "and the weights fit only this program (its id is checked on load).",
         "- Predictions reflect the training cohort's coding practice, population and time; they are not "
         "calibrated for another hospital without validation.",
         "- The ontology structure is only as good as the release and the ICD maps the program was compiled "

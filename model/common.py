@@ -27,7 +27,7 @@ __all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "ConfigDict", "check_positive", "save_
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 UNTRAINED_KEY = "untrained_tokens"  # config.json: sorted ids of the tokens no training saw
-CACHE_KEY = "mlm_cache"  # config.json: the code cache of masked-code prediction (model.cache.CodeCache)
+CACHE_KEY = "mlm_cache"  # config.json: the code cache of masked-code prediction (model.code_cache.CodeCache)
 
 _C = TypeVar("_C", bound="ConfigDict")
 

@@ -21,15 +21,15 @@ Everything a forward pass needs is in this file:
   trial-independent patient vectors;
 - a **compatibility head**: an MLP on ``[doctor, doctor * trial, mass, count, log n_patients]`` (no
   trial-only features: they cannot rank doctors, only memorise the training trials' base rates), plus
-  the log soft count directly -> one logit. ``forward`` also returns the attention over the memory (which patients made this doctor
-  fit this trial); static doctors return uniform weights.
+  the log soft count directly -> one logit. ``forward`` also returns the attention over the memory
+  (which patients made this doctor fit this trial); static doctors return uniform weights.
 
 Inputs are de-duplicated: a batch carries each distinct patient once (``patient_codes``), each doctor's
 memory as row indices into them (``memory``, -1 = empty slot), and each distinct trial once with
 ``pair_trial`` indices, so the code-level read is computed once per (trial, patient), not per pair.
 
-Dimension legend: B pairs (doctor, trial), U distinct trials, P distinct patients, T codes per patient, V visits,
-C codes per visit, M memory slots, K condition codes, X excluded codes, W text words, D dim.
+Dimension legend: B pairs (doctor, trial), U distinct trials, P distinct patients, T codes per patient,
+V visits, C codes per visit, M memory slots, K condition codes, X excluded codes, W text words, D dim.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ class Demographics(nn.Module):
 
 
 class VisitEncoder(nn.Module):
-    """Codes grouped into visits, pooled per visit, the visit Transformer's blocks, masked mean -> ``(P, D)``."""
+    """Codes grouped into visits, pooled per visit, the visit Transformer's blocks, masked mean
+    -> ``(P, D)``."""
 
     def __init__(self, cfg: Doctor2VecConfig) -> None:
         super().__init__()
@@ -227,7 +228,8 @@ class Doctor2Vec(nn.Module):
         flat = torch.cat([i.reshape(-1) for i in ids]).long()  # (n,)
         if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= self.config.n_codes):
             raise ValueError(
-                f"code ids must lie in [0, {self.config.n_codes - 1}], got [{int(flat.min())}, {int(flat.max())}]"
+                f"code ids must lie in [0, {self.config.n_codes - 1}], "
+                f"got [{int(flat.min())}, {int(flat.max())}]"
             )
         uniq, inv = torch.unique(flat, return_inverse=True)  # (U,), (n,)
         vec = self.code_norm(self.code(uniq).to(self.patient_proj.weight.dtype))[inv]  # (n, D)
@@ -292,8 +294,9 @@ class Doctor2Vec(nn.Module):
     # --- doctor and compatibility -----------------------------------------------------------------
 
     def _best_match(self, queries: Tensor, qmask: Tensor, codes: Tensor, keys: Tensor) -> Tensor:
-        """Best (query code, patient code) score per (trial, patient). queries ``(U, K, D)``, qmask ``(U, K)``,
-        codes ``(P, T)``, keys ``(P, T, D)`` -> ``(U, P, T)`` best over the K queries (-inf at padding)."""
+        """Best (query code, patient code) score per (trial, patient). queries ``(U, K, D)``,
+        qmask ``(U, K)``, codes ``(P, T)``, keys ``(P, T, D)`` -> ``(U, P, T)`` best over the K queries
+        (-inf at padding)."""
         s = torch.einsum("ptd,ukd->upkt", keys, queries) / math.sqrt(self.config.dim)  # (U, P, K, T)
         s = s.masked_fill(~qmask[:, None, :, None], float("-inf")).amax(2)  # (U, P, T)
         return s.masked_fill((codes == PAD).unsqueeze(0), float("-inf"))

@@ -289,7 +289,8 @@ class HRRBertPreTrainedModel(PreTrainedModel):
         the folder is always one safetensors file of the current weights."""
         if push_to_hub:
             raise ValueError(
-                "save the folder, then upload it (model.push_to_hub(repo_id) or huggingface_hub.upload_folder)"
+                "save the folder, then upload it "
+                "(model.push_to_hub(repo_id) or huggingface_hub.upload_folder)"
             )
         if not is_main_process:
             return
@@ -356,8 +357,9 @@ class HRRBertModel(HRRBertPreTrainedModel):
 
 
 class HRRBertForMaskedLM(HRRBertPreTrainedModel):
-    """Masked-code modelling: ``logits`` ``(B, T, N)`` over the vocabulary at every position (the decoder is
-    tied to the HRR embedding matrix); ``labels`` ``(B, T)`` with -100 at unscored positions gives ``loss``."""
+    """Masked-code modelling: ``logits`` ``(B, T, N)`` over the vocabulary at every position (the decoder
+    is tied to the HRR embedding matrix); ``labels`` ``(B, T)`` with -100 at unscored positions gives
+    ``loss``."""
 
     def forward(
         self,

@@ -168,7 +168,8 @@ def _check_batch(facts: Tensor, question: Tensor, cfg: Any) -> Tensor:
         raise ValueError(f"facts must be (B, M, L), got shape {tuple(facts.shape)}")
     if question.dim() != 2 or question.shape[0] != facts.shape[0]:
         raise ValueError(
-            f"question must be (B, Q) with B = {facts.shape[0]} (from facts), got shape {tuple(question.shape)}"
+            f"question must be (B, Q) with B = {facts.shape[0]} (from facts), "
+            f"got shape {tuple(question.shape)}"
         )
     if facts.dtype.is_floating_point or question.dtype.is_floating_point:
         raise ValueError(f"facts and question must be integer ids, got {facts.dtype} and {question.dtype}")
@@ -202,7 +203,8 @@ def temporal_index(mask: Tensor) -> Tensor:
 
 
 def memory_read(query: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """One soft memory read (a MemN2N hop): ``p = softmax(keys . query)`` over the real memories, ``o = p values``.
+    """One soft memory read (a MemN2N hop): ``p = softmax(keys . query)`` over the real memories,
+    ``o = p values``.
 
     Shared by :class:`MemN2N` and :class:`model.doctor2vec.Doctor2Vec`. A row with no real memory gets
     ``o = 0`` and ``p = 0`` (no NaN), so callers that allow empty memories need no special case.

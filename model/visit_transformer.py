@@ -62,13 +62,15 @@ class VisitTransformerConfig(ConfigDict):
 
 
 def masked_mean(e: Tensor, mask: Tensor) -> Tensor:
-    """Mean over the second-last axis of the real entries (zero when none). e ``(*, L, D)``, mask ``(*, L)``."""
+    """Mean over the second-last axis of the real entries (zero when none).
+    e ``(*, L, D)``, mask ``(*, L)``."""
     m = mask.unsqueeze(-1).to(e.dtype)  # (*, L, 1)
     return (e * m).sum(-2) / m.sum(-2).clamp(min=1)  # (*, D)
 
 
 def sinusoidal_positions(n: int, dim: int, device: torch.device | None = None) -> Tensor:
-    """Vaswani et al.'s encoding ``PE(p, 2i) = sin(p / 10000^(2i/D))``, ``PE(p, 2i+1) = cos(...)``. ``(n, D)``."""
+    """Vaswani et al.'s encoding ``PE(p, 2i) = sin(p / 10000^(2i/D))``, ``PE(p, 2i+1) = cos(...)``.
+    ``(n, D)``."""
     pos = torch.arange(n, device=device, dtype=torch.float32).unsqueeze(1)  # (n, 1)
     i = torch.arange(dim, device=device)  # (D,)
     rate = torch.exp(-math.log(10000.0) * (2 * (i // 2)).float() / dim)  # (D,)

@@ -18,7 +18,8 @@ from . import icd
 from .errors import InputFileError
 
 VERSION_TO_VOCAB = {"9": icd.ICD9CM, "10": icd.ICD10CM}
-CODE_HEADERS = {("icd_code", "icd_version", "long_title"): (0, 1, 2), ("icd_version", "icd_code"): (1, 0, None),
+CODE_HEADERS = {("icd_code", "icd_version", "long_title"): (0, 1, 2),
+                ("icd_version", "icd_code"): (1, 0, None),
                 ("version", "code"): (1, 0, None)}  # fmt: skip
 COUNT_HEADERS = {("icd_version", "icd_code", "count"), ("version", "code", "count")}
 

@@ -36,5 +36,6 @@ def require(name: str) -> ModuleType:
             raise
         extra, what = EXTRAS[top]
         raise MissingExtraError(
-            f"{top} is needed for {what} but is not installed; install it with: pip install 'hrrbert[{extra}]'"
+            f"{top} is needed for {what} but is not installed; "
+            f"install it with: pip install 'hrrbert[{extra}]'"
         ) from e

@@ -37,8 +37,8 @@ DEFAULT_OUT = "artifacts/programs"
 
 COMMON_OPTIONS = ("out", "name", "stopwords", "codes")
 RF2_OPTIONS = (
-    "as_of", "release", "languages", "stated", "strict", "map_policy", "omop", "nlm_icd9", "gem", "icd10cm_map",
-    "code_counts", "fallback", "packages",
+    "as_of", "release", "languages", "stated", "strict", "map_policy", "omop", "nlm_icd9", "gem",
+    "icd10cm_map", "code_counts", "fallback", "packages",
 )  # fmt: skip
 OWL_OPTIONS = ("code_property", "code_prefixes", "label_properties", "synonym_properties", "language")
 FLAGS = {

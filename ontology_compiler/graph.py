@@ -116,7 +116,8 @@ def word_edges(terms: pa.Table, stopwords: list[str]) -> pa.Table:
 
 
 def preferred_terms(descriptions: pa.Table, language: pa.Table, language_refset: int) -> pa.Table:
-    """Per concept: the preferred synonym in ``language_refset`` and the FSN -> ``(sctid, fsn, preferred)``."""
+    """Per concept: the preferred synonym in ``language_refset`` and the FSN
+    -> ``(sctid, fsn, preferred)``."""
     pref_ids = language.filter(
         pc.and_(
             pc.equal(language["refsetId"], pa.scalar(language_refset, pa.int64())),

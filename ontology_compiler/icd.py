@@ -1,4 +1,5 @@
-"""ICD code forms and chapters (see ``docs/input-formats.md``): the ICD facts the compiler and pipelines share.
+"""ICD code forms and chapters (see ``docs/input-formats.md``): the ICD facts the compiler and pipelines
+share.
 
 MIMIC-IV writes codes without a dot (``E119``, ``25000``, ``V5861``, ``E8798``); maps and OMOP write
 them with one. The dot goes after character 3 (ICD-10, ICD-9 numeric and V codes) or 4 (ICD-9 E codes),
@@ -77,7 +78,8 @@ def dotted(codes: pa.Array | pa.ChunkedArray, vocabulary: str) -> pa.Array:
 
 
 def dotted_code(code: str, vocabulary: str) -> str:
-    """:func:`dotted` for one code: ``("E119", "ICD10CM")`` -> ``"E11.9"``, ``("E8798", "ICD9CM")`` -> ``"E879.8"``."""
+    """:func:`dotted` for one code: ``("E119", "ICD10CM")`` -> ``"E11.9"``,
+    ``("E8798", "ICD9CM")`` -> ``"E879.8"``."""
     code = dotless_code(code)
     pattern = next(pattern for prefix, pattern in _dot_rules(vocabulary) if code.startswith(prefix))
     return re.sub(pattern, r"\1.\2", code)

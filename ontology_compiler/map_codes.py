@@ -267,7 +267,8 @@ def _member(t: pa.Table, universe: pa.Table) -> np.ndarray:
 
 
 def _ancestors(vocabulary: str, code: str) -> list[str]:
-    """Nearest first: ICD codes are prefixes of their descendants (E1165 -> E116 -> E11; 25001 -> 2500 -> 250)."""
+    """Nearest first: ICD codes are prefixes of their descendants
+    (E1165 -> E116 -> E11; 25001 -> 2500 -> 250)."""
     floor = 4 if vocabulary == icd.ICD9CM and code.startswith("E") else 3
     return [code[:k] for k in range(len(code) - 1, floor - 1, -1)]
 

@@ -44,9 +44,9 @@ OMOP_RELATIONSHIP_COLUMNS = (
     "concept_id_1", "concept_id_2", "relationship_id", "valid_start_date", "valid_end_date", "invalid_reason",
 )  # fmt: skip
 TLS_COLUMNS = (
-    "id", "effectiveTime", "active", "moduleId", "refsetId", "referencedComponentId", "referencedComponentName",
-    "mapGroup", "mapPriority", "mapRule", "mapAdvice", "mapTarget", "mapTargetName", "correlationId",
-    "mapCategoryId", "mapCategoryName",
+    "id", "effectiveTime", "active", "moduleId", "refsetId", "referencedComponentId",
+    "referencedComponentName", "mapGroup", "mapPriority", "mapRule", "mapAdvice", "mapTarget",
+    "mapTargetName", "correlationId", "mapCategoryId", "mapCategoryName",
 )  # fmt: skip
 
 # File-name patterns of each source (found anywhere under the release folder, or under --omop DIR etc.).
@@ -103,7 +103,8 @@ def _first_bad_line(t: pa.Table, mask_bad: np.ndarray) -> int:
 
 
 def read_nlm(paths: list[Path], findings: SourceFindings) -> pa.Table:
-    """NLM ICD-9-CM -> SNOMED rows: ``code`` (dotless), ``code_dotted``, ``sctid``, ``one_to_one``, ``_file``, ``_line``."""
+    """NLM ICD-9-CM -> SNOMED rows: ``code`` (dotless), ``code_dotted``, ``sctid``, ``one_to_one``,
+    ``_file``, ``_line``."""
     parts = []
     for p in paths:
         t = read_tsv(p, NLM_COLUMNS, "an NLM ICD9CM_SNOMED_MAP file", bom_expected=True)
@@ -316,7 +317,8 @@ def read_gem(path: Path, direction: str) -> pa.Table:
 
 
 def _gem_fields(path: Path) -> tuple[pa.ListArray, np.ndarray]:
-    """The white-space separated fields of every non-blank line (3 each, or an error) and their line numbers."""
+    """The white-space separated fields of every non-blank line (3 each, or an error) and their line
+    numbers."""
     try:
         raw = pacsv.read_csv(
             path,

@@ -251,7 +251,8 @@ def _build_and_save(
     try:
         with onto:
             onto.metadata.comment = [
-                f"hrrbert program {manifest['program_id']} (format {manifest['format_version']}), compiled from "
+                f"hrrbert program {manifest['program_id']} (format {manifest['format_version']}), "
+                "compiled from "
                 f"{manifest['release'].get('name')}; exported by hrrbert export-owl"
             ]
             ann = {n: new(SCHEMA + n, (), owl.AnnotationProperty) for n in TOKEN_ANNOTATIONS}
@@ -289,7 +290,8 @@ def _properties(src: Source, keep: set[int], new, owl) -> dict:
 
 
 def _classes(src: Source, keep: set[int], new, syn_props: dict, counts: Counter) -> dict:
-    """The kept classes, parents first (``new_class`` with its bases, no is_a edits), with labels and synonyms."""
+    """The kept classes, parents first (``new_class`` with its bases, no is_a edits), with labels and
+    synonyms."""
     cls = {}
     parents = _parents(keep, src.isa)
     for k in _topological(keep, parents):

@@ -204,7 +204,8 @@ def _choose_tokens(
     notes: list[str] | None = None,
 ) -> tuple[pa.Table, pa.Table, list[dict]]:
     """``(tokens, token_class, unmatched)`` by ``mode``: the codes file, the code property, every live class.
-    ``requested``: the prefixes ``--code-prefix`` gave (None: every known one); ``notes`` collects findings."""
+    ``requested``: the prefixes ``--code-prefix`` gave (None: every known one); ``notes`` collects
+    findings."""
     unmatched: list[dict] = []
     if mode == "codes_file":
         tokens, token_class, unmatched = _tokens_from_file(Path(codes), live, labels, counts)

@@ -275,7 +275,10 @@ def _parse_error(
     head = _head(path).lower()
     kind = next((k for prefix, k in _NOT_READ if head.startswith(prefix)), None)
     if fmt == "ntriples" and kind:
-        hint = f"This looks like {kind}, which owlready2 does not read; convert it to RDF/XML (e.g. robot convert)."
+        hint = (
+            f"This looks like {kind}, which owlready2 does not read; "
+            "convert it to RDF/XML (e.g. robot convert)."
+        )
     elif fmt == "owlxml" and "KeyError" in cause:
         hint = "OWL/XML: an abbreviatedIRI prefix without its <Prefix name=... IRI=.../> declaration?"
     what = (

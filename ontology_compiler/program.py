@@ -369,7 +369,8 @@ def _same_or_raise(final: Path, program_id: str) -> bool:
         ) from e
     if manifest.get("program_id") != program_id:
         raise OutputExistsError(
-            f"{final} holds program {manifest.get('program_id')!r}, not {program_id!r}; it is never overwritten"
+            f"{final} holds program {manifest.get('program_id')!r}, not {program_id!r}; "
+            "it is never overwritten"
         )
     return False
 

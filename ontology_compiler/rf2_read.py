@@ -3,7 +3,8 @@
 Validation, with file and line in every message:
 - the header must equal the published column list of the file's kind;
 - every line must have that many TAB-separated fields and be valid UTF-8;
-- ``effectiveTime`` is a calendar date YYYYMMDD, ``active`` is 0/1, group/priority columns are integers (always fatal);
+- ``effectiveTime`` is a calendar date YYYYMMDD, ``active`` is 0/1, group/priority columns are integers
+  (always fatal);
 - SCTID columns are numeric with a valid Verhoeff check digit: with ``strict`` the first bad one is fatal,
   otherwise rows with a non-numeric id are dropped and bad check digits are kept, both counted and logged.
 

@@ -1,6 +1,7 @@
 """RF2 grammar as data: file-name pattern, column lists per file kind, and constant SCTIDs.
 
-See ``docs/input-formats.md``, "RF2 release". Nothing here reads files; readers and writers share these tables.
+See ``docs/input-formats.md``, "RF2 release". Nothing here reads files; readers and writers share these
+tables.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ _DESCRIPTION = (
     "term",
     "caseSignificanceId",
 )
-_RELATIONSHIP = ("id", "effectiveTime", "active", "moduleId", "sourceId", "destinationId", "relationshipGroup", "typeId",
-                 "characteristicTypeId", "modifierId")  # fmt: skip
+_RELATIONSHIP = ("id", "effectiveTime", "active", "moduleId", "sourceId", "destinationId",
+                 "relationshipGroup", "typeId", "characteristicTypeId", "modifierId")  # fmt: skip
 _REFSET = ("id", "effectiveTime", "active", "moduleId", "refsetId", "referencedComponentId")
 
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -174,7 +175,8 @@ METADATA_CONCEPTS: dict[int, tuple[str, str]] = {
     ICD10CM_MAP_REFSET: ("ICD-10-CM complex map reference set", "foundation metadata concept"),
     MAP_CATEGORY: ("ICD-10 map category value", "foundation metadata concept"),
     MAP_CORRELATION_NOT_SPECIFIED: ("Map correlation not specified", "foundation metadata concept"),
-    MAP_CATEGORY_PROPERLY_CLASSIFIED: ("Map source concept is properly classified", "foundation metadata concept"),
+    MAP_CATEGORY_PROPERLY_CLASSIFIED: ("Map source concept is properly classified",
+                                       "foundation metadata concept"),
     MAP_CATEGORY_CANNOT_CLASSIFY: ("Map source concept cannot be classified", "foundation metadata concept"),
     MAP_CATEGORY_CONTEXT_DEPENDENT: ("Map is context dependent", "foundation metadata concept"),
     REPLACED_BY: ("REPLACED BY association reference set", "foundation metadata concept"),

@@ -3,15 +3,16 @@
 A thin layer: each command parses its options (shared ones from :mod:`.options`, run options
 generated from the config dataclasses), calls one API function and prints its summary. Commands are
 grouped by room (:mod:`.data`, :mod:`.train`, :mod:`.eval`, :mod:`.demo`, :mod:`.qa`,
-:mod:`.doctor2vec`; :mod:`.transfer`, :mod:`.explain` and :mod:`.diff` for the ontology room); heavy modules (torch, the trainers) are imported inside the command bodies, so
-``hrrbert --help`` stays instant.
+:mod:`.doctor2vec`; :mod:`.carry`, :mod:`.explain` and :mod:`.diff` for the ontology room); heavy
+modules (torch, the trainers) are imported inside the command bodies, so ``hrrbert --help`` stays
+instant.
 """
 
 from __future__ import annotations
 
 import click
 
-from . import cache, data, demo, diff, doctor2vec, eval, explain, export, qa, train, transfer
+from . import carry, data, demo, diff, doctor2vec, eval, explain, export, mlm_cache, qa, train
 
 __all__ = ["main"]
 
@@ -22,7 +23,7 @@ def main() -> None:
     """hrrbert: ontology-structured (HRR) embeddings for transformers over ICD codes."""
 
 
-_GROUPS = (data, demo, train, cache, eval, export, transfer, explain, diff)
+_GROUPS = (data, demo, train, mlm_cache, eval, export, carry, explain, diff)
 for _command in (c for g in _GROUPS for c in g.COMMANDS):
     main.add_command(_command)
 main.add_command(qa.qa_group)

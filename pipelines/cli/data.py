@@ -50,7 +50,8 @@ def source_options(readers: Iterable[Reader], purpose: str = "") -> Callable[[F]
 
 
 def choice_option(cls: type, name: str, choices: tuple[str, ...]) -> Callable[[F], F]:
-    """The option of the config field ``name`` whose values are ``choices`` (default and help: the field's)."""
+    """The option of the config field ``name`` whose values are ``choices``
+    (default and help: the field's)."""
     (f,) = (f for f in dataclasses.fields(cls) if f.name == name)
     return click.option(
         "--" + name.replace("_", "-"),
@@ -81,8 +82,10 @@ def choice_option(cls: type, name: str, choices: tuple[str, ...]) -> Callable[[F
         + SCALED.format("4.5k of 190k"),
         "disease_val": "subset of --finetune-val flagged for the disease task "
         + SCALED.format("500 of 190k"),
-        "rood_max_patients": "a held-out code occurs in at most this many patients (default: max(3, patients // 1000))",
-        "rood_unseen_patients": "hold out the codes of whole patients (codes all rare) until this many ROOD patients "
+        "rood_max_patients": "a held-out code occurs in at most this many patients "
+        "(default: max(3, patients // 1000))",
+        "rood_unseen_patients": "hold out the codes of whole patients (codes all rare) "
+        "until this many ROOD patients "
         "have mostly held-out codes (default: 100 per 190k patients, at least 1; 0: off)",
     },
 )

@@ -13,21 +13,26 @@ from .options import config_options, handle_errors, out_option, verbosity_option
 
 @click.command("demo")
 @config_options(DemoConfig)
+# --carry's name before "transfer" came to mean only the cross-hospital test: hidden, says so on stderr
+@click.option("--transfer", "transfer_alias", is_flag=True, hidden=True, help="Deprecated: --carry.")
 @verbosity_options
 @handle_errors
-def demo_cmd(out: str, transfer: bool, **kw) -> None:
+def demo_cmd(out: str, carry: bool, transfer_alias: bool, **kw) -> None:
     """Build the demo data, then pretrain, fine-tune, evaluate and report the smallest experiment."""
-    if transfer:
-        from pipelines.demo.transfer import run_transfer_demo
+    if transfer_alias:
+        click.echo("'hrrbert demo --transfer' is now 'hrrbert demo --carry'", err=True)
+        carry = True
+    if carry:
+        from pipelines.demo.carry_study import run_carry_demo
 
         if kw.pop("full"):
-            raise click.UsageError("--transfer compares unstructured and base only; drop --full")
+            raise click.UsageError("--carry compares unstructured and base only; drop --full")
         threads = kw.pop("threads")
         if threads:
             import torch
 
             torch.set_num_threads(threads)
-        run_transfer_demo(out, **kw, show=click.echo)
+        run_carry_demo(out, **kw, show=click.echo)
         return
     from pipelines.demo.run import run_demo
 

@@ -83,7 +83,8 @@ def d2v_train_cmd(data: str, out: str, run_id: str | None, resume: bool, **kw) -
 @verbosity_options
 @handle_errors
 def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, **kw) -> None:
-    """Evaluate a trained RUN on a split; print one trial's best doctors and the patients they were chosen for."""
+    """Evaluate a trained RUN on a split; print one trial's best doctors and the patients they were
+    chosen for."""
     from pipelines.doctor2vec.evaluate import evaluate_doctor2vec
 
     from .summaries import d2v_metrics

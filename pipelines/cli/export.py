@@ -1,4 +1,5 @@
-"""Export commands: ``export-embeddings`` (code vectors of a model or a program as Parquet and projector TSVs)."""
+"""Export commands: ``export-embeddings`` (code vectors of a model or a program as Parquet and
+projector TSVs)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,6 @@ from pipelines.eval.export import ExportConfig
 
 from .options import INPUT_DIR, config_options, force_option, handle_errors, verbosity_options
 
-# ExportConfig (pipelines/eval/export.py) has no metadata help yet: move these there, then drop help=
-_HELP = {
-    "program": "the model's program (default: the program/ copy in the model folder)",
-    "dataset": "tokenized dataset whose code_counts.parquet gives count and log_frequency",
-    "projector": "also write the TensorBoard projector files (vectors and metadata TSV)",
-    "vocabularies": "export only these vocabularies (default: all but SPECIAL)",
-    "dim": "program input: dimension of the untrained base composition (default 256)",
-    "seed": "program input: seed of the untrained atom and relation vectors",
-    "device": "auto, cpu, cuda",
-}
-
 
 @click.command("export-embeddings")
 @click.argument("source", metavar="MODEL_OR_PROGRAM", type=INPUT_DIR)
@@ -27,7 +17,6 @@ _HELP = {
     ExportConfig,
     exclude=["source", "out"],
     names={"vocabularies": "--vocabulary", "projector": "--projector/--no-projector"},
-    help=_HELP,
 )
 @force_option("Replace OUT when it holds an earlier export (anything else is never replaced).")
 @verbosity_options

@@ -163,7 +163,8 @@ def force_option(help: str = "Overwrite the output when it exists.") -> Callable
 
 
 def _component(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """A ``--name`` / ``--run-id`` value: one folder name under ``--out`` (no ``/``, ``..``, absolute path)."""
+    """A ``--name`` / ``--run-id`` value: one folder name under ``--out`` (no ``/``, ``..``,
+    absolute path)."""
     if value is None:
         return value
     from ontology_compiler.api import safe_component
@@ -190,7 +191,8 @@ def resume_option(f: F) -> F:
 
 
 def verbosity_options(f: F) -> F:
-    """``-v/--verbose`` (DEBUG) and ``-q/--quiet`` (WARNING); neither: INFO. Sets up logging, then runs ``f``."""
+    """``-v/--verbose`` (DEBUG) and ``-q/--quiet`` (WARNING); neither: INFO. Sets up logging, then
+    runs ``f``."""
     from ontology_compiler.api import setup_logging
 
     @functools.wraps(f)

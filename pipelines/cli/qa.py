@@ -87,7 +87,8 @@ def qa_evaluate_cmd(run: str, qa: str, program: str, **kw) -> None:
 @verbosity_options
 @handle_errors
 def qa_compare_cmd(**kw) -> None:
-    """Run the comparison grid on a dataset and write report.md (memory networks, visit Transformer vs BERT)."""
+    """Run the comparison grid on a dataset and write report.md (memory networks, visit Transformer
+    vs BERT)."""
     from pipelines.qa.compare import compare
 
     path = compare(**kw)

@@ -208,6 +208,7 @@ def same_or_raise(final: Path, dataset_id: str) -> bool:
         ) from e
     if manifest.get("dataset_id") != dataset_id:
         raise DatasetExistsError(
-            f"{final} holds dataset {manifest.get('dataset_id')!r}, not {dataset_id!r}; it is never overwritten"
+            f"{final} holds dataset {manifest.get('dataset_id')!r}, not {dataset_id!r}; "
+            "it is never overwritten"
         )
     return False

@@ -157,16 +157,20 @@ def _tables(con: duckdb.DuckDBPyConnection, data: ReadResult, deaths: pa.Table, 
     # one row per (subject, time, code), in visit and code order; then each subject's death
     con.execute(
         f"CREATE TEMP TABLE dx AS SELECT subject_id, visit_time AS time, {code} AS code, vocabulary, "
-        "code AS dotless, visit_index, seq FROM ev QUALIFY row_number() OVER (PARTITION BY subject_id, visit_time, "
+        "code AS dotless, visit_index, seq FROM ev QUALIFY row_number() "
+        "OVER (PARTITION BY subject_id, visit_time, "
         f"{code} ORDER BY visit_index, seq) = 1"
     )
     con.execute(
-        "CREATE TEMP TABLE events AS SELECT subject_id, time, code FROM (SELECT subject_id, time, code, 0 AS k, "
-        f"visit_index, seq FROM dx UNION ALL SELECT d.subject_id, d.time, '{DEATH_CODE}', 1, NULL, NULL FROM deaths d "
+        "CREATE TEMP TABLE events AS SELECT subject_id, time, code FROM "
+        "(SELECT subject_id, time, code, 0 AS k, "
+        f"visit_index, seq FROM dx UNION ALL SELECT d.subject_id, d.time, '{DEATH_CODE}', 1, NULL, NULL "
+        "FROM deaths d "
         "SEMI JOIN dx USING (subject_id)) ORDER BY subject_id, time, k, visit_index, seq"
     )
     codes = con.sql(
-        "SELECT code, any_value(vocabulary) AS vocabulary, any_value(dotless) AS dotless FROM dx GROUP BY code "
+        "SELECT code, any_value(vocabulary) AS vocabulary, any_value(dotless) AS dotless FROM dx "
+        "GROUP BY code "
         "ORDER BY code"
     ).to_arrow_table()
     vocab, dotless = codes["vocabulary"].to_pylist(), codes["dotless"].to_pylist()
@@ -189,9 +193,11 @@ def _tables(con: duckdb.DuckDBPyConnection, data: ReadResult, deaths: pa.Table, 
         "GROUP BY subject_id ORDER BY subject_id"
     ).to_arrow_table()
     labels = con.sql(
-        "WITH last AS (SELECT subject_id, max(visit_time) AS prediction_time FROM ev GROUP BY subject_id) "
+        "WITH last AS (SELECT subject_id, max(visit_time) AS prediction_time FROM ev "
+        "GROUP BY subject_id) "
         "SELECT l.subject_id, l.prediction_time, coalesce(date_diff('day', l.prediction_time, d.time) "
-        f"BETWEEN 0 AND {MORTALITY_DAYS}, false) AS boolean_value FROM last l LEFT JOIN deaths d USING (subject_id) "
+        f"BETWEEN 0 AND {MORTALITY_DAYS}, false) AS boolean_value FROM last l "
+        "LEFT JOIN deaths d USING (subject_id) "
         "ORDER BY l.subject_id"
     ).to_arrow_table()
     return {
@@ -235,7 +241,8 @@ def _counts(con: duckdb.DuckDBPyConnection, t: dict, labels: bool, shards: int) 
     deaths = int(pc.sum(pc.equal(ev["code"], DEATH_CODE)).as_py() or 0)
     dup = con.execute("SELECT (SELECT count(*) FROM ev) - (SELECT count(*) FROM dx)").fetchall()[0][0]
     shared = con.execute(
-        "SELECT count(*) FROM (SELECT subject_id, visit_time FROM ev GROUP BY ALL HAVING count(DISTINCT visit_index) > 1)"
+        "SELECT count(*) FROM (SELECT subject_id, visit_time FROM ev GROUP BY ALL "
+        "HAVING count(DISTINCT visit_index) > 1)"
     ).fetchall()[0][0]
     out = {
         "subjects": len(np.unique(ev["subject_id"].to_numpy())),
@@ -255,7 +262,8 @@ def _counts(con: duckdb.DuckDBPyConnection, t: dict, labels: bool, shards: int) 
 
 
 def _content_hash(root: Path, files: list[Path]) -> str:
-    """The first 16 hex digits of a SHA-256 over the source files' paths and SHA-256s (the export's version)."""
+    """The first 16 hex digits of a SHA-256 over the source files' paths and SHA-256s (the export's
+    version)."""
     from ontology_compiler.api import sha256_file
 
     h = hashlib.sha256()

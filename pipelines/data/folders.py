@@ -1,6 +1,6 @@
 """Output folders written whole or not at all: refuse what may not be replaced, write beside, rename.
 
-Every command that writes a folder of results (``export-embeddings``, ``transfer``, ``diff``, ...) follows
+Every command that writes a folder of results (``export-embeddings``, ``carry``, ``diff``, ...) follows
 one rule: an existing folder is never written over, unless it is empty, or ``--force`` is given and it holds
 the record file of an earlier result of the same command (:func:`check_out`); the result is written into a
 temporary folder beside the target and renamed into place (:func:`folder_written`, built on
@@ -71,8 +71,9 @@ def publish(tmp: Path, out: Path) -> None:
 
 @contextmanager
 def folder_written(out: Path, what: str) -> Iterator[Path]:
-    """A temporary folder beside ``out`` to write into; published as ``out`` when the block ends, removed
-    when it fails (an ``OSError`` becomes a :class:`PipelineError` naming ``out`` and the ``what`` written)."""
+    """A temporary folder beside ``out`` to write into; published as ``out`` when the block ends,
+    removed when it fails (an ``OSError`` becomes a :class:`PipelineError` naming ``out`` and the
+    ``what`` written)."""
     tmp = None
     try:
         tmp = temp_beside(out)

@@ -5,7 +5,8 @@
 
 Each source gives one dataset ``<out>/<name>/<dataset_id>/``; identical inputs, program and options
 give the same id, and preparing again is a no-op (nothing is read). The sources are those of the reader
-registry (:data:`pipelines.data.readers.READERS`), the options a :class:`~pipelines.data.config.PrepareConfig`.
+registry (:data:`pipelines.data.readers.READERS`), the options a
+:class:`~pipelines.data.config.PrepareConfig`.
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ def _refuse_unknown(tok: Tokenized, path: Path, program: Path) -> None:
 def _check_lengths(max_len: int, max_visits: int) -> None:
     if not 2 <= max_len <= INT16_MAX or not 1 <= max_visits <= INT16_MAX:
         raise ValueError(
-            f"max_len must be in [2, {INT16_MAX}] and max_visits in [1, {INT16_MAX}] (segment ids are int16), "
+            f"max_len must be in [2, {INT16_MAX}] and max_visits in [1, {INT16_MAX}] "
+            "(segment ids are int16), "
             f"got {max_len}, {max_visits}"
         )
 
@@ -270,7 +272,8 @@ def _read_hold_out(path: Path, concepts: pa.Table, program: Path) -> _HoldOut:
     missing = [c for c in HOLD_OUT_COLUMNS if c not in table.column_names]
     if missing:
         raise PipelineError(
-            f"{path}: hold-out file lacks column(s) {', '.join(missing)} (has {', '.join(table.column_names)}); "
+            f"{path}: hold-out file lacks column(s) {', '.join(missing)} "
+            f"(has {', '.join(table.column_names)}); "
             f"expected {expected}"
         )
     voc = pc.utf8_upper(pc.replace_substring_regex(table["vocabulary"].cast(pa.string()), r"[\s_-]", ""))
@@ -406,7 +409,8 @@ def prepare(
     threads: int | None = None,
     **given: str | Path | None,
 ) -> list[PrepareResult]:
-    """Prepare one dataset per source given (the demo's datasets: :func:`pipelines.demo.prepare.prepare_demo`).
+    """Prepare one dataset per source given (the demo's datasets:
+    :func:`pipelines.demo.prepare.prepare_demo`).
 
     ``given``: a source folder per reader option (``mimic=``, ``eicu=``, ``meds=``:
     :data:`~pipelines.data.readers.READERS`, prepared in that order; None: not given) and the fields of
@@ -426,7 +430,8 @@ def prepare(
 
 
 def _nonzero(counts: dict) -> dict:
-    """The non-zero numbers of ``counts`` (nested dicts flattened as ``outer.inner``; lists and text left out)."""
+    """The non-zero numbers of ``counts`` (nested dicts flattened as ``outer.inner``; lists and text
+    left out)."""
     out = {}
     for k, v in counts.items():
         if isinstance(v, dict):
@@ -437,8 +442,9 @@ def _nonzero(counts: dict) -> dict:
 
 
 # counts the first lines of the summary show; every other non-zero count follows them
-_SHOWN_CODES = ("code_rows", "tokens", "concepts_seen_in_pretraining", "program_concepts", "log_frequency_min",
-                "log_frequency_max", "unknown_code_rows", "unknown_code_share", "unknown_codes_distinct")  # fmt: skip
+_SHOWN_CODES = ("code_rows", "tokens", "concepts_seen_in_pretraining", "program_concepts",
+                "log_frequency_min", "log_frequency_max", "unknown_code_rows", "unknown_code_share",
+                "unknown_codes_distinct")  # fmt: skip
 
 
 def describe(results: list[PrepareResult]) -> str:
@@ -456,7 +462,8 @@ def describe(results: list[PrepareResult]) -> str:
             f"patients  {p['kept']} kept of {p['in_source']}; dropped {p['dropped']}",
             f"splits    {', '.join(f'{k} {v}' for k, v in p['by_split'].items())}",
             f"codes     {codes['tokens']} tokens from {codes.get('code_rows', 0)} code rows, "
-            f"{codes['concepts_seen_in_pretraining']} of {codes['program_concepts']} concepts seen in pretraining"
+            f"{codes['concepts_seen_in_pretraining']} of {codes['program_concepts']} "
+            "concepts seen in pretraining"
             + (f", log frequency {lf[0]:.2f} to {lf[1]:.2f}" if None not in lf else ""),
             f"unknown   {codes['unknown_code_rows']} code rows ({100 * codes['unknown_code_share']:.2f} %), "
             f"{codes['unknown_codes_distinct']} distinct codes not in the program",
@@ -481,11 +488,13 @@ def _describe_rood(r: dict) -> str:
     if r["selection"] == "off":
         return "rood      off (no code held out)"
     where = (
-        f"from {r['hold_out_file']} ({r['hold_out_unresolved']} of {r['hold_out_rows']} rows not in the program)"
+        f"from {r['hold_out_file']} "
+        f"({r['hold_out_unresolved']} of {r['hold_out_rows']} rows not in the program)"
         if r["selection"] == "hold_out_file"
         else f"chosen (target {r['unseen_target']} unseen patients)"
     )
     return (
-        f"rood      {r['held_out_codes']} held-out codes {where}, {r['held_out_codes_in_cohort']} in the cohort; "
+        f"rood      {r['held_out_codes']} held-out codes {where}, "
+        f"{r['held_out_codes_in_cohort']} in the cohort; "
         f"{r['patients']} patients, {r['unseen_patients']} of them with mostly held-out codes (rood_unseen)"
     )

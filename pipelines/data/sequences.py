@@ -4,7 +4,7 @@
 The dataset is known through its files only (``docs/dataset-format.md``): ``manifest.json``
 (``program_id``, ``dataset_id``), ``patients.parquet`` and ``code_counts.parquet``. A dataset tokenized
 against another program than the model's is refused. MLM masking lives in :mod:`pipelines.train.mlm`.
-A MEDS label task (:mod:`pipelines.data.labels`) is placed with :meth:`TokenizedDataset.place_labels` and
+A MEDS label task (:mod:`pipelines.data.label_tasks`) is placed with :meth:`TokenizedDataset.place_labels` and
 read per split with :meth:`TokenizedDataset.label_sequences` (sequences cut at each row's prediction time).
 
 Dimension legend: P patients in a split, T codes per sequence (padded), B batch, N concepts,
@@ -28,7 +28,7 @@ from torch import Tensor
 
 from pipelines.errors import InputFileError, PipelineError
 
-from .labels import LabelTask, PlacedLabels, place_labels
+from .label_tasks import LabelTask, PlacedLabels, place_labels
 from .splits import SPLITS
 from .tasks import TASK_LABELS
 
@@ -50,7 +50,8 @@ class DatasetProgramMismatchError(PipelineError):
         self.path, self.dataset_program, self.program = path, dataset_program, program
         super().__init__(
             f"{path}: dataset was tokenized against program {dataset_program!r}, but program {program!r} "
-            "was given; pass the program the dataset was prepared with, or re-run `hrrbert prepare` against this one"
+            "was given; pass the program the dataset was prepared with, "
+            "or re-run `hrrbert prepare` against this one"
         )
 
 
@@ -195,7 +196,7 @@ class TokenizedDataset:
 
     def place_labels(self, task: LabelTask) -> PlacedLabels:
         """The rows of a MEDS label task placed in this dataset: patient, split and input length of each
-        (:func:`pipelines.data.labels.place_labels`)."""
+        (:func:`pipelines.data.label_tasks.place_labels`)."""
         return place_labels(task, self.table, self.patients_path)
 
     def label_sequences(
@@ -228,7 +229,8 @@ class TokenizedDataset:
         cut: np.ndarray | None,
         labels: Tensor | None,
     ) -> Sequences:
-        """Rows ``rows`` of ``patients.parquet`` padded into tensors, each cut at ``cut`` tokens when given."""
+        """Rows ``rows`` of ``patients.parquet`` padded into tensors, each cut at ``cut`` tokens when
+        given."""
         t = self.table.take(pa.array(rows, pa.int64()))
         ids_col = t.column("input_ids")
         lengths = pc.list_value_length(ids_col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -237,7 +239,8 @@ class TokenizedDataset:
         if len(lengths) and lengths.max() > max_len:
             raise InputFileError(
                 self.patients_path,
-                f"split {split!r} has sequences of {int(lengths.max())} codes, more than the model's max_len {max_len}",
+                f"split {split!r} has sequences of {int(lengths.max())} codes, "
+                f"more than the model's max_len {max_len}",
             )
         width = max(int(lengths.max()) if len(lengths) else 1, 1)
         input_ids = _pad(ids_col, lengths, width, self.pad_id)

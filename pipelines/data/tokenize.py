@@ -227,9 +227,9 @@ def snomed_tokens(concepts: pa.Table) -> tuple[np.ndarray, pa.Table]:
 
 
 def resolve_snomed(events: pa.Table, concepts: pa.Table) -> tuple[pa.Table, dict]:
-    """``events`` with each ``SNOMED`` row's (vocabulary, code) replaced by its token's (:func:`snomed_tokens`);
-    rows of concepts without a token stay ``SNOMED`` (unknown codes). Counts: ``snomed_code_rows`` and
-    ``snomed_code_rows_mapped``."""
+    """``events`` with each ``SNOMED`` row's (vocabulary, code) replaced by its token's
+    (:func:`snomed_tokens`); rows of concepts without a token stay ``SNOMED`` (unknown codes). Counts:
+    ``snomed_code_rows`` and ``snomed_code_rows_mapped``."""
     is_sct = np.asarray(pc.fill_null(pc.equal(events["vocabulary"], SNOMED_VOCABULARY), False))
     counts = {"snomed_code_rows": int(is_sct.sum()), "snomed_code_rows_mapped": 0}
     if not is_sct.any():

@@ -234,8 +234,8 @@ class _Draws:
 
     def draw(self, kind: str, flagged: np.ndarray, chapter: np.ndarray, u: np.ndarray) -> np.ndarray:
         """One condition per element: from ``chapter`` (its patient's system) where it is > 0, else from all
-        conditions; ``flagged`` elements draw among the conditions that have reserved codes, in a chapter drawn
-        by the ordinary mix where no system is given (:func:`flagged_chapter_mix`)."""
+        conditions; ``flagged`` elements draw among the conditions that have reserved codes, in a chapter
+        drawn by the ordinary mix where no system is given (:func:`flagged_chapter_mix`)."""
         u = u * (1 - 1e-9)
         out = np.empty(len(u), dtype=np.int64)
         for f in (False, True):

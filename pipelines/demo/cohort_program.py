@@ -116,7 +116,8 @@ def read_program(program: str | Path, seed: int) -> ProgramFacts:
     con.register("e", edges)
     sig = con.sql(
         "SELECT concept_id, dense_rank() OVER (ORDER BY sig) AS g FROM (SELECT concept_id, "
-        "list(relation_id::BIGINT * 4294967296 + atom_id ORDER BY relation_id, atom_id) AS sig FROM e GROUP BY 1)"
+        "list(relation_id::BIGINT * 4294967296 + atom_id ORDER BY relation_id, atom_id) AS sig FROM e "
+        "GROUP BY 1)"
     ).fetchnumpy()
     group = np.full(len(cid), -1, dtype=np.int64)
     group[row_of[sig["concept_id"]]] = sig["g"]

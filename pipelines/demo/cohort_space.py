@@ -41,12 +41,12 @@ SEVERITY_OVERRIDES = {
 }  # fmt: skip
 # The code MIMIC-IV writes most under a head category (it gets the category's largest popularity).
 HEAD_CODES = {
-    "E78": "E785", "Z87": "Z87891", "K21": "K219", "F32": "F329", "I25": "I2510", "Z79": "Z7901", "E11": "E119",
-    "F41": "F419", "N17": "N179", "D64": "D649", "E87": "E871", "I48": "I4891", "N18": "N189", "E03": "E039",
-    "G47": "G4733", "J44": "J449", "I50": "I5032", "Z86": "Z8673", "F17": "F17210", "J45": "J45909",
-    "Z95": "Z955", "E66": "E669", "Y92": "Y929", "J96": "J9601", "N39": "N390", "R78": "R7881", "K59": "K5900",
-    "J18": "J189", "A41": "A419", "E86": "E860", "I12": "I129", "M81": "M810", "R65": "R6520", "C34": "C3490",
-    "I21": "I214", "G89": "G8929",
+    "E78": "E785", "Z87": "Z87891", "K21": "K219", "F32": "F329", "I25": "I2510", "Z79": "Z7901",
+    "E11": "E119", "F41": "F419", "N17": "N179", "D64": "D649", "E87": "E871", "I48": "I4891", "N18": "N189",
+    "E03": "E039", "G47": "G4733", "J44": "J449", "I50": "I5032", "Z86": "Z8673", "F17": "F17210",
+    "J45": "J45909", "Z95": "Z955", "E66": "E669", "Y92": "Y929", "J96": "J9601", "N39": "N390",
+    "R78": "R7881", "K59": "K5900", "J18": "J189", "A41": "A419", "E86": "E860", "I12": "I129", "M81": "M810",
+    "R65": "R6520", "C34": "C3490", "I21": "I214", "G89": "G8929",
 }  # fmt: skip
 # Share of a condition's prevalence that is chronic (once active, coded again at most later visits), by
 # chapter, and overrides for the common categories.

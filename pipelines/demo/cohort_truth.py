@@ -13,7 +13,8 @@ count them, ``CodeSpace.code_chapter``). In ``cohort._diagnoses`` that visit hol
 Dropping a repeated (visit, code) does not change which chapters are present, so with q_ic the chance that
 no chronic code of chapter c is written,
 
-    P(chapter c in the last visit) = 1 - q_ic * E[(1 - s_ic)^(1+N)] = 1 - q_ic * (1 - s_ic) * exp(-rate_i * s_ic)
+    P(chapter c in the last visit) = 1 - q_ic * E[(1 - s_ic)^(1+N)]
+                                   = 1 - q_ic * (1 - s_ic) * exp(-rate_i * s_ic)
 
 exactly, for the MIMIC-IV layout. (eICU writes a code's ICD-9 part, its ICD-10 part, both or neither; its
 probabilities use the same formula and so are an approximation there.)

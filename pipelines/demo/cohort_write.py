@@ -38,14 +38,19 @@ EICU_COLUMNS = {
         "unittype,unitadmittime24,unitadmitsource,unitvisitnumber,unitstaytype,admissionweight,dischargeweight,"
         "unitdischargetime24,unitdischargeoffset,unitdischargelocation,unitdischargestatus,uniquepid"
     ),
-    "diagnosis": "diagnosisid,patientunitstayid,activeupondischarge,diagnosisoffset,diagnosisstring,icd9code,diagnosispriority",
+    "diagnosis": (
+        "diagnosisid,patientunitstayid,activeupondischarge,diagnosisoffset,diagnosisstring,icd9code,"
+        "diagnosispriority"
+    ),
 }
 ADMISSION_TYPES = ["EW EMER.", "EU OBSERVATION", "OBSERVATION ADMIT", "URGENT", "SURGICAL SAME DAY ADMISSION",
                    "DIRECT EMER.", "ELECTIVE", "DIRECT OBSERVATION", "AMBULATORY OBSERVATION"]  # fmt: skip
-ADMISSION_LOCATIONS = ["EMERGENCY ROOM", "PHYSICIAN REFERRAL", "TRANSFER FROM HOSPITAL", "WALK-IN/SELF REFERRAL",
-                       "CLINIC REFERRAL", "PROCEDURE SITE", "TRANSFER FROM SKILLED NURSING FACILITY", "PACU"]  # fmt: skip
+ADMISSION_LOCATIONS = ["EMERGENCY ROOM", "PHYSICIAN REFERRAL", "TRANSFER FROM HOSPITAL",
+                       "WALK-IN/SELF REFERRAL", "CLINIC REFERRAL", "PROCEDURE SITE",
+                       "TRANSFER FROM SKILLED NURSING FACILITY", "PACU"]  # fmt: skip
 DISCHARGE_LOCATIONS = ["HOME", "HOME HEALTH CARE", "SKILLED NURSING FACILITY", "REHAB",
-                       "CHRONIC/LONG TERM ACUTE CARE", "HOSPICE", "AGAINST ADVICE", "PSYCH FACILITY"]  # fmt: skip
+                       "CHRONIC/LONG TERM ACUTE CARE", "HOSPICE", "AGAINST ADVICE",
+                       "PSYCH FACILITY"]  # fmt: skip
 INSURANCE = ["Medicare", "Medicaid", "Other"]
 MARITAL = ["MARRIED", "SINGLE", "WIDOWED", "DIVORCED"]
 RACE = ["WHITE", "BLACK/AFRICAN AMERICAN", "HISPANIC/LATINO - PUERTO RICAN", "ASIAN", "OTHER", "UNKNOWN",
@@ -188,10 +193,13 @@ def write_mimic(
         hosp / "admissions.csv.gz",
         f"subject_id, hadm_id, {_ts('admit')} AS admittime, {_ts('disch')} AS dischtime, "
         f"CASE WHEN died THEN {_ts('disch')} END AS deathtime, {_lit(ADMISSION_TYPES)}[t] AS admission_type, "
-        f"printf('P%05X', prov) AS admit_provider_id, {_lit(ADMISSION_LOCATIONS)}[aloc] AS admission_location, "
+        "printf('P%05X', prov) AS admit_provider_id, "
+        f"{_lit(ADMISSION_LOCATIONS)}[aloc] AS admission_location, "
         f"CASE WHEN died THEN 'DIED' WHEN dloc = 8 THEN NULL ELSE {_lit(DISCHARGE_LOCATIONS)}[dloc] END "
-        f"AS discharge_location, {_lit(INSURANCE)}[ins] AS insurance, CASE WHEN lang THEN 'ENGLISH' ELSE '?' END "
-        f"AS language, CASE WHEN mar <= 4 THEN {_lit(MARITAL)}[mar] END AS marital_status, {_lit(RACE)}[race] "
+        f"AS discharge_location, {_lit(INSURANCE)}[ins] AS insurance, "
+        "CASE WHEN lang THEN 'ENGLISH' ELSE '?' END "
+        f"AS language, CASE WHEN mar <= 4 THEN {_lit(MARITAL)}[mar] END AS marital_status, "
+        f"{_lit(RACE)}[race] "
         f"AS race, CASE WHEN ed_in >= 0 THEN {_ts('ed_in')} END AS edregtime, CASE WHEN ed_in >= 0 THEN "
         f"{_ts('admit + 600')} END AS edouttime, died::INT AS hospital_expire_flag",
     )
@@ -298,8 +306,10 @@ def _write_eicu_patients(
         con,
         "SELECT * FROM u JOIN cats USING (cond) ORDER BY pid, admit, unit_no",
         root / "patient.csv.gz",
-        "stay AS patientunitstayid, hss AS patienthealthsystemstayid, CASE WHEN female THEN 'Female' ELSE 'Male' "
-        f"END AS gender, CASE WHEN age > 89 THEN '> 89' ELSE age::VARCHAR END AS age, {_lit(EICU_ETHNICITY)}[eth] "
+        "stay AS patientunitstayid, hss AS patienthealthsystemstayid, "
+        "CASE WHEN female THEN 'Female' ELSE 'Male' "
+        "END AS gender, CASE WHEN age > 89 THEN '> 89' ELSE age::VARCHAR END AS age, "
+        f"{_lit(EICU_ETHNICITY)}[eth] "
         "AS ethnicity, hosp AS hospitalid, ward AS wardid, printf('%s, chapter %d', category, chapter) "
         f"AS apacheadmissiondx, height AS admissionheight, {t24.format('admit')} AS hospitaladmittime24, "
         f"hoff AS hospitaladmitoffset, {_lit(EICU_SOURCES)}[src] AS hospitaladmitsource, "
@@ -356,7 +366,10 @@ def _write_eicu_diagnoses(
         pa.table({"unit_row": np.arange(u), "stay": con.sql("SELECT stay FROM u").fetchnumpy()["stay"]}),
     )
     con.register("codes", _codes_table(space))
-    parts = "CASE mode WHEN 0 THEN k9.dotted || ', ' || k10.dotted WHEN 1 THEN k9.dotted WHEN 2 THEN k10.dotted ELSE '' END"
+    parts = (
+        "CASE mode WHEN 0 THEN k9.dotted || ', ' || k10.dotted WHEN 1 THEN k9.dotted WHEN 2 THEN k10.dotted "
+        "ELSE '' END"
+    )
     _copy(
         con,
         f"SELECT g.*, s.stay, cats.category, cats.chapter, k9.dotted AS d9, ({parts}) AS base FROM g "
@@ -365,8 +378,10 @@ def _write_eicu_diagnoses(
         root / "diagnosis.csv.gz",
         "did AS diagnosisid, stay AS patientunitstayid, CASE WHEN active THEN 'True' ELSE 'False' END "
         "AS activeupondischarge, off AS diagnosisoffset, printf('chapter %d|%s', chapter, category) "
-        "AS diagnosisstring, CASE WHEN base = '' THEN NULL WHEN stray = 1 THEN '  ' || replace(base, ', ', ' ,  ') "
-        "|| ' ' WHEN stray = 2 THEN base || ', ' WHEN stray = 3 THEN replace(base, ', ', ',, ') ELSE base END "
+        "AS diagnosisstring, CASE WHEN base = '' THEN NULL "
+        "WHEN stray = 1 THEN '  ' || replace(base, ', ', ' ,  ') "
+        "|| ' ' WHEN stray = 2 THEN base || ', ' WHEN stray = 3 THEN replace(base, ', ', ',, ') "
+        "ELSE base END "
         "AS icd9code, CASE WHEN seq = 1 THEN 'Primary' WHEN seq <= 3 THEN 'Major' ELSE 'Other' END "
         "AS diagnosispriority",
     )
@@ -513,16 +528,19 @@ def _ground_truth_readme(
             "conditions.parquet": "the chronic conditions of each patient, their onset visit and ICD-10 code",
             "codes.parquet": "the condition behind every diagnosis row",
             "condition_catalog.parquet": "every condition (ICD-10-CM category) with its prevalences",
-            "reserved_codes.parquet": "the codes only flagged patients have (vocabulary, dotless code, condition)",
+            "reserved_codes.parquet": "the codes only flagged patients have "
+            "(vocabulary, dotless code, condition)",
             "task_probabilities.parquet": "true label probabilities given the generator's latent state",
         },
         "counts": counts,
         "reserved_codes": int(np.count_nonzero(space.cand_reserved)),
         "reserved_codes_excluded": dict(space.reserved_excluded),
         "task_probabilities": (
-            "subject_id: as the reader numbers patients (MIMIC-IV: subject_id; eICU: dense rank of uniquepid). "
+            "subject_id: as the reader numbers patients (MIMIC-IV: subject_id; eICU: dense rank of "
+            "uniquepid). "
             "mortality: true P(label) (MIMIC-IV: death within 182 days of the last discharge; eICU: death in "
-            "hospital, ignoring the 1 % of stays without a discharge status). chapters: true P(chapter i+1 among "
+            "hospital, ignoring the 1 % of stays without a discharge status). "
+            "chapters: true P(chapter i+1 among "
             "the last visit's codes), exact for MIMIC-IV; for eICU the same formula, an approximation (eICU "
             "writes a code's ICD-9 part, ICD-10 part, both or neither)."
         ),
@@ -563,7 +581,8 @@ PROCEDURES = [
     ("9915", "Parenteral infusion of concentrated nutritional substances", "3E0436Z",
      "Introduction of Nutritional Substance into Central Vein, Percutaneous Approach", 2),
     ("0331", "Spinal tap", "009U3ZX", "Drainage of Spinal Canal, Percutaneous Approach, Diagnostic", 6),
-    ("8703", "Computerized axial tomography of head", "B020ZZZ", "Computerized Tomography (CT Scan) of Brain", 6),
+    ("8703", "Computerized axial tomography of head", "B020ZZZ",
+     "Computerized Tomography (CT Scan) of Brain", 6),
     ("4311", "Percutaneous [endoscopic] gastrostomy [PEG]", "0DH63UZ",
      "Insertion of Feeding Device into Stomach, Percutaneous Approach", 6),
     ("8872", "Diagnostic ultrasound of heart", "B246ZZZ", "Ultrasonography of Right and Left Heart", 9),
@@ -572,25 +591,33 @@ PROCEDURES = [
     ("3722", "Left heart cardiac catheterization", "4A023N7",
      "Measurement of Cardiac Sampling and Pressure, Left Heart, Percutaneous Approach", 9),
     ("3607", "Insertion of drug-eluting coronary artery stent(s)", "027034Z",
-     "Dilation of Coronary Artery, One Artery with Drug-eluting Intraluminal Device, Percutaneous Approach", 9),
+     "Dilation of Coronary Artery, One Artery with Drug-eluting Intraluminal Device, "
+     "Percutaneous Approach", 9),
     ("3611", "(Aorto)coronary bypass of one coronary artery", "021009W",
      "Bypass Coronary Artery, One Artery from Aorta with Autologous Venous Tissue, Open Approach", 9),
     ("3491", "Thoracentesis", "0W993ZZ", "Drainage of Right Pleural Cavity, Percutaneous Approach", 10),
     ("9390", "Non-invasive mechanical ventilation", "5A09357",
-     "Assistance with Respiratory Ventilation, Less than 24 Consecutive Hours, Continuous Positive Airway Pressure", 10),
+     "Assistance with Respiratory Ventilation, Less than 24 Consecutive Hours, "
+     "Continuous Positive Airway Pressure", 10),
     ("4516", "Esophagogastroduodenoscopy [EGD] with closed biopsy", "0DB68ZX",
      "Excision of Stomach, Via Natural or Artificial Opening Endoscopic, Diagnostic", 11),
-    ("5123", "Laparoscopic cholecystectomy", "0FT44ZZ", "Resection of Gallbladder, Percutaneous Endoscopic Approach", 11),
-    ("4701", "Laparoscopic appendectomy", "0DTJ4ZZ", "Resection of Appendix, Percutaneous Endoscopic Approach", 11),
-    ("5491", "Percutaneous abdominal drainage", "0W9G3ZZ", "Drainage of Peritoneal Cavity, Percutaneous Approach", 11),
+    ("5123", "Laparoscopic cholecystectomy", "0FT44ZZ",
+     "Resection of Gallbladder, Percutaneous Endoscopic Approach", 11),
+    ("4701", "Laparoscopic appendectomy", "0DTJ4ZZ",
+     "Resection of Appendix, Percutaneous Endoscopic Approach", 11),
+    ("5491", "Percutaneous abdominal drainage", "0W9G3ZZ",
+     "Drainage of Peritoneal Cavity, Percutaneous Approach", 11),
     ("8622", "Excisional debridement of wound, infection, or burn", "0JBN0ZZ",
      "Excision of Right Lower Leg Subcutaneous Tissue and Fascia, Open Approach", 12),
     ("8154", "Total knee replacement", "0SRD0J9",
      "Replacement of Left Knee Joint with Synthetic Substitute, Cemented, Open Approach", 13),
     ("8151", "Total hip replacement", "0SR9019",
-     "Replacement of Right Hip Joint with Metal on Polyethylene Synthetic Substitute, Cemented, Open Approach", 13),
-    ("3995", "Hemodialysis", "5A1D70Z", "Performance of Urinary Filtration, Intermittent, Less than 6 Hours Per Day", 14),
-    ("741", "Low cervical cesarean section", "10D00Z1", "Extraction of Products of Conception, Low, Open Approach", 15),
+     "Replacement of Right Hip Joint with Metal on Polyethylene Synthetic Substitute, Cemented, "
+     "Open Approach", 13),
+    ("3995", "Hemodialysis", "5A1D70Z",
+     "Performance of Urinary Filtration, Intermittent, Less than 6 Hours Per Day", 14),
+    ("741", "Low cervical cesarean section", "10D00Z1",
+     "Extraction of Products of Conception, Low, Open Approach", 15),
     ("7935", "Open reduction of fracture with internal fixation, femur", "0QS604Z",
      "Reposition Right Upper Femur with Internal Fixation Device, Open Approach", 19),
 ]  # fmt: skip
@@ -645,7 +672,8 @@ DRUGS = [
 ]  # fmt: skip
 CARE_UNITS = ["Medical Intensive Care Unit (MICU)", "Medical/Surgical Intensive Care Unit (MICU/SICU)",
               "Surgical Intensive Care Unit (SICU)", "Cardiac Vascular Intensive Care Unit (CVICU)",
-              "Coronary Care Unit (CCU)", "Trauma SICU (TSICU)", "Neuro Surgical Intensive Care Unit (Neuro SICU)"]  # fmt: skip
+              "Coronary Care Unit (CCU)", "Trauma SICU (TSICU)",
+              "Neuro Surgical Intensive Care Unit (Neuro SICU)"]  # fmt: skip
 
 
 @dataclass
@@ -773,7 +801,8 @@ def _write_icustays(
         con,
         "SELECT * FROM icu ORDER BY subject_id, intime",
         root / "icu" / "icustays.csv.gz",
-        f"subject_id, hadm_id, stay_id, {_lit(CARE_UNITS)}[first] AS first_careunit, {_lit(CARE_UNITS)}[lastu] "
+        f"subject_id, hadm_id, stay_id, {_lit(CARE_UNITS)}[first] AS first_careunit, "
+        f"{_lit(CARE_UNITS)}[lastu] "
         f"AS last_careunit, {_ts('intime')} AS intime, {_ts('outtime')} AS outtime, "
         "(outtime - intime) / 86400.0 AS los",
     )
@@ -835,7 +864,8 @@ def _write_procedures(
 
 def _drugs_table() -> pa.Table:
     """The drug catalogue with synthetic codes: ``formulary_drug_cd`` from the name and strength, and
-    ``gsn`` and ``ndc`` numbered in the catalogue's order (an NDC of labeler 99999, which names no product)."""
+    ``gsn`` and ``ndc`` numbered in the catalogue's order (an NDC of labeler 99999, which names no
+    product)."""
     cols = list(zip(*DRUGS, strict=True))
     k = len(DRUGS)
     fdc = [
@@ -903,10 +933,12 @@ def _write_prescriptions(
         con,
         "SELECT * FROM rx JOIN drugs USING (drug_idx) ORDER BY subject_id, hadm_id, start, pharmacy_id",
         root / "hosp" / "prescriptions.csv.gz",
-        "subject_id, hadm_id, pharmacy_id, CASE WHEN NOT no_poe THEN printf('%d-%d', subject_id, seq) END AS poe_id, "
+        "subject_id, hadm_id, pharmacy_id, "
+        "CASE WHEN NOT no_poe THEN printf('%d-%d', subject_id, seq) END AS poe_id, "
         "CASE WHEN NOT no_poe THEN seq END AS poe_seq, CASE WHEN NOT no_prov THEN printf('P%05X', prov) END "
         f"AS order_provider_id, {_ts('start')} AS starttime, {_ts('stop')} AS stoptime, drug_type, drug, "
-        "formulary_drug_cd, gsn, ndc, prod_strength, NULL AS form_rx, dose_val_rx, dose_unit_rx, form_val_disp, "
+        "formulary_drug_cd, gsn, ndc, prod_strength, NULL AS form_rx, dose_val_rx, dose_unit_rx, "
+        "form_val_disp, "
         "form_unit_disp, doses_per_24_hrs, route",
     )
     return r

@@ -45,14 +45,15 @@ DEMO_SPLITS = {
 
 
 def demo_split_sizes(n_patients: int) -> dict[str, int]:
-    """:data:`DEMO_SPLITS` scaled down to a cohort of ``n_patients`` (they are sized for :data:`DEMO_PATIENTS`)."""
+    """:data:`DEMO_SPLITS` scaled down to a cohort of ``n_patients`` (they are sized for
+    :data:`DEMO_PATIENTS`)."""
     scale = min(1.0, n_patients / DEMO_PATIENTS)
     return {k: max(1, int(round(v * scale))) for k, v in DEMO_SPLITS.items()}
 
 
 @dataclass
 class DemoConfig:
-    """Options of ``hrrbert demo`` (:func:`pipelines.demo.run.run_demo`; ``transfer``: the transfer study)."""
+    """Options of ``hrrbert demo`` (:func:`pipelines.demo.run.run_demo`; ``carry``: the carry study)."""
 
     out: str = field(
         default="artifacts",
@@ -75,18 +76,19 @@ class DemoConfig:
     seed: int = field(
         default=0,
         metadata={
-            "help": "seed of the synthetic cohort and its splits (the demo release is the same for every seed)"
+            "help": "seed of the synthetic cohort and its splits "
+            "(the demo release is the same for every seed)"
         },
     )
     full: bool = field(
         default=False,
         metadata={"help": "also train the freq, add and cat configurations (several times longer)"},
     )
-    transfer: bool = field(
+    carry: bool = field(
         default=False,
         metadata={
-            "help": "instead: train on the release as of its first date, carry the models to the latest release "
-            "(hrrbert transfer) and score the codes it added (runs/<name>-transfer/transfer/)"
+            "help": "instead: train on the release as of its first date, carry the models to the latest "
+            "release (hrrbert carry) and score the codes it added (runs/<name>-carry/carry/)"
         },
     )
     device: str = field(default="cpu", metadata={"help": "cpu, cuda or auto"})

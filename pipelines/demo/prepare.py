@@ -84,8 +84,11 @@ def export_demo_meds(
     from pipelines.data.export_meds import export_meds
 
     artifacts = Path(artifacts)
-    # the release of ``seed`` (prepare_demo's is DEMO_RELEASE_SEED's; the same for the default seed 0)
-    release = ensure_demo_release(artifacts / "releases" / f"demo_icd10cm_{size}", size=size, seed=seed)
+    # the one demo release (DEMO_RELEASE_SEED, as prepare_demo's): ``seed`` draws the cohort only, so the
+    # two commands never rebuild each other's release in the same folder
+    release = ensure_demo_release(
+        artifacts / "releases" / f"demo_icd10cm_{size}", size=size, seed=DEMO_RELEASE_SEED
+    )
     program = compile_ontology(release, out=artifacts / "programs").path
     cohort = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
     return export_meds("mimic-iv", cohort, out, **kwargs)

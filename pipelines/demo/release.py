@@ -179,7 +179,8 @@ def _prepare_out(out: Path) -> None:
 
 
 def _new_codes(tree, data) -> set[str]:
-    """ICD-10-CM nodes absent from the 2015/16 GEMs (neither they nor a descendant): the demo's 2nd release."""
+    """ICD-10-CM nodes absent from the 2015/16 GEMs (neither they nor a descendant): the demo's 2nd
+    release."""
     old: set[str] = set()
     for src, _tgt, _flags in data.backward:
         k = tree.resolve(src)
@@ -451,6 +452,7 @@ def _readme(size: str, seed: int, counts: dict[str, Any]) -> str:
 
 
 def describe_release(path: Path) -> str:
-    """The release folder and the counts of its ``release_info.json`` (what ``hrrbert demo-release`` prints)."""
+    """The release folder and the counts of its ``release_info.json`` (what ``hrrbert demo-release``
+    prints)."""
     info = json.loads((Path(path) / "release_info.json").read_text(encoding="utf-8"))
     return "\n".join([str(path), *(f"  {k}: {v}" for k, v in sorted(info["counts"].items()))])

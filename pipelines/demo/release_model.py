@@ -435,7 +435,8 @@ class DemoRelease:
                     2,
                     1,
                     "TRUE",
-                    f"ALWAYS {second} | POSSIBLE REQUIREMENT FOR ADDITIONAL CODE TO FULLY DESCRIBE DISEASE OR CONDITION",
+                    f"ALWAYS {second} | POSSIBLE REQUIREMENT FOR ADDITIONAL CODE TO FULLY DESCRIBE "
+                    "DISEASE OR CONDITION",
                     second,
                     447637006,
                 )
@@ -449,7 +450,10 @@ class DemoRelease:
             advice = f"IF FEMALE CHOOSE {alt} | MAP OF SOURCE CONCEPT IS CONTEXT DEPENDENT"
         else:
             rule = "IFA 445518008 | Age at onset of clinical finding (observable entity) | < 18.0 years"
-            advice = f"IF AGE AT ONSET OF CLINICAL FINDING BEFORE 18.0 YEARS CHOOSE {alt} | MAP OF SOURCE CONCEPT IS CONTEXT DEPENDENT"
+            advice = (
+                f"IF AGE AT ONSET OF CLINICAL FINDING BEFORE 18.0 YEARS CHOOSE {alt} | "
+                "MAP OF SOURCE CONCEPT IS CONTEXT DEPENDENT"
+            )
         if unit(self.seed, "escape", c.key) < 0.3:
             rule, advice = rule.replace("|", "&#x7C;"), advice.replace("|", "&#x7C;")
         return [
@@ -471,13 +475,15 @@ def _first_leaf(t: Icd10Tree, key: str) -> str:
 
 
 # Attributes written ungrouped (group 0); the others get role groups from 1.
-UNGROUPED = ("clinical_course", "severity", "episodicity", "occurrence", "onset", "finding_method", "finding_informer", "has_intent")  # fmt: skip
+UNGROUPED = ("clinical_course", "severity", "episodicity", "occurrence", "onset", "finding_method",
+             "finding_informer", "has_intent")  # fmt: skip
 PAIRED_GROUPS: list[tuple[str, ...]] = [
     ("associated_finding", "finding_context", "temporal_context", "subject_context"),
     ("associated_procedure", "procedure_context", "has_focus"),
     ("has_interpretation", "interprets"),
 ]
-SINGLE_GROUPS = ("due_to", "after", "manifestation", "associated_with", "during", "temporally_related_to", "before", "precondition")  # fmt: skip
+SINGLE_GROUPS = ("due_to", "after", "manifestation", "associated_with", "during", "temporally_related_to",
+                 "before", "precondition")  # fmt: skip
 
 
 def _role_groups(eff: dict[str, list[str]]) -> list[tuple[int, str, str]]:

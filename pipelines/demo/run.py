@@ -3,8 +3,8 @@
 Builds the demo release (RF2 layout, from public ICD-10-CM / ICD-9-CM text and the real CMS GEMs; not
 SNOMED content), compiles it into an HRR program, generates the synthetic MIMIC-IV / eICU-layout cohort,
 tokenizes it into datasets, and queries the program with the README's SQL. Then it runs the smallest
-instance of the paper's experiment (:mod:`pipelines.eval.experiment`): small (``mini``) ``unstructured`` and ``base``
-models pretrained on ``demo-mimic`` side by side, fine-tuned on mortality and chapters, evaluated
+instance of the paper's experiment (:mod:`pipelines.eval.experiment`): small (``mini``) ``unstructured`` and
+``base`` models pretrained on ``demo-mimic`` side by side, fine-tuned on mortality and chapters, evaluated
 (frequency bins, neighbours, t-SNE, ROOD, eICU-layout transfer, cost) and reported in
 ``<out>/runs/demo-<size>/report.md``; about 10 minutes on a 2-core CPU (9 min 57 s measured from a fresh
 clone, install included). ``train_steps=0`` stops after the data steps.

@@ -335,14 +335,14 @@ def _introduction(
         f"{_criteria_line(manifest)} Every code that makes a patient eligible for a rare-disease trial is "
         "removed from every patient history during training, so those codes are first seen at test time.",
         "",
-        f"Training: {spec['epochs']} epochs, D = {spec['dim']}, validation every 10 steps, the best validation "
-        f"PR-AUC kept. Each configuration runs on {len(sets)} data set(s) x training seeds {seeds} = {n} run(s); "
-        f"what varies between runs: {varies}. Cells: mean over the runs with a 95 % t-interval over runs "
-        f"({'no interval: one run' if n < 2 else f'{n - 1} degree(s) of freedom'}); the references are "
-        "deterministic given the data, so their interval is over the data sets only. Metrics: PR-AUC / ROC-AUC "
-        "pooled over the split's doctor-trial pairs; P@k and AP/trial rank the doctors of each trial (mean "
-        "over trials with an enrolling doctor). `params` counts the trained parameters; `wall s` is one "
-        "training.",
+        f"Training: {spec['epochs']} epochs, D = {spec['dim']}, validation every 10 steps, the best "
+        f"validation PR-AUC kept. Each configuration runs on {len(sets)} data set(s) x training seeds "
+        f"{seeds} = {n} run(s); what varies between runs: {varies}. Cells: mean over the runs with a 95 % "
+        f"t-interval over runs ({'no interval: one run' if n < 2 else f'{n - 1} degree(s) of freedom'}); "
+        "the references are deterministic given the data, so their interval is over the data sets only. "
+        "Metrics: PR-AUC / ROC-AUC pooled over the split's doctor-trial pairs; P@k and AP/trial rank the "
+        "doctors of each trial (mean over trials with an enrolling doctor). `params` counts the trained "
+        "parameters; `wall s` is one training.",
     ]
 
 
@@ -487,7 +487,8 @@ def _hrr_sharing(shared: dict[str, float], data_seed: int | None) -> list[str]:
         "",
         "How HRR `base` differs from a plain table here: every code whose program edges equal another "
         "code's gets the same `base` vector (codes mapped to one SNOMED concept: an ICD-9 code and its "
-        f"ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition codes{where}, "
+        "ICD-10 equivalent, codes that differ only in an encounter character). Of the listed condition "
+        f"codes{where}, "
         + ", ".join(f"{100 * v:.0f} % ({k})" for k, v in shared.items())
         + " share their `base` vector with a code the trial does not list. With criteria on standard "
         "concepts those codes are eligible too, which `base` knows from the ontology while a plain table "
@@ -553,7 +554,8 @@ def _counts_line(c: dict[str, Any]) -> str:
 
 
 def comparison_report(root: Path) -> Report:
-    """:func:`write_report` as a :class:`pipelines.eval.report.Report` (its headline: the two result tables)."""
+    """:func:`write_report` as a :class:`pipelines.eval.report.Report` (its headline: the two result
+    tables)."""
     path = write_report(root)
     tables = [b for b in path.read_text(encoding="utf-8").split("\n\n") if b.startswith("| run")]
     return Report(path, "\n\n".join(tables[:2]))

@@ -183,7 +183,10 @@ class D2VCompareConfig(GridFields):
     data_seeds: str | None = field(
         default=None,
         metadata={
-            "help": "seeds of the generated data, a count or a list (default: generate's --seed, 0); not with --data"
+            "help": (
+                "seeds of the generated data, a count or a list (default: generate's --seed, 0); "
+                "not with --data"
+            )
         },
     )
     only: tuple[str, ...] = field(

@@ -256,10 +256,10 @@ class TrialMaker:
         return {**trial, "text": trial_text(trial, codes), "eligible": eligible}
 
     def with_equivalents(self, family: list[int], pool: np.ndarray, rare: bool) -> list[int] | None:
-        """``family`` plus the codes (any ICD version) mapped to the same SNOMED concept(s) as one of its codes,
-        as criteria written on standard concepts select them (OMOP cohort definitions). For a common trial
-        only equivalents in ``pool`` join; a rare trial takes every equivalent and is dropped (None) when
-        one of them is not rare, so that it stays a rare-disease trial."""
+        """``family`` plus the codes (any ICD version) mapped to the same SNOMED concept(s) as one of its
+        codes, as criteria written on standard concepts select them (OMOP cohort definitions). For a common
+        trial only equivalents in ``pool`` join; a rare trial takes every equivalent and is dropped (None)
+        when one of them is not rare, so that it stays a rare-disease trial."""
         key = self.codes.concept[family]
         same = np.flatnonzero(np.isin(self.codes.concept, key[key >= 0]) & ~self.used & ~self.codes.special)
         if rare:

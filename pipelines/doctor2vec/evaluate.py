@@ -75,7 +75,8 @@ def attention_text(
     cond = set(tr["conditions"])
     family = set(tr.get("eligible_codes") or []) - cond  # eligible codes the trial does not list
     lines = [
-        f"Trial {tr['trial_id']} ({tr['split']}{', rare disease' if t.trial_rare[trial_row] else ''}): {tr['text']}",
+        f"Trial {tr['trial_id']} ({tr['split']}{', rare disease' if t.trial_rare[trial_row] else ''}): "
+        f"{tr['text']}",
         "Conditions: "
         + ", ".join(codes[c] for c in tr["conditions"] if 0 <= c < len(codes))
         + (f" (eligible: also {len(family)} unlisted codes of their category or concepts)" if family else ""),

@@ -58,8 +58,8 @@ CHAPTER_TITLES: dict[int, str] = {
 }
 N_CHAPTER_SLOTS = 23  # chapters 1..22, slot 0 = none
 # ICD-9-CM chapter (concepts.chapter of an ICD9CM code) -> the ICD-10 chapter used for specialties and trials
-ICD9_TO_ICD10_CHAPTER = {1: 1, 2: 2, 3: 4, 4: 3, 5: 5, 6: 6, 7: 9, 8: 10, 9: 11, 10: 14, 11: 15, 12: 12, 13: 13,
-                         14: 17, 15: 16, 16: 18, 17: 19, 18: 21, 19: 20}  # fmt: skip
+ICD9_TO_ICD10_CHAPTER = {1: 1, 2: 2, 3: 4, 4: 3, 5: 5, 6: 6, 7: 9, 8: 10, 9: 11, 10: 14,
+                         11: 15, 12: 12, 13: 13, 14: 17, 15: 16, 16: 18, 17: 19, 18: 21, 19: 20}  # fmt: skip
 ICD9_CATEGORY_CHAPTER = ((360, 379, 7), (380, 389, 8))  # ICD-9 chapter 6 also holds the eye and the ear
 NO_EQUIVALENCE = ("fallback", "special")  # mapping kinds that say nothing about a code's own concept
 SEX_CODE = {"F": 1, "M": 2}  # 0 = unknown

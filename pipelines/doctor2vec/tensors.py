@@ -25,7 +25,8 @@ SEX_INDEX = {"any": 0, "F": 1, "M": 2}  # model.doctor2vec.SEXES
 
 
 def pad_lists(column: pa.ChunkedArray | pa.Array, width: int | None = None, keep: str = "first") -> Tensor:
-    """A list<int> column -> ``(rows, width)`` int64, zero-padded; longer lists keep their first or last items."""
+    """A list<int> column -> ``(rows, width)`` int64, zero-padded; longer lists keep their first or last
+    items."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     offsets = arr.offsets.to_numpy()
     values = arr.flatten().to_numpy(zero_copy_only=False).astype(np.int64)

@@ -85,7 +85,8 @@ NOTES = [
 
 @dataclass
 class _Split:
-    """One task split as the heads see it: subject ids ``(P,)``, bag of codes ``(P, N)``, labels ``(P, L)``."""
+    """One task split as the heads see it: subject ids ``(P,)``, bag of codes ``(P, N)``, labels
+    ``(P, L)``."""
 
     name: str
     subject_id: np.ndarray

@@ -102,7 +102,8 @@ class ExperimentConfig:
     )
     tasks: tuple[str, ...] = field(default=TASKS, metadata={"help": "fine-tuning tasks"})
     pretrain: dict[str, Any] = field(default_factory=dict)  # PretrainConfig overrides (epochs, lr, ...)
-    # per configuration, on top of ``pretrain`` (e.g. {"unstructured": {"lr": 1e-3}}); recorded in experiment.json
+    # per configuration, on top of ``pretrain`` (e.g. {"unstructured": {"lr": 1e-3}}); recorded in
+    # experiment.json
     pretrain_by_configuration: dict[str, dict[str, Any]] = field(default_factory=dict)
     finetune: dict[str, Any] = field(default_factory=dict)  # FinetuneConfig overrides
     evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides

@@ -7,7 +7,8 @@ report. The paper ran 3 pretraining seeds x 10 fine-tunes of BERT-base on MIMIC-
 
 An experiment lives in ``<out>/<name>/``::
 
-    experiment.json                     the config and the list of runs (written first, updated as runs finish)
+    experiment.json                     the config and the list of runs (written first, updated as runs
+                                        finish)
     baselines/                          baselines.json, predictions.parquet (pipelines.eval.baselines), first
     pretrain/<config>-seed<s>/          pretraining runs (pipelines.train.pretrain layout)
     finetune/<task>-<config>-seed<s>/   fine-tuning runs (trial-*/results.json, summary.json)

@@ -77,13 +77,29 @@ class ExportConfig:
 
     source: str  # a saved model folder (or its pretraining run), or a program or release folder
     out: str  # the export folder to create
-    program: str | None = None  # the model's program (default: the program/ copy in the model folder)
-    dataset: str | None = None  # tokenized dataset whose code_counts.parquet gives count and log_frequency
-    projector: bool = False  # also write the TensorBoard projector files (vectors and metadata TSV)
-    vocabularies: tuple[str, ...] = ()  # export only these vocabularies (default: all but SPECIAL)
-    dim: int | None = None  # program input: dimension of the untrained base composition (default 256)
-    seed: int = 0  # program input: seed of the untrained atom and relation vectors
-    device: str = "auto"  # auto, cpu, cuda
+    program: str | None = field(
+        default=None,
+        metadata={"help": "the model's program (default: the program/ copy in the model folder)"},
+    )
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "tokenized dataset whose code_counts.parquet gives count and log_frequency"},
+    )
+    projector: bool = field(
+        default=False,
+        metadata={"help": "also write the TensorBoard projector files (vectors and metadata TSV)"},
+    )
+    vocabularies: tuple[str, ...] = field(
+        default=(), metadata={"help": "export only these vocabularies (default: all but SPECIAL)"}
+    )
+    dim: int | None = field(
+        default=None,
+        metadata={"help": "program input: dimension of the untrained base composition (default 256)"},
+    )
+    seed: int = field(
+        default=0, metadata={"help": "program input: seed of the untrained atom and relation vectors"}
+    )
+    device: str = field(default="auto", metadata={"help": "auto, cpu, cuda"})
 
 
 @dataclass
@@ -122,8 +138,8 @@ def _model_program(src: Path, mdir: Path, program: str | None, meta: dict[str, A
             log.info("using the program copy %s of the model", cand)
             return cand
     raise PipelineError(
-        f"{mdir}: the model was trained with program {meta.get('program_id')!r} and carries no program/ copy; "
-        "pass --program with that program's folder"
+        f"{mdir}: the model was trained with program {meta.get('program_id')!r} and carries no "
+        "program/ copy; pass --program with that program's folder"
     )
 
 
@@ -205,7 +221,8 @@ def _model_vectors(cfg: ExportConfig, src: Path, device):
 
 
 def _program_vectors(cfg: ExportConfig, src: Path, device):
-    """``(program, None, mode, (N, D) float32 numpy)``: the untrained, seeded, unit-length base composition."""
+    """``(program, None, mode, (N, D) float32 numpy)``: the untrained, seeded, unit-length base
+    composition."""
     import torch
 
     from hrr_kernel import HRREmbedding, load_program

@@ -4,8 +4,9 @@ Per configuration and pretraining seed (``experiment.json``'s runs):
 
 - the last validation of ``pretrain/<config>-seed<s>/metrics.jsonl`` (MLM accuracy, top-10, top-100);
 - the per-patient predictions of every fine-tuning trial, ``finetune/<task>-<config>-seed<s>/trial-<k>/
-  predictions.parquet`` (split ``test``), and of the evaluations, ``eval/<config>-seed<s>/predictions.parquet``
-  (``rood``, ``rood_unseen``, ``transfer``), as :class:`Head` objects (trials aligned on patients);
+  predictions.parquet`` (split ``test``), and of the evaluations,
+  ``eval/<config>-seed<s>/predictions.parquet`` (``rood``, ``rood_unseen``, ``transfer``), as :class:`Head`
+  objects (trials aligned on patients);
 - ``evaluation.json`` (frequency bins, neighbours, t-SNE, cost; the per-trial ROOD and transfer scores);
 - the fine-tuning ``summary.json`` (per-trial test scores), used only when a run has no predictions
   (an experiment from before per-patient predictions);

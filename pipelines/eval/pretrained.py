@@ -1,4 +1,5 @@
-"""Evaluate one pretrained HRRBERT (and its fine-tuned runs): :func:`evaluate_pretrained` (``hrrbert evaluate``).
+"""Evaluate one pretrained HRRBERT (and its fine-tuned runs): :func:`evaluate_pretrained` (``hrrbert
+evaluate``).
 
 What it runs: every evaluation of the registry (:data:`pipelines.eval.registry.EVALUATIONS`), in its order,
 each skipped when its input is not given:
@@ -8,8 +9,8 @@ each skipped when its input is not given:
 - (c) transfer: the mortality fine-tuning run on another dataset's ``test`` split (eICU layout);
 - a MEDS label task: the run of ``finetune --labels`` (``labels_run``) on the rows of the label folder
   ``labels`` placed in ``labels_dataset`` (default ``dataset``) as the fine-tuning placed them, those of
-  ``labels_split`` (default ``test``) or all (:mod:`pipelines.eval.labels`); a label-task run given as the
-  mortality or chapters run, or one of ``labels`` / ``labels_run`` without the other, is refused;
+  ``labels_split`` (default ``test``) or all (:mod:`pipelines.eval.label_scores`); a label-task run given as
+  the mortality or chapters run, or one of ``labels`` / ``labels_run`` without the other, is refused;
 - (d) nearest neighbours with the ontology-relatedness score (:mod:`pipelines.eval.neighbours`);
 - (e) a t-SNE plot of the token embedding matrix (:mod:`pipelines.eval.tsne`);
 - unbinding recall (HRR embeddings only: ``hrr_dim > 0``): a seeded sample of ``unbinding_rows`` ICD
@@ -25,10 +26,11 @@ The statistics across trials and configurations (f) live in :mod:`pipelines.eval
 per-patient predictions of (b) and (c) in ``<out>/predictions.parquet`` (:mod:`pipelines.train.predictions`;
 splits ``rood``, ``rood_unseen``, ``transfer``, ``labels`` (one row per label row); model = the label; trial =
 the fine-tuning trial), each scored at the thresholds kept with the trial's model; the label rows'
-predictions also in ``labels_predictions.parquet`` with their ``prediction_time``. Every input is checked against the program first: a
-dataset tokenized against another program, a missing or corrupt model folder, or a task without labels
-raises an error naming the file and what differs. An ``out`` folder that exists and holds anything is
-refused before any work, unless ``force`` (then the previous evaluation's files are replaced).
+predictions also in ``labels_predictions.parquet`` with their ``prediction_time``. Every input is checked
+against the program first: a dataset tokenized against another program, a missing or corrupt model folder, or
+a task without labels raises an error naming the file and what differs. An ``out`` folder that exists and
+holds anything is refused before any work, unless ``force`` (then the previous evaluation's files are
+replaced).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from pipelines.train.runtime import (
 )
 
 from .config import EvaluateConfig
-from .labels import LABELS_PREDICTIONS_FILE, check_runs
+from .label_scores import LABELS_PREDICTIONS_FILE, check_runs
 from .registry import EVALUATIONS, TSNE_FILE, Evaluation, RunInputs
 
 log = logging.getLogger(__name__)
@@ -175,7 +177,7 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
     for t in record.get("transfer", []):
         lines.append(f"transfer  trial {t['trial']}: F1 {t['test'].get('f1', float('nan')):.3f}")
     if record.get("labels"):
-        from .labels import summary_lines as label_lines
+        from .label_scores import summary_lines as label_lines
 
         lines += label_lines(record["labels"])
     if record.get("tsne"):

@@ -18,7 +18,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 __all__ = ["CostRecord", "FrequencyBin", "FrequencyBins", "LabelTask", "NeighbourGroup", "Neighbours",
-           "Rood", "RoodTrial", "StudiedCode", "Transfer", "TransferTrial", "TSNE", "UnbindingRecall"]  # fmt: skip
+           "Rood", "RoodTrial", "StudiedCode", "Transfer", "TransferTrial", "TSNE",
+           "UnbindingRecall"]  # fmt: skip
 
 
 def _plain(obj: Any) -> dict[str, Any]:
@@ -193,7 +194,8 @@ class RoodTrial:
 
 @dataclass
 class Rood:
-    """ROOD: the chapters run's trials on patients with held-out codes (:func:`pipelines.eval.finetuned.rood_eval`)."""
+    """ROOD: the chapters run's trials on patients with held-out codes
+    (:func:`pipelines.eval.finetuned.rood_eval`)."""
 
     KEY = "rood"
     trials: list[RoodTrial] = field(default_factory=list)
@@ -218,8 +220,9 @@ class TransferTrial:
 
 @dataclass
 class Transfer:
-    """Transfer: the mortality run's trials on a second dataset (:func:`pipelines.eval.finetuned.transfer_eval`),
-    and that dataset's id (its own key, ``transfer_dataset_id``)."""
+    """Transfer: the mortality run's trials on a second dataset
+    (:func:`pipelines.eval.finetuned.transfer_eval`), and that dataset's id (its own key,
+    ``transfer_dataset_id``)."""
 
     KEY = "transfer"
     trials: list[TransferTrial] = field(default_factory=list)
@@ -241,8 +244,8 @@ class Transfer:
 
 @dataclass
 class LabelTask:
-    """A MEDS label task's rows scored by the run fine-tuned on it (:func:`pipelines.eval.labels.labels_eval`;
-    its module docstring says what each part holds)."""
+    """A MEDS label task's rows scored by the run fine-tuned on it
+    (:func:`pipelines.eval.label_scores.labels_eval`; its module docstring says what each part holds)."""
 
     KEY = "labels"
     task: str | None = None

@@ -206,7 +206,7 @@ def _labels(x: RunInputs) -> R.LabelTask | None:
         return None
     import pyarrow.parquet as pq
 
-    from .labels import LABELS_PREDICTIONS_FILE, labels_eval
+    from .label_scores import LABELS_PREDICTIONS_FILE, labels_eval
 
     rec, blocks, table = labels_eval(
         x.cfg.labels,

@@ -206,8 +206,8 @@ def headline_caption(exp: Experiment) -> str:
         how += " (1 seed: no interval over seeds; MLM top-1 is one value per run)"
     how += (
         f". `unseen F1 − {exp.control}`: paired {ONE_SEED} on the same ROOD-unseen patients per seed, "
-        "t interval over seeds when more than one. Rare-code neighbours: related of scored, summed over seeds; "
-        "rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds)"
+        "t interval over seeds when more than one. Rare-code neighbours: related of scored, summed over "
+        "seeds; rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds)"
     )
     n = V.ranked_codes(records(exp, "frequency_bins"))
     how += f"; a random ranking of the {n:,} codes would find {chance_top100(n)}." if n else "."
@@ -308,9 +308,9 @@ def _intro(exp: Experiment) -> list[str]:
         lines += [SYNTHETIC, ""]
     lines += [
         f"Model `{cfg.get('model')}`, configurations {', '.join(f'`{c}`' for c in confs)} (control "
-        f"`{exp.control}`), {cfg.get('pretrain_seeds')} pretraining seed(s) x {cfg.get('trials')} fine-tuning "
-        f"trial(s) per task. Cells: the metric in %, its 95 % interval in parentheses; each caption names "
-        "how the interval was made.",
+        f"`{exp.control}`), {cfg.get('pretrain_seeds')} pretraining seed(s) x {cfg.get('trials')} "
+        f"fine-tuning trial(s) per task. Cells: the metric in %, its 95 % interval in parentheses; each "
+        "caption names how the interval was made.",
         "",
     ]
     notes = []
@@ -394,7 +394,9 @@ def _results(exp: Experiment, hv: dict[str, Any], rood: dict[str, Any]) -> dict[
             "difference": f"paired {ONE_SEED} (same patients), t interval over seeds when several",
             "rarest_bin": "Clopper-Pearson 95 % over the bin's probes; t over seeds when several",
             "neighbours": "related of scored neighbours, summed over seeds",
-            "trials": "a model's fine-tuning trials are averaged on each resample, never treated as replicates",
+            "trials": (
+                "a model's fine-tuning trials are averaged on each resample, never treated as replicates"
+            ),
         },
         "configurations": conv,
         "baselines": base,

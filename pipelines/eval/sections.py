@@ -27,7 +27,8 @@ CLS_METRICS = ("accuracy", "precision", "recall", "f1", "auroc")
 NAMES = {"accuracy": "acc", "precision": "prec", "recall": "rec", "f1": "F1", "auroc": "AUROC",
          "val_mlm_acc": "MLM top-1", "val_top10": "top-10", "val_top100": "top-100"}  # fmt: skip
 BASELINE_NAMES = {"constant": "constant", "logistic_regression": "logistic regression",
-                  "history_chapters": "history's chapters regression", "ceiling": "ground-truth ceiling"}  # fmt: skip
+                  "history_chapters": "history's chapters regression",
+                  "ceiling": "ground-truth ceiling"}  # fmt: skip
 MLM_BASELINE_NAMES = {"most_frequent": "most frequent code", "copy_from_history": "copy from history",
                       "cooccurrence": "co-occurrence"}  # fmt: skip
 GROUPS = ("case_studies", "common", "rare", "random")
@@ -133,8 +134,8 @@ def task_section(exp: Experiment, task: str, split: str, title: str) -> list[str
         "",
         f"Intervals on {with_iv}: {INTERVALS}. The other columns are point estimates (the mean over "
         "fine-tuning trials on all patients). `predicts a constant`: the head's probabilities do not vary "
-        "across patients (no interval shown: resampling patients cannot make it informative). * no per-patient predictions (an older experiment): mean over trials, no "
-        "interval.",
+        "across patients (no interval shown: resampling patients cannot make it informative). * no "
+        "per-patient predictions (an older experiment): mean over trials, no interval.",
         "",
         table(["model", "seeds"] + [NAMES[m] for m in CLS_METRICS], rows),
     ]
@@ -173,11 +174,11 @@ def rood_section(s: SectionInputs) -> list[str]:
     lines = [
         "## ROOD: disease chapters of patients with held-out codes",
         "",
-        f"Chapters macro-F1 on the test split (seen codes), on `rood` ({n['rood'] or '?'} patients with codes no "
-        f"model trained on) and on `rood_unseen` ({n['rood_unseen'] or 'no'} patients whose codes are mostly "
-        f"held-out). A code no training saw has, in a model saved by this version, what training settled "
-        "for it (`untrained_tokens` in the model's `config.json`): an HRR configuration composes it from "
-        "trained atoms, with any atom no trained code uses at the mean of its kind; a table row is the "
+        f"Chapters macro-F1 on the test split (seen codes), on `rood` ({n['rood'] or '?'} patients with "
+        f"codes no model trained on) and on `rood_unseen` ({n['rood_unseen'] or 'no'} patients whose codes "
+        "are mostly held-out). A code no training saw has, in a model saved by this version, what training "
+        "settled for it (`untrained_tokens` in the model's `config.json`): an HRR configuration composes it "
+        "from trained atoms, with any atom no trained code uses at the mean of its kind; a table row is the "
         f"mean of the trained codes' rows (`add`: zero). Intervals: {INTERVALS}.",
         "",
         table(["model", "seen (test) F1", "ROOD F1", "ROOD-unseen F1"], rows),
@@ -234,7 +235,8 @@ def frequency_section(s: SectionInputs) -> list[str]:
         + [("–" if v[j] is None else f"{v[j]:,.0f}") for v in ranks.values()]
         + (
             [
-                f"{100 * best[j][1]:.1f} ({MLM_BASELINE_NAMES.get(best[j][0], best[j][0])}; {best[j][2]} masked)"
+                f"{100 * best[j][1]:.1f} ({MLM_BASELINE_NAMES.get(best[j][0], best[j][0])}; "
+                f"{best[j][2]} masked)"
                 if best[j]
                 else "–"
             ]
@@ -451,13 +453,13 @@ def cost_section(s: SectionInputs) -> list[str]:
         )
     if not rows:
         return []
-    header = ["configuration", "embedding build (ms)", "step (ms)", "build share (%)", "tokens/s", "seq/s (timed)",
-              "seq/s (pretraining log)", "peak memory (MB)", "device"]  # fmt: skip
+    header = ["configuration", "embedding build (ms)", "step (ms)", "build share (%)", "tokens/s",
+              "seq/s (timed)", "seq/s (pretraining log)", "peak memory (MB)", "device"]  # fmt: skip
     return [
         "## Cost",
         "",
-        "A training step (forward, backward, AdamW) timed on one batch after a warm-up, mean "
-        "over pretraining seeds; peak memory is CUDA max-allocated on a GPU, the process's peak RSS on a CPU.",
+        "A training step (forward, backward, AdamW) timed on one batch after a warm-up, mean over "
+        "pretraining seeds; peak memory is CUDA max-allocated on a GPU, the process's peak RSS on a CPU.",
         "",
         table(header, rows),
         "",

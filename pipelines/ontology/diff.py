@@ -305,7 +305,10 @@ def _kinds(by_kind: dict[str, int]) -> str:
 
 
 def _token_line(r: dict[str, Any], lead: str = "") -> str:
-    return f"    {lead}{r['vocabulary']}:{r['code_dotted']}  +{r['edges_gained']} -{r['edges_lost']}  {r['title'] or ''}"
+    return (
+        f"    {lead}{r['vocabulary']}:{r['code_dotted']}  +{r['edges_gained']} -{r['edges_lost']}  "
+        f"{r['title'] or ''}"
+    )
 
 
 def summary_lines(r: DiffResult, top: int = 10) -> list[str]:
@@ -318,13 +321,16 @@ def summary_lines(r: DiffResult, top: int = 10) -> list[str]:
     )
     lines = [
         f"diff of program {r.old_id} (OLD, {r.old_path}) and {r.new_id} (NEW, {r.new_path})",
-        f"  tokens: {_n(t['old'])} -> {_n(t['new'])}: {_n(t.get('added', 0))} added, {_n(t.get('removed', 0))} "
-        f"removed, {_n(t.get('changed', 0))} changed, {_n(t.get('unchanged', 0))} unchanged",
+        f"  tokens: {_n(t['old'])} -> {_n(t['new'])}: {_n(t.get('added', 0))} added, "
+        f"{_n(t.get('removed', 0))} removed, {_n(t.get('changed', 0))} changed, "
+        f"{_n(t.get('unchanged', 0))} unchanged",
         f"  edges: {_n(e['old'])} -> {_n(e['new'])}: {_n(e['gained'])} gained, {_n(e['lost'])} lost "
         f"({_n(e['gained_on_shared_tokens'])} and {_n(e['lost_on_shared_tokens'])} on tokens in both)",
         f"    by relation: {by_rel or 'none'}",
-        f"  atoms: {_n(a['old'])} -> {_n(a['new'])}: {_n(a.get('added', 0))} added{_kinds(a['added_by_kind'])}, "
-        f"{_n(a.get('removed', 0))} removed{_kinds(a['removed_by_kind'])}, {_n(a.get('relabelled', 0))} relabelled",
+        f"  atoms: {_n(a['old'])} -> {_n(a['new'])}: "
+        f"{_n(a.get('added', 0))} added{_kinds(a['added_by_kind'])}, "
+        f"{_n(a.get('removed', 0))} removed{_kinds(a['removed_by_kind'])}, "
+        f"{_n(a.get('relabelled', 0))} relabelled",
         f"  relations: {_n(rel['old'])} -> {_n(rel['new'])}: {_n(rel.get('added', 0))} added, "
         f"{_n(rel.get('removed', 0))} removed, {_n(rel.get('relabelled', 0))} relabelled",
         f"  mappings: {_n(mp.get('changed', 0))} codes in both changed ("
@@ -350,8 +356,9 @@ def _vector_lines(r: DiffResult, top: int) -> list[str]:
         return "n/a" if x is None else f"{x:.4f}"
 
     lines = [
-        f"  vectors of model {m['path']} (mode {m['mode']}, trained on {m['trained_on'].upper()}; {other}'s new "
-        f"atoms and relations set to zero): {_n(v['tokens'])} tokens in both, cosine mean {f(v['mean_cosine'])}, "
+        f"  vectors of model {m['path']} (mode {m['mode']}, trained on {m['trained_on'].upper()}; "
+        f"{other}'s new atoms and relations set to zero): {_n(v['tokens'])} tokens in both, "
+        f"cosine mean {f(v['mean_cosine'])}, "
         f"median {f(v['median_cosine'])}, min {f(v['min_cosine'])}; {_n(v['below_0_99'])} below 0.99, "
         f"{_n(v['below_0_9'])} below 0.9, {_n(v['zero_vector'])} with a zero vector",
         f"  lowest cosine, top {min(top, r.vectors.num_rows)}:",

@@ -229,8 +229,8 @@ def diff_edges(old: Side, new: Side, m: Match) -> EdgeDiff:
     """Compare the two edge sets by key (:func:`edge_keys`)."""
     if m.tokens.size * m.relations.size * m.atoms.size >= 2**63:
         raise PipelineError(
-            f"{m.tokens.size} tokens x {m.relations.size} relations x {m.atoms.size} atoms do not fit one int64 "
-            "edge key"
+            f"{m.tokens.size} tokens x {m.relations.size} relations x {m.atoms.size} atoms do not fit one "
+            "int64 edge key"
         )
     ok = edge_keys(old, m.tokens, m.atoms, m.relations, True)
     nk = edge_keys(new, m.tokens, m.atoms, m.relations, False)

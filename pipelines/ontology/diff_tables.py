@@ -116,7 +116,8 @@ def _mapping_changed(old: Side, new: Side, t: KeyIndex) -> list[bool | None]:
 
 
 def mappings_table(old: Side, new: Side, m: Match) -> pa.Table:
-    """Codes (not special tokens) added, removed, or whose mapping fields differ, in (vocabulary, code) order."""
+    """Codes (not special tokens) added, removed, or whose mapping fields differ, in (vocabulary, code)
+    order."""
     t = m.tokens
     changed = _mapping_fields_changed(t, old, new)
     keep = [u for u, f in enumerate(changed) if t.keys[u][0] != SPECIAL and (f is None or f)]

@@ -1,13 +1,13 @@
 """Explain a trained code vector by unbinding (``hrrbert explain MODEL CODE``).
 
-The code's trained vector ``v`` (the HRR part of its embedding row, see :mod:`pipelines.ontology.trained`)
-is unbound with each relation asked, ``v ⊛ r⁻¹``, and cleaned up by cosine against the trained atoms
-that fill that relation anywhere in the program (:func:`hrr_kernel.relation_range`: a finding site is a
-body structure, never a word), or against all atoms with ``any_atom`` (:func:`hrr_kernel.explain_vector`). Relations asked: the distinct relations of the code's edges in the
-program (default), the ``relations`` named, or every relation (``all_relations``). For each, the result
-lists the top atoms (key, label, kind, similarity, whether the program holds that edge) and the program's
-own atoms for that relation with their rank in the same memory (0 = nearest; the number of atoms strictly
-more similar, as :func:`hrr_kernel.unbinding_recall` counts it).
+The code's trained vector ``v`` (the HRR part of its embedding row, see :mod:`pipelines.ontology.trained`) is
+unbound with each relation asked, ``v ⊛ r⁻¹``, and cleaned up by cosine against the trained atoms that fill
+that relation anywhere in the program (:func:`hrr_kernel.relation_range`: a finding site is a body structure,
+never a word), or against all atoms with ``any_atom`` (:func:`hrr_kernel.explain_vector`). Relations asked:
+the distinct relations of the code's edges in the program (default), the ``relations`` named, or every
+relation (``all_relations``). For each, the result lists the top atoms (key, label, kind, similarity, whether
+the program holds that edge) and the program's own atoms for that relation with their rank in the same memory
+(0 = nearest; the number of atoms strictly more similar, as :func:`hrr_kernel.unbinding_recall` counts it).
 
 ``drift`` says how far the trained vector is from its ontology composition ``C`` (computed by the mode's
 spec, :meth:`hrr_kernel.EmbeddingMode.drift`, and noted by its ``explain_note``):
@@ -245,6 +245,7 @@ def summary_lines(result: Explanation) -> list[str]:
     if result.drift is not None:
         d = result.drift
         lines.append(
-            f"drift: cosine with the composition {d.cosine:.3f}, share beside it {d.beside_share:.3f} ({d.note})"
+            f"drift: cosine with the composition {d.cosine:.3f}, "
+            f"share beside it {d.beside_share:.3f} ({d.note})"
         )
     return lines

@@ -115,7 +115,7 @@ def mlm_ranks(model, seqs: Sequences, probes: Probes, *, batch_size: int = 128, 
             x[:, :t].to(device), seqs.segment_ids[r, :t].to(device), att[:, :t].to(device), token_matrix=e
         )  # (B, t, D)
         logits = model.mlm(h[mlm[:, :t].to(device)], e).float()  # (B, N)
-        if getattr(model, "mlm_cache", None) is not None:  # with the code cache (model.cache)
+        if getattr(model, "mlm_cache", None) is not None:  # with the code cache (model.code_cache)
             logits = model.mlm_log_probs(
                 logits, e, x[:, :t].to(device), att[:, :t].to(device), mlm[:, :t].to(device)
             )

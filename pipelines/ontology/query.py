@@ -7,8 +7,8 @@ embedding, see :mod:`pipelines.ontology.trained`; special tokens and codes witho
 With ``like=CODE`` the query starts from that code's trained vector: ``q = v(CODE) − Σ_minus r ⊛ a +
 Σ_plus r ⊛ a`` (the pairs given without ``--plus`` are added too), e.g. the same disorder at another site;
 ``CODE`` itself is left out of the results, and so are the codes the program composes from the same edges
-(an ICD-9-CM twin, say), which would otherwise top the list. Each hit says how many of the wanted pairs (the added ones)
-the program gives it as edges.
+(an ICD-9-CM twin, say), which would otherwise top the list. Each hit says how many of the wanted pairs
+(the added ones) the program gives it as edges.
 """
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def query(
 
 
 def summary_lines(result: QueryResult) -> list[str]:
-    """What ``hrrbert query`` prints: the query, then one line per hit (similarity, code, title, held pairs)."""
+    """What ``hrrbert query`` prints: the query, then one line per hit (similarity, code, title, held
+    pairs)."""
     lines = [f"model {result.model} ({result.mode})"]
     if result.like:
         lines.append(f"like  {result.like}")

@@ -171,11 +171,13 @@ def resolve_code(program, text: str) -> int:
             continue
     if not hits:
         raise NameLookupError(
-            f"program {program.program_id} has no code {text!r} in any of its vocabularies {program.vocabularies}"
+            f"program {program.program_id} has no code {text!r} in any of its vocabularies "
+            f"{program.vocabularies}"
         )
     if len(hits) > 1:
         raise NameLookupError(
-            f"code {text!r} is in several vocabularies: {_listed([describe_code(program, r) for r in hits])}; "
+            f"code {text!r} is in several vocabularies: "
+            f"{_listed([describe_code(program, r) for r in hits])}; "
             f"prefix it with one, e.g. {program.code(hits[0]).vocabulary}:{text}"
         )
     return hits[0]

@@ -1,1 +1,2 @@
-"""Clinical question answering with memory networks: the QA data generator, training and evaluation, the comparison grid."""
+"""Clinical question answering with memory networks: the QA data generator, training and evaluation, the
+comparison grid."""

@@ -91,7 +91,8 @@ def select_grid(only: Sequence[str] | None = None) -> list[tuple[str, str, dict[
     unknown = sorted(set(only) - known)
     if unknown:
         raise ValueError(
-            f"--only: unknown {unknown}; expected run names {[n for _, n, _ in QA_GRID]} or tables {list(TABLES)}"
+            f"--only: unknown {unknown}; expected run names {[n for _, n, _ in QA_GRID]} or tables "
+            f"{list(TABLES)}"
         )
     return [row for row in QA_GRID if row[0] in only or row[1] in only]
 
@@ -261,7 +262,8 @@ def _compare(
     parts.extend(
         [
             "",
-            f"Total wall time: {time.perf_counter() - t0:.0f} s on this machine (runs already present are reused).",
+            f"Total wall time: {time.perf_counter() - t0:.0f} s on this machine (runs already present are "
+            "reused).",
         ]
     )
     path = out / "report.md"
@@ -447,8 +449,8 @@ def _finetune_section(dataset, program: Path, runs: Path, epochs: int, steps: in
         "",
         f"Both start from the same tiny HRR BERT (mode base) pretrained for {steps} steps ({pre_s:.0f} s); "
         f"the visit Transformer (sum pooling, same widths and depth) takes its code embedding. Fine-tuning: "
-        f"{epochs} epochs, batch 32, lr 5e-4, best validation F1; test metrics (chapters: macro over the 22 labels "
-        "as `multilabel_metrics` reports them).",
+        f"{epochs} epochs, batch 32, lr 5e-4, best validation F1; test metrics (chapters: macro over the 22 "
+        "labels as `multilabel_metrics` reports them).",
         "",
         table(["task", "model", "params", *FINETUNE_METRICS, "best epoch", "wall s"], rows),
     ]

@@ -13,8 +13,8 @@ accuracy on those measures reasoning about codes never seen in training.
 
 Output: ``<out>/<name>/<qa_id>/`` with ``questions.parquet``, ``vocab.parquet``, ``answers.parquet`` and
 ``manifest.json`` (content-addressed: the id hashes the program, the dataset and the options; written to a
-temporary folder and renamed, as :mod:`pipelines.data.dataset` does). Ids in ``facts`` / ``question`` are joint:
-``[0, n_words)`` words, ``n_words + concept_id`` codes.
+temporary folder and renamed, as :mod:`pipelines.data.dataset` does). Ids in ``facts`` / ``question`` are
+joint: ``[0, n_words)`` words, ``n_words + concept_id`` codes.
 """
 
 from __future__ import annotations
@@ -330,7 +330,8 @@ def _hold_out(chosen: dict[str, np.ndarray], ids_col: list, onto: Ontology, opts
 
 
 def _memory(facts: list[tuple[int, int]], split: str, held: set[int], opts: QAOptions, counts: Counts):
-    """A patient's memory: outside test without the held-out codes' facts, the most recent ``max_memories``."""
+    """A patient's memory: outside test without the held-out codes' facts, the most recent
+    ``max_memories``."""
     if split != "test":
         before = len(facts)
         facts = [f for f in facts if f[1] not in held]
@@ -351,7 +352,8 @@ def _add_questions(
     vocab: Vocabulary,
     counts: Counts,
 ) -> None:
-    """Append the questions ``qs`` about one memory to the columns ``rec`` (answers outside the set skipped)."""
+    """Append the questions ``qs`` about one memory to the columns ``rec`` (answers outside the set
+    skipped)."""
     enc = [[vocab.word_id[FACT_WORD], vocab.word_id[str(v)], vocab.n_words + c] for v, c in facts]
     mem_unseen = any(c in held for _, c in facts)
     for qtype, words, answer, sup in qs:

@@ -69,7 +69,7 @@ class PretrainConfig:
     program: str = field(metadata={"help": "compiled HRR program folder the dataset was tokenized against"})
     model: str = field(default="small", metadata={"help": "model preset: tiny, mini, small or bert-base"})
     mode: str = field(
-        default="base", metadata={"help": "token embedding: unstructured, base, freq, add, cat"}
+        default="base", metadata={"help": "token embedding mode (one spec each in hrr_kernel.MODES)"}
     )
     normalize: bool = field(default=False, metadata={"help": "unit-norm HRR concept vectors"})
     spectral_decoder: bool | None = field(
@@ -107,7 +107,7 @@ class PretrainConfig:
     )
     mlm_cache: str = field(
         default="auto",
-        metadata={"help": "after training: choose the code cache on pretrain_val (model.cache), or off"},
+        metadata={"help": "after training: choose the code cache on pretrain_val (model.code_cache), or off"},
     )
     dropout: float = field(default=0.1, metadata={"help": "dropout of the model"})
     topk: tuple[int, ...] = field(
@@ -148,7 +148,8 @@ class PretrainConfig:
             raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}")
         if self.batch_size < 1 or self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
             raise ValueError(
-                f"batch_size, epochs and max_steps must be >= 1, got {self.batch_size}, {self.epochs}, {self.max_steps}"
+                "batch_size, epochs and max_steps must be >= 1, "
+                f"got {self.batch_size}, {self.epochs}, {self.max_steps}"
             )
 
 
@@ -246,7 +247,8 @@ class FinetuneConfig(LoopFields):
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         if self.labels is not None and self.task != LABELS_HEAD:
             raise ValueError(
-                f"labels give a binary task, which trains the binary head (task {LABELS_HEAD!r}), got task {self.task!r}"
+                f"labels give a binary task, which trains the binary head (task {LABELS_HEAD!r}), "
+                f"got task {self.task!r}"
             )
         if self.select_by not in SELECT_BY:
             raise ValueError(f"select_by must be one of {SELECT_BY}, got {self.select_by!r}")

@@ -2,18 +2,18 @@
 
 Paper defaults: constant learning rate, AdamW weight decay 4e-6, 10 epochs, batch 80, the best epoch by
 validation kept. ``max_steps`` sets the run's length in optimizer steps instead of epochs (validation every
-``val_every`` steps, at each epoch end and after the last step); ``schedule="linear"`` warms the learning
-rate up over ``warmup`` of the steps, then decays it linearly to 0. ``bucket_batches`` > 0 batches
-patients of similar length together (:func:`pipelines.data.sequences.length_buckets`: a batch is padded to its longest sequence,
-so on short-sequence data a step costs a fraction of a shuffled one). ``pos_weight="auto"`` weighs each
-label's positives in the binary cross-entropy by n_neg / n_pos of ``finetune_train`` (clipped to
+``val_every`` steps, at each epoch end and after the last step); ``schedule="linear"`` warms the learning rate
+up over ``warmup`` of the steps, then decays it linearly to 0. ``bucket_batches`` > 0 batches patients of
+similar length together (:func:`pipelines.data.sequences.length_buckets`: a batch is padded to its longest
+sequence, so on short-sequence data a step costs a fraction of a shuffled one). ``pos_weight="auto"`` weighs
+each label's positives in the binary cross-entropy by n_neg / n_pos of ``finetune_train`` (clipped to
 :data:`POS_WEIGHT_RANGE`; rare labels would otherwise be learned as constants), in training and in the
-validation loss. The checkpoint kept is the best by ``select_by`` on ``finetune_val`` (default the loss,
-the one metric defined for every label of a small validation split and independent of any threshold).
+validation loss. The checkpoint kept is the best by ``select_by`` on ``finetune_val`` (default the loss, the
+one metric defined for every label of a small validation split and independent of any threshold).
 
 The input is each patient's visits before the last one (``last_visit_start``); the chapters task uses the
 rows flagged ``disease_task`` where the dataset has that column. With ``labels`` (a MEDS label folder,
-:mod:`pipelines.data.labels`) the task is the folder's binary ``boolean_value`` instead: each label row's
+:mod:`pipelines.data.label_tasks`) the task is the folder's binary ``boolean_value`` instead: each label row's
 input is its patient's sequence up to its ``prediction_time``, the row follows the patient's split, and it
 trains the model's binary head (``task`` stays ``mortality``); the run's ``config.json``, ``results.json``
 and ``summary.json`` record the label files and their counts.
@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from ontology_compiler.api import safe_component
-from pipelines.data.labels import read_label_task
+from pipelines.data.label_tasks import read_label_task
 from pipelines.data.sequences import Sequences, TokenizedDataset, epoch_batches, epoch_order
 from pipelines.errors import PipelineError
 

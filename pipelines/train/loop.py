@@ -164,8 +164,8 @@ class _State:
 
 
 def _python(obj: Any) -> Any:
-    """``obj`` with NumPy scalars as Python numbers and tuples as lists: what ``torch.load(weights_only=True)``
-    reads back."""
+    """``obj`` with NumPy scalars as Python numbers and tuples as lists: what
+    ``torch.load(weights_only=True)`` reads back."""
     if isinstance(obj, dict):
         return {k: _python(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
@@ -406,7 +406,8 @@ def run_loop(
     resume_from: str | Path | None = None,
     stop_after: int | None = None,
 ) -> LoopResult:
-    """Train ``model`` on ``task`` for ``options.total_steps`` steps; metrics and checkpoints go to ``run_dir``.
+    """Train ``model`` on ``task`` for ``options.total_steps`` steps; metrics and checkpoints go to
+    ``run_dir``.
 
     ``resume_from`` continues from a checkpoint this loop wrote (the model, optimiser and schedule must be
     built the same way first). ``stop_after`` returns right after that step without writing anything

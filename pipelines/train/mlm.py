@@ -132,7 +132,7 @@ def evaluate_mlm(
             args = (ids.to(device), b["segment_ids"].to(device), b["attention_mask"].to(device))
             if getattr(model, "mlm_cache", None) is None:
                 logits = model(*args, mlm_mask=chosen.to(device)).float()  # (M, N)
-            else:  # log-probabilities with the code cache (model.cache); cross-entropy reads them alike
+            else:  # log-probabilities with the code cache (model.code_cache); cross-entropy reads them alike
                 logits = model.masked_log_probs(*args, chosen.to(device))  # (M, N)
         targets = targets.to(device)
         sums[0] += float(F.cross_entropy(logits, targets, reduction="sum"))

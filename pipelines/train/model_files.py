@@ -1,10 +1,12 @@
 """A trained small model's files: ``model.safetensors`` (tensors only) and ``config.json`` (its metadata).
 
-Shared by the QA memory networks (:mod:`pipelines.qa.train`) and Doctor2Vec (:mod:`pipelines.doctor2vec.train`): the
-weights and ``config.json`` are each written to a temporary file and renamed (a failed write removes it
-and raises :class:`~pipelines.train.checkpoint.OutputWriteError`), with the user's normal permissions; reading resolves a run folder to its ``model/``
-sub-folder, checks the model kind, and checks the metadata keys that tie a model to the data it was
-trained on (program id, vocabulary fingerprint) with an error naming both values.
+Shared by the QA memory networks (:mod:`pipelines.qa.train`) and Doctor2Vec
+(:mod:`pipelines.doctor2vec.train`): the weights and ``config.json`` are each written to a temporary
+file and renamed (a failed write removes it and raises
+:class:`~pipelines.train.checkpoint.OutputWriteError`), with the user's normal permissions; reading
+resolves a run folder to its ``model/`` sub-folder, checks the model kind, and checks the metadata keys
+that tie a model to the data it was trained on (program id, vocabulary fingerprint) with an error naming
+both values.
 """
 
 from __future__ import annotations
@@ -74,5 +76,6 @@ def check_meta(
     for key in keys:
         if meta.get(key) != manifest.get(key):
             raise error(
-                f"{path}: the model's {key} is {meta.get(key)!r} but the {data}'s is {manifest.get(key)!r}; {hint}"
+                f"{path}: the model's {key} is {meta.get(key)!r} but the {data}'s is "
+                f"{manifest.get(key)!r}; {hint}"
             )

@@ -77,7 +77,8 @@ def to_table(blocks: list[Predictions]) -> pa.Table:
         n, l_ = b.probs.shape if b.probs.ndim == 2 else (len(b.probs), 1)
         if b.labels.shape != (n, l_) or np.asarray(b.thresholds).reshape(-1).shape != (l_,):
             raise ValueError(
-                f"predictions of {b.model}/{b.task}/{b.split}: labels {b.labels.shape}, probs {b.probs.shape}, "
+                f"predictions of {b.model}/{b.task}/{b.split}: labels {b.labels.shape}, "
+                f"probs {b.probs.shape}, "
                 f"thresholds {np.shape(b.thresholds)} do not agree"
             )
         cols["model"] += [b.model] * n

@@ -6,7 +6,7 @@ decay, batch 96, 15 % masking with the 80/10/10 rule, gradient clipping. A run l
 ``metrics.jsonl``, ``checkpoints/step-*.pt`` (resume state, tensors and plain values only) and the
 final ``model/`` (``config.json`` + ``model.safetensors``). After training, what no training reached is
 settled (:meth:`model.HRRBert.settle_untrained`) and, with ``mlm_cache`` ``auto`` (the default), the
-model's code cache is chosen on ``pretrain_val`` (:mod:`pipelines.train.cache`; ``mlm_cache.json``).
+model's code cache is chosen on ``pretrain_val`` (:mod:`pipelines.train.cache_choice`; ``mlm_cache.json``).
 
 Resume is exact: the data order of an epoch depends only on (seed, epoch), masking and dropout are
 re-seeded from (seed, step, rank) at every step, and the checkpoint holds the model, optimizer and
@@ -52,7 +52,7 @@ from .runtime import (
 
 log = logging.getLogger(__name__)
 
-CACHE_FILE = "mlm_cache.json"  # the code cache's grid and choice (pipelines.train.cache)
+CACHE_FILE = "mlm_cache.json"  # the code cache's grid and choice (pipelines.train.cache_choice)
 
 
 @dataclass
@@ -189,10 +189,10 @@ def _run_record(cfg: PretrainConfig, run_id: str, model, program, ds, task: MLMT
 
 
 def _choose_cache(cfg: PretrainConfig, model, task: MLMTask, run_dir: Path, step: int, ctx, device) -> None:
-    """Choose the model's code cache on ``pretrain_val`` (:mod:`pipelines.train.cache`); when one is taken,
-    validate again with it and append that validation to ``metrics.jsonl`` (``mlm_cache`` set), so the
+    """Choose the model's code cache on ``pretrain_val`` (:mod:`pipelines.train.cache_choice`); when one is
+    taken, validate again with it and append that validation to ``metrics.jsonl`` (``mlm_cache`` set), so the
     run's last validation is the saved model's. The grid goes to ``mlm_cache.json``."""
-    from .cache import SALT_CACHE, cache_grid, choose_cache
+    from .cache_choice import SALT_CACHE, cache_grid, choose_cache
 
     grid = cache_grid(
         model,

@@ -177,7 +177,8 @@ class MetricsLog:
                 self.tb = SummaryWriter(str(tensorboard_dir))
             except ImportError:
                 log.warning(
-                    "TensorBoard requested but not installed (pip install 'hrrbert[tensorboard]'); logging to "
+                    "TensorBoard requested but not installed (pip install 'hrrbert[tensorboard]'); "
+                    "logging to "
                     "metrics.jsonl only"
                 )
 

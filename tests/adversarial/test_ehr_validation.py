@@ -102,7 +102,9 @@ def test_mimic_findings_are_counted_warned_and_printed(program, tmp_path):
         "rows_unknown_icd_version": "diagnoses_icd.csv.gz line 3: icd_version 11, icd_code I10",
         "rows_empty_code": "diagnoses_icd.csv.gz line 4: subject_id 1, hadm_id 101",
         "admissions_of_unknown_patients": "admissions.csv.gz line 4: hadm_id 201, subject_id 2",
-        "dod_before_last_discharge": "patients.csv.gz line 2: subject_id 1, dod 2115-04-10 before the discharge",
+        "dod_before_last_discharge": (
+            "patients.csv.gz line 2: subject_id 1, dod 2115-04-10 before the discharge"
+        ),
     }
     for key, example in expected.items():
         assert reader[key] > 0 and example in reader["examples"][key][0], (key, reader)

@@ -20,7 +20,8 @@ def test_hostile_folder_names_read_as_data(tmp_path, monkeypatch, folder):
     f.parent.mkdir(parents=True)
     with gzip.open(f, "wt") as fh:
         fh.write(
-            "subject_id,gender,anchor_age,anchor_year,anchor_year_group,dod\n1,F,40,2100,2008 - 2010,\n2,M,70,2100,2008 - 2010,\n"
+            "subject_id,gender,anchor_age,anchor_year,anchor_year_group,dod\n"
+            "1,F,40,2100,2008 - 2010,\n2,M,70,2100,2008 - 2010,\n"
         )
     rows = read_demographics(f, "mimic-iv").to_pylist()
     assert rows == [{"subject_id": 1, "sex": "F", "age": 40}, {"subject_id": 2, "sex": "M", "age": 70}]

@@ -1,5 +1,5 @@
-"""``--name`` and ``--run-id`` are one folder under ``--out``: a path (``../x``, ``/x``, ``a/b``) is refused by
-the click option and by every API function that creates the folder, before anything is written."""
+"""``--name`` and ``--run-id`` are one folder under ``--out``: a path (``../x``, ``/x``, ``a/b``) is refused
+by the click option and by every API function that creates the folder, before anything is written."""
 
 from __future__ import annotations
 

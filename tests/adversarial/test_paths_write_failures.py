@@ -16,7 +16,8 @@ from ontology_compiler.artifact import ArtifactWriteError, publish
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 TORCH_FULL = RuntimeError(
-    "[enforce fail at inline_container.cc:595] . PytorchStreamWriter failed writing file data/3: file write failed"
+    "[enforce fail at inline_container.cc:595] . PytorchStreamWriter failed writing file data/3: "
+    "file write failed"
 )
 
 

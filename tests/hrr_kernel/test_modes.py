@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transfer_fixtures import write_new_program, write_old_program
+from carry_fixtures import write_new_program, write_old_program
 
 from hrr_kernel import MODES, EmbeddingMode, HRREmbedding, ShapeError, hrr_vectors, load_program, mode_spec
-from model import HRRBert, bert_tiny, transfer_model
+from model import HRRBert, bert_tiny, carry_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -121,7 +121,7 @@ def test_a_registered_mode_trains_settles_carries_and_explains(tmp_path, toy):
     counts = model.settle_untrained(trained)
     assert counts["rows_settled"] == old.n_concepts - 3
     assert torch.count_nonzero(model.embeddings.token.table[3:]) == 0  # untrained_fill "zero"
-    carried, report = transfer_model(model.eval(), new)
+    carried, report = carry_model(model.eval(), new)
     assert report["mode"] == "toy" and report["new_token_rows"]["rules"]["table"] == "zero"
     assert report["atoms"]["used"]
     tok = carried.embeddings.token

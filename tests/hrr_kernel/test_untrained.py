@@ -1,11 +1,11 @@
 """hrr_kernel.untrained: which atoms and relations trained tokens reach, and the kind-mean rule for the
-others, on the hand-built program of transfer_fixtures (float64, tiny H), checked edge by edge."""
+others, on the hand-built program of carry_fixtures (float64, tiny H), checked edge by edge."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transfer_fixtures import write_old_program
+from carry_fixtures import write_old_program
 
 from hrr_kernel import SETTLED_KINDS, ShapeError, load_program, settle_untrained, trained_parts
 

@@ -1,5 +1,5 @@
-"""model.cache: the code cache's distribution against a plain loop (float64), its mixture with the model's
-softmax, equal rows sharing mass, special tokens and predicted positions left out; HRRBert carries the
+"""model.code_cache: the code cache's distribution against a plain loop (float64), its mixture with the
+model's softmax, equal rows sharing mass, special tokens and predicted positions left out; HRRBert carries the
 cache through save and load, refuses a bad one, and scores masked codes with it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from model import HRRBert, PretrainedFileError, preset
-from model.cache import CodeCache, cache_distribution, mix_log_probs, visible_codes
+from model.code_cache import CodeCache, cache_distribution, mix_log_probs, visible_codes
 
 
 def loop_cache(e, ids, visible, special, sharpness):

@@ -1,4 +1,5 @@
-"""OWL in (``compile_owl``, ``compile-ontology --format owl``) and out (``export_owl``, ``hrrbert export-owl``)."""
+"""OWL in (``compile_owl``, ``compile-ontology --format owl``) and out (``export_owl``,
+``hrrbert export-owl``)."""
 
 from __future__ import annotations
 
@@ -237,8 +238,10 @@ def test_no_labels_uses_iri_fragments(tmp_path, caplog):
 def test_unsupported_constructs_are_counted(tmp_path):
     f = tmp_path / "only.owl"
     only = (
-        '<owl:ObjectProperty rdf:about="#p"/><owl:Class rdf:about="#B"><rdfs:label>b</rdfs:label><rdfs:subClassOf>'
-        '<owl:Restriction><owl:onProperty rdf:resource="#p"/><owl:allValuesFrom rdf:resource="#A"/></owl:Restriction>'
+        '<owl:ObjectProperty rdf:about="#p"/><owl:Class rdf:about="#B"><rdfs:label>b</rdfs:label>'
+        "<rdfs:subClassOf>"
+        '<owl:Restriction><owl:onProperty rdf:resource="#p"/><owl:allValuesFrom rdf:resource="#A"/>'
+        "</owl:Restriction>"
         "</rdfs:subClassOf></owl:Class>"
     )
     f.write_text(_rdf(_cls("A", None, "a") + only))

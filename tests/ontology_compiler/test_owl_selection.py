@@ -233,7 +233,8 @@ def test_rdfxml_and_ntriples_still_parse(doid, tmp_path):
     assert fmt == "rdfxml"
     nt = tmp_path / "ok.nt"
     nt.write_text(
-        "<http://e.x/a> <http://www.w3.org/1999/02/22-rdf-syntax-ns#type> <http://www.w3.org/2002/07/owl#Class> .\n"
+        "<http://e.x/a> <http://www.w3.org/1999/02/22-rdf-syntax-ns#type> "
+        "<http://www.w3.org/2002/07/owl#Class> .\n"
         '<http://e.x/a> <http://www.w3.org/2000/01/rdf-schema#label> "a"@en .\n',
         encoding="utf-8",
     )

@@ -1,5 +1,6 @@
 """Units of compile validation: calendar dates, repeated rows, package selection, summary warnings.
-(The end-to-end cases, each on a damaged copy of the fixture release, are tests/adversarial/test_compile_*.py.)"""
+(The end-to-end cases, each on a damaged copy of the fixture release, are
+tests/adversarial/test_compile_*.py.)"""
 
 from __future__ import annotations
 

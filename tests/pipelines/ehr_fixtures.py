@@ -16,7 +16,8 @@ MINI_RELEASE = Path(__file__).resolve().parents[1] / "data" / "snomed_mini_20220
 
 
 def mini_program(out: Path) -> Path:
-    """The program compiled from the mini RF2 fixture (ICD-10-CM tokens only: E119, I10, J45909, N1830, ...)."""
+    """The program compiled from the mini RF2 fixture (ICD-10-CM tokens only: E119, I10, J45909,
+    N1830, ...)."""
     from ontology_compiler import compile_ontology
 
     return compile_ontology(MINI_RELEASE, out=out).path

@@ -179,7 +179,8 @@ CSV_OPTIONS = (
 
 
 def _bad_value_sql(col: str, sql_type: str) -> str:
-    """SQL true where the text column ``col`` (an identifier) is non-empty and does not convert to ``sql_type``."""
+    """SQL true where the text column ``col`` (an identifier) is non-empty and does not convert to
+    ``sql_type``."""
     c = quote_identifier(col)
     if sql_type == "TIMESTAMP":
         test = f"try_strptime({c}, '{TIMESTAMP_FMT}') IS NULL"
@@ -232,7 +233,8 @@ def load_csv(con: duckdb.DuckDBPyConnection, table: str, path: Path, types: dict
         try:
             bad = con.execute(
                 f"SELECT _line, {quote_identifier(col)} FROM (SELECT row_number() OVER () + 1 AS _line, "
-                f"{quote_identifier(col)} FROM read_csv($1, columns = {text}, {CSV_OPTIONS}, {_compression(path)}, "
+                f"{quote_identifier(col)} FROM read_csv($1, columns = {text}, {CSV_OPTIONS}, "
+                f"{_compression(path)}, "
                 "parallel = false)) "
                 f"WHERE {_bad_value_sql(col, sql_type)} ORDER BY _line LIMIT 1",
                 [duckdb_path(path)],
@@ -327,7 +329,8 @@ def drop_duplicates(
     cols = [c for (c,) in con.execute(f"SELECT column_name FROM (DESCRIBE {t})").fetchall()]
     allc = ", ".join(quote_identifier(c) for c in cols)
     dup = con.execute(
-        f"SELECT rowid + 2, first_value(rowid) OVER (PARTITION BY {allc} ORDER BY rowid) + 2 AS first FROM {t} "
+        f"SELECT rowid + 2, first_value(rowid) OVER (PARTITION BY {allc} ORDER BY rowid) + 2 AS first "
+        f"FROM {t} "
         "QUALIFY rowid + 2 <> first ORDER BY rowid"
     ).fetchall()
     findings.finding(
@@ -363,7 +366,8 @@ def drop_duplicates(
             f"{len(rows)} {'/'.join(key)} value(s) with conflicting rows: {'; '.join(ids[:EXAMPLES])}"
             + (" …" if len(rows) > EXAMPLES else ""),
             line=int(first[n][0]),
-            expected=f"one row per {', '.join(key)} (rows equal in every column read are dropped as duplicates)",
+            expected=f"one row per {', '.join(key)} "
+            "(rows equal in every column read are dropped as duplicates)",
             found=f"{ids[0]}: {detail}",
         )
 
@@ -415,7 +419,8 @@ def visit_labels(events: pa.Table, visits: pa.Table, last: pa.Table | None = Non
     con.register("vis", visits)
     if last is None:
         con.execute(
-            "CREATE TEMP TABLE lastv AS SELECT subject_id, max(visit_index) AS visit_index FROM vis GROUP BY ALL"
+            "CREATE TEMP TABLE lastv AS SELECT subject_id, max(visit_index) AS visit_index FROM vis "
+            "GROUP BY ALL"
         )
     else:
         con.register("lastv", last.select(["subject_id", "visit_index"]))
@@ -423,12 +428,16 @@ def visit_labels(events: pa.Table, visits: pa.Table, last: pa.Table | None = Non
     ch = chapter_sql("l.vocabulary", "l.code", "g.chapter")
     return (
         con.sql(
-            f"WITH lc AS (SELECT subject_id, vocabulary, code FROM ev JOIN lastv USING (subject_id, visit_index)), "
-            f"ch AS (SELECT l.subject_id, list(DISTINCT {ch} ORDER BY {ch}) FILTER (WHERE {ch} IS NOT NULL) AS chapters "
-            "FROM lc l LEFT JOIN icd9_chapter g ON l.vocabulary = 'ICD9CM' AND g.code = l.code GROUP BY l.subject_id) "
+            "WITH lc AS (SELECT subject_id, vocabulary, code FROM ev "
+            "JOIN lastv USING (subject_id, visit_index)), "
+            f"ch AS (SELECT l.subject_id, list(DISTINCT {ch} ORDER BY {ch}) "
+            f"FILTER (WHERE {ch} IS NOT NULL) AS chapters "
+            "FROM lc l LEFT JOIN icd9_chapter g ON l.vocabulary = 'ICD9CM' AND g.code = l.code "
+            "GROUP BY l.subject_id) "
             "SELECT v.subject_id::BIGINT AS subject_id, v.mortality_6m::BOOLEAN AS mortality_6m, "
             "coalesce(ch.chapters, [])::TINYINT[] AS chapters, v.given_split::VARCHAR AS given_split "
-            "FROM vis v JOIN lastv USING (subject_id, visit_index) JOIN ch USING (subject_id) ORDER BY subject_id"
+            "FROM vis v JOIN lastv USING (subject_id, visit_index) JOIN ch USING (subject_id) "
+            "ORDER BY subject_id"
         )
         .to_arrow_table()
         .cast(LABEL_SCHEMA)

@@ -147,7 +147,8 @@ def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:
     events, visits = to_tables(
         con,
         "SELECT subject_id, visit_index, visit_time, seq, vocabulary, code FROM ev ORDER BY ALL",
-        "SELECT subject_id, visit_index, mortality_6m, NULL AS given_split FROM vm ORDER BY subject_id, visit_index",
+        "SELECT subject_id, visit_index, mortality_6m, NULL AS given_split FROM vm "
+        "ORDER BY subject_id, visit_index",
     )
     _counts(con, files, f, events)
     return read_result(
@@ -156,15 +157,19 @@ def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:
 
 
 def _split_codes(con: DuckDBPyConnection) -> None:
-    """``stays`` (a unit stay with its patient and hospital stay), ``parts`` (one row per comma-separated part
-    of ``icd9code``) and ``dx`` (each non-empty part with its vocabulary, null when unparseable)."""
+    """``stays`` (a unit stay with its patient and hospital stay), ``parts`` (one row per
+    comma-separated part of ``icd9code``) and ``dx`` (each non-empty part with its vocabulary, null
+    when unparseable)."""
     con.execute(
         "CREATE TEMP TABLE stays AS SELECT patientunitstayid, patienthealthsystemstayid AS hss, "
-        "hospitaldischargeyear AS year, unitvisitnumber, hospitaladmitoffset, hospitaldischargestatus AS status, "
-        "dense_rank() OVER (ORDER BY uniquepid)::BIGINT AS subject_id FROM patient WHERE uniquepid IS NOT NULL"
+        "hospitaldischargeyear AS year, unitvisitnumber, hospitaladmitoffset, "
+        "hospitaldischargestatus AS status, "
+        "dense_rank() OVER (ORDER BY uniquepid)::BIGINT AS subject_id FROM patient "
+        "WHERE uniquepid IS NOT NULL"
     )
     con.execute(
-        "CREATE TEMP TABLE parts AS SELECT s.subject_id, s.hss, s.year, s.unitvisitnumber, s.hospitaladmitoffset, "
+        "CREATE TEMP TABLE parts AS SELECT s.subject_id, s.hss, s.year, s.unitvisitnumber, "
+        "s.hospitaladmitoffset, "
         f"{PRIORITY} AS prio, d.diagnosisoffset, d.diagnosisid, d.rowid + 2 AS line, "
         "upper(trim(unnest(string_split(d.icd9code, ',')))) AS part, "
         "generate_subscripts(string_split(d.icd9code, ','), 1) AS k "
@@ -180,18 +185,21 @@ def _split_codes(con: DuckDBPyConnection) -> None:
 
 
 def _visits_and_mortality(con: DuckDBPyConnection) -> None:
-    """``ev`` (codes once per hospital stay, in order), ``lastv`` (each patient's last stay) and ``vm`` (the
-    mortality of each visit: any stay of the patient ended ``Expired``)."""
+    """``ev`` (codes once per hospital stay, in order), ``lastv`` (each patient's last stay) and ``vm``
+    (the mortality of each visit: any stay of the patient ended ``Expired``)."""
     con.execute(
-        "CREATE TEMP TABLE ev0 AS SELECT * FROM (SELECT subject_id, hss, year, vocabulary, code, row_number() "
+        "CREATE TEMP TABLE ev0 AS SELECT * FROM (SELECT subject_id, hss, year, vocabulary, code, "
+        "row_number() "
         "OVER (PARTITION BY subject_id, hss ORDER BY unitvisitnumber, hospitaladmitoffset DESC, prio, "
         "diagnosisoffset, diagnosisid, k) AS pos FROM dx WHERE vocabulary IS NOT NULL) "
         "QUALIFY row_number() OVER (PARTITION BY subject_id, hss, vocabulary, code ORDER BY pos) = 1"
     )
     con.execute(
-        "CREATE TEMP TABLE ev AS SELECT subject_id, (dense_rank() OVER (PARTITION BY subject_id ORDER BY year, hss) "
+        "CREATE TEMP TABLE ev AS SELECT subject_id, "
+        "(dense_rank() OVER (PARTITION BY subject_id ORDER BY year, hss) "
         "- 1)::INT AS visit_index, NULL::TIMESTAMP AS visit_time, "
-        "(row_number() OVER (PARTITION BY subject_id, hss ORDER BY pos) - 1)::INT AS seq, vocabulary, code FROM ev0"
+        "(row_number() OVER (PARTITION BY subject_id, hss ORDER BY pos) - 1)::INT AS seq, vocabulary, code "
+        "FROM ev0"
     )
     con.execute(
         "CREATE TEMP TABLE lastv AS SELECT subject_id, max(visit_index) AS visit_index FROM ev GROUP BY ALL"
@@ -199,7 +207,8 @@ def _visits_and_mortality(con: DuckDBPyConnection) -> None:
     con.execute(
         "CREATE TEMP TABLE vm AS SELECT v.subject_id, v.visit_index, m.mortality_6m FROM "
         "(SELECT DISTINCT subject_id, visit_index FROM ev) v JOIN (SELECT subject_id, "
-        "coalesce(bool_or(status = 'Expired'), false) AS mortality_6m FROM stays GROUP BY ALL) m USING (subject_id)"
+        "coalesce(bool_or(status = 'Expired'), false) AS mortality_6m FROM stays GROUP BY ALL) m "
+        "USING (subject_id)"
     )
 
 
@@ -216,7 +225,8 @@ def _counts(con: DuckDBPyConnection, files: dict[str, Path], f: Findings, events
             r[0]
             for r in con.execute(
                 f"SELECT printf('%s line %d: patientunitstayid %s', $n, d.rowid + 2, "
-                f"coalesce(d.patientunitstayid::VARCHAR, '(empty)')) {cond} ORDER BY d.rowid LIMIT {EXAMPLES}",
+                f"coalesce(d.patientunitstayid::VARCHAR, '(empty)')) {cond} "
+                f"ORDER BY d.rowid LIMIT {EXAMPLES}",
                 {"n": dname},
             ).fetchall()
         ],

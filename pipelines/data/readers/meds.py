@@ -22,8 +22,9 @@ dataset's name, versions and ETL, which go into ``source.metadata``. Both are in
 
 Checks: column types (``subject_id`` integer, ``time`` timestamp or date, ``code`` string, ``hadm_id``
 integer; ``codes.parquet``: ``code`` string, ``description`` string, ``parent_codes`` list of strings)
-before reading; ``dataset.json`` must be a JSON object; exact duplicate diagnosis rows dropped (a finding); diagnosis rows without a
-time counted (a finding); a subject with two different splits is an error.
+before reading; ``dataset.json`` must be a JSON object; exact duplicate diagnosis rows dropped (a
+finding); diagnosis rows without a time counted (a finding); a subject with two different splits is an
+error.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ SPLITS_FILE = Path("metadata") / "subject_splits.parquet"
 CODES_FILE = Path("metadata") / "codes.parquet"
 DATASET_FILE = Path("metadata") / "dataset.json"
 # dataset.json fields recorded in the manifest's source.metadata (the DatasetMetadataSchema's text fields)
-DATASET_TEXT_FIELDS = ("dataset_name", "dataset_version", "etl_name", "etl_version", "meds_version", "created_at",
-                       "license", "location_uri", "description_uri")  # fmt: skip
+DATASET_TEXT_FIELDS = ("dataset_name", "dataset_version", "etl_name", "etl_version", "meds_version",
+                       "created_at", "license", "location_uri", "description_uri")  # fmt: skip
 DATASET_LIST_FIELDS = ("raw_source_id_columns", "code_modifier_columns", "additional_value_modality_columns",
                        "site_id_columns", "other_extension_columns")  # fmt: skip
 # (regex, vocabulary expression of the text column {col}, code group) for the diagnosis code forms
@@ -157,8 +158,8 @@ def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Tab
 
 def meds_files(path: str | Path) -> list[Path]:
     """Every file of the MEDS root ``path`` that a dataset prepared from it depends on (its inputs): the
-    shards ``data/**/*.parquet``, then those of ``metadata/subject_splits.parquet``, ``metadata/codes.parquet``
-    and ``metadata/dataset.json`` that exist."""
+    shards ``data/**/*.parquet``, then those of ``metadata/subject_splits.parquet``,
+    ``metadata/codes.parquet`` and ``metadata/dataset.json`` that exist."""
     root = Path(path)
     shards = sorted((root / "data").rglob("*.parquet")) if (root / "data").is_dir() else []
     return shards + [root / m for m in (SPLITS_FILE, CODES_FILE, DATASET_FILE) if (root / m).is_file()]
@@ -183,15 +184,19 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
         [input_record(root, s) for s in shards] + _given_splits(con, root, f) + codes_input + dataset_input
     )
     con.execute(
-        "CREATE TEMP TABLE vm AS SELECT v.subject_id, v.visit_index, coalesce(bool_or(date_diff('day', v.vtime, "
-        f"r.time) BETWEEN 0 AND {MORTALITY_DAYS}), false) AS mortality_6m, any_value(sp.split) AS given_split "
+        "CREATE TEMP TABLE vm AS SELECT v.subject_id, v.visit_index, "
+        "coalesce(bool_or(date_diff('day', v.vtime, "
+        f"r.time) BETWEEN 0 AND {MORTALITY_DAYS}), false) AS mortality_6m, "
+        "any_value(sp.split) AS given_split "
         f"FROM vis v LEFT JOIN raw r ON r.subject_id = v.subject_id AND r.code = '{DEATH_CODE}' "
         "LEFT JOIN sp ON sp.subject_id = v.subject_id GROUP BY v.subject_id, v.visit_index"
     )
     events, visits = to_tables(
         con,
-        "SELECT subject_id, visit_index, visit_time, (row_number() OVER (PARTITION BY subject_id, visit_index "
-        "ORDER BY filename, file_row_number) - 1)::INT AS seq, vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
+        "SELECT subject_id, visit_index, visit_time, "
+        "(row_number() OVER (PARTITION BY subject_id, visit_index "
+        "ORDER BY filename, file_row_number) - 1)::INT AS seq, vocabulary, code FROM ev "
+        "ORDER BY subject_id, visit_index, seq",
         "SELECT subject_id, visit_index, mortality_6m, given_split FROM vm ORDER BY subject_id, visit_index",
     )
     f.count("patients_in_source", one(con, "SELECT count(DISTINCT subject_id) FROM raw")[0])
@@ -246,7 +251,8 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
     )
     vocab, dcode = _form_sql("read_code")
     con.execute(
-        f"CREATE TEMP TABLE dx0 AS SELECT subject_id, time, hadm_id, filename, file_row_number, code AS source_code, "
+        "CREATE TEMP TABLE dx0 AS SELECT subject_id, time, hadm_id, filename, file_row_number, "
+        "code AS source_code, "
         f"{vocab} AS vocabulary, upper(replace(trim({dcode}), '.', '')) AS code, read_code <> source_code AS "
         "via_parent FROM raw1 ORDER BY filename, file_row_number"
     )
@@ -292,10 +298,12 @@ def _any_form(col: str) -> str:
 
 
 def _not_read(con: DuckDBPyConnection, root: Path, f: Findings) -> None:
-    """Count the rows whose code is not a diagnosis (by prefix), and find diagnosis-like codes of no known form."""
+    """Count the rows whose code is not a diagnosis (by prefix), and find diagnosis-like codes of no known
+    form."""
     f.count("non_diagnosis_rows", one(con, "SELECT count(*) FROM dx0 WHERE vocabulary IS NULL")[0])
     top = con.execute(
-        "SELECT coalesce(regexp_extract(source_code, '^([^/]*)', 1), '(null)') AS prefix, count(*) AS n FROM dx0 "
+        "SELECT coalesce(regexp_extract(source_code, '^([^/]*)', 1), '(null)') AS prefix, count(*) AS n "
+        "FROM dx0 "
         f"WHERE vocabulary IS NULL GROUP BY ALL ORDER BY n DESC, prefix LIMIT {TOP_PREFIXES}"
     ).fetchall()
     f.counts["non_diagnosis_prefixes"] = {p: int(n) for p, n in top}
@@ -312,12 +320,14 @@ def _not_read(con: DuckDBPyConnection, root: Path, f: Findings) -> None:
         "unrecognised_diagnosis_codes",
         n,
         [f"{c!r} ({f'{d}, ' if d else ''}{k} rows)" for c, k, d in ex],
-        "rows with a diagnosis-like code in no form the reader reads (not read; see docs/input-formats.md, MEDS)",
+        "rows with a diagnosis-like code in no form the reader reads "
+        "(not read; see docs/input-formats.md, MEDS)",
     )
     cond = "FROM dx WHERE vocabulary IS NOT NULL AND time IS NULL"
     n = one(con, f"SELECT count(*) {cond}")[0]
     ex = con.execute(
-        f"SELECT filename, file_row_number, subject_id, source_code {cond} ORDER BY filename, file_row_number "
+        f"SELECT filename, file_row_number, subject_id, source_code {cond} "
+        "ORDER BY filename, file_row_number "
         f"LIMIT {EXAMPLES}"
     ).fetchall()
     f.finding(
@@ -332,13 +342,15 @@ def _visits(con: DuckDBPyConnection) -> None:
     """``vis`` (a visit: an admission, else a timestamp, with its time and rank) and ``ev`` (the codes with
     their visit's rank)."""
     con.execute(
-        "CREATE TEMP TABLE vis AS SELECT subject_id, vkey, vtime, (dense_rank() OVER (PARTITION BY subject_id "
+        "CREATE TEMP TABLE vis AS SELECT subject_id, vkey, vtime, "
+        "(dense_rank() OVER (PARTITION BY subject_id "
         "ORDER BY vtime, vkey) - 1)::INT AS visit_index FROM (SELECT subject_id, "
         "coalesce(hadm_id::VARCHAR, time::VARCHAR) AS vkey, min(time) AS vtime FROM dx "
         "WHERE time IS NOT NULL AND code <> '' GROUP BY ALL)"
     )
     con.execute(
-        "CREATE TEMP TABLE ev AS SELECT d.subject_id, v.vtime AS visit_time, d.vocabulary, d.code, v.visit_index, "
+        "CREATE TEMP TABLE ev AS SELECT d.subject_id, v.vtime AS visit_time, d.vocabulary, d.code, "
+        "v.visit_index, "
         "d.filename, d.file_row_number FROM dx d JOIN vis v ON v.subject_id = d.subject_id "
         "AND v.vkey = coalesce(d.hadm_id::VARCHAR, d.time::VARCHAR) WHERE d.code <> ''"
     )
@@ -361,7 +373,8 @@ def _given_splits(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dict
     except duckdb.Error as e:
         raise InputFileError(splits, f"cannot be read: {str(e).strip().splitlines()[0]}") from e
     dup = con.execute(
-        "SELECT subject_id, count(*) FROM sp0 GROUP BY subject_id, split HAVING count(*) > 1 ORDER BY subject_id"
+        "SELECT subject_id, count(*) FROM sp0 GROUP BY subject_id, split HAVING count(*) > 1 "
+        "ORDER BY subject_id"
     ).fetchall()
     f.finding(
         "duplicate_split_rows",
@@ -376,7 +389,8 @@ def _given_splits(con: DuckDBPyConnection, root: Path, f: Findings) -> list[dict
     if bad:
         raise InputFileError(
             splits,
-            f"subject_id(s) {', '.join(str(s) for s, _ in bad[:EXAMPLES])}{' …' if len(bad) > EXAMPLES else ''} "
+            f"subject_id(s) {', '.join(str(s) for s, _ in bad[:EXAMPLES])}"
+            f"{' …' if len(bad) > EXAMPLES else ''} "
             "with more than one split",
             expected="one split per subject_id",
             found=f"subject_id {bad[0][0]}: {', '.join(map(str, bad[0][1]))}",

@@ -49,9 +49,9 @@ TABLES: dict[str, tuple[str, tuple[str, ...], dict[str, str]]] = {
     ),
     "admissions": (
         "hosp/admissions.csv.gz",
-        ("subject_id", "hadm_id", "admittime", "dischtime", "deathtime", "admission_type", "admit_provider_id",
-         "admission_location", "discharge_location", "insurance", "language", "marital_status", "race",
-         "edregtime", "edouttime", "hospital_expire_flag"),
+        ("subject_id", "hadm_id", "admittime", "dischtime", "deathtime", "admission_type",
+         "admit_provider_id", "admission_location", "discharge_location", "insurance", "language",
+         "marital_status", "race", "edregtime", "edouttime", "hospital_expire_flag"),
         {"subject_id": "BIGINT", "hadm_id": "BIGINT", "admittime": "TIMESTAMP", "dischtime": "TIMESTAMP",
          "deathtime": "TIMESTAMP"},
     ),
@@ -93,9 +93,11 @@ def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Tab
     root = mimic_root(path)
     con, _ = load_tables(root, {k: TABLES[k] for k in ("patients", "admissions")}, threads)
     deaths = con.sql(
-        "SELECT * FROM (SELECT subject_id, coalesce(min(a.deathtime), any_value(p.dod)::TIMESTAMP) AS time FROM "
+        "SELECT * FROM (SELECT subject_id, coalesce(min(a.deathtime), any_value(p.dod)::TIMESTAMP) AS time "
+        "FROM "
         "(SELECT DISTINCT subject_id, dod FROM patients) p FULL JOIN (SELECT subject_id, deathtime FROM "
-        "admissions WHERE deathtime IS NOT NULL) a USING (subject_id) GROUP BY subject_id) WHERE time IS NOT NULL "
+        "admissions WHERE deathtime IS NOT NULL) a USING (subject_id) GROUP BY subject_id) "
+        "WHERE time IS NOT NULL "
         "ORDER BY subject_id"
     ).to_arrow_table()
     try:
@@ -127,7 +129,8 @@ def read_mimic(path: str | Path, *, threads: int | None = None) -> ReadResult:
         "SELECT subject_id, visit_index, visit_time, "
         "(row_number() OVER (PARTITION BY subject_id, visit_index ORDER BY seq_num, code) - 1)::INT AS seq, "
         "vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
-        "SELECT subject_id, visit_index, mortality_6m, NULL AS given_split FROM vm ORDER BY subject_id, visit_index",
+        "SELECT subject_id, visit_index, mortality_6m, NULL AS given_split FROM vm "
+        "ORDER BY subject_id, visit_index",
     )
     f.count("patients_with_codes", one(con, "SELECT count(*) FROM lastv")[0])
     f.count(
@@ -154,9 +157,11 @@ def _check_tables(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) 
 
 
 def _diagnoses(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) -> None:
-    """``dx``: each diagnosis row with its admission, vocabulary and dotless code; the rows left out, counted."""
+    """``dx``: each diagnosis row with its admission, vocabulary and dotless code; the rows left out,
+    counted."""
     con.execute(
-        "CREATE TEMP TABLE dx AS SELECT d.rowid + 2 AS line, d.subject_id, d.hadm_id, d.seq_num, d.icd_version, "
+        "CREATE TEMP TABLE dx AS SELECT d.rowid + 2 AS line, d.subject_id, d.hadm_id, d.seq_num, "
+        "d.icd_version, "
         "d.icd_code, a.admittime, a.dischtime, a.deathtime, "
         "CASE d.icd_version WHEN 9 THEN 'ICD9CM' WHEN 10 THEN 'ICD10CM' END AS vocabulary, "
         "upper(replace(trim(d.icd_code), '.', '')) AS code, a.hadm_id IS NULL AS orphan "
@@ -169,7 +174,8 @@ def _diagnoses(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) -> 
         "rows_empty_code": "NOT orphan AND vocabulary IS NOT NULL AND (code IS NULL OR code = '')",
     }
     example = {
-        "rows_without_admission": "printf('%s line %d: subject_id %d, hadm_id %d', $n, line, subject_id, hadm_id)",
+        "rows_without_admission": "printf('%s line %d: subject_id %d, hadm_id %d', $n, line, "
+        "subject_id, hadm_id)",
         "rows_unknown_icd_version": "printf('%s line %d: icd_version %s, icd_code %s', $n, line, "
         "coalesce(icd_version::VARCHAR, '(empty)'), coalesce(icd_code, '(empty)'))",
         "rows_empty_code": "printf('%s line %d: subject_id %d, hadm_id %d', $n, line, subject_id, hadm_id)",
@@ -202,14 +208,16 @@ def _findings(con: DuckDBPyConnection, files: dict[str, Path], f: Findings) -> N
     ex = [
         r[0]
         for r in con.execute(
-            f"SELECT printf('%s line %d: hadm_id %d, subject_id %d', $n, a.rowid + 2, a.hadm_id, a.subject_id) {cond} "
+            "SELECT printf('%s line %d: hadm_id %d, subject_id %d', $n, a.rowid + 2, a.hadm_id, "
+            f"a.subject_id) {cond} "
             f"ORDER BY a.rowid LIMIT {EXAMPLES}",
             {"n": adm},
         ).fetchall()
     ]
     f.finding("admissions_of_unknown_patients", n, ex, f"admissions of patients not in {pat} (kept; no dod)")
     cond = (
-        "FROM patients p JOIN (SELECT subject_id, arg_max(hadm_id, dischtime) AS hadm_id, max(dischtime) AS disch "
+        "FROM patients p JOIN (SELECT subject_id, arg_max(hadm_id, dischtime) AS hadm_id, "
+        "max(dischtime) AS disch "
         "FROM admissions GROUP BY subject_id) a USING (subject_id) WHERE p.dod < a.disch::DATE"
     )
     n = one(con, f"SELECT count(*) {cond}")[0]

@@ -1,5 +1,6 @@
 """The ``hrrbert`` command layer: every command's help, options generated from the config dataclasses
-(defaults, choices, help from the field metadata), ``-v``/``-q``, ``--version``, errors, and no torch on import."""
+(defaults, choices, help from the field metadata), ``-v``/``-q``, ``--version``, errors, and no torch on
+import."""
 
 from __future__ import annotations
 

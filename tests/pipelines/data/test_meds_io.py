@@ -21,7 +21,7 @@ from ehr_fixtures import meds_shard, write_meds, write_meds_admissions, write_me
 from train_fixtures import compile_fixture
 
 from pipelines.data.export_meds import export_meds
-from pipelines.data.labels import place_labels, read_label_task
+from pipelines.data.label_tasks import place_labels, read_label_task
 from pipelines.data.prepare import prepare
 from pipelines.data.readers.meds import meds_files, read_meds
 from pipelines.data.splits import SplitOptions
@@ -214,8 +214,8 @@ def test_metadata_files_are_read_and_recorded_as_inputs(tmp_path, program):
 
 
 def test_parent_codes_read_codes_of_no_form_and_descriptions_name_the_rest(tmp_path):
-    rows = [(1, T0, "ICD10/E11.9"), (1, T0, "LOCAL//DX//7"), (1, T0, "ICD10PCS/0DTJ4ZZ"), (1, T0, "ICD10/K37"),
-            (1, T0, "LAB//1"), (1, T0, "ICD10/I10")]  # fmt: skip
+    rows = [(1, T0, "ICD10/E11.9"), (1, T0, "LOCAL//DX//7"), (1, T0, "ICD10PCS/0DTJ4ZZ"),
+            (1, T0, "ICD10/K37"), (1, T0, "LAB//1"), (1, T0, "ICD10/I10")]  # fmt: skip
     root = write_meds_shards(tmp_path / "m", {"0.parquet": meds_shard(rows)})
     (root / "metadata").mkdir()
     pq.write_table(

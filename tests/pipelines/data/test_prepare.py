@@ -223,7 +223,8 @@ def test_prepare_demo_small(tmp_path):
 
 
 def rare_codes(prepared, program, k: int = 2) -> tuple[list[int], list[str], list[str]]:
-    """The ``k`` concepts the prepared cohort's pretraining has least often: ids, vocabularies, dotless codes."""
+    """The ``k`` concepts the prepared cohort's pretraining has least often: ids, vocabularies,
+    dotless codes."""
     count = pq.read_table(prepared.path / "code_counts.parquet")["count"].to_numpy()
     seen = np.flatnonzero(count > 0)
     ids = np.sort(seen[np.argsort(count[seen], kind="stable")[:k]])

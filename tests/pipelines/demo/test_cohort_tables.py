@@ -20,8 +20,9 @@ PYHEALTH_TABLES = {
     "patients": ("hosp/patients.csv.gz", "subject_id", None,
                  ["gender", "anchor_age", "anchor_year", "anchor_year_group", "dod"], None),
     "admissions": ("hosp/admissions.csv.gz", "subject_id", "admittime",
-                   ["hadm_id", "admission_type", "admission_location", "insurance", "language", "marital_status",
-                    "race", "discharge_location", "dischtime", "hospital_expire_flag"], None),
+                   ["hadm_id", "admission_type", "admission_location", "insurance", "language",
+                    "marital_status", "race", "discharge_location", "dischtime", "hospital_expire_flag"],
+                   None),
     "icustays": ("icu/icustays.csv.gz", "subject_id", "intime",
                  ["hadm_id", "stay_id", "first_careunit", "last_careunit", "outtime"], None),
     "diagnoses_icd": ("hosp/diagnoses_icd.csv.gz", "subject_id", "dischtime",
@@ -31,14 +32,15 @@ PYHEALTH_TABLES = {
                        ["hadm_id", "icd_code", "icd_version", "seq_num"],
                        ("hosp/admissions.csv.gz", "hadm_id", ["dischtime"])),
     "prescriptions": ("hosp/prescriptions.csv.gz", "subject_id", "starttime",
-                      ["hadm_id", "drug", "ndc", "prod_strength", "dose_val_rx", "dose_unit_rx", "route", "stoptime"],
+                      ["hadm_id", "drug", "ndc", "prod_strength", "dose_val_rx", "dose_unit_rx", "route",
+                       "stoptime"],
                       None),
 }  # fmt: skip
 OLD_FILES = (
-    "hosp/patients.csv.gz", "hosp/admissions.csv.gz", "hosp/diagnoses_icd.csv.gz", "hosp/d_icd_diagnoses.csv.gz",
-    "eicu/patient.csv.gz", "eicu/diagnosis.csv.gz", "ground_truth/patients.parquet",
-    "ground_truth/conditions.parquet", "ground_truth/codes.parquet", "ground_truth/condition_catalog.parquet",
-    "ground_truth/README.json",
+    "hosp/patients.csv.gz", "hosp/admissions.csv.gz", "hosp/diagnoses_icd.csv.gz",
+    "hosp/d_icd_diagnoses.csv.gz", "eicu/patient.csv.gz", "eicu/diagnosis.csv.gz",
+    "ground_truth/patients.parquet", "ground_truth/conditions.parquet", "ground_truth/codes.parquet",
+    "ground_truth/condition_catalog.parquet", "ground_truth/README.json",
 )  # fmt: skip
 
 
@@ -58,7 +60,8 @@ def _sql(cohort, query: str) -> list[tuple]:
     for rel in (*MIMIC_EXTRA_COLUMNS, "hosp/admissions", "hosp/patients", "hosp/diagnoses_icd"):
         path = str(cohort / f"{rel}.csv.gz").replace("'", "''")
         con.execute(
-            f"CREATE VIEW {rel.split('/')[1]} AS SELECT * FROM read_csv('{path}', all_varchar=true, header=true)"
+            f"CREATE VIEW {rel.split('/')[1]} AS SELECT * FROM "
+            f"read_csv('{path}', all_varchar=true, header=true)"
         )
     return con.execute(query).fetchall()
 

@@ -327,7 +327,8 @@ def test_listed_criteria_make_conditions_the_eligible_codes(dataset_dir, program
 
 
 def test_equivalent_codes_are_eligible_with_their_family(generated, program_dir):  # noqa: F811
-    """Codes mapped to the same SNOMED concepts as a family code are eligible too (rare trials: all of them)."""
+    """Codes mapped to the same SNOMED concepts as a family code are eligible too
+    (rare trials: all of them)."""
     c = pq.read_table(program_dir / "concepts.parquet").to_pydict()
     key = {
         i: tuple(sorted(ids))

@@ -1,4 +1,5 @@
-"""The one cell formatter and the one Markdown table writer every report uses (:mod:`pipelines.eval.markdown`)."""
+"""The one cell formatter and the one Markdown table writer every report uses
+(:mod:`pipelines.eval.markdown`)."""
 
 from __future__ import annotations
 

@@ -70,20 +70,23 @@ def test_a_run_sees_only_its_fields():
 
 
 FULL = {
-    "frequency_bins": [{"low": -14.0, "high": -12.0, "codes_in_bin": 3, "probes": 2, "top10": 0.5, "top100": 1.0,
-                        "median_rank": 4.0, "ranked": 31}],
+    "frequency_bins": [{"low": -14.0, "high": -12.0, "codes_in_bin": 3, "probes": 2, "top10": 0.5,
+                        "top100": 1.0, "median_rank": 4.0, "ranked": 31}],
     "neighbours": {"k": 4, "groups": {"rare": {"related": 1, "total": 4, "codes": [
-        {"code": "A (ICD-10)", "title": "a", "neighbours": [{"code": "B (ICD-10)", "title": "b", "related": True}]}]}}},
-    "unbinding_recall": {"ks": [1, 5], "rows": 5, "rows_with_edges": 5, "edges": 9, "exact": False, "memory": "role",
-                         "recall": {"1": 0.1, "5": 0.3}, "per_kind": {"is_a": {"edges": 4, "recall": {"1": 0.0, "5": 0.5}}},
+        {"code": "A (ICD-10)", "title": "a",
+         "neighbours": [{"code": "B (ICD-10)", "title": "b", "related": True}]}]}}},
+    "unbinding_recall": {"ks": [1, 5], "rows": 5, "rows_with_edges": 5, "edges": 9, "exact": False,
+                         "memory": "role", "recall": {"1": 0.1, "5": 0.3},
+                         "per_kind": {"is_a": {"edges": 4, "recall": {"1": 0.0, "5": 0.5}}},
                          "per_relation": {"is a": {"edges": 4, "recall": {"1": 0.0, "5": 0.5}}}, "dim": 64,
                          "sample": {"vocabularies": "ICD*", "seed": 0, "asked": 5}},
     "tsne": {"path": "tsne.png", "points": 20, "perplexity": 5.0, "coloured_by": "chapter", "rare_marked": 2},
     "rood": [{"trial": 0, "model": "m", "rood": {"f1": 0.5, "n": 4}, "rood_unseen": {"n": 0}}],
     "transfer": [{"trial": 0, "model": "m", "test": {"f1": 0.4, "n": 12}}],
     "transfer_dataset_id": "d2",
-    "cost": {"embedding_build_s": 0.1, "step_s": 0.2, "build_share": 0.5, "tokens_per_s": 10.0, "sequences_per_s": 1.0,
-             "batch": 2, "peak_memory_mb": 9.0, "device": "cpu", "training_seq_per_s": None},
+    "cost": {"embedding_build_s": 0.1, "step_s": 0.2, "build_share": 0.5, "tokens_per_s": 10.0,
+             "sequences_per_s": 1.0, "batch": 2, "peak_memory_mb": 9.0, "device": "cpu",
+             "training_seq_per_s": None},
 }  # fmt: skip
 
 

@@ -1,5 +1,6 @@
 """Results over seeds: the t-interval (:func:`pipelines.eval.stats.t_interval`) against SciPy and by hand
-and its cell over runs, seed parsing, run-by-run wins and the wording of a claim that must hold in every run."""
+and its cell over runs, seed parsing, run-by-run wins and the wording of a claim that must hold in every
+run."""
 
 from __future__ import annotations
 

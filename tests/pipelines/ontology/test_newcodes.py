@@ -1,5 +1,6 @@
-"""Scoring new codes: probes, tie-aware MLM ranks against a brute-force reference, per-patient hits,
-neighbour relatedness, twins and the twin-matched reference sample, and the demo cohort copy without the carriers of given codes."""
+"""Scoring new codes: probes, tie-aware MLM ranks against a brute-force reference, per-patient hits, neighbour
+relatedness, twins and the twin-matched reference sample, and the demo cohort copy without the carriers of
+given codes."""
 
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def test_new_code_rows_are_the_tokens_the_old_program_lacks(program, tmp_path):
 
 
 def test_cohort_without_drops_every_carrier(tmp_path):
-    from pipelines.demo.transfer import cohort_without
+    from pipelines.demo.carry_study import cohort_without
 
     hosp = tmp_path / "ehr" / "hosp"
     hosp.mkdir(parents=True)
@@ -142,7 +143,7 @@ def test_cohort_without_drops_every_carrier(tmp_path):
 def test_is_a_parents_follow_the_programs_graph(program, tmp_path):
     import pyarrow.parquet as pq
 
-    from pipelines.ontology.transfer import IS_A, is_a_parents
+    from pipelines.ontology.carry import IS_A, is_a_parents
 
     parents = is_a_parents(program)
     assert len(parents) == program.n_atoms

@@ -64,7 +64,8 @@ def test_multilabel_macro_by_hand():
     assert m["accuracy"] == pytest.approx(9 / 12) and m["subset_accuracy"] == pytest.approx(2 / 4)
     # micro: tp 3, fp 2, fn 1 -> 6 / 9
     assert m["f1_micro"] == pytest.approx(6 / 9)
-    # AUROC label 0: positives .9 .4 vs negatives .6 .1 -> 3/4; label 1: .7 .8 vs .2 .3 -> 1; label 2 undefined
+    # AUROC label 0: positives .9 .4 vs negatives .6 .1 -> 3/4; label 1: .7 .8 vs .2 .3 -> 1;
+    # label 2 undefined
     assert m["auroc"] == pytest.approx((0.75 + 1.0) / 2)
     # AP label 0: order .9(p) .6(n) .4(p) .1(n) -> (1 + 2/3)/2; label 1: 1
     assert m["auprc"] == pytest.approx(((1 + 2 / 3) / 2 + 1) / 2)

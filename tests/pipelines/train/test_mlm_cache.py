@@ -16,7 +16,7 @@ from train_fixtures import program_dir, write_dataset  # noqa: F401
 from model import HRRBert
 from pipelines.cli import main
 from pipelines.errors import PipelineError
-from pipelines.train.cache import GRID_SHARPNESS, GRID_WEIGHTS, REPORT_FILE, add_cache
+from pipelines.train.cache_choice import GRID_SHARPNESS, GRID_WEIGHTS, REPORT_FILE, add_cache
 from pipelines.train.pretrain import pretrain
 
 TINY = dict(model="tiny", batch_size=8, log_every=1, device="cpu", progress=False, max_val=None)

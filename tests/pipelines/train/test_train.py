@@ -146,8 +146,9 @@ def grouped_dataset(tmp_path_factory, program_dir):  # noqa: F811
 
 
 def _top5_on_hand_masked_codes(model, ds, program_dir) -> float:  # noqa: F811
-    """Top-5 accuracy at the first code of every pretrain_val patient, masked here (not by mask_tokens), scored
-    against the original code: a model trained on misaligned targets fails it even when its own metrics pass."""
+    """Top-5 accuracy at the first code of every pretrain_val patient, masked here (not by mask_tokens),
+    scored against the original code: a model trained on misaligned targets fails it even when its own
+    metrics pass."""
     from hrr_kernel import load_program
     from pipelines.data.sequences import TokenizedDataset
 

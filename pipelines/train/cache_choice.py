@@ -1,4 +1,4 @@
-"""Choose a model's code cache (:mod:`model.cache`) on validation data, and write the model with it.
+"""Choose a model's code cache (:mod:`model.code_cache`) on validation data, and write the model with it.
 
 ``hrrbert mlm-cache MODEL --dataset DS --out DIR`` scores masked-code prediction on the dataset's
 ``pretrain_val`` patients for every (weight, sharpness) of a small grid, keeps the pair with the lowest
@@ -8,7 +8,7 @@ the whole grid in ``cache.json``. Weight 0 is in the grid, so a cache that does 
 The positions are masked as validation masks them (the training share, 80/10/10), from a random stream
 of their own (:data:`SALT_CACHE`), so the pair is not chosen on the very positions that validation
 reports. Everything that ranks masked codes afterwards (:func:`~pipelines.train.mlm.evaluate_mlm`, the
-frequency-bin test, the new-code probes of a transfer) uses the cache the model carries.
+frequency-bin test, the new-code probes of a carry) uses the cache the model carries.
 
 Dimension legend: B sequences, T positions, N codes, M masked positions.
 """
@@ -64,7 +64,7 @@ def cache_grid(
 ) -> list[dict[str, Any]]:
     """Masked-code loss and top-1/10/100 accuracy on ``seqs`` for the model alone (weight 0) and for every
     (weight > 0, sharpness) of the grid; one row per pair, in grid order."""
-    from model.cache import cache_distribution, mix_log_probs, visible_codes
+    from model.code_cache import cache_distribution, mix_log_probs, visible_codes
 
     device = device or model.program.device
     pairs = [(0.0, None)] + [(float(w), float(s)) for s in sharpness for w in weights if w > 0]
@@ -116,9 +116,9 @@ def cache_grid(
 
 
 def choose_cache(grid: list[dict[str, Any]]):
-    """The grid row with the lowest loss as a :class:`model.cache.CodeCache`, or None when it is the model
-    alone (weight 0)."""
-    from model.cache import CodeCache
+    """The grid row with the lowest loss as a :class:`model.code_cache.CodeCache`, or None when it is the
+    model alone (weight 0)."""
+    from model.code_cache import CodeCache
 
     best = min(grid, key=lambda r: r["loss"])
     return None if best["weight"] == 0 else CodeCache(best["weight"], best["sharpness"])
@@ -165,8 +165,8 @@ def add_cache(
     seed: int = 0,
     force: bool = False,
 ) -> CacheResult:
-    """Choose the code cache of the model in ``model_dir`` on ``split`` of ``dataset`` and write the model with
-    it to ``out`` (see the module docstring); nothing is left under ``out`` on failure."""
+    """Choose the code cache of the model in ``model_dir`` on ``split`` of ``dataset`` and write the model
+    with it to ``out`` (see the module docstring); nothing is left under ``out`` on failure."""
     from model import HRRBert
     from pipelines.data.sequences import SPLITS, TokenizedDataset
     from pipelines.train.finetune import model_dir as find_model

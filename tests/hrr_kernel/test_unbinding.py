@@ -1,4 +1,4 @@
-"""hrr_kernel.explain: unbinding relations, explaining a vector, unbinding recall, composing queries."""
+"""hrr_kernel.unbinding: unbinding relations, explaining a vector, unbinding recall, composing queries."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ def test_recall_against_a_per_edge_reference(tmp_path, memory):
 
 
 def test_recall_chunking_gives_the_same_ranks(tmp_path, monkeypatch):
-    import hrr_kernel.explain as ex
+    import hrr_kernel.unbinding as ex
 
     rng = np.random.default_rng(6)
     edges = sorted(

@@ -100,7 +100,7 @@ def _evaluate(out, runs, dataset, program, **kw):
 def test_evaluate_scores_a_label_task_run_on_its_test_rows(
     tmp_path, runs, dataset, program, labels, one_thread
 ):
-    from pipelines.data.labels import place_labels, read_label_task
+    from pipelines.data.label_tasks import place_labels, read_label_task
     from pipelines.eval.pretrained import summary_lines
     from pipelines.train.predictions import read_predictions
 
@@ -162,7 +162,7 @@ def test_the_interval_resamples_patients_with_all_their_rows(runs, dataset, prog
 
     from hrr_kernel import load_program
     from pipelines.data.sequences import TokenizedDataset
-    from pipelines.eval.labels import labels_eval
+    from pipelines.eval.label_scores import labels_eval
 
     prog = load_program(program)
     ds = TokenizedDataset(dataset, prog.program_id, prog.n_concepts, prog.special_id("[PAD]"))

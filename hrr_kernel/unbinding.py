@@ -231,7 +231,8 @@ class UnbindingRecall:
 
 
 def _row_edges(program, rows: Tensor, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
-    """The program's edges whose concept is in ``rows``: ``(position in rows, relation, atom)``, each ``(E,)``."""
+    """The program's edges whose concept is in ``rows``: ``(position in rows, relation, atom)``, each
+    ``(E,)``."""
     position = torch.full((program.n_concepts,), -1, dtype=torch.int64, device=device)
     position[rows] = torch.arange(rows.numel(), device=device)
     pos = position[program.edge_concept.to(device)]  # (E_all,)
@@ -301,12 +302,12 @@ def unbinding_recall(
     What counts: every edge ``(c, r, a)`` of the program whose concept ``c`` is in ``rows`` is scored once.
     Its query is ``vectors[i] ⊛ r⁻¹`` (``i``: the position of ``c`` in ``rows``); the cleanup memory is
     ``memory``: ``range`` (the default), the atoms that fill ``r`` anywhere in the program
-    (:func:`relation_range`), or ``all``, every atom of the program; the atom's rank is the number of atoms whose cosine with the query is
-    strictly greater than ``a``'s (0 = nearest; ties are resolved in the atom's favour). The edge is
-    recovered at ``k`` when its rank is below ``k``. A relation with ``m`` edges on one concept gives
-    ``m`` scored edges against the same query, each ranked among all atoms (the other ``m - 1`` true atoms
-    included), so at most ``k`` of them can be recovered at ``k``; a repeated edge is scored each time
-    it is stored. ``recall[k]`` = recovered / scored (NaN when no edge was scored), overall, per relation
+    (:func:`relation_range`), or ``all``, every atom of the program; the atom's rank is the number of atoms
+    whose cosine with the query is strictly greater than ``a``'s (0 = nearest; ties are resolved in the atom's
+    favour). The edge is recovered at ``k`` when its rank is below ``k``. A relation with ``m`` edges on one
+    concept gives ``m`` scored edges against the same query, each ranked among all atoms (the other ``m - 1``
+    true atoms included), so at most ``k`` of them can be recovered at ``k``; a repeated edge is scored each
+    time it is stored. ``recall[k]`` = recovered / scored (NaN when no edge was scored), overall, per relation
     kind (``program.relation_kinds``) and per relation id.
 
     Args:
@@ -388,7 +389,8 @@ def hrr_vectors(embedding, rows: Tensor | None = None) -> Tensor:
     """
     if not embedding.spec.composes:
         raise ShapeError(
-            f"an {embedding.mode!r} embedding has no HRR part (no atoms or relations); got mode {embedding.mode!r}"
+            f"an {embedding.mode!r} embedding has no HRR part (no atoms or relations); "
+            f"got mode {embedding.mode!r}"
         )
     with torch.no_grad():
         a, r = embedding.atom_vectors().detach(), embedding.relation_vectors().detach()  # (A, H), (R, H)

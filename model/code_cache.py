@@ -16,7 +16,7 @@ same atoms (its twin in the other ICD version, its siblings). Rows that are equa
 so a plain table, whose rows of codes no training saw are all alike, spreads a visible unseen code over
 all of them. Special tokens receive no mass. A sequence with no visible code keeps the model's
 distribution. Nothing is trained: ``weight`` and ``sharpness`` are chosen on validation data
-(:func:`pipelines.train.cache.choose_cache`) and saved in the model's ``config.json`` (``mlm_cache``).
+(:func:`pipelines.train.cache_choice.choose_cache`) and saved in the model's ``config.json`` (``mlm_cache``).
 
 Dimension legend: B sequences, T positions, N codes, D embedding dim, M predicted positions, U distinct
 visible codes.

@@ -1,4 +1,4 @@
-"""A hand-built pair of programs, an "old" release and a "new" one, for the transfer tests (hrr_kernel,
+"""A hand-built pair of programs, an "old" release and a "new" one, for the carry tests (hrr_kernel,
 model, pipelines).
 
 Old (8 tokens): the 5 special tokens (each an identity edge to its own special atom), ``A001`` (is-a

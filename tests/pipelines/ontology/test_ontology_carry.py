@@ -1,26 +1,27 @@
-"""pipelines.ontology.transfer and ``hrrbert transfer``: a saved model carried to a new program is written as a
-normal model folder (with transfer.json) that loads, keeps its extra config keys and fine-tunes as usual."""
+"""pipelines.ontology.carry and ``hrrbert carry``: a saved model carried to a new program is written as a
+normal model folder (with carry.json) that loads, keeps its extra config keys and fine-tunes as usual."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
+from carry_fixtures import NEW_CODES, OLD_CODES, write_new_program, write_old_program
 from click.testing import CliRunner
 from train_fixtures import write_dataset
-from transfer_fixtures import NEW_CODES, OLD_CODES, write_new_program, write_old_program
 
 from hrr_kernel import load_program
 from model import HRRBert, PretrainedFileError, bert_tiny
 from pipelines.cli import main
 from pipelines.errors import PipelineError
-from pipelines.ontology.transfer import REPORT_FILE, transfer
+from pipelines.ontology.carry import REPORT_FILE, carry
 
 
 @pytest.fixture(scope="module")
 def programs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ontology_transfer")
+    root = tmp_path_factory.mktemp("ontology_carry")
     old = write_old_program(root / "old")
     new = write_new_program(root / "release" / "new")  # alone in its release folder
     return old, new
@@ -40,9 +41,9 @@ def saved(tmp_path_factory, programs):
     return d
 
 
-def test_transfer_writes_a_loadable_model_folder(tmp_path, programs, saved, one_thread):
+def test_carry_writes_a_loadable_model_folder(tmp_path, programs, saved, one_thread):
     old_path, new_path = programs
-    r = transfer(saved, new_path.parent, tmp_path / "moved", init="kind_mean", seed=3)  # a release folder
+    r = carry(saved, new_path.parent, tmp_path / "moved", init="kind_mean", seed=3)  # a release folder
     out = tmp_path / "moved"
     assert r.out == out and r.new_program == new_path
     assert {
@@ -60,7 +61,7 @@ def test_transfer_writes_a_loadable_model_folder(tmp_path, programs, saved, one_
     meta = json.loads((out / "config.json").read_text())
     assert meta["run_id"] == "pre-1" and meta["task"] == "mortality"
     assert "untrained_tokens" not in meta and moved.untrained_tokens is None
-    assert meta["transferred_from"] == {
+    assert meta["carried_from"] == {
         "model": str(saved),
         "program_id": load_program(old_path).program_id,
         "new_program_id": new.program_id,
@@ -69,9 +70,7 @@ def test_transfer_writes_a_loadable_model_folder(tmp_path, programs, saved, one_
     }
     report = json.loads((out / REPORT_FILE).read_text())
     assert (
-        report["kind"] == "transfer"
-        and report["tokens"]["carried"] == 7
-        and report["old_tokens_dropped"] == 1
+        report["kind"] == "carry" and report["tokens"]["carried"] == 7 and report["old_tokens_dropped"] == 1
     )
     original = HRRBert.from_pretrained(saved)
     a, b = original.state_dict(), moved.state_dict()
@@ -89,54 +88,79 @@ def test_transfer_writes_a_loadable_model_folder(tmp_path, programs, saved, one_
 def test_out_is_never_written_over(tmp_path, programs, saved):
     _, new_path = programs
     out = tmp_path / "moved"
-    transfer(saved, new_path, out)
+    carry(saved, new_path, out)
     with pytest.raises(PipelineError, match="pass --force"):
-        transfer(saved, new_path, out)
-    transfer(saved, new_path, out, force=True, init="random")  # replaces an earlier transfer
+        carry(saved, new_path, out)
+    carry(saved, new_path, out, force=True, init="random")  # replaces an earlier carry
     assert json.loads((out / REPORT_FILE).read_text())["init"] == "random"
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    with pytest.raises(PipelineError, match="not an earlier transfer"):
-        transfer(saved, new_path, other, force=True)
+    with pytest.raises(PipelineError, match="not an earlier carry"):
+        carry(saved, new_path, other, force=True)
     assert (other / "notes.txt").read_text() == "mine"
     with pytest.raises(PipelineError, match="inside it"):
-        transfer(saved, new_path, saved / "sub")
+        carry(saved, new_path, saved / "sub")
 
 
 def test_same_program_and_bad_init_are_refused(tmp_path, programs, saved):
     old_path, new_path = programs
-    with pytest.raises(PipelineError, match="already has; nothing to transfer"):
-        transfer(saved, old_path, tmp_path / "x")
+    with pytest.raises(PipelineError, match="already has; nothing to carry"):
+        carry(saved, old_path, tmp_path / "x")
     with pytest.raises(PipelineError, match="init must be one of"):
-        transfer(saved, new_path, tmp_path / "y", init="mean")
+        carry(saved, new_path, tmp_path / "y", init="mean")
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
 
 def test_cli(tmp_path, programs, saved):
     _, new_path = programs
     out = tmp_path / "moved"
-    res = CliRunner().invoke(
-        main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "-q"]
-    )
+    res = CliRunner().invoke(main, ["carry", str(saved), "--program", str(new_path), "--out", str(out), "-q"])
     assert res.exit_code == 0, res.output
-    assert "transferred cat model" in res.output and f"wrote {out}" in res.output
-    res = CliRunner().invoke(
-        main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "-q"]
-    )
+    assert "carried cat model" in res.output and f"wrote {out}" in res.output
+    res = CliRunner().invoke(main, ["carry", str(saved), "--program", str(new_path), "--out", str(out), "-q"])
     assert res.exit_code == 1 and "pass --force" in res.output
     res = CliRunner().invoke(
-        main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "--init", "mean"]
+        main, ["carry", str(saved), "--program", str(new_path), "--out", str(out), "--init", "mean"]
     )
     assert res.exit_code == 2 and "'mean' is not one of" in res.output
 
 
-def test_transferred_folder_fine_tunes(tmp_path, programs, saved, one_thread):
+def test_transfer_is_a_hidden_alias_of_carry(tmp_path, programs, saved):
+    """``hrrbert transfer``, the command's name before: same options and output, one line on stderr."""
+    _, new_path = programs
+    out = tmp_path / "moved"
+    res = CliRunner().invoke(
+        main, ["transfer", str(saved), "--program", str(new_path), "--out", str(out), "-q"]
+    )
+    assert res.exit_code == 0, res.output
+    assert res.stderr.splitlines()[0] == "'hrrbert transfer' is now 'hrrbert carry'"
+    assert "carried cat model" in res.stdout and (out / REPORT_FILE).is_file()
+    listing = CliRunner().invoke(main, ["--help"]).output
+    names = [line.split()[0] for line in listing.splitlines() if line.startswith("  ")]
+    assert "carry" in names and "transfer" not in names  # hidden
+
+
+def test_a_model_carried_before_the_rename_keeps_its_record(tmp_path, programs, saved):
+    """A source whose config.json has ``transferred_from`` (the key's name before) keeps it as ``earlier``."""
+    _, new_path = programs
+    src = tmp_path / "src"
+    shutil.copytree(saved, src)
+    meta = json.loads((src / "config.json").read_text())
+    meta["transferred_from"] = {"model": "elsewhere", "init": "zero"}
+    (src / "config.json").write_text(json.dumps(meta))
+    carry(src, new_path, tmp_path / "moved")
+    moved = json.loads((tmp_path / "moved" / "config.json").read_text())
+    assert "transferred_from" not in moved
+    assert moved["carried_from"]["earlier"] == [{"model": "elsewhere", "init": "zero"}]
+
+
+def test_carried_folder_fine_tunes(tmp_path, programs, saved, one_thread):
     from pipelines.train.finetune import finetune
 
     _, new_path = programs
     out = tmp_path / "moved"
-    transfer(saved, new_path, out)
+    carry(saved, new_path, out)
     ds = write_dataset(tmp_path / "ds", new_path)
     r = finetune(
         out,
@@ -158,8 +182,8 @@ def test_model_without_its_program_needs_model_program(tmp_path, programs):
     model = HRRBert(bert_tiny(dim=16, n_layers=1, n_heads=2, ffn_dim=32, mode="add"), load_program(old_path))
     bare = model.save_pretrained(tmp_path / "run" / "model", carry_program=False, card=False)
     with pytest.raises(PretrainedFileError, match="does not carry its program"):
-        transfer(bare, new_path, tmp_path / "a")
-    r = transfer(
+        carry(bare, new_path, tmp_path / "a")
+    r = carry(
         tmp_path / "run", new_path, tmp_path / "b", model_program=old_path
     )  # a run folder holding model/
     assert r.source == bare and HRRBert.from_pretrained(tmp_path / "b").config.mode == "add"

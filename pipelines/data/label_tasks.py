@@ -103,7 +103,8 @@ def read_label_task(path: str | Path, *, threads: int | None = None) -> LabelTas
         pass
     try:
         con.execute(
-            "CREATE TEMP TABLE lab0 AS SELECT subject_id::BIGINT AS subject_id, prediction_time::TIMESTAMP AS "
+            "CREATE TEMP TABLE lab0 AS SELECT subject_id::BIGINT AS subject_id, "
+            "prediction_time::TIMESTAMP AS "
             "prediction_time, boolean_value::BOOLEAN AS boolean_value, filename, file_row_number "
             "FROM read_parquet($1, union_by_name = true, filename = true, file_row_number = true)",
             [[duckdb_path(f) for f in files]],
@@ -126,7 +127,8 @@ def read_label_task(path: str | Path, *, threads: int | None = None) -> LabelTas
     )
     conflict = con.execute(
         "SELECT subject_id, prediction_time, list(filename ORDER BY filename, file_row_number), "
-        "list(file_row_number ORDER BY filename, file_row_number) FROM lab0 GROUP BY subject_id, prediction_time "
+        "list(file_row_number ORDER BY filename, file_row_number) FROM lab0 "
+        "GROUP BY subject_id, prediction_time "
         "HAVING count(DISTINCT boolean_value) > 1 ORDER BY subject_id, prediction_time LIMIT 1"
     ).fetchall()
     if conflict:
@@ -139,7 +141,8 @@ def read_label_task(path: str | Path, *, threads: int | None = None) -> LabelTas
         )
     rows = (
         con.sql(
-            "SELECT DISTINCT subject_id, prediction_time, boolean_value FROM lab0 ORDER BY subject_id, prediction_time"
+            "SELECT DISTINCT subject_id, prediction_time, boolean_value FROM lab0 "
+            "ORDER BY subject_id, prediction_time"
         )
         .to_arrow_table()
         .cast(ROWS_SCHEMA)

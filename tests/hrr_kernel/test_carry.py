@@ -1,11 +1,11 @@
-"""hrr_kernel.transfer: atoms matched by (kind, key), relations by SCTID key, tokens by (vocabulary, code);
-the three initialisation rules; token provenance, on the hand-built program pair of transfer_fixtures."""
+"""hrr_kernel.carry: atoms matched by (kind, key), relations by SCTID key, tokens by (vocabulary, code);
+the three initialisation rules; token provenance, on the hand-built program pair of carry_fixtures."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transfer_fixtures import (
+from carry_fixtures import (
     NEW_ATOMS,
     NEW_CODES,
     NEW_PROVENANCE,
@@ -30,7 +30,7 @@ H = 8
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("transfer")
+    root = tmp_path_factory.mktemp("carry")
     return load_program(write_old_program(root / "old")), load_program(write_new_program(root / "new"))
 
 

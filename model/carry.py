@@ -1,6 +1,6 @@
 """Carry a trained :class:`~model.HRRBert` over to a new program (a new release of the ontology).
 
-:func:`transfer_model` builds an HRRBert with the same config on the new program and fills every weight:
+:func:`carry_model` builds an HRRBert with the same config on the new program and fills every weight:
 
 - **Everything that does not depend on the vocabulary** is copied unchanged: the Transformer layers, the
   position and visit-segment embeddings, the embedding and MLM-head layer norms, the MLM transform and
@@ -28,13 +28,13 @@
   ========================== ===============================================================================
 
 A token of the old program that the new one lacks is dropped with its rows. The report
-(:func:`transfer_model`'s second value) counts the tokens by provenance (:data:`hrr_kernel.PROVENANCE`:
+(:func:`carry_model`'s second value) counts the tokens by provenance (:data:`hrr_kernel.PROVENANCE`:
 carried / composed from trained atoms only / composed with some new atoms / entirely new), the carried
 tokens whose edges changed, the new table rows and their rule, atoms matched and new (by kind),
 relations matched and new, and the old tokens dropped.
 
 A carried token whose edges (its (relation key, atom kind, atom key) multiset) are unchanged keeps exactly
-its embedding row and its MLM logit (up to the summation order of the composition), so a transferred
+its embedding row and its MLM logit (up to the summation order of the composition), so a carried
 model scores the old vocabulary as the original did; only new and changed tokens move.
 
 Dimension legend: N concepts (tokens), A atoms, R relations, E edges, D model dimension, H HRR dimension.
@@ -62,7 +62,7 @@ from hrr_kernel import (
 from .bert import HRRBert
 from .errors import ModelError
 
-__all__ = ["transfer_model", "unchanged_tokens", "NEW_ROW_RULES", "TOKEN_TENSORS"]
+__all__ = ["carry_model", "unchanged_tokens", "NEW_ROW_RULES", "TOKEN_TENSORS"]
 
 UNK = "[UNK]"
 # state-dict keys of the tensors with one row (or entry) per token; every other key is copied unchanged
@@ -86,7 +86,7 @@ def _old_row(old: Program, token: str, mode: str) -> int:
     except ProgramError as e:
         raise ModelError(
             f"program {old.program_id} has no {token} token, but a {mode!r} model gives the new program's "
-            f"new codes the trained {token} row; transfer a model whose program has the special tokens"
+            f"new codes the trained {token} row; carry a model whose program has the special tokens"
         ) from e
 
 
@@ -183,7 +183,7 @@ def _codes(program: Program, rows: list[int]) -> list[str]:
 
 
 def _report(model: HRRBert, new: Program, carried, sources: Tensor, init: str, seed: int) -> dict[str, Any]:
-    """What the transfer did (see the module docstring)."""
+    """What the carry did (see the module docstring)."""
     old, spec = model.program, model.config.spec
     provenance = token_provenance(old, new, carried)
     counts = torch.bincount(provenance, minlength=len(PROVENANCE)).tolist()
@@ -221,7 +221,7 @@ def _report(model: HRRBert, new: Program, carried, sources: Tensor, init: str, s
     }
 
 
-def transfer_model(
+def carry_model(
     model: HRRBert,
     new_program: Program,
     *,
@@ -229,7 +229,7 @@ def transfer_model(
     seed: int = 0,
     atom_parents: list[list[int]] | None = None,
 ) -> tuple[HRRBert, dict[str, Any]]:
-    """A new :class:`HRRBert` with ``model``'s config on ``new_program``, and the report of the transfer.
+    """A new :class:`HRRBert` with ``model``'s config on ``new_program``, and the report of the carry.
 
     See the module docstring for what is copied and the rule of each new row. ``seed`` seeds the
     ``random`` initialisation of new atoms and relations (the only random draw); ``atom_parents`` (per atom
@@ -252,8 +252,8 @@ def transfer_model(
         given = replaced[key] if key in replaced else state.get(key)
         if given is None or given.shape != value.shape:
             raise ModelError(
-                f"cannot carry weight {key!r} to program {new_program.program_id}: the new model expects shape "
-                f"{tuple(value.shape)}, the trained model has "
+                f"cannot carry weight {key!r} to program {new_program.program_id}: "
+                f"the new model expects shape {tuple(value.shape)}, the trained model has "
                 f"{'none' if given is None else tuple(given.shape)}"
             )
         with torch.no_grad():

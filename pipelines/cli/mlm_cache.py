@@ -1,4 +1,5 @@
-"""`hrrbert mlm-cache`: choose a model's code cache on validation data (see pipelines/train/cache.py)."""
+"""`hrrbert mlm-cache`: choose a model's code cache on validation data (see
+pipelines/train/cache_choice.py)."""
 
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ def mlm_cache_cmd(model: str, dataset: str, out: str, split: str, limit: int, se
     """Choose the code cache of MODEL's masked-code prediction on --dataset and write the model to --out.
 
     The cache mixes the model's distribution with one over the sequence's visible codes and the codes whose
-    vectors are like theirs (model/cache.py). Its weight and sharpness are the pair of a small grid, weight 0
-    included, with the lowest masked-code loss on --split; the grid is printed and saved in OUT/cache.json.
+    vectors are like theirs (model/code_cache.py). Its weight and sharpness are the pair of a small grid,
+    weight 0 included, with the lowest masked-code loss on --split; the grid is printed and saved in
+    OUT/cache.json.
     """
-    from pipelines.train.cache import add_cache
+    from pipelines.train.cache_choice import add_cache
 
     if limit < 0:
         raise click.BadParameter("must be >= 0", param_hint="--limit")

@@ -1,15 +1,17 @@
-"""`hrrbert transfer`: carry a trained model over to a new program (see pipelines/ontology/transfer.py)."""
+"""`hrrbert carry`: carry a trained model over to a new program (see pipelines/ontology/carry.py).
+
+`hrrbert transfer`, the command's name before, still works as a hidden alias that says so on stderr."""
 
 from __future__ import annotations
 
 import click
 
-from pipelines.ontology.transfer import INIT_RULES
+from pipelines.ontology.carry import INIT_RULES
 
 from .options import INPUT_DIR, force_option, handle_errors, seed_option, verbosity_options
 
 
-@click.command("transfer")
+@click.command("carry")
 @click.argument("model", type=INPUT_DIR)
 @click.option(
     "--program",
@@ -33,10 +35,10 @@ from .options import INPUT_DIR, force_option, handle_errors, seed_option, verbos
     help="The program MODEL was trained with, when the folder carries no program/ copy.",
 )
 @seed_option(help="Seed of --init random.")
-@force_option("Replace OUT when it holds an earlier transfer (anything else is never replaced).")
+@force_option("Replace OUT when it holds an earlier carry (anything else is never replaced).")
 @verbosity_options
 @handle_errors
-def transfer_cmd(
+def carry_cmd(
     model: str, program: str, out: str, init: str, model_program: str | None, seed: int, force: bool
 ) -> None:
     """Carry the trained model MODEL over to a new program and write it to the folder --out.
@@ -45,12 +47,29 @@ def transfer_cmd(
     that do not depend on the vocabulary are copied; trained atoms and relations are matched by key; a code
     of both programs keeps its trained rows, a new code gets the documented rule's rows (table and freq
     modes: the trained [UNK] row; add: zero; MLM bias: the median). OUT is a normal model folder with
-    transfer.json (the report): fine-tune or evaluate it with --program the new program.
+    carry.json (the report): fine-tune or evaluate it with --program the new program.
     """
-    from pipelines.ontology.transfer import transfer
+    from pipelines.ontology.carry import carry
 
-    result = transfer(model, program, out, init=init, seed=seed, force=force, model_program=model_program)
+    result = carry(model, program, out, init=init, seed=seed, force=force, model_program=model_program)
     click.echo("\n".join(result.summary_lines()))
 
 
-COMMANDS = (transfer_cmd,)
+ALIAS_WARNING = "'hrrbert transfer' is now 'hrrbert carry'"
+
+
+def _transfer_alias(**kw) -> None:
+    click.echo(ALIAS_WARNING, err=True)
+    carry_cmd.callback(**kw)
+
+
+# the command's name before "transfer" came to mean only the cross-hospital test: hidden, same options
+transfer_alias_cmd = click.Command(
+    "transfer",
+    callback=_transfer_alias,
+    params=carry_cmd.params,
+    help=f"Deprecated: {ALIAS_WARNING}.\n\n{carry_cmd.help}",
+    hidden=True,
+)
+
+COMMANDS = (carry_cmd, transfer_alias_cmd)

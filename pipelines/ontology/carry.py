@@ -1,26 +1,27 @@
-"""Carry a trained model over to a new program (``hrrbert transfer``): :func:`transfer`.
+"""Carry a trained model over to a new program (``hrrbert carry``): :func:`carry`.
 
-The source is a saved model folder (pretrained or fine-tuned; a pretraining run folder holding ``model/``
-also works) that carries its program (``program/``; else ``model_program`` names it). The new program is a
-program folder or a release folder (its newest program). :func:`model.transfer.transfer_model` builds the
-model on the new program: every weight that does not depend on the vocabulary copied, trained atoms and
-relations carried by key (new ones by ``init``: ``parents`` (the default: a new concept atom starts at the
-mean of its is-a parents, read from the new program's ``graph/snomed_relationships.parquet``; words and
-atoms without parents start at zero), ``zero``, ``kind_mean`` or ``random``, seeded by ``seed``), per-token rows carried by (vocabulary, code), and a new token's rows set by the rules that
-module documents (``unstructured``/``cat`` table and ``freq`` encoding: the trained ``[UNK]`` row; ``add``
-table: zero; MLM bias: the median trained bias).
+The source is a saved model folder (pretrained or fine-tuned; a pretraining run folder holding ``model/`` also
+works) that carries its program (``program/``; else ``model_program`` names it). The new program is a program
+folder or a release folder (its newest program). :func:`model.carry.carry_model` builds the model on the new
+program: every weight that does not depend on the vocabulary copied, trained atoms and relations carried by
+key (new ones by ``init``: ``parents`` (the default: a new concept atom starts at the mean of its is-a
+parents, read from the new program's ``graph/snomed_relationships.parquet``; words and atoms without parents
+start at zero), ``zero``, ``kind_mean`` or ``random``, seeded by ``seed``), per-token rows carried by
+(vocabulary, code), and a new token's rows set by the rules that module documents (``unstructured``/``cat``
+table and ``freq`` encoding: the trained ``[UNK]`` row; ``add`` table: zero; MLM bias: the median trained
+bias).
 
 The output folder ``out`` is a normal saved model folder (``config.json``, ``model.safetensors``,
 ``program/`` with a copy of the new program, ``vocab.txt``, the model card ``README.md``), so ``hrrbert
 finetune``, ``hrrbert evaluate`` and ``hrrbert export-embeddings`` take it as they take any model folder
 (with ``--program`` the new program and datasets tokenized against it). Its ``config.json`` keeps the
-source's extra keys (``run_id``, ``task``, ...) and adds ``transferred_from`` (the source folder, the old
+source's extra keys (``run_id``, ``task``, ...) and adds ``carried_from`` (the source folder, the old
 and new program ids, ``init``, ``seed``). A fine-tuned source's ``thresholds.json`` is copied along with
-its task head. ``transfer.json`` holds the report (:data:`REPORT_FILE`).
+its task head. ``carry.json`` holds the report (:data:`REPORT_FILE`).
 
 The folder is written into a temporary folder beside ``out`` and renamed into place. An existing ``out``
-is refused unless it is an empty folder, or ``force`` is given and it holds an earlier transfer (its
-``transfer.json``); anything else is never replaced.
+is refused unless it is an empty folder, or ``force`` is given and it holds an earlier carry (its
+``carry.json``); anything else is never replaced.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ from typing import Any
 from pipelines.data.folders import check_out, folder_written
 from pipelines.errors import PipelineError
 
-__all__ = ["TransferResult", "transfer", "is_a_parents", "REPORT_FILE", "INIT_RULES"]
+__all__ = ["CarryResult", "carry", "is_a_parents", "REPORT_FILE", "INIT_RULES"]
 
 log = logging.getLogger(__name__)
 
-REPORT_FILE = "transfer.json"
+REPORT_FILE = "carry.json"
+CARRIED_KEY = "carried_from"  # config.json: where a carried model came from
+OLD_CARRIED_KEY = "transferred_from"  # the same record before "transfer" became "carry" (read, not written)
 THRESHOLDS_FILE = "thresholds.json"  # pipelines.train.finetune.THRESHOLDS_FILE (a fine-tuned model's)
 INIT_RULES = ("parents", "zero", "kind_mean", "random")  # hrr_kernel.INIT_RULES (light copy for the CLI)
 IS_A = 116680003
@@ -51,13 +54,13 @@ OWN_KEYS = ("kind", "model_type", "architectures", "config", "program_id", "n_co
 
 
 @dataclass
-class TransferResult:
-    """What :func:`transfer` wrote."""
+class CarryResult:
+    """What :func:`carry` wrote."""
 
     out: Path
     source: Path  # the source model folder
     new_program: Path  # the new program's folder
-    report: dict[str, Any]  # the report (also in transfer.json)
+    report: dict[str, Any]  # the report (also in carry.json)
     seconds: float
     files: list[str] = field(default_factory=list)
 
@@ -68,7 +71,7 @@ class TransferResult:
         kinds = ", ".join(f"{k} {v['matched']}/{v['new']}" for k, v in atoms["by_kind"].items())
         rules = "; ".join(f"{k}: {v}" for k, v in r["new_token_rows"]["rules"].items())
         lines = [
-            f"transferred {r['mode']} model {self.source} from program {r['old_program_id']} to "
+            f"carried {r['mode']} model {self.source} from program {r['old_program_id']} to "
             f"{r['new_program_id']} (init {r['init']}) in {self.seconds:.1f} s",
             f"  tokens: {r['new_tokens']} ({r['old_tokens']} before): carried {t['carried']} "
             f"({r['carried_edges_unchanged']} with unchanged edges, {r['carried_edges_changed']} changed), "
@@ -113,10 +116,10 @@ def is_a_parents(program) -> list[list[int]]:
 
 def _check_out(out: Path, force: bool, source: Path) -> None:
     """Refuse ``out`` inside the source, and an existing ``out`` unless it is an empty folder or (``force``)
-    an earlier transfer."""
+    an earlier carry."""
     if out.resolve() == source.resolve() or source.resolve() in out.resolve().parents:
         raise PipelineError(f"{out}: is the source model {source} or inside it; choose another --out")
-    check_out(out, force, record=REPORT_FILE, what="transfer")
+    check_out(out, force, record=REPORT_FILE, what="carry")
 
 
 def _load_source(model_dir: Path, model_program: str | None):
@@ -136,15 +139,16 @@ def _load_source(model_dir: Path, model_program: str | None):
 
 
 def _extra(meta: dict[str, Any], mdir: Path, report: dict[str, Any]) -> dict[str, Any]:
-    """The source's own config.json keys plus ``transferred_from``. The record of untrained tokens is left
-    behind: its ids are the old program's, and which tokens of the new one were trained is not known (a
-    model without the record is not settled by fine-tuning)."""
+    """The source's own config.json keys plus ``carried_from`` (a source carried before "transfer" became
+    "carry" holds it as ``transferred_from``; either becomes ``earlier``). The record of untrained tokens is
+    left behind: its ids are the old program's, and which tokens of the new one were trained is not known
+    (a model without the record is not settled by fine-tuning)."""
     from model.common import UNTRAINED_KEY
 
-    drop = {*OWN_KEYS, "transferred_from", UNTRAINED_KEY}
+    drop = {*OWN_KEYS, CARRIED_KEY, OLD_CARRIED_KEY, UNTRAINED_KEY}
     extra = {k: v for k, v in meta.items() if k not in drop}
-    history = [meta["transferred_from"]] if isinstance(meta.get("transferred_from"), dict) else []
-    extra["transferred_from"] = {
+    history = [meta[k] for k in (CARRIED_KEY, OLD_CARRIED_KEY) if isinstance(meta.get(k), dict)][:1]
+    extra[CARRIED_KEY] = {
         "model": str(mdir),
         "program_id": report["old_program_id"],
         "new_program_id": report["new_program_id"],
@@ -166,7 +170,7 @@ def _write(tmp: Path, new_model, meta, mdir: Path, report, record) -> list[str]:
     return sorted(p.name + ("/" if p.is_dir() else "") for p in tmp.iterdir())
 
 
-def transfer(
+def carry(
     model_dir: str | Path,
     program: str | Path,
     out: str | Path,
@@ -175,14 +179,15 @@ def transfer(
     seed: int = 0,
     force: bool = False,
     model_program: str | Path | None = None,
-) -> TransferResult:
-    """Carry the model in ``model_dir`` over to ``program`` and write it to ``out`` (see the module docstring).
+) -> CarryResult:
+    """Carry the model in ``model_dir`` over to ``program`` and write it to ``out`` (see the module
+    docstring).
 
     Raises :class:`PipelineError` (or a ``model`` / ``hrr_kernel`` error) naming the path and what is wrong;
     nothing is left under ``out`` on failure.
     """
     from hrr_kernel import load_program, resolve_program
-    from model.transfer import transfer_model
+    from model.carry import carry_model
     from pipelines.train.runtime import now_iso
 
     if init not in INIT_RULES:
@@ -196,21 +201,21 @@ def transfer(
     if new_program.program_id == model.program_id:
         raise PipelineError(
             f"{program}: is program {new_program.program_id}, the one the model {mdir} already has; "
-            "nothing to transfer"
+            "nothing to carry"
         )
     parents = is_a_parents(new_program) if init == "parents" else None
-    new_model, report = transfer_model(model, new_program, init=init, seed=seed, atom_parents=parents)
+    new_model, report = carry_model(model, new_program, init=init, seed=seed, atom_parents=parents)
     record = {
-        "kind": "transfer",
+        "kind": "carry",
         "model": str(mdir),
         "program": str(new_path),
         **report,
         "created_at": now_iso(),
     }
-    with folder_written(out, "transferred model") as tmp:
+    with folder_written(out, "carried model") as tmp:
         files = _write(tmp, new_model, meta, mdir, report, record)
     seconds = time.perf_counter() - start
-    log.info("transferred %s to program %s: %s", mdir, new_program.program_id, out)
-    return TransferResult(
+    log.info("carried %s to program %s: %s", mdir, new_program.program_id, out)
+    return CarryResult(
         out=out, source=mdir, new_program=new_path, report=report, seconds=seconds, files=files
     )

@@ -1,4 +1,4 @@
-"""model.transfer_model: a transferred HRRBert keeps every vocabulary-free weight, gives carried tokens with
+"""model.carry_model: a carried HRRBert keeps every vocabulary-free weight, gives carried tokens with
 unchanged edges exactly their embedding rows and MLM logits, and fills new rows by the documented rules."""
 
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from transfer_fixtures import NEW_CODES, OLD_CODES, UNCHANGED, write_new_program, write_old_program
+from carry_fixtures import NEW_CODES, OLD_CODES, UNCHANGED, write_new_program, write_old_program
 
 from hrr_kernel import load_program
-from model import HRRBert, ModelError, bert_tiny, transfer_model
-from model.transfer import TOKEN_TENSORS, unchanged_tokens
+from model import HRRBert, ModelError, bert_tiny, carry_model
+from model.carry import TOKEN_TENSORS, unchanged_tokens
 from tests.helpers.synthetic_program import random_edges, write_program
 
 MODES = ("unstructured", "base", "freq", "add", "cat")
@@ -20,7 +20,7 @@ UNK = OLD_CODES.index("[UNK]")
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("model_transfer")
+    root = tmp_path_factory.mktemp("model_carry")
     return load_program(write_old_program(root / "old")), load_program(write_new_program(root / "new"))
 
 
@@ -43,7 +43,7 @@ def rows(codes, program_codes):
 def test_unchanged_tokens_keep_rows_and_logits(pair, mode, one_thread):
     old, new = pair
     model = trained_model(old, mode)
-    moved, report = transfer_model(model, new)
+    moved, report = carry_model(model, new)
     moved.eval()
     assert moved.program is new and moved.config == model.config
     assert next(moved.parameters()).dtype == torch.float64
@@ -63,7 +63,7 @@ def test_unchanged_tokens_keep_rows_and_logits(pair, mode, one_thread):
 def test_vocabulary_free_weights_are_copied(pair, mode):
     old, new = pair
     model = trained_model(old, mode)
-    moved, _ = transfer_model(model, new)
+    moved, _ = carry_model(model, new)
     a, b = model.state_dict(), moved.state_dict()
     assert set(a) == set(b)
     for key in set(a) - set(TOKEN_TENSORS):
@@ -74,7 +74,7 @@ def test_new_rows_follow_the_rules(pair):
     old, new = pair
     for mode in MODES:
         model = trained_model(old, mode)
-        moved, report = transfer_model(model, new)
+        moved, report = carry_model(model, new)
         bias = model.mlm.bias.detach()
         median = bias[len(OLD_CODES) - 3 :].median()  # the three codes; specials left out
         assert torch.equal(moved.mlm.bias.detach()[NEW_TOKENS], median.expand(len(NEW_TOKENS)))
@@ -92,7 +92,7 @@ def test_new_rows_follow_the_rules(pair):
         assert report["new_token_rows"]["count"] == len(NEW_TOKENS)
     # unstructured: a new code embeds exactly as the trained model embeds [UNK]
     model = trained_model(old, "unstructured")
-    moved, _ = transfer_model(model, new)
+    moved, _ = carry_model(model, new)
     torch.testing.assert_close(
         moved.token_matrix()[NEW_TOKENS], model.token_matrix()[[UNK] * len(NEW_TOKENS)]
     )
@@ -101,21 +101,21 @@ def test_new_rows_follow_the_rules(pair):
 def test_new_atoms_follow_init(pair):
     old, new = pair
     model = trained_model(old, "base")
-    zero, _ = transfer_model(model, new, init="zero")
+    zero, _ = carry_model(model, new, init="zero")
     c001 = NEW_CODES.index("C001")  # composed only of the new word "cough"
     assert torch.count_nonzero(zero.token_matrix().detach()[c001]) == 0
-    r1, _ = transfer_model(model, new, init="random", seed=1)
-    r1b, _ = transfer_model(model, new, init="random", seed=1)
-    r2, _ = transfer_model(model, new, init="random", seed=2)
+    r1, _ = carry_model(model, new, init="random", seed=1)
+    r1b, _ = carry_model(model, new, init="random", seed=1)
+    r2, _ = carry_model(model, new, init="random", seed=2)
     assert torch.equal(r1.embeddings.token.atoms, r1b.embeddings.token.atoms)
     assert not torch.equal(r1.embeddings.token.atoms, r2.embeddings.token.atoms)
-    km, report = transfer_model(model, new, init="kind_mean")
+    km, report = carry_model(model, new, init="kind_mean")
     assert torch.count_nonzero(km.token_matrix().detach()[c001]) > 0 and report["init"] == "kind_mean"
 
 
 def test_report(pair):
     old, new = pair
-    _, report = transfer_model(trained_model(old, "cat"), new)
+    _, report = carry_model(trained_model(old, "cat"), new)
     assert report["tokens"] == {
         "carried": 7,
         "composed_trained": 1,
@@ -134,11 +134,11 @@ def test_report(pair):
     assert (report["old_program_id"], report["new_program_id"]) == (old.program_id, new.program_id)
 
 
-def test_transfer_leaves_the_global_rng_alone(pair):
+def test_carry_leaves_the_global_rng_alone(pair):
     old, new = pair
     model = trained_model(old, "base")
     state = torch.random.get_rng_state()
-    transfer_model(model, new, init="random", seed=4)
+    carry_model(model, new, init="random", seed=4)
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
@@ -162,8 +162,8 @@ def test_table_mode_without_unk_is_refused(tmp_path):
     old, new = program(tmp_path / "o", 4), program(tmp_path / "n", 5)  # codes X00000.., one more in new
     for mode in ("unstructured", "cat", "freq"):
         with pytest.raises(ModelError, match=r"has no \[UNK\] token, but a '" + mode):
-            transfer_model(trained_model(old, mode), new)
-    moved, report = transfer_model(trained_model(old, "add"), new)  # add needs no [UNK]
+            carry_model(trained_model(old, mode), new)
+    moved, report = carry_model(trained_model(old, "add"), new)  # add needs no [UNK]
     assert report["new_token_rows"]["count"] == 1
 
 
@@ -172,7 +172,7 @@ def test_carried_rows_follow_their_code(pair, mode):
     """A003 is row 7 of the old program and row 6 of the new one: its rows move with it."""
     old, new = pair
     model = trained_model(old, mode)
-    moved, _ = transfer_model(model, new)
+    moved, _ = carry_model(model, new)
     o, n = OLD_CODES.index("A003"), NEW_CODES.index("A003")
     assert o != n and torch.equal(moved.mlm.bias.detach()[n], model.mlm.bias.detach()[o])
     name = "freq_encoding" if mode == "freq" else "table"

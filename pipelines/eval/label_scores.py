@@ -1,11 +1,12 @@
-"""A model fine-tuned on a MEDS label task scored on label rows: ``hrrbert evaluate --labels DIR --labels-run RUN``.
+"""A model fine-tuned on a MEDS label task scored on label rows: ``hrrbert evaluate --labels DIR
+--labels-run RUN``.
 
 :func:`labels_eval` reads the label folder and places its rows in a dataset exactly as ``hrrbert finetune
---labels`` does (:mod:`pipelines.data.labels`: each row's input is its patient's sequence cut after the last
-visit at or before its ``prediction_time``; the row follows its patient's split; rows of subjects the
-dataset does not hold and rows without any visit up to their prediction time are counted and left out).
-The rows of one split are scored (default ``test``), or ``all`` of them (a dataset the model never trained
-on, e.g. another hospital's, prepared against the same program).
+--labels`` does (:mod:`pipelines.data.label_tasks`: each row's input is its patient's sequence cut after the
+last visit at or before its ``prediction_time``; the row follows its patient's split; rows of subjects the
+dataset does not hold and rows without any visit up to their prediction time are counted and left out). The
+rows of one split are scored (default ``test``), or ``all`` of them (a dataset the model never trained on,
+e.g. another hospital's, prepared against the same program).
 
 Each trial model of the fine-tuning run predicts every row with the binary head and is scored at the
 decision threshold kept with it (``thresholds.json``, chosen on its ``finetune_val`` rows): accuracy,
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipelines.data.labels import read_label_task
+from pipelines.data.label_tasks import read_label_task
 from pipelines.data.sequences import TokenizedDataset
 from pipelines.errors import PipelineError
 from pipelines.train.config import LABELS_HEAD
@@ -85,7 +86,8 @@ def check_runs(*, mortality: str | None, chapters: str | None, labels_run: str |
         if name:
             raise PipelineError(
                 f"{run}: fine-tuned on the MEDS label task {name!r} (`hrrbert finetune --labels`), not on "
-                f"{option.removeprefix('--')}; score it on its label rows with --labels LABEL_DIR --labels-run {run}"
+                f"{option.removeprefix('--')}; score it on its label rows with "
+                f"--labels LABEL_DIR --labels-run {run}"
             )
     if labels_run is None:
         return
@@ -195,8 +197,8 @@ def labels_eval(
         "trials": trials,
         "mean": {m: _mean([t.get(m) for t in trials]) for m in METRICS},
         "intervals": intervals,
-        "interval_method": f"{bootstrap_method(n_boot)} over the {n_patients} patients: a drawn patient brings "
-        f"all its label rows; each resample scored by the mean over the {len(trials)} trial(s)",
+        "interval_method": f"{bootstrap_method(n_boot)} over the {n_patients} patients: a drawn patient "
+        f"brings all its label rows; each resample scored by the mean over the {len(trials)} trial(s)",
     }
     return record, blocks, _meds_predictions(blocks, placed.prediction_time[sel])
 
@@ -235,9 +237,10 @@ def summary_lines(rec: dict[str, Any]) -> list[str]:
     """What ``hrrbert evaluate`` prints about the label task."""
     r, d = rec["rows"], rec["rows"]["dropped"]
     lines = [
-        f"labels    {rec['task']} on {rec['split']} rows of {rec['dataset_id']}: {r['used']} rows of {r['patients']} "
-        f"patients ({r['positives']} positive); left out: {d['subject_not_in_dataset']} of subjects not in the "
-        f"dataset, {d['without_history']} without history, {d['other_splits']} of other splits"
+        f"labels    {rec['task']} on {rec['split']} rows of {rec['dataset_id']}: {r['used']} rows of "
+        f"{r['patients']} patients ({r['positives']} positive); left out: {d['subject_not_in_dataset']} "
+        f"of subjects not in the dataset, {d['without_history']} without history, "
+        f"{d['other_splits']} of other splits"
     ]
     for t in rec["trials"]:
         lines.append(

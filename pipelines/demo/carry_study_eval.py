@@ -1,4 +1,4 @@
-"""The scoring half of ``hrrbert demo --transfer`` (:mod:`pipelines.demo.transfer`): carry the old
+"""The scoring half of ``hrrbert demo --carry`` (:mod:`pipelines.demo.carry_study`): carry the old
 models of an experiment to the new program and score them on the new codes.
 
 Every interval resamples units that are independent in the data: patients for the MLM probes (each
@@ -19,10 +19,10 @@ import torch
 from pipelines.eval.markdown import table
 from pipelines.eval.stats import PatientScorer, bootstrap_patients, paired_bootstrap_diff
 
+from .carry_study import CONFIGURATIONS, MLM_K, NEIGHBOURS, TASK, CarryStudy, write_study
 from .release_model import ET1
-from .transfer import CONFIGURATIONS, MLM_K, NEIGHBOURS, TASK, TransferStudy, write_study
 
-__all__ = ["evaluate_transfer"]
+__all__ = ["evaluate_carry"]
 
 MLM_WIDE = 100  # a second, wider cut-off: new codes are rare, and no model ranks rare codes first
 OLD_PROBES = 5000  # old-code MLM probes sampled in the same patients (the reference)
@@ -32,17 +32,15 @@ CONTROL, TREATED = CONFIGURATIONS  # unstructured, base
 def _carry_all(exp_dir: Path, new_dir: Path, study: Path, init: str) -> dict[str, dict[str, Path]]:
     """Each configuration's pretrained and chapters models, carried to the new program."""
     from pipelines.eval.finetuned import trial_models
-    from pipelines.ontology.transfer import transfer
+    from pipelines.ontology.carry import carry
 
     out: dict[str, dict[str, Path]] = {}
     for mode in CONFIGURATIONS:
         pre = exp_dir / "pretrain" / f"{mode}-seed0" / "model"
         fin = trial_models(exp_dir / "finetune" / f"{TASK}-{mode}-seed0")[0]
         out[mode] = {
-            "pretrain": transfer(
-                pre, new_dir, study / "models" / f"{mode}-pretrain", init=init, force=True
-            ).out,
-            TASK: transfer(fin, new_dir, study / "models" / f"{mode}-{TASK}", init=init, force=True).out,
+            "pretrain": carry(pre, new_dir, study / "models" / f"{mode}-pretrain", init=init, force=True).out,
+            TASK: carry(fin, new_dir, study / "models" / f"{mode}-{TASK}", init=init, force=True).out,
         }
     return out
 
@@ -222,7 +220,8 @@ def _markdown(rec: dict[str, Any]) -> str:
             _pct(c["diff"]["auroc"], signed=True),
         ],
         [
-            f"neighbours related, new codes among the trained codes, % (top {n['k']} of {n['new_codes']} codes)",
+            f"neighbours related, new codes among the trained codes, % "
+            f"(top {n['k']} of {n['new_codes']} codes)",
             _pct(n[CONTROL]["new"]),
             _pct(n[TREATED]["new"]),
             "",
@@ -253,7 +252,7 @@ def _markdown(rec: dict[str, Any]) -> str:
             "",
         ],
     ]
-    t = rec["transfer"][TREATED]["tokens"]
+    t = rec["carry"][TREATED]["tokens"]
     tokens = (
         f"tokens carried {t['carried']}, new and composed from trained atoms only {t['composed_trained']}, "
         f"with some new atoms {t['composed_some_new']}, entirely new {t['entirely_new']}"
@@ -262,10 +261,11 @@ def _markdown(rec: dict[str, Any]) -> str:
         [
             "## When a new release arrives: models carried to the new program",
             "",
-            f"Old program `{rec['old_program_id']}` ({rec['old_as_of']}), new program `{rec['new_program_id']}`: "
-            f"{rec['new_codes']} new codes. Both models were pretrained and fine-tuned on patients without any new "
-            f"code, then carried over (`hrrbert transfer`, init `{rec['init']}`): `unstructured` gives every new "
-            "code the trained `[UNK]` row, `base` composes it from its trained atoms and relations "
+            f"Old program `{rec['old_program_id']}` ({rec['old_as_of']}), "
+            f"new program `{rec['new_program_id']}`: {rec['new_codes']} new codes. Both models were "
+            "pretrained and fine-tuned on patients without any new code, then carried over "
+            f"(`hrrbert carry`, init `{rec['init']}`): `unstructured` gives every new code the trained "
+            "`[UNK]` row, `base` composes it from its trained atoms and relations "
             f"({tokens}).",
             "",
             table(
@@ -279,15 +279,15 @@ def _markdown(rec: dict[str, Any]) -> str:
             ),
             "",
             "Intervals: 95 % percentile bootstrap over patients (MLM: each patient's probes averaged first; "
-            "chapters), over codes (neighbours); differences are paired (same patients or codes). MLM ranks count "
-            "tied scores half, so identical vectors for all new codes earn no credit from the tie. One pretraining "
-            "seed and one fine-tuning trial per configuration.",
+            "chapters), over codes (neighbours); differences are paired (same patients or codes). MLM ranks "
+            "count tied scores half, so identical vectors for all new codes earn no credit from the tie. One "
+            "pretraining seed and one fine-tuning trial per configuration.",
             "",
         ]
     )
 
 
-def evaluate_transfer(
+def evaluate_carry(
     exp_dir: Path,
     new_dir: Path,
     dataset_new: Path,
@@ -297,21 +297,22 @@ def evaluate_transfer(
     seed: int = 0,
     device: str = "cpu",
     show: Callable[[str], None] = print,
-) -> TransferStudy:
-    """Carry the experiment's models to ``new_dir``, score them on the new codes, write ``transfer/``."""
+) -> CarryStudy:
+    """Carry the experiment's models to ``new_dir``, score them on the new codes, write ``carry/``."""
     import json
 
     from hrr_kernel import load_program
     from pipelines.data.sequences import TokenizedDataset
+    from pipelines.ontology.carry import REPORT_FILE
 
     t0 = time.perf_counter()
-    study = Path(exp_dir) / "transfer"
+    study = Path(exp_dir) / "carry"
     models = _carry_all(Path(exp_dir), Path(new_dir), study, init)
     new_p = load_program(new_dir)
     ds = TokenizedDataset(dataset_new, new_p.program_id, new_p.n_concepts, pad_id=new_p.special_id("[PAD]"))
     old_id = json.loads((Path(exp_dir) / "experiment.json").read_text(encoding="utf-8"))["config"]["program"]
     rec: dict[str, Any] = {
-        "kind": "transfer_study",
+        "kind": "carry_study",
         "experiment": str(exp_dir),
         "old_program_id": Path(old_id).name,
         "old_as_of": f"as of {ET1}",
@@ -320,8 +321,8 @@ def evaluate_transfer(
         "new_codes": int(new_rows.size),
         "new_tokens": int(new_p.n_concepts),
         "init": init,
-        "transfer": {
-            mode: json.loads((models[mode]["pretrain"] / "transfer.json").read_text(encoding="utf-8"))
+        "carry": {
+            mode: json.loads((models[mode]["pretrain"] / REPORT_FILE).read_text(encoding="utf-8"))
             for mode in CONFIGURATIONS
         },
         "mlm": _mlm(models, ds, new_rows, seed, device),
@@ -332,4 +333,4 @@ def evaluate_transfer(
     md = _markdown(rec)
     write_study(study, rec, md)
     show(md)
-    return TransferStudy(study, rec, md)
+    return CarryStudy(study, rec, md)

@@ -1,4 +1,4 @@
-"""``hrrbert demo --transfer``: a model trained on one release meets the codes the next release added.
+"""``hrrbert demo --carry``: a model trained on one release meets the codes the next release added.
 
 The demo release's Full files hold two effective times; compiled ``--as-of`` the first
 (:data:`~pipelines.demo.release_model.ET1`) the program lacks the codes whose concepts the second added
@@ -6,19 +6,19 @@ The demo release's Full files hold two effective times; compiled ``--as-of`` the
 
 1. compiles the old program beside the demo's (latest) one, lists the new codes, and writes a copy of
    the demo cohort without the patients who carry any of them (``ehr/<cohort>-before-<ET2>``);
-2. prepares that copy against the old program (dataset ``demo-transfer-old``) and the whole cohort
-   against the new program with the new codes held out (``demo-transfer-new``: its ``rood`` split is
+2. prepares that copy against the old program (dataset ``demo-carry-old``) and the whole cohort
+   against the new program with the new codes held out (``demo-carry-new``: its ``rood`` split is
    exactly the patients carrying new codes, whom no model trains on);
 3. pretrains ``unstructured`` and ``base`` on the old dataset and fine-tunes each on the chapters task
-   (the demo's settings), then carries every model to the new program (:mod:`pipelines.ontology.transfer`:
+   (the demo's settings), then carries every model to the new program (:mod:`pipelines.ontology.carry`:
    ``base`` composes the new codes from its trained atoms; ``unstructured`` can only give them the
    ``[UNK]`` row);
 4. scores the new codes (:mod:`pipelines.ontology.newcodes`): MLM top-k of every new-code occurrence
    in those patients, the chapters task on the patients whose history holds a new code, and the
    ontology-relatedness of the new codes' nearest trained codes (with old codes as the reference).
 
-Everything lands in ``<out>/runs/<name>/`` (the experiment of the old models) and its ``transfer/``
-folder: ``transfer.json`` (every number, with how its interval was made) and ``transfer.md``.
+Everything lands in ``<out>/runs/<name>/`` (the experiment of the old models) and its ``carry/``
+folder: ``carry.json`` (every number, with how its interval was made) and ``carry.md``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from .defaults import DEMO_PATIENTS, DEMO_RELEASE_SEED, demo_split_sizes
 from .prepare import ensure_cohort, ensure_demo_release
 from .release_model import ET1, ET2
 
-__all__ = ["TransferStudy", "run_transfer_demo", "cohort_without"]
+__all__ = ["CarryStudy", "run_carry_demo", "cohort_without"]
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,8 @@ HOSP_TABLES = ("patients", "admissions", "diagnoses_icd")  # what the MIMIC-IV r
 
 
 @dataclass
-class TransferStudy:
-    path: Path  # the study folder (<experiment>/transfer)
+class CarryStudy:
+    path: Path  # the study folder (<experiment>/carry)
     record: dict[str, Any]
     headline: str
 
@@ -127,7 +127,7 @@ def _datasets(out: Path, ehr: Path, new_dir: Path, old_dir: Path, codes_file: Pa
         "mimic-iv",
         before,
         old_dir,
-        name="demo-transfer-old",
+        name="demo-carry-old",
         splits=SplitOptions(seed=seed, rood_codes=0, **sizes),
         **common,
     )
@@ -135,7 +135,7 @@ def _datasets(out: Path, ehr: Path, new_dir: Path, old_dir: Path, codes_file: Pa
         "mimic-iv",
         ehr,
         new_dir,
-        name="demo-transfer-new",
+        name="demo-carry-new",
         splits=SplitOptions(seed=seed, **sizes),
         hold_out=codes_file,
         **common,
@@ -143,7 +143,7 @@ def _datasets(out: Path, ehr: Path, new_dir: Path, old_dir: Path, codes_file: Pa
     return before, d_old, d_new
 
 
-def run_transfer_demo(
+def run_carry_demo(
     out: str | Path = "artifacts",
     *,
     size: str = "default",
@@ -154,7 +154,7 @@ def run_transfer_demo(
     device: str = "cpu",
     init: str = "parents",
     show: Callable[[str], None] = log.info,
-) -> TransferStudy | None:
+) -> CarryStudy | None:
     """Run the study (see the module docstring) into ``out``; returns its folder, record and headline
     (None with ``train_steps=0``: the data steps only)."""
     from hrr_kernel import load_program
@@ -179,7 +179,7 @@ def run_transfer_demo(
     )
     if train_steps == 0:
         return None
-    name = demo_name(size, patients, train_steps, trials, seed) + "-transfer"
+    name = demo_name(size, patients, train_steps, trials, seed) + "-carry"
     exp = run_demo_experiment(
         out,
         d_old.path,
@@ -194,19 +194,17 @@ def run_transfer_demo(
         evaluate={"tsne_points": 0, "cost_steps": 0},
     )
     show(f"experiment (old program) {exp.path} ({exp.seconds:.0f} s)")
-    from .transfer_eval import evaluate_transfer
+    from .carry_study_eval import evaluate_carry
 
-    return evaluate_transfer(
-        exp.path, new_dir, d_new.path, rows, init=init, seed=seed, device=device, show=show
-    )
+    return evaluate_carry(exp.path, new_dir, d_new.path, rows, init=init, seed=seed, device=device, show=show)
 
 
 def write_study(folder: Path, record: dict[str, Any], markdown: str) -> None:
-    """``transfer.json`` and ``transfer.md`` into ``folder``, each written atomically."""
+    """``carry.json`` and ``carry.md`` into ``folder``, each written atomically."""
     from pipelines.train.runtime import write_file_atomically, write_json
 
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "transfer.json", record)
+    write_json(folder / "carry.json", record)
     write_file_atomically(
-        folder / "transfer.md", lambda tmp: tmp.write_text(markdown, encoding="utf-8"), what="report"
+        folder / "carry.md", lambda tmp: tmp.write_text(markdown, encoding="utf-8"), what="report"
     )
