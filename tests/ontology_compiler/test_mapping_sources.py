@@ -241,3 +241,32 @@ def test_real_cms_gems_in_fixed_width(tmp_path, name, direction, rows, first, se
     if direction == "backward":  # combination structure is real (docs/input-formats.md, "CMS GEMs")
         assert sum(f == "10111" for f in g["flags"].to_pylist()) == 3_898
         assert sum(f == "10112" for f in g["flags"].to_pylist()) == 3_825
+
+
+def test_icd9_nlm_1to1_beats_omop_beats_nlm_1tom(fixture_release, tmp_path):
+    """Guards the ICD-9-CM precedence of the shipped policy (nlm_icd9_1to1, then omop, then nlm_icd9_1tom;
+    docs/input-formats.md): a code that both NLM 1TO1 and OMOP map, to different concepts, takes the
+    1TO1 target, and OMOP's loses as lower precedence; a code mapped by OMOP and NLM 1TOM takes OMOP's.
+    Fails when the policy swaps nlm_icd9_1to1 and omop (or omop and nlm_icd9_1tom)."""
+    omop = tmp_path / "omop"
+    shutil.copytree(M / "omop", omop)
+    with (omop / "CONCEPT.csv").open("a", encoding="utf-8") as f:
+        f.write("44800010\tDiabetes mellitus type II\tCondition\tICD9CM\t5-dig billing code\t\t250.00\t")
+        f.write("20161001\t20991231\t\n")
+        f.write("44800011\tChronic kidney disease\tCondition\tICD9CM\t4-dig billing code\t\t585.9\t")
+        f.write("20161001\t20991231\t\n")
+        f.write(f"201010\tDiabetes mellitus\tCondition\tSNOMED\tDisorder\tS\t{DM}\t20161001\t20991231\t\n")
+        f.write(f"201011\tKidney disease\tCondition\tSNOMED\tDisorder\tS\t{KIDNEY}\t20161001\t20991231\t\n")
+    with (omop / "CONCEPT_RELATIONSHIP.csv").open("a", encoding="utf-8") as f:
+        f.write("44800010\t201010\tMaps to\t20161001\t20991231\t\n")
+        f.write("44800011\t201011\tMaps to\t20161001\t20991231\t\n")
+    r = _compile(fixture_release, tmp_path / "out", omop=omop)
+    t = _tokens(r)
+    assert t["250.00"] == ("unconditional", [T2DM])  # NLM 1TO1 says T2DM, OMOP says DM: 1TO1 wins
+    assert t["585.9"] == ("unconditional", [KIDNEY])  # OMOP (KIDNEY) beats NLM 1TOM (KIDNEY, KIDNEY_T2DM)
+    assert t["034.0"] == ("unconditional", [STREP])  # OMOP alone still maps
+    m = pq.read_table(r.path / "graph" / "icd_map.parquet").to_pylist()
+    got = {(x["source"], x["sctid"], x["chosen"]) for x in m if x["code_dotted"] == "250.00"}
+    assert got == {("nlm_icd9_1to1", T2DM, True), ("omop", DM, False)}
+    lost = [x["reason"] for x in m if x["code_dotted"] == "250.00" and not x["chosen"]]
+    assert lost and all("higher-precedence" in why for why in lost)

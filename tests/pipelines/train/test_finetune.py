@@ -317,3 +317,62 @@ def test_cli_finetune(tmp_path, pretrained, dataset_dir, program_dir):  # noqa: 
     )
     assert res.exit_code == 0, res.output
     assert "trial 0   test: accuracy" in res.output
+
+
+class _Stop(Exception):
+    pass
+
+
+def _captured_trial(monkeypatch, tmp_path, pretrained, dataset_dir, program_dir, **kw):  # noqa: F811
+    """What fine-tuning hands the loop (model, optimizer, task, options), without training."""
+    import pipelines.train.finetune as ft
+
+    seen = {}
+
+    def capture(model, optimizer, scheduler, task, options, run_dir, **_):
+        seen.update(model=model, opt=optimizer, task=task, options=options)
+        raise _Stop
+
+    monkeypatch.setattr(ft, "run_loop", capture)
+    with pytest.raises(_Stop):
+        finetune(pretrained, dataset_dir, program_dir, out=tmp_path, task="mortality", **{**FT, **kw})
+    return seen
+
+
+def test_finetune_adamw_weight_decay(tmp_path, monkeypatch, pretrained, dataset_dir, program_dir):  # noqa: F811
+    """Guards against fine-tuning dropping ``weight_decay`` (AdamW would then decay by its own default
+    0.01, or not at all): every param group carries the configured value, and one AdamW step with zero
+    gradients shrinks each weight by exactly ``1 - lr * weight_decay`` (decoupled decay); the configured
+    ``clip`` reaches the loop too."""
+    lr, wd = 1e-2, 0.37
+    seen = _captured_trial(
+        monkeypatch, tmp_path, pretrained, dataset_dir, program_dir, lr=lr, weight_decay=wd, clip=0.25
+    )
+    opt = seen["opt"]
+    assert [g["weight_decay"] for g in opt.param_groups] == [wd] * len(opt.param_groups)
+    assert seen["options"].clip == 0.25
+    params = [p for g in opt.param_groups for p in g["params"]]
+    assert params
+    before = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    for p, b in zip(params, before, strict=True):
+        torch.testing.assert_close(p.detach(), b * (1 - lr * wd), rtol=1e-5, atol=1e-9)
+
+
+def test_finetune_ranks_disjoint_shares(tmp_path, monkeypatch, pretrained, dataset_dir, program_dir):  # noqa: F811
+    """Guards against every DDP rank reading the same shard in fine-tuning: under two ranks the batches of
+    an epoch split into disjoint halves whose union is the single-process batch."""
+    from pipelines.train.runtime import DistContext
+
+    task = _captured_trial(monkeypatch, tmp_path, pretrained, dataset_dir, program_dir, batch_size=4)["task"]
+    whole = task.epoch_batches(0)
+    shares = []
+    for rank in (0, 1):
+        task.ctx = DistContext(rank=rank, world_size=2)
+        shares.append(task.epoch_batches(0))
+    assert len(whole) > 1 and len(shares[0]) == len(shares[1]) == len(whole)
+    for w, a, b in zip(whole, shares[0], shares[1], strict=True):
+        assert len(a) and len(b) and not set(a.tolist()) & set(b.tolist())
+        assert sorted(a.tolist() + b.tolist()) == sorted(w.tolist())

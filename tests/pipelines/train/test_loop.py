@@ -120,3 +120,49 @@ def test_unknown_monitor_names_the_metrics(tmp_path):
     model, opt, sched = build()
     with pytest.raises(KeyError, match="val_mse"):
         run_loop(model, opt, sched, Toy(), opts(monitor="val_nope"), tmp_path)
+
+
+class _Steep:
+    """One batch whose squared error has a gradient of norm far above 1 at the start."""
+
+    def __init__(self):
+        g = torch.Generator().manual_seed(3)
+        self.x = 10 * torch.randn(8, 4, generator=g)
+        self.y = 50 + torch.randn(8, generator=g)
+
+    def loss(self, net):
+        return ((net(self.x).squeeze(1) - self.y) ** 2).mean()
+
+    def epoch_batches(self, epoch):
+        return [torch.arange(8)]
+
+    def step(self, net, idx, step):
+        return StepOutput(self.loss(net), 8.0, 8)
+
+    def validate(self, model):
+        return {}
+
+
+@pytest.mark.parametrize("clip", [0.0, 0.5, 3.0])
+def test_gradient_clipping_bounds_the_update(tmp_path, clip):
+    """Guards against the loop ignoring ``LoopOptions.clip`` (max gradient norm): with plain SGD at lr 1
+    one step moves the weights by minus the gradient, so the update's norm is ``clip`` when clipping is
+    on (and the direction the raw gradient's), and the raw gradient's norm (about 10^3) when it is off."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    task = _Steep()
+    before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    model.zero_grad()
+    task.loss(model).backward()
+    raw = torch.cat([p.grad.flatten().clone() for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    assert float(raw.norm()) > 100
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    o = LoopOptions(total_steps=1, clip=clip, log_every=1, progress=False)
+    run_loop(model, opt, None, task, o, tmp_path)
+    update = before - torch.cat([p.detach().flatten() for p in model.parameters()])
+    want = raw if clip == 0 else raw * (clip / raw.norm())
+    torch.testing.assert_close(update, want, rtol=1e-4, atol=1e-5)
+    logged = [r for r in records(tmp_path) if "grad_norm" in r]
+    if clip > 0:  # the logged norm is the one before clipping
+        assert logged[0]["grad_norm"] == pytest.approx(float(raw.norm()), rel=1e-5)

@@ -190,6 +190,9 @@ def test_pretrain_learns_the_codes_context_predicts(tmp_path, grouped_dataset, p
 
 
 def test_pretrain_freq_mode_loss_falls(tmp_path, dataset_dir, program_dir):  # noqa: F811
+    """Freq-mode pretraining learns, and its token matrix is the composition plus the fixed encoding of
+    the dataset's binned log code frequencies (guards against the encoding being dropped or built from
+    placeholder frequencies)."""
     r = pretrain(
         dataset_dir,
         program_dir,
@@ -204,6 +207,23 @@ def test_pretrain_freq_mode_loss_falls(tmp_path, dataset_dir, program_dir):  # n
     train, _ = losses(r.run_dir)
     first, last = sum(x for _, x in train[:5]) / 5, sum(x for _, x in train[-5:]) / 5
     assert last < first
+    # the frequency encoding enters the embedding and the tied decoder (guards against freq training as
+    # base: no encoding, or one of placeholder frequencies): E = C + PE(round(log f * resolution))
+    from hrr_kernel import load_program
+    from hrr_kernel.embedding import sinusoidal_encoding
+
+    tok = r.model.embeddings.token
+    program = load_program(program_dir)
+    ds = TokenizedDataset(dataset_dir, program.program_id, program.n_concepts, program.special_id("[PAD]"))
+    res = r.model.config.freq_resolution
+    pe = sinusoidal_encoding(torch.round(ds.log_frequency().double() * res), tok.dim).float()
+    assert tok.freq_encoding is not None and len(torch.unique(pe, dim=0)) > 1
+    torch.testing.assert_close(tok.freq_encoding, pe)
+    with torch.no_grad():
+        c = tok.compose_rows(None)
+        torch.testing.assert_close(tok.matrix(), c + pe)
+        h = torch.randn(3, tok.dim, generator=torch.Generator().manual_seed(0))
+        torch.testing.assert_close(tok.decode(h), h @ (c + pe).t(), rtol=1e-4, atol=1e-5)
 
 
 def test_resume_after_kill_gives_the_same_loss_curve(tmp_path, dataset_dir, program_dir):  # noqa: F811
