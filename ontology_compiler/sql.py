@@ -15,6 +15,9 @@ The sandbox (:func:`connect`):
   undo any of it.
 - On top, :func:`check_read_only` admits only ``SELECT`` statements (``WITH``, ``FROM``-first,
   ``VALUES``, ``DESCRIBE``, ``SHOW``, ``SUMMARIZE``) and ``EXPLAIN [ANALYZE]`` of one ``SELECT``.
+- A query is bounded (:func:`run_sql`): DuckDB's ``memory_limit`` and ``threads`` are fixed with the
+  rest of the configuration, a timer interrupts a query that runs past its timeout, and at most
+  ``max_rows + 1`` rows are ever fetched from the (streaming) result.
 
 Anyone who wants more than this opens the Parquet files with DuckDB directly (see the README).
 """
@@ -26,7 +29,9 @@ import hashlib
 import io
 import json
 import logging
+import math
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +79,11 @@ LOCKED: dict[str, object] = {
     "lock_configuration": True,  # no SET / PRAGMA / RESET afterwards
 }
 
+# Default bounds of a query (run_sql, ``hrrbert sql``): seconds, DuckDB memory_limit, DuckDB threads.
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_MEMORY_LIMIT = "2GB"
+DEFAULT_THREADS = 2
+
 # Statement types a query may contain: reading only (EXPLAIN only of a SELECT, see check_read_only).
 ALLOWED = {"SELECT", "EXPLAIN"}
 _PARQUET = ds.ParquetFileFormat()
@@ -94,6 +104,7 @@ class SQLError(OntologyCompilerError):
 class SQLResult:
     columns: list[str]
     rows: list[tuple]
+    truncated: bool = False  # rows beyond run_sql's max_rows exist and were never fetched
 
 
 def resolve_program(path: str | Path) -> Path:
@@ -166,13 +177,27 @@ def program_tables(program: str | Path) -> dict[str, ds.Dataset]:
     return tables
 
 
-def connect(program: str | Path) -> duckdb.DuckDBPyConnection:
+def connect(
+    program: str | Path,
+    *,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    threads: int = DEFAULT_THREADS,
+) -> duckdb.DuckDBPyConnection:
     """A locked in-memory DuckDB connection with views over the program's tables (``atoms``, ``edges``, ...).
 
-    See the module docstring for what the sandbox refuses.
+    ``memory_limit`` (DuckDB syntax, e.g. ``"2GB"``) and ``threads`` are set with the rest of the
+    configuration, before it is locked; nothing can change them afterwards. See the module docstring
+    for what the sandbox refuses.
     """
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise SQLError(f"threads must be a positive integer, got {threads!r}")
     tables = program_tables(resolve_program(program))
-    con = duckdb.connect(":memory:", config=dict(LOCKED))
+    config = {k: v for k, v in LOCKED.items() if k != "lock_configuration"}
+    config.update(memory_limit=str(memory_limit), threads=threads, lock_configuration=True)
+    try:
+        con = duckdb.connect(":memory:", config=config)
+    except duckdb.Error as e:
+        raise SQLError(f"invalid memory limit {memory_limit!r} (e.g. '2GB', '512MB'): {e}") from e
     for view, table in tables.items():
         con.register(view, table)  # a view over the in-memory bytes; the name comes from PROGRAM_TABLES
     return con
@@ -201,34 +226,94 @@ def check_read_only(con: duckdb.DuckDBPyConnection, statement) -> None:
         raise SQLError(f"{READ_ONLY}; got EXPLAIN of {what}")
 
 
-def run_sql(program: str | Path, query: str) -> SQLResult:
-    """Run one or more read-only statements; the last one's result is returned."""
-    con = connect(program)
+def run_sql(
+    program: str | Path,
+    query: str,
+    *,
+    max_rows: int | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    memory_limit: str = DEFAULT_MEMORY_LIMIT,
+    threads: int = DEFAULT_THREADS,
+) -> SQLResult:
+    """Run one or more read-only statements; the last one's result is returned.
+
+    Bounds: ``timeout`` seconds for parsing, running and fetching (``None`` or ``0``: none; past it the
+    query is interrupted and :class:`SQLError` is raised), DuckDB's ``memory_limit`` and ``threads``
+    (exceeding the memory limit is a :class:`SQLError`), and ``max_rows``: at most that many rows are
+    fetched (``None`` or ``0``: all); when more exist, ``truncated`` is set on the result.
+    """
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0):
+        raise SQLError(f"max_rows must be a non-negative integer or None, got {max_rows!r}")
+    if timeout is not None and not (isinstance(timeout, int | float) and timeout >= 0):
+        raise SQLError(f"timeout must be a non-negative number of seconds or None, got {timeout!r}")
+    con = connect(program, memory_limit=memory_limit, threads=threads)
+    timer = threading.Timer(timeout, con.interrupt) if timeout else None
     try:
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
-            statements = con.extract_statements(query)
-        except duckdb.Error as e:
-            raise SQLError(f"could not parse the query: {e}") from e
-        if not statements:
-            raise SQLError("empty query")
-        for st in statements:
-            check_read_only(con, st)
-        try:
-            for st in statements[:-1]:
-                con.execute(st)
-            cur = con.execute(statements[-1])
-            columns = [d[0] for d in cur.description]
-            rows = cur.fetchall()
-        except duckdb.PermissionException as e:
-            raise SQLError(
-                f"{e}\n  hrrbert sql reads only the program's views ({', '.join(_views(con))}); for anything "
-                "else, open the program's Parquet files with DuckDB directly (see the README)"
-            ) from e
-        except duckdb.Error as e:
-            raise SQLError(f"{e}\n  views: {', '.join(_views(con))}") from e
+            columns, rows, truncated = _run(con, query, max_rows)
+        finally:
+            if timer is not None:
+                timer.cancel()
+                timer.join()
+    except duckdb.InterruptException as e:
+        raise SQLError(
+            f"the query ran past its timeout of {timeout:g} s and was interrupted "
+            "(raise it with --timeout SECONDS, or timeout= in run_sql)"
+        ) from e
+    except duckdb.OutOfMemoryException as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SQLError(
+            f"{first}\n  the query needs more than the memory limit of {memory_limit}: raise it with "
+            "--memory-limit (memory_limit= in run_sql), use fewer --threads, or select fewer rows or columns"
+        ) from e
+    except duckdb.PermissionException as e:
+        raise SQLError(
+            f"{e}\n  hrrbert sql reads only the program's views ({', '.join(_views(con))}); for anything "
+            "else, open the program's Parquet files with DuckDB directly (see the README)"
+        ) from e
+    except duckdb.Error as e:
+        raise SQLError(f"{_advice(str(e))}\n  views: {', '.join(_views(con))}") from e
     finally:
         con.close()
-    return SQLResult(columns, rows)
+    return SQLResult(columns, rows, truncated)
+
+
+def _run(con: duckdb.DuckDBPyConnection, query: str, max_rows: int | None) -> tuple[list, list, bool]:
+    try:
+        statements = con.extract_statements(query)
+    except duckdb.InterruptException:
+        raise
+    except duckdb.Error as e:
+        raise SQLError(f"could not parse the query: {_advice(str(e))}") from e
+    if not statements:
+        raise SQLError("empty query")
+    for st in statements:
+        check_read_only(con, st)
+    for st in statements[:-1]:
+        con.execute(st)
+    cur = con.execute(statements[-1])  # a streaming result: rows are produced as they are fetched
+    columns = [d[0] for d in cur.description]
+    if not max_rows:
+        return columns, cur.fetchall(), False
+    rows = cur.fetchmany(max_rows + 1)
+    return columns, rows[:max_rows], len(rows) > max_rows
+
+
+_DEPTH_ADVICE = re.compile(r'\s*Use "SET max_expression_depth TO x"[^.]*\.?')
+
+
+def _advice(message: str) -> str:
+    """DuckDB's message, without advice to run a ``SET`` that the locked sandbox refuses."""
+    if _DEPTH_ADVICE.search(message):
+        return _DEPTH_ADVICE.sub("", message) + (
+            " The sandbox keeps this limit: nest fewer expressions (e.g. 'x IN (1, 2, ...)' instead of a "
+            "chain of ORs, or a VALUES list joined in), or open the program's Parquet files with DuckDB "
+            "directly (see the README)."
+        )
+    return message
 
 
 def _views(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -238,29 +323,53 @@ def _views(con: duckdb.DuckDBPyConnection) -> list[str]:
     ]
 
 
-def format_result(result: SQLResult, fmt: str = "table", max_rows: int = 50) -> str:
-    """Render as an aligned text table, CSV, or JSON lines."""
+def format_result(result: SQLResult, fmt: str = "table", max_rows: int | None = 50) -> str:
+    """Render as an aligned text table, CSV, or JSON lines; at most ``max_rows`` rows (``None``/``0``: all).
+
+    JSON has one object per row; NaN and infinite floats become ``null`` (JSON has no such numbers).
+    The table ends with a row count that says when rows were cut (here, or by run_sql's ``max_rows``:
+    ``result.truncated``); CSV and JSON carry only rows, so a caller says it elsewhere.
+    """
+    rows = result.rows[:max_rows] if max_rows else result.rows
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         w.writerow(result.columns)
-        w.writerows(result.rows)
+        w.writerows(rows)
         return buf.getvalue().rstrip("\n")
     if fmt == "json":
         return "\n".join(
-            json.dumps(dict(zip(result.columns, r, strict=True)), default=str, ensure_ascii=False)
-            for r in result.rows
+            json.dumps(
+                _json_safe(dict(zip(result.columns, r, strict=True))),
+                default=str,
+                ensure_ascii=False,
+                allow_nan=False,
+            )
+            for r in rows
         )
-    rows = [[_cell(v) for v in r] for r in result.rows[:max_rows]]
-    widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(result.columns)]
+    cells = [[_cell(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(result.columns)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    out = [line(result.columns), line(["-" * w for w in widths])] + [line(r) for r in rows]
-    more = len(result.rows) - len(rows)
-    out.append(
-        f"({len(result.rows)} row{'s' if len(result.rows) != 1 else ''}"
-        + (f", {more} not shown)" if more else ")")
-    )
+    out = [line(result.columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    n = len(rows)
+    plural = "s" if n != 1 else ""
+    if result.truncated:
+        out.append(f"({n} row{plural} shown; output cut, more rows were not fetched: raise --max-rows)")
+    elif n < len(result.rows):
+        out.append(f"({len(result.rows)} rows, {len(result.rows) - n} not shown)")
+    else:
+        out.append(f"({n} row{plural})")
     return "\n".join(out)
+
+
+def _json_safe(v):
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _json_safe(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_json_safe(x) for x in v]
+    return v
 
 
 def _cell(v) -> str:

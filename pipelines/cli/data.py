@@ -159,22 +159,79 @@ def prepare_cmd(
     click.echo(describe(results))
 
 
+# The defaults of ontology_compiler.sql (DEFAULT_TIMEOUT, DEFAULT_MEMORY_LIMIT, DEFAULT_THREADS), copied so
+# that ``hrrbert --help`` imports no DuckDB; tests/adversarial/test_sql_bounds.py checks they agree.
+SQL_TIMEOUT = 60.0
+SQL_MEMORY_LIMIT = "2GB"
+SQL_THREADS = 2
+
+
+def _memory_limit(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A ``--memory-limit`` DuckDB accepts (``2GB``, ``512MB``, ...), else a usage error naming the option."""
+    import duckdb
+
+    try:
+        duckdb.connect(":memory:", config={"memory_limit": value}).close()
+    except duckdb.Error as e:
+        raise click.BadParameter(f"{value!r} is not a DuckDB memory limit (e.g. 2GB, 512MB): {e}") from e
+    return value
+
+
 @click.command("sql")
 @click.argument("program", type=INPUT_DIR)
 @click.argument("query")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
-@click.option("--max-rows", type=int, default=50, show_default=True, help="Rows printed in table format.")
+@click.option(
+    "--max-rows",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Rows fetched and printed, in every format (0: all); more are not fetched and the cut is reported.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=SQL_TIMEOUT,
+    show_default=True,
+    metavar="SECONDS",
+    help="Interrupt the query after this many seconds (0: no limit).",
+)
+@click.option(
+    "--memory-limit",
+    default=SQL_MEMORY_LIMIT,
+    show_default=True,
+    callback=_memory_limit,
+    help="DuckDB memory_limit for the query (e.g. 512MB, 8GB).",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=SQL_THREADS,
+    show_default=True,
+    help="DuckDB threads for the query.",
+)
 @verbosity_options
 @handle_errors
-def sql_cmd(program: str, query: str, fmt: str, max_rows: int) -> None:
+def sql_cmd(
+    program: str, query: str, fmt: str, max_rows: int, timeout: float, memory_limit: str, threads: int
+) -> None:
     """Run read-only DuckDB SQL over a compiled PROGRAM folder.
 
     Views: atoms, relations, concepts, edges, slices, snomed_concepts, snomed_relationships,
-    snomed_descriptions, icd_map (and the other graph/ tables).
+    snomed_descriptions, icd_map (and the other graph/ tables). JSON prints NaN and infinity as null.
     """
     from ontology_compiler.api import format_result, run_sql
 
-    click.echo(format_result(run_sql(program, query), fmt=fmt, max_rows=max_rows))
+    result = run_sql(
+        program, query, max_rows=max_rows, timeout=timeout, memory_limit=memory_limit, threads=threads
+    )
+    click.echo(format_result(result, fmt=fmt, max_rows=max_rows))
+    if result.truncated and fmt != "table":  # the table says it in its last line; CSV/JSON stay clean
+        click.echo(
+            f"hrrbert sql: output cut at --max-rows {max_rows}; more rows were not fetched "
+            "(--max-rows 0 prints all)",
+            err=True,
+        )
 
 
 @click.command("export-owl")
