@@ -344,11 +344,16 @@ class Program:
         )
 
 
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Hex sha256 of a file, streamed."""
+def sha256_file(path: Path, chunk: int = 1 << 20, limit: int | None = None) -> str | None:
+    """Hex sha256 of a file, streamed in ``chunk``-byte blocks; None when it holds more than ``limit``
+    bytes (reading stops there: a file that grows, or never ends, is not read whole)."""
     h = hashlib.sha256()
+    seen = 0
     with open(path, "rb") as f:
         while block := f.read(chunk):
+            seen += len(block)
+            if limit is not None and seen > limit:
+                return None
             h.update(block)
     return h.hexdigest()
 
@@ -399,10 +404,22 @@ def _manifest_files(root: Path, manifest: dict[str, Any]) -> dict[str, dict[str,
 
 
 def _verify_hash(root: Path, entry: dict[str, Any]) -> None:
+    """The file's sha256 equals the manifest's; a non-regular file (a device such as ``/dev/zero``, a FIFO)
+    is refused before it is read, and one larger than the manifest's ``bytes`` is read no further."""
     fpath = root / entry["path"]
     if not fpath.is_file():
+        if fpath.exists():
+            raise ProgramError(
+                f"{entry['path']} is not a regular file (a device, FIFO or folder); expected the program "
+                "file the manifest lists",
+                path=root,
+            )
         raise ProgramError(f"{entry['path']} is listed in the manifest but missing", path=root)
-    found = sha256_file(fpath)
+    listed = entry.get("bytes")
+    limit = listed if isinstance(listed, int) and not isinstance(listed, bool) else None
+    found = sha256_file(fpath, limit=limit)
+    if found is None:  # read no further than the manifest's size
+        found = f"(not hashed: more than the {limit:,} bytes the manifest lists)"
     expected = str(entry["sha256"]).lower()
     if found != expected:
         raise HashMismatchError(path=root, file=str(entry["path"]), expected=expected, found=found)

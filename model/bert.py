@@ -33,6 +33,8 @@ from .common import (
     ConfigDict,
     check_positive,
     save_folder,
+    shape_mismatch,
+    weight_shapes,
 )
 from .errors import PretrainedFileError, ProgramMismatchError
 
@@ -133,6 +135,49 @@ def preset(name: str, **overrides: Any) -> HRRBertSettings:
     if name not in PRESETS:
         raise ValueError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
     return PRESETS[name](**overrides)
+
+
+# the largest sizes a saved config.json may claim (a bert-base is 768 wide, 12 layers, 3072 feed-forward,
+# 512 positions); a larger claim is refused before anything is allocated (HRRBert.from_pretrained)
+SIZE_BOUNDS = {
+    "dim": 1 << 16,
+    "n_layers": 1024,
+    "n_heads": 1 << 16,
+    "ffn_dim": 1 << 20,
+    "max_len": 1 << 20,
+    "max_segments": 1 << 20,
+}
+
+
+def _check_sizes(
+    config: HRRBertSettings, shapes: dict[str, tuple[int, ...]], cfg_path: Path, weights: Path
+) -> None:
+    """Refuse a config whose sizes are beyond :data:`SIZE_BOUNDS` or disagree with the shapes the weights'
+    header declares (:class:`PretrainedFileError` naming ``config.json``), before any tensor is made."""
+    for name, bound in SIZE_BOUNDS.items():
+        value = getattr(config, name)
+        if value > bound:
+            raise PretrainedFileError(
+                cfg_path, f"config {name!r} is {value}, beyond the largest supported size {bound}"
+            )
+    layers = {int(k.split(".")[1]) for k in shapes if k.startswith("layers.") and k.split(".")[1].isdigit()}
+    if shapes and len(layers) != config.n_layers:
+        raise PretrainedFileError(
+            cfg_path, f"config 'n_layers' is {config.n_layers} but {weights.name} holds {len(layers)} layers"
+        )
+    c = config
+    expected = {
+        "embeddings.position.weight": ((c.max_len, c.dim), "max_len, dim"),
+        "embeddings.segment.weight": ((c.max_segments, c.dim), "max_segments, dim"),
+        **{f"layers.{i}.ffn_in.weight": ((c.ffn_dim, c.dim), "ffn_dim, dim") for i in range(c.n_layers)},
+    }
+    for key, (shape, names) in expected.items():
+        if key in shapes and tuple(shapes[key]) != shape:
+            raise PretrainedFileError(
+                cfg_path,
+                f"config sizes ({names}) = {list(shape)} do not match {weights.name}, whose {key} has shape "
+                f"{list(shapes[key])}",
+            )
 
 
 class Embeddings(nn.Module):
@@ -524,12 +569,17 @@ class HRRBert(nn.Module):
         w = d / WEIGHTS_FILE
         if not w.is_file():
             raise PretrainedFileError(w, "missing")
+        shapes = weight_shapes(w)  # the header only: sizes are checked before anything is allocated
+        _check_sizes(config, shapes, d / CONFIG_FILE, w)
         try:
             state = load_file(str(w), device=str(program.device))
         except (SafetensorError, OSError, ValueError) as e:
             raise PretrainedFileError(w, f"unreadable or corrupt safetensors file ({e})") from e
         placeholder = torch.zeros(program.n_concepts) if config.spec.frequency else None
         model = cls(config, program, log_frequency=placeholder)
+        differs = shape_mismatch({k: tuple(v.shape) for k, v in model.state_dict().items()}, shapes)
+        if differs:
+            raise PretrainedFileError(w, f"weights do not fit config.json ({differs})")
         try:
             model.load_state_dict(state)
         except RuntimeError as e:

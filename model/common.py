@@ -20,9 +20,12 @@ from typing import Any, TypeVar
 
 from torch import nn
 
-from .errors import ModelWriteError
+from .errors import ModelWriteError, PretrainedFileError
 
-__all__ = ["CONFIG_FILE", "WEIGHTS_FILE", "ConfigDict", "check_positive", "save_folder"]
+__all__ = [
+    "CONFIG_FILE", "WEIGHTS_FILE", "ConfigDict", "check_positive", "save_folder", "shape_mismatch",
+    "weight_shapes",
+]  # fmt: skip
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -37,6 +40,54 @@ def check_positive(obj: Any, names: tuple[str, ...]) -> None:
     for name in names:
         if getattr(obj, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(obj, name)}")
+
+
+# the largest safetensors header read (safetensors itself refuses one over 100 MB)
+MAX_HEADER_BYTES = 100_000_000
+
+
+def weight_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """The tensor shapes a ``model.safetensors`` file declares, read from its JSON header alone (no
+    tensor is loaded); a file too short for its header, or a header that is not safetensors JSON, is a
+    :class:`~model.errors.PretrainedFileError` naming the file."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(8)
+            n = int.from_bytes(head, "little") if len(head) == 8 else -1
+            size = os.fstat(f.fileno()).st_size
+            if n < 2 or n > MAX_HEADER_BYTES or 8 + n > size:
+                raise PretrainedFileError(
+                    path,
+                    f"unreadable or corrupt safetensors file (header of {n} bytes in a file of {size} bytes)",
+                )
+            header = json.loads(f.read(n))
+        shapes = {k: tuple(int(x) for x in v["shape"]) for k, v in header.items() if k != "__metadata__"}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
+        raise PretrainedFileError(path, f"unreadable or corrupt safetensors file ({e})") from e
+    return shapes
+
+
+def shape_mismatch(
+    expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], first: int = 3
+) -> str | None:
+    """What differs between two ``name -> shape`` maps (the first ``first`` missing, unexpected and
+    wrong-shaped tensors, each with its expected and found shape); None when they agree."""
+    missing = [k for k in expected if k not in found]
+    extra = [k for k in found if k not in expected]
+    wrong = [k for k in expected if k in found and tuple(expected[k]) != tuple(found[k])]
+    parts = []
+    if wrong:
+        parts.append(
+            "wrong shape: "
+            + ", ".join(f"{k} expected {list(expected[k])} found {list(found[k])}" for k in wrong[:first])
+            + (f" (+{len(wrong) - first} more)" if len(wrong) > first else "")
+        )
+    for what, keys in (("missing", missing), ("unexpected", extra)):
+        if keys:
+            more = f" (+{len(keys) - first} more)" if len(keys) > first else ""
+            parts.append(f"{what}: {', '.join(keys[:first])}{more}")
+    return "; ".join(parts) or None
 
 
 class ConfigDict:

@@ -384,15 +384,47 @@ def verify_program(path: str | Path, *, hashes: bool = True) -> dict:
     sha256 (``hashes``), and that every Parquet file opens with the manifest's row count. A truncated or
     damaged file is a :class:`ProgramFormatError` naming it, never a pyarrow error."""
     manifest = read_manifest(path)
+    _check_program_manifest(Path(path), manifest)
     for f in manifest.get("files", []):
         _check_file(Path(path) / f["path"], f)
     return verify_manifest_files(path, manifest, hashes=hashes)
+
+
+PROGRAM_FILES = tuple(f"{name}.parquet" for name in ("atoms", "relations", "concepts", "edges", "slices"))
+
+
+def _check_program_manifest(path: Path, manifest: dict) -> None:
+    """The manifest is a program's (a ``program_id``, not a dataset's ``dataset_id``) and lists every file a
+    program has (:data:`PROGRAM_FILES`)."""
+    m = path / "manifest.json"
+    if "dataset_id" in manifest:
+        raise ProgramFormatError(
+            f"{path}: this is a dataset folder, not a program (its manifest has a dataset_id); give the "
+            f"program folder it was made with (program_id {manifest.get('program_id')!r})"
+        )
+    if "program_id" not in manifest:
+        raise ProgramFormatError(f"{m}: no program_id; expected a compiled program's manifest")
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) and "path" in f for f in files):
+        raise ProgramFormatError(f"{m}: 'files' must be a list of {{path, sha256, rows, bytes}}")
+    listed = {f["path"] for f in files}
+    missing = [name for name in PROGRAM_FILES if name not in listed]
+    if missing:
+        raise ProgramFormatError(
+            f"{m}: does not list the program file(s) {', '.join(missing)}; expected all of "
+            f"{', '.join(PROGRAM_FILES)} (not a complete program; compile it again)"
+        )
 
 
 def _check_file(p: Path, entry: dict) -> None:
     """Size as listed, and for Parquet a readable footer with the listed rows (presence is checked by
     ``verify_manifest_files``)."""
     if not p.is_file():
+        if p.exists():
+            raise ProgramFormatError(
+                f"{p}: not a regular file (a device, FIFO or folder); expected the program file the "
+                "manifest lists"
+            )
         return
     size, listed = p.stat().st_size, entry.get("bytes")
     if isinstance(listed, int) and size != listed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from pipelines.eval.export import ExportConfig
+from pipelines.eval.export import MAX_PROGRAM_DIM, ExportConfig
 
 from .options import INPUT_DIR, config_options, force_option, handle_errors, verbosity_options
 
@@ -29,6 +29,12 @@ def export_embeddings_cmd(source: str, out: str, force: bool, **kw) -> None:
     untrained base HRR composition (--dim, --seed; unit-length rows). --projector adds vectors.tsv,
     metadata.tsv and projector_config.pbtxt for TensorBoard's embedding projector.
     """
+    dim = kw.get("dim")
+    if dim is not None and not 1 <= dim <= MAX_PROGRAM_DIM:
+        raise click.BadParameter(
+            f"{dim} is not a dimension of a program's composition; expected 1 to {MAX_PROGRAM_DIM}",
+            param_hint="'--dim'",
+        )
     from pipelines.eval.export import export_embeddings, summary_lines
 
     click.echo("\n".join(summary_lines(export_embeddings(source=source, out=out, force=force, **kw))))

@@ -144,8 +144,22 @@ def seed_option(default: int = 0, help: str | None = None) -> Callable[[F], F]:
     return click.option("--seed", type=int, default=default, show_default=True, help=help)
 
 
+def _device(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A ``--device`` value: one this machine has (``pipelines.train.runtime.check_device``; torch is
+    imported only for a value other than ``auto`` / ``cpu``), else a usage error listing those it has."""
+    if value is None or value in ("auto", "cpu"):
+        return value
+    from pipelines.errors import PipelineError
+    from pipelines.train.runtime import check_device
+
+    try:
+        return check_device(value, what="")
+    except PipelineError as e:
+        raise click.BadParameter(str(e).lstrip(), ctx=ctx, param=param) from e
+
+
 def device_option(default: str = "auto", help: str = "auto, cpu, cuda.") -> Callable[[F], F]:
-    return click.option("--device", default=default, show_default=True, help=help)
+    return click.option("--device", default=default, show_default=True, callback=_device, help=help)
 
 
 def threads_option(default: int = 1) -> Callable[[F], F]:
@@ -383,6 +397,8 @@ def _option(
     }
     if f.name in _COMPONENTS and tp is str:
         kw["callback"] = _component
+    if f.name == "device" and tp is str:
+        kw["callback"] = _device
     if not required:
         kw["default"] = default
         kw["show_default"] = default is not None and default != () and (tp is not bool or default)

@@ -66,6 +66,9 @@ PROJECTOR_CONFIG = "projector_config.pbtxt"
 PROJECTOR_FILES = (VECTORS_FILE, METADATA_FILE, PROJECTOR_CONFIG)
 METADATA_COLUMNS = ("code", "vocabulary", "title", "chapter", "frequency", "log_frequency")
 PROGRAM_DIM = 256  # default dimension of a program's untrained composition
+# the largest --dim of a program's export (a bert-base is 768 wide): beyond it the atom and concept
+# tables would take gigabytes; refused before anything is allocated
+MAX_PROGRAM_DIM = 1 << 16
 INIT_STD = 0.02  # the atoms' and relations' N(0, std) (hrr_kernel's HRREmbedding initialisation)
 SPECIAL = "SPECIAL"
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
@@ -230,8 +233,8 @@ def _program_vectors(cfg: ExportConfig, src: Path, device):
     if cfg.program is not None:
         raise PipelineError(f"{src} is a program; --program is for a model's program")
     dim = PROGRAM_DIM if cfg.dim is None else cfg.dim
-    if dim < 1:
-        raise PipelineError(f"--dim must be at least 1, got {dim}")
+    if not 1 <= dim <= MAX_PROGRAM_DIM:
+        raise PipelineError(f"--dim must be between 1 and {MAX_PROGRAM_DIM}, got {dim}")
     program = load_program(src, device=device)
     with torch.random.fork_rng(devices=[]):
         emb = HRREmbedding(program, dim, "base", normalize=True)

@@ -77,6 +77,31 @@ class Side:
         return list(zip(c.column("vocabulary").to_pylist(), c.column("code").to_pylist(), strict=True))
 
 
+def _read_listed(path: Path, listed: object, chunk: int = 1 << 22) -> bytes:
+    """The bytes of the program file ``path``, read in chunks and no further than the manifest's ``bytes``
+    (``listed``): a device (``/dev/zero``), a FIFO or a folder is refused before reading, a file longer
+    than the manifest says is refused before it is read whole."""
+    if not path.is_file():
+        what = "not a regular file (a device, FIFO or folder)" if path.exists() else "missing"
+        raise InputFileError(path, f"{what}; expected the program file manifest.json lists")
+    limit = listed if isinstance(listed, int) and not isinstance(listed, bool) else None
+    parts: list[bytes] = []
+    seen = 0
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(chunk):
+                seen += len(block)
+                if limit is not None and seen > limit:
+                    raise InputFileError(
+                        path,
+                        f"holds more than the {limit:,} bytes manifest.json lists (changed after compiling)",
+                    )
+                parts.append(block)
+    except OSError as e:
+        raise InputFileError(path, f"cannot be read ({e})") from e
+    return b"".join(parts)
+
+
 def _verified_table(root: Path, manifest: dict[str, Any], name: str) -> pa.Table:
     """``name`` of the program at ``root``, after checking its sha256 against the manifest, with the columns
     :data:`COLUMNS` lists (optional ones as nulls when absent)."""
@@ -86,10 +111,7 @@ def _verified_table(root: Path, manifest: dict[str, Any], name: str) -> pa.Table
     path = root / name
     if entry is None or not isinstance(entry.get("sha256"), str):
         raise InputFileError(path, "not listed with a sha256 in manifest.json", expected="a program file")
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputFileError(path, f"cannot be read ({e})") from e
+    data = _read_listed(path, entry.get("bytes"))
     got = hashlib.sha256(data).hexdigest()
     if got != entry["sha256"]:
         raise InputFileError(

@@ -36,10 +36,12 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor, nn
 
+from model.common import shape_mismatch
 from pipelines.errors import PipelineError
 
 from .checkpoint import (
     CHECKPOINT_DIR,
+    CheckpointError,
     ConfigMismatchError,
     checkpoint_path,
     config_diff,
@@ -225,11 +227,23 @@ class _Loop:
 
     # --- resume and checkpoints ---------------------------------------------------------------------
 
-    def restore(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["optimizer"])
-        if self.sched is not None and state["scheduler"]:
-            self.sched.load_state_dict(state["scheduler"])
+    def restore(self, state: dict[str, Any], path: Path | None = None) -> None:
+        where = Path(path) if path is not None else self.run_dir / CHECKPOINT_DIR
+        saved = state["model"]
+        differs = shape_mismatch(
+            {k: tuple(v.shape) for k, v in self.model.state_dict().items()},
+            {k: tuple(getattr(v, "shape", ())) for k, v in saved.items()} if isinstance(saved, dict) else {},
+        )
+        if differs:
+            raise CheckpointError(where, f"checkpoint does not match the run's model ({differs})")
+        try:
+            self.model.load_state_dict(saved)
+            self.opt.load_state_dict(state["optimizer"])
+            if self.sched is not None and state["scheduler"]:
+                self.sched.load_state_dict(state["scheduler"])
+        except (RuntimeError, ValueError, KeyError, TypeError) as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise CheckpointError(where, f"checkpoint does not match the run ({msg})") from e
         set_rng_state(state["rng"])
         self.s = _State(**state.get("loop", {}))
         self.s.step, self.s.epoch, self.s.position = (
@@ -422,7 +436,7 @@ def run_loop(
             (Path(run_dir) / METRICS_FILE).unlink(missing_ok=True)
     loop = _Loop(model, optimizer, scheduler, task, options, Path(run_dir), ctx, device)
     if resume_from is not None:
-        loop.restore(load_checkpoint(resume_from, map_location=device))
+        loop.restore(load_checkpoint(resume_from, map_location=device), resume_from)
     return loop.run(truncate=resume_from is not None, stop_after=stop_after)
 
 

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from ontology_compiler.api import write_file_atomically
+from pipelines.errors import PipelineError
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +66,42 @@ class DistContext:
             dist.destroy_process_group()
 
 
+def available_devices() -> list[str]:
+    """The ``--device`` values this machine can run: ``auto``, ``cpu``, and ``cuda``, ``cuda:0``, … when
+    CUDA is available (``mps`` on Apple silicon)."""
+    found = ["auto", "cpu"]
+    if torch.cuda.is_available():
+        found += ["cuda", *(f"cuda:{i}" for i in range(torch.cuda.device_count()))]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return found
+
+
+def check_device(device: str, what: str = "--device") -> str:
+    """``device`` when this machine has it; else a :class:`PipelineError` naming ``what``, the value and
+    the devices that are available (the one check behind every command's ``--device``)."""
+    if device in ("auto", "cpu"):
+        return device
+    avail = available_devices()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or (dev.type != "cpu" and str(dev) not in avail):
+        reason = "not a device name" if dev is None else "not available on this machine"
+        if dev is not None and dev.type == "cuda" and "cuda" not in avail:
+            reason += " (torch sees no CUDA device)"
+        raise PipelineError(f"{what} {device!r}: {reason}; expected one of: {', '.join(avail)}")
+    return device
+
+
 def resolve_device(device: str) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; else the named device."""
+    """``auto`` -> CUDA when available, else CPU; else the named device, which must be available
+    (:func:`check_device`)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    return torch.device(check_device(device))
 
 
 def init_distributed(device: torch.device) -> tuple[DistContext, torch.device]:

@@ -148,14 +148,50 @@ def duckdb_path(path: Path) -> str:
     return re.sub(r"([*?\[])", r"[\1]", str(Path(path).absolute()))
 
 
+# The longest line (decompressed) and the most decompressed bytes an EHR CSV may hold. Generous: a line of
+# diagnoses_icd / admissions / eICU diagnosis is under 1 KB and the largest table the readers use is under
+# 1 GB; the caps stop a gzip bomb (a small file that decompresses to one endless line) with an error
+# naming the file instead of a MemoryError. DuckDB's own limit on a line is 2 MB.
+MAX_LINE_BYTES = 8 << 20
+MAX_DECOMPRESSED_BYTES = 64 << 30
+
+
+def _too_long(path: Path, n: int) -> InputFileError:
+    return InputFileError(
+        path,
+        f"longer than {MAX_LINE_BYTES >> 20} MB once decompressed; expected CSV lines "
+        "(a gzip bomb, or not a CSV file?)",
+        line=n,
+    )
+
+
+def _cr_only(path: Path) -> InputFileError:
+    return InputFileError(
+        path,
+        "CR-only line endings (old Mac style); expected LF or CRLF line endings "
+        "(convert with tr '\\r' '\\n')",
+        line=1,
+    )
+
+
 def read_header(path: Path) -> list[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
-            first = f.readline().decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError, zlib.error) as e:
+            raw = f.readline(MAX_LINE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as e:
         raise InputFileError(path, f"cannot read the header row: {e}", line=1) from e
-    return next(csv.reader([first.lstrip("\ufeff").rstrip("\r\n")]), [])
+    if b"\r" in raw.rstrip(b"\r\n"):
+        raise _cr_only(path)
+    if len(raw) > MAX_LINE_BYTES:
+        raise _too_long(path, 1)
+    try:
+        first = raw.decode("utf-8")
+        return next(csv.reader([first.lstrip("\ufeff").rstrip("\r\n")]), [])
+    except UnicodeDecodeError as e:
+        raise InputFileError(path, f"cannot read the header row: {e}", line=1) from e
+    except csv.Error as e:
+        raise InputFileError(path, f"malformed CSV header row: {e}", line=1) from e
 
 
 def check_header(path: Path, expected: tuple[str, ...]) -> list[str]:
@@ -259,10 +295,21 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of ``path``, decompressed and decoded; raises naming the line of a bad byte or of
     the end of a broken gzip stream."""
     opener = gzip.open if path.suffix == ".gz" else open
-    n = 0
+    n = total = 0
     try:
         with opener(path, "rb") as f:
-            for n, raw in enumerate(f, 1):  # noqa: B007  (n is read after the loop, on an error)
+            while raw := f.readline(MAX_LINE_BYTES + 1):
+                n += 1
+                total += len(raw)
+                if len(raw) > MAX_LINE_BYTES:
+                    raise _too_long(path, n)
+                if total > MAX_DECOMPRESSED_BYTES:
+                    raise InputFileError(
+                        path,
+                        f"decompresses to more than {MAX_DECOMPRESSED_BYTES >> 30} GB; expected an EHR table "
+                        "(a gzip bomb?)",
+                        line=n,
+                    )
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as e:
