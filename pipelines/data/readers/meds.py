@@ -237,6 +237,15 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
             except duckdb.Error as e1:
                 raise InputFileError(s, f"cannot be read: {str(e1).strip().splitlines()[0]}") from e1
         raise InputFileError(root / "data", f"the shards cannot be read together: {e}") from e
+    missing = one(
+        con, "SELECT filename, file_row_number FROM raw WHERE subject_id IS NULL ORDER BY ALL LIMIT 1"
+    )
+    if missing:  # the DataSchema's subject_id is not nullable; a row without one belongs to no patient
+        raise InputFileError(
+            Path(missing[0]),
+            f"empty subject_id at file_row_number {missing[1]}",
+            expected="a subject_id on every row",
+        )
     # a code of no form is read as its parent code (metadata/codes.parquet), where it has a usable one
     con.execute(
         "CREATE TEMP TABLE via AS SELECT child, parent FROM (SELECT code AS child, list_filter(parent_codes, "
