@@ -21,6 +21,7 @@ the source (MEDS ``subject_splits``: ``train``, ``tuning``, ``held_out``) is hon
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -31,6 +32,8 @@ SPLITS = ("pretrain_train", "pretrain_val", "finetune_train", "finetune_val", "t
 PRETRAIN_TRAIN, PRETRAIN_VAL, FINETUNE_TRAIN, FINETUNE_VAL, TEST, ROOD = range(6)
 PAPER = {"patients": 190_000, "finetune_train": 13_000, "finetune_val": 2_000, "test": 666,
          "disease_train": 4_500, "disease_val": 500}  # fmt: skip
+log = logging.getLogger(__name__)
+
 N_SPECIAL = len(SPECIAL_TOKENS)  # the program's special tokens are concept ids 0..4 (program format)
 
 
@@ -63,6 +66,28 @@ class SplitOptions:
         default=None, metadata={"help": "rood_unseen patients to reach (default 100 per 190k, >= 1)"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the hold-out and the split draws"})
+
+    def __post_init__(self) -> None:
+        """Each value in its range; the message names the option (``--pretrain-val-fraction``, ...)."""
+
+        def bad(name: str, expected: str) -> ValueError:
+            option = "--" + name.replace("_", "-")
+            return ValueError(f"{option} must be {expected}, got {getattr(self, name)!r}")
+
+        for name in ("finetune_train", "finetune_val", "test", "disease_train", "disease_val"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise bad(name, "a count >= 0")
+        if not 0.0 <= self.pretrain_val_fraction < 1.0:
+            raise bad("pretrain_val_fraction", "a fraction in [0, 1)")
+        if self.rood_codes < 0:
+            raise bad("rood_codes", "a count >= 0")
+        if self.rood_min_patients < 1:
+            raise bad("rood_min_patients", "a count >= 1")
+        if self.rood_max_patients is not None and self.rood_max_patients < self.rood_min_patients:
+            raise bad("rood_max_patients", f"at least --rood-min-patients ({self.rood_min_patients})")
+        if self.rood_unseen_patients is not None and self.rood_unseen_patients < 0:
+            raise bad("rood_unseen_patients", "a count >= 0")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -259,6 +284,14 @@ def assign_splits(
         val = np.random.default_rng([opts.seed, 91]).choice(rest, size=n_val, replace=False)
         split[rest] = PRETRAIN_TRAIN
         split[val] = PRETRAIN_VAL
+    if not (split == PRETRAIN_TRAIN).any():
+        taken = ", ".join(f"{k} {v}" for k, v in used.items() if not k.endswith("_requested"))
+        log.warning(
+            "no patient is left for pretraining (pretrain_train is empty): the fine-tuning and test splits "
+            "took all %d patients (%s); lower --test / --finetune-train / --finetune-val to pretrain",
+            n,
+            taken,
+        )
     return split, disease, used
 
 

@@ -167,7 +167,7 @@ def test_rood_off_and_default_target():
     assert unseen_target(SplitOptions(), 20_000) == 11
     assert unseen_target(SplitOptions(), 300) == 1
     assert unseen_target(SplitOptions(rood_unseen_patients=7), 300) == 7
-    with pytest.raises(ValueError, match="rood_unseen_patients"):
+    with pytest.raises(ValueError, match="rood.unseen.patients"):
         unseen_target(SplitOptions(rood_unseen_patients=-1), 300)
 
 
@@ -177,3 +177,28 @@ def test_rood_masks_of_a_given_list():
     rood, unseen = rood_masks(pp, pc, 5, np.array([5, 6, 40], np.int32))  # 40: no patient has it
     assert rood.tolist() == [True, True, False, True, False]
     assert unseen.tolist() == [True, False, False, True, False]  # patient 1: 1 of 3 codes held out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "option"),
+    [
+        ({"pretrain_val_fraction": 1.5}, "--pretrain-val-fraction"),
+        ({"pretrain_val_fraction": -0.1}, "--pretrain-val-fraction"),
+        ({"test": -1}, "--test"),
+        ({"rood_codes": -3}, "--rood-codes"),
+        ({"rood_min_patients": 0}, "--rood-min-patients"),
+        ({"rood_min_patients": 5, "rood_max_patients": 2}, "--rood-max-patients"),
+        ({"rood_unseen_patients": -1}, "--rood-unseen-patients"),
+    ],
+)
+def test_split_options_out_of_range_name_the_option(kwargs, option):
+    with pytest.raises(ValueError, match=f"^{option} must be"):
+        SplitOptions(**kwargs)
+
+
+def test_splits_that_leave_no_pretraining_patient_are_warned(caplog):
+    n_visits = np.full(120, 2)
+    with caplog.at_level("WARNING", logger="pipelines.data.splits"):
+        split, _, used = assign_splits(n_visits, np.zeros(120, bool), None, SplitOptions(test=100_000))
+    assert not (split == 0).any()
+    assert "no patient is left for pretraining" in caplog.text and "--test" in caplog.text
