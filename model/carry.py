@@ -49,7 +49,6 @@ import torch
 from torch import Tensor
 
 from hrr_kernel import (
-    MODES,
     PROVENANCE,
     SPECIAL_TOKENS,
     Program,
@@ -62,20 +61,16 @@ from hrr_kernel import (
 from .bert import HRRBert
 from .errors import ModelError
 
-__all__ = ["carry_model", "unchanged_tokens", "NEW_ROW_RULES", "TOKEN_TENSORS"]
+__all__ = ["carry_model", "unchanged_tokens", "TOKEN_TENSORS"]
 
 UNK = "[UNK]"
 # state-dict keys of the tensors with one row (or entry) per token; every other key is copied unchanged
 ATOMS, RELATIONS = "embeddings.token.atoms", "embeddings.token.relations"
 TABLE, FREQ, BIAS = "embeddings.token.table", "embeddings.token.freq_encoding", "mlm.bias"
 TOKEN_TENSORS = (ATOMS, RELATIONS, TABLE, FREQ, BIAS)
-# what a new token's row of each per-token tensor is (the report names the rules it used): the embedding's
-# per-token tensor by the mode's spec (hrr_kernel.modes: new_row, new_row_note), the MLM bias by this rule
+# a new token's MLM bias (the report names it; the embedding's per-token rows follow the mode's spec:
+# hrr_kernel.modes new_row, new_row_note)
 BIAS_RULE = "median bias of the trained codes"
-NEW_ROW_RULES = {
-    **{name: spec.new_row_note for name, spec in MODES.items() if spec.new_row is not None},
-    "mlm_bias": BIAS_RULE,
-}
 EXAMPLES = 10  # codes listed in the report per group (dropped, new)
 
 

@@ -13,7 +13,8 @@ more than the package itself (no pyarrow, DuckDB or owlready2 until a name that 
   ``write_file_atomically``, ``publish`` (an atomic, content-addressed folder), ``read_json_manifest``,
   ``verify_manifest_files``.
 - SQL: ``quote_identifier``, ``quote_literal``, ``columns_literal`` (``sqlsafe``: names and literals
-  for DuckDB); ``resolve_program``, ``format_result`` (``sql``, beside ``run_sql``).
+  for DuckDB); ``resolve_program``, ``format_result`` (``sql``, beside ``run_sql``); ``SQL_DEFAULT_TIMEOUT``,
+  ``SQL_DEFAULT_MEMORY_LIMIT``, ``SQL_DEFAULT_THREADS`` (``sql_limits``: run_sql's default bounds).
 - ICD codes (``icd``): ``ICD9CM``, ``ICD10CM`` (vocabulary names), ``ICD10_CHAPTERS``, ``dotless``,
   ``dotted`` (Arrow arrays), ``dotted_code`` (one code).
 - Commands: ``setup_logging``, ``FORMAT``, ``DATE_FORMAT`` (``logs``: the commands' logging);
@@ -34,6 +35,10 @@ import ontology_compiler as _package
 
 _LAZY = {
     # artifacts
+    # the default bounds of run_sql (light: no DuckDB)
+    "SQL_DEFAULT_TIMEOUT": "ontology_compiler.sql_limits",
+    "SQL_DEFAULT_MEMORY_LIMIT": "ontology_compiler.sql_limits",
+    "SQL_DEFAULT_THREADS": "ontology_compiler.sql_limits",
     "safe_component": "ontology_compiler.artifact",
     "sha256_file": "ontology_compiler.artifact",
     "write_file_atomically": "ontology_compiler.artifact",

@@ -41,6 +41,9 @@ import pyarrow.dataset as ds
 
 from .errors import OntologyCompilerError, ProgramFormatError
 from .program import read_manifest
+from .sql_limits import SQL_DEFAULT_MEMORY_LIMIT as DEFAULT_MEMORY_LIMIT
+from .sql_limits import SQL_DEFAULT_THREADS as DEFAULT_THREADS
+from .sql_limits import SQL_DEFAULT_TIMEOUT as DEFAULT_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +82,6 @@ LOCKED: dict[str, object] = {
     "lock_configuration": True,  # no SET / PRAGMA / RESET afterwards
 }
 
-# Default bounds of a query (run_sql, ``hrrbert sql``): seconds, DuckDB memory_limit, DuckDB threads.
-DEFAULT_TIMEOUT = 60.0
-DEFAULT_MEMORY_LIMIT = "2GB"
-DEFAULT_THREADS = 2
 
 # Statement types a query may contain: reading only (EXPLAIN only of a SELECT, see check_read_only).
 ALLOWED = {"SELECT", "EXPLAIN"}

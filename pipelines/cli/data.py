@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from ontology_compiler.api import SQL_DEFAULT_MEMORY_LIMIT, SQL_DEFAULT_THREADS, SQL_DEFAULT_TIMEOUT
 from pipelines.data.config import UNKNOWN_CODES, PrepareConfig
 from pipelines.data.readers import READERS, Reader
 from pipelines.data.splits import SplitOptions
@@ -159,11 +160,12 @@ def prepare_cmd(
     click.echo(describe(results))
 
 
-# The defaults of ontology_compiler.sql (DEFAULT_TIMEOUT, DEFAULT_MEMORY_LIMIT, DEFAULT_THREADS), copied so
-# that ``hrrbert --help`` imports no DuckDB; tests/adversarial/test_sql_bounds.py checks they agree.
-SQL_TIMEOUT = 60.0
-SQL_MEMORY_LIMIT = "2GB"
-SQL_THREADS = 2
+# run_sql's default bounds, from a module without DuckDB (``hrrbert --help`` loads none)
+SQL_TIMEOUT, SQL_MEMORY_LIMIT, SQL_THREADS = (
+    SQL_DEFAULT_TIMEOUT,
+    SQL_DEFAULT_MEMORY_LIMIT,
+    SQL_DEFAULT_THREADS,
+)
 
 
 def _memory_limit(ctx: click.Context, param: click.Parameter, value: str) -> str:

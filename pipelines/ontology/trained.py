@@ -98,7 +98,7 @@ def load_trained(path: str | Path, device: str = "cpu") -> TrainedVectors:
     import torch
     import torch.nn.functional as F
 
-    from hrr_kernel import compose, hrr_mode_names, hrr_vectors
+    from hrr_kernel import compose, hrr_mode_names
     from model import HRRBert
 
     mdir = model_folder(path)
@@ -116,7 +116,7 @@ def load_trained(path: str | Path, device: str = "cpu") -> TrainedVectors:
             c = F.normalize(c, dim=1, eps=1e-12)
         extra = token.spec.beside(token)  # what the mode puts beside C (hrr_kernel.modes)
         extra = None if extra is None else extra.detach().float()
-    vectors = hrr_vectors(token).float()  # (N, H): C, or C + W for add
+        vectors = token.spec.hrr_space(token, c, None).float()  # (N, H): C, or C + W for add
     return TrainedVectors(
         mdir, model.program, token.mode, token.normalize, atoms, relations, c, vectors, extra
     )
