@@ -107,8 +107,10 @@ def _headline_values(exp: Experiment) -> dict[str, Any]:
     fb, nb = records(exp, "frequency_bins"), records(exp, "neighbours")
     confs, b, j = exp.configurations, exp.baselines, V.rarest_bin(fb)
     out: dict[str, Any] = {"configurations": {}, "baselines": {}, "rarest_bin": j}
+    rivals = _rivals(exp)
     for k, runs in confs.items():
         diff = V.diff_intervals(exp, k) if k != exp.control else ({}, None)
+        rival = _rival_cells(exp, k, rivals)
         rel, tot = V.rare_neighbours(nb[k])
         out["configurations"][k] = {
             "seeds": [r.seed for r in runs],
@@ -117,6 +119,7 @@ def _headline_values(exp: Experiment) -> dict[str, Any]:
             "mortality_auroc": V.conf_interval(runs, "mortality", "test", "auroc"),
             "rood_unseen_chapters_f1": V.conf_interval(runs, "chapters", "rood_unseen", "f1"),
             "rood_unseen_f1_minus_control": diff[1] or next(iter(diff[0].values()), None),
+            "best_rival": rival,
             "rare_neighbours": {"related": rel, "total": tot} if tot else None,
             "rarest_bin_top100": V.bin_interval(fb[k], j) if j is not None else None,
             "rarest_bin_median_rank": V.bin_median_rank(fb[k], j) if j is not None else None,
@@ -138,6 +141,58 @@ def _headline_values(exp: Experiment) -> dict[str, Any]:
     return out
 
 
+RIVAL_COLUMNS = {  # headline column -> (task, split, metric)
+    "chapters_f1": ("chapters", "test", "f1"),
+    "mortality_auroc": ("mortality", "test", "auroc"),
+    "rood_unseen_chapters_f1": ("chapters", "rood_unseen", "f1"),
+    "transfer_mortality_auroc": ("mortality", "transfer", "auroc"),
+}
+
+
+def _composes(conf: str) -> bool:
+    from hrr_kernel.modes import MODES  # only the headline's rivals ask
+
+    return conf in MODES and MODES[conf].composes
+
+
+def _rivals(exp: Experiment) -> tuple[str, ...]:
+    """What an HRR configuration is read against: every configuration that composes nothing (the control,
+    the hierarchy rivals) and every baseline but the oracle ceiling."""
+    confs = tuple(k for k in exp.configurations if not _composes(k))
+    return confs + tuple(V.BASELINE_PREFIX + m for m in BASELINE_MODELS if m != "ceiling")
+
+
+def _rival_name(name: str) -> str:
+    if name.startswith(V.BASELINE_PREFIX):
+        m = name[len(V.BASELINE_PREFIX) :]
+        return BASELINE_NAMES.get(m, m)
+    return name
+
+
+def _rival_cells(exp: Experiment, conf: str, rivals: tuple[str, ...]) -> dict[str, Any] | None:
+    """For an HRR configuration: per headline column the best non-oracle rival (``name``, ``value``), and
+    ``unseen F1 − best rival`` on the ROOD-unseen patients (paired patient bootstrap per seed, t over
+    seeds). None for a configuration that composes nothing (it is a rival itself)."""
+    if not _composes(conf):
+        return None
+    out: dict[str, Any] = {}
+    for col, (task, split, metric) in RIVAL_COLUMNS.items():
+        best = V.best_rival(exp, conf, task, split, metric, rivals)
+        out[col] = (
+            None if best is None else {"rival": best[0], "name": _rival_name(best[0]), "value": best[1]}
+        )
+    unseen = out["rood_unseen_chapters_f1"]
+    if unseen is not None:
+        per, over = V.diff_intervals(exp, conf, rival=unseen["rival"])
+        out["rood_unseen_f1_minus_best_rival"] = over or next(iter(per.values()), None)
+    return out
+
+
+def _rival_cell(v: dict[str, Any], col: str) -> str:
+    r = (v.get("best_rival") or {}).get(col)
+    return "–" if not r else f"{pct(r['value'])} {r['name']}"
+
+
 def _headline_table(exp: Experiment, hv: dict[str, Any]) -> str:
     j = hv["rarest_bin"]
     bin_name = "rarest bin"
@@ -153,6 +208,7 @@ def _headline_table(exp: Experiment, hv: dict[str, Any]) -> str:
         "chapters macro-F1",
         "mortality AUROC",
         "ROOD-unseen chapters F1",
+        "unseen F1 − best rival",
         f"unseen F1 − {exp.control}",
         "rare-code neighbours related",
         f"top-100, {bin_name}",
@@ -161,6 +217,11 @@ def _headline_table(exp: Experiment, hv: dict[str, Any]) -> str:
     rows = []
     for k, v in hv["configurations"].items():
         nb = v["rare_neighbours"]
+        rival = v.get("best_rival")
+        if rival is not None:
+            vs_rival = pct(rival.get("rood_unseen_f1_minus_best_rival"), signed=True)
+        else:
+            vs_rival = _constant_row_note(k) if k == exp.control else "(rival)"
         rows.append(
             [
                 k,
@@ -169,16 +230,23 @@ def _headline_table(exp: Experiment, hv: dict[str, Any]) -> str:
                 pct(v["chapters_f1"]),
                 pct(v["mortality_auroc"]),
                 pct(v["rood_unseen_chapters_f1"]),
+                vs_rival,
                 pct(v["rood_unseen_f1_minus_control"], signed=True) if k != exp.control else "(control)",
                 f"{nb['related']}/{nb['total']}" if nb else "–",
                 pct(v["rarest_bin_top100"]),
                 pct(v["transfer_mortality_auroc"]),
             ]
         )
+        if rival is not None:
+            rows.append(
+                [f"↳ best rival of {k}", "–", "–"]
+                + [_rival_cell(v, c) for c in ("chapters_f1", "mortality_auroc", "rood_unseen_chapters_f1")]
+                + ["–", "–", "–", "–", _rival_cell(v, "transfer_mortality_auroc")]
+            )
     mlm = hv["baselines"].get("mlm")
     if mlm:
         name = MLM_BASELINE_NAMES.get(mlm["best"], mlm["best"])
-        rows.append([f"best MLM baseline ({name})", "–", f"{100 * mlm['best_top1']:.1f}"] + ["–"] * 7)
+        rows.append([f"best MLM baseline ({name})", "–", f"{100 * mlm['best_top1']:.1f}"] + ["–"] * 8)
     for m, v in hv["baselines"].items():
         if m == "mlm":
             continue
@@ -193,10 +261,21 @@ def _headline_table(exp: Experiment, hv: dict[str, Any]) -> str:
                 "–",
                 "–",
                 "–",
+                "–",
                 pct(v["transfer_mortality_auroc"]),
             ]
         )
     return table(header, rows)
+
+
+def _constant_row_note(conf: str) -> str:
+    """The control's cell in ``unseen F1 − best rival``: where it predicts a constant."""
+    from hrr_kernel.modes import MODES
+
+    spec = MODES.get(conf)
+    if spec is not None and not spec.composes and spec.untrained_fill is not None:
+        return "(control: every unseen code has one shared row, so it is a constant on all-unseen histories)"
+    return "(control)"
 
 
 def headline_caption(exp: Experiment) -> str:
@@ -206,7 +285,10 @@ def headline_caption(exp: Experiment) -> str:
         how += " (1 seed: no interval over seeds; MLM top-1 is one value per run)"
     how += (
         f". `unseen F1 − {exp.control}`: paired {ONE_SEED} on the same ROOD-unseen patients per seed, "
-        "t interval over seeds when more than one. Rare-code neighbours: related of scored, summed over "
+        "t interval over seeds when more than one. `↳ best rival`: per column the best non-oracle rival "
+        "of the configuration above it (a configuration that composes nothing, or a baseline other than the "
+        "ceiling); `unseen F1 − best rival` is the same paired difference against that column's rival. "
+        "Rare-code neighbours: related of scored, summed over "
         "seeds; rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds)"
     )
     n = V.ranked_codes(records(exp, "frequency_bins"))
@@ -367,10 +449,7 @@ def _provenance(exp: Experiment) -> list[str]:
 
 
 def _results(exp: Experiment, hv: dict[str, Any], rood: dict[str, Any]) -> dict[str, Any]:
-    conv = {
-        k: {m: (_d(v) if isinstance(v, Interval) else v) for m, v in row.items()}
-        for k, row in hv["configurations"].items()
-    }
+    conv = {k: _plain(row) for k, row in hv["configurations"].items()}
     base = {
         k: ({m: _d(v) for m, v in row.items()} if k != "mlm" else row) for k, row in hv["baselines"].items()
     }
@@ -405,6 +484,15 @@ def _results(exp: Experiment, hv: dict[str, Any], rood: dict[str, Any]) -> dict[
         "collapsed_pretraining": [c for c, _ in _collapsed(exp)],
         "notes": [] if exp.baselines is not None else ["no baselines in this experiment"],
     }
+
+
+def _plain(v: Any) -> Any:
+    """``v`` with every Interval as its dict (results.json)."""
+    if isinstance(v, Interval):
+        return _d(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
 
 
 def write_report(root: str | Path) -> Report:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 INTERVAL_METRICS = {"mortality": ("f1", "auroc"), "chapters": ("f1",)}
 POINT = "mean over fine-tuning trials on all patients (no interval)"
 ONE_RUN = "one pretraining run (last validation)"
+BASELINE_PREFIX = "baseline:"  # a rival that is a baseline model, not a configuration
 
 
 def _point(value: float, n: int, method: str, note: str = "") -> Interval:
@@ -114,28 +115,44 @@ def mlm_interval(runs: list[Run], key: str) -> Interval | None:
     return t_interval(vals)
 
 
+def _paired(ha: Head, hb: Head, metric: str) -> Interval | None:
+    """``a - b`` on the patients both heads scored: a paired patient bootstrap (None: no common patient)."""
+    common = np.intersect1d(ha.subject_id, hb.subject_id)
+    if common.size == 0:
+        return None
+    a = ha if common.size == ha.n else ha.restrict(common)
+    b = hb if common.size == hb.n else hb.restrict(common)
+    return paired_bootstrap_diff(a.metric(metric), b.metric(metric), int(common.size), vectorized=True)
+
+
 def diff_intervals(
-    exp: Experiment, conf: str, task: str = "chapters", split: str = "rood_unseen", metric: str = "f1"
+    exp: Experiment,
+    conf: str,
+    task: str = "chapters",
+    split: str = "rood_unseen",
+    metric: str = "f1",
+    rival: str | None = None,
 ) -> tuple[dict[int, Interval], Interval | None]:
-    """``conf - control`` on the same patients: per matched seed a paired patient bootstrap, and over seeds
-    (when more than one) the t interval of the per-seed differences."""
-    ctrl = {r.seed: r for r in exp.configurations.get(exp.control, [])}
+    """``conf - rival`` on the same patients (``rival``: a configuration, ``baseline:<model>``, or None for
+    the control): per seed a paired patient bootstrap (a baseline is one model, paired with every seed),
+    and over seeds (when more than one) the t interval of the per-seed differences."""
+    rival = exp.control if rival is None else rival
+    fixed = None
+    if rival.startswith(BASELINE_PREFIX):
+        fixed = exp.baselines.head(rival[len(BASELINE_PREFIX) :], task, split) if exp.baselines else None
+        if fixed is None:
+            return {}, None
+    ctrl = {r.seed: r for r in exp.configurations.get(rival, [])}
     out: dict[int, Interval] = {}
     for r in exp.configurations.get(conf, []):
         c = ctrl.get(r.seed)
-        if c is None:
+        if c is None and fixed is None:
             continue
-        ha, hb = r.heads.get((task, split)), c.heads.get((task, split))
+        ha, hb = r.heads.get((task, split)), fixed if fixed is not None else c.heads.get((task, split))
         if ha is not None and hb is not None:
-            common = np.intersect1d(ha.subject_id, hb.subject_id)
-            if common.size == 0:
-                continue
-            a = ha if common.size == ha.n else ha.restrict(common)
-            b = hb if common.size == hb.n else hb.restrict(common)
-            out[r.seed] = paired_bootstrap_diff(
-                a.metric(metric), b.metric(metric), int(common.size), vectorized=True
-            )
-        else:
+            if (iv := _paired(ha, hb, metric)) is not None:
+                out[r.seed] = iv
+        elif c is not None:
             ia, ib = seed_interval(r, task, split, metric), seed_interval(c, task, split, metric)
             if ia is not None and ib is not None:
                 out[r.seed] = _point(
@@ -143,6 +160,24 @@ def diff_intervals(
                 )
     over = t_interval([iv.estimate for iv in out.values()]) if len(out) > 1 else None
     return out, over
+
+
+def best_rival(
+    exp: Experiment, conf: str, task: str, split: str, metric: str, rivals: tuple[str, ...]
+) -> tuple[str, Interval] | None:
+    """The best of ``rivals`` (configurations, or ``baseline:<model>``; never ``conf`` itself, never the
+    ceiling) by point estimate on (task, split, metric): ``(name, its interval)``, None when none scored."""
+    best: tuple[str, Interval] | None = None
+    for name in rivals:
+        if name == conf or name == BASELINE_PREFIX + "ceiling":
+            continue
+        if name.startswith(BASELINE_PREFIX):
+            iv = baseline_interval(exp.baselines, name[len(BASELINE_PREFIX) :], task, split, metric)
+        else:
+            iv = conf_interval(exp.configurations.get(name, []), task, split, metric)
+        if iv is not None and math.isfinite(iv.estimate) and (best is None or iv.estimate > best[1].estimate):
+            best = (name, iv)
+    return best
 
 
 def _bins(rec: FrequencyBins | None) -> list:

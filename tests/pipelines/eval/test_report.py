@@ -267,8 +267,27 @@ def test_report_baselines_constant_heads_and_rood_difference(experiment):
     d = res["configurations"]["base"]["rood_unseen_f1_minus_control"]
     assert d["estimate"] == pytest.approx(diff) and 0 < d["low"] < diff < d["high"]
     assert d["method"].startswith("paired patient bootstrap")
-    assert _row(r.headline, "base")[6].startswith(f"{100 * diff:+.1f} (")
-    assert _row(r.headline, "unstructured")[6] == "(control)"
+    assert _row(r.headline, "base")[7].startswith(f"{100 * diff:+.1f} (")
+    assert _row(r.headline, "unstructured")[7] == "(control)"
+    assert _row(r.headline, "unstructured")[6].startswith("(control: every unseen code has one shared row")
+    # the best non-oracle rival of base per column (never the ceiling), and unseen F1 − that rival, paired
+    rivals = {"unstructured": _mean_score("unstructured", "chapters", "rood_unseen", "f1")}
+    for m in ("constant", "logistic_regression"):  # the fixture's baselines besides the ceiling
+        rivals["baseline:" + m] = _mean_score(m, "chapters", "rood_unseen", "f1")
+    best = max(rivals, key=rivals.get)
+    got = res["configurations"]["base"]["best_rival"]
+    assert got["rood_unseen_chapters_f1"]["rival"] == best
+    assert got["rood_unseen_chapters_f1"]["value"]["estimate"] == pytest.approx(rivals[best])
+    d2 = got["rood_unseen_f1_minus_best_rival"]
+    base_unseen = _mean_score("base", "chapters", "rood_unseen", "f1")
+    assert (
+        d2["estimate"] == pytest.approx(base_unseen - rivals[best])
+        and d2["low"] < d2["estimate"] < d2["high"]
+    )
+    assert d2["method"].startswith("paired patient bootstrap")
+    assert _row(r.headline, "base")[6].startswith(f"{100 * (base_unseen - rivals[best]):+.1f} (")
+    rival_row = _row(r.headline, "↳ best rival of base")
+    assert rival_row[5].startswith(f"{100 * rivals[best]:.1f} (") and "ceiling" not in "".join(rival_row)
     assert f"| base − unstructured | seed 0 | {100 * diff:+.1f}" in text
     # results.json: numbers, methods, baselines
     assert res["synthetic"] is True and res["control"] == "unstructured"
