@@ -12,7 +12,7 @@ from .options import config_options, handle_errors, out_option, verbosity_option
 
 
 @click.command("demo")
-@config_options(DemoConfig)
+@config_options(DemoConfig, names={"configurations": "--config"})
 # --carry's name before "transfer" came to mean only the cross-hospital test: hidden, says so on stderr
 @click.option("--transfer", "transfer_alias", is_flag=True, hidden=True, help="Deprecated: --carry.")
 @verbosity_options
@@ -25,8 +25,8 @@ def demo_cmd(out: str, carry: bool, transfer_alias: bool, **kw) -> None:
     if carry:
         from pipelines.demo.carry_study import run_carry_demo
 
-        if kw.pop("full"):
-            raise click.UsageError("--carry compares unstructured and base only; drop --full")
+        if kw.pop("full") or kw.pop("configurations"):
+            raise click.UsageError("--carry compares unstructured and base only; drop --full / --config")
         threads = kw.pop("threads")
         if threads:
             import torch
@@ -34,8 +34,12 @@ def demo_cmd(out: str, carry: bool, transfer_alias: bool, **kw) -> None:
             torch.set_num_threads(threads)
         run_carry_demo(out, **kw, show=click.echo)
         return
-    from pipelines.demo.run import run_demo
+    from pipelines.demo.run import demo_configurations, run_demo
 
+    try:
+        demo_configurations(kw["configurations"], kw["full"])
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
     sys.exit(run_demo(out, **kw, show=click.echo))
 
 

@@ -84,6 +84,14 @@ class DemoConfig:
         default=False,
         metadata={"help": "also train the freq, add and cat configurations (several times longer)"},
     )
+    configurations: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "a configuration to train instead of the demo's (repeat: --config unstructured "
+            "--config base --config gram --config ancestors reads base against the hierarchy rivals); "
+            "--full: every one"
+        },
+    )
     carry: bool = field(
         default=False,
         metadata={

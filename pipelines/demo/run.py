@@ -60,6 +60,7 @@ def run_demo(
     trials: int | None = None,
     seed: int = 0,
     full: bool = False,
+    configurations: tuple[str, ...] = (),
     device: str = "cpu",
     threads: int | None = 1,
     show: Callable[[str], None] = log.info,
@@ -67,11 +68,11 @@ def run_demo(
     """Run the demo into ``out`` (releases/, programs/, ehr/, datasets/, runs/); ``show`` receives what it
     made, step by step (the command prints it; the default logs it).
 
-    ``train_steps`` pretraining steps per model (None: the demo's 600; 0: stop after the data steps);
+    ``train_steps`` pretraining steps per model (None: the demo's; 0: stop after the data steps);
     ``trials`` fine-tuning trials per task (None: the demo's); ``seed`` the cohort and its splits (the
-    release and its program are the same for every seed); ``full`` adds the ``freq``, ``add`` and ``cat``
-    configurations; ``threads`` torch CPU threads (None: torch's default; the small demo models gain little
-    from more, and one thread never stalls on a busy CPU).
+    release and its program are the same for every seed); ``full`` trains every registered configuration,
+    ``configurations`` the ones given instead of the demo's; ``threads`` torch CPU threads (None: torch's
+    default; the small demo models gain little from more, and one thread never stalls on a busy CPU).
     """
     from ontology_compiler.api import compile_ontology, format_result, run_sql, summary
     from pipelines.demo.prepare import prepare_demo
@@ -98,18 +99,14 @@ def run_demo(
     mimic = next(d for d in datasets if d.path.parent.name == "demo-mimic")
     eicu = next((d for d in datasets if d.path.parent.name == "demo-eicu"), None)
     ground_truth = Path(mimic.manifest["source"]["path"]) / "ground_truth"
-    if full:  # every embedding mode there is
-        from hrr_kernel import MODES
-
-        extra = {"configurations": tuple(MODES)}
-    else:
-        extra = {}
+    confs = demo_configurations(configurations, full)
+    extra = {"configurations": confs} if confs else {}
     result = run_demo_experiment(
         out,
         mimic.path,
         program.path,
         eicu.path if eicu else None,
-        name=demo_name(size, patients, train_steps, trials, seed, full),
+        name=demo_name(size, patients, train_steps, trials, seed, full, confs),
         train_steps=train_steps,
         trials=trials,
         device=device,
@@ -121,8 +118,35 @@ def run_demo(
     return 0
 
 
+def demo_configurations(configurations: tuple[str, ...], full: bool) -> tuple[str, ...]:
+    """The configurations a demo trains: ``()`` for the demo's own, every mode with ``full``, else the
+    list given (checked against the registered modes, the control first)."""
+    from hrr_kernel.modes import MODES
+
+    configurations = tuple(configurations)
+    if full and configurations:
+        raise ValueError("--config and --full choose the configurations twice; give one")
+    if full:
+        return tuple(MODES)
+    bad = [c for c in configurations if c not in MODES]
+    if bad:
+        raise ValueError(f"--config: unknown {', '.join(bad)}; choose from {', '.join(MODES)}")
+    control = DEMO_EXPERIMENT["configurations"][0]  # unstructured, the control
+    if configurations and control not in configurations:
+        raise ValueError(f"--config must include the control, {control}")
+    if configurations and len(set(configurations)) != len(configurations):
+        raise ValueError("--config names a configuration twice")
+    return tuple(configurations)
+
+
 def demo_name(
-    size: str, patients: int, train_steps: int | None, trials: int | None, seed: int = 0, full: bool = False
+    size: str,
+    patients: int,
+    train_steps: int | None,
+    trials: int | None,
+    seed: int = 0,
+    full: bool = False,
+    configurations: tuple[str, ...] = (),
 ) -> str:
     """``demo-<size>``, plus each option that differs from the demo's defaults (one folder per setting)."""
     parts = [f"demo-{size}"]
@@ -130,6 +154,8 @@ def demo_name(
         parts.append(f"seed{seed}")
     if full:
         parts.append("full")
+    elif configurations and configurations != DEMO_EXPERIMENT["configurations"]:
+        parts.append("+".join(configurations))
     if patients != DEMO_PATIENTS:
         parts.append(f"n{patients}")
     if train_steps is not None:
