@@ -34,7 +34,8 @@ def demo_cmd(out: str, carry: bool, transfer_alias: bool, **kw) -> None:
             torch.set_num_threads(threads)
         run_carry_demo(out, **kw, show=click.echo)
         return
-    from pipelines.demo.run import demo_configurations, run_demo
+    from pipelines.demo.defaults import demo_configurations
+    from pipelines.demo.run import run_demo
 
     try:
         demo_configurations(kw["configurations"], kw["full"])

@@ -51,6 +51,27 @@ def demo_split_sizes(n_patients: int) -> dict[str, int]:
     return {k: max(1, int(round(v * scale))) for k, v in DEMO_SPLITS.items()}
 
 
+def demo_configurations(configurations: tuple[str, ...], full: bool) -> tuple[str, ...]:
+    """The configurations a demo trains: ``()`` for the demo's own, every mode with ``full``, else the
+    list given (checked against the registered modes, the control first)."""
+    from hrr_kernel.modes import MODES
+
+    configurations = tuple(configurations)
+    if full and configurations:
+        raise ValueError("--config and --full choose the configurations twice; give one")
+    if full:
+        return tuple(MODES)
+    bad = [c for c in configurations if c not in MODES]
+    if bad:
+        raise ValueError(f"--config: unknown {', '.join(bad)}; choose from {', '.join(MODES)}")
+    control = DEMO_EXPERIMENT["configurations"][0]  # unstructured, the control
+    if configurations and control not in configurations:
+        raise ValueError(f"--config must include the control, {control}")
+    if configurations and len(set(configurations)) != len(configurations):
+        raise ValueError("--config names a configuration twice")
+    return tuple(configurations)
+
+
 @dataclass
 class DemoConfig:
     """Options of ``hrrbert demo`` (:func:`pipelines.demo.run.run_demo`; ``carry``: the carry study)."""

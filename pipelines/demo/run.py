@@ -22,6 +22,7 @@ from .defaults import (
     DEMO_FINETUNE,
     DEMO_PATIENTS,
     DEMO_PRETRAIN,
+    demo_configurations,
 )
 
 log = logging.getLogger(__name__)
@@ -116,27 +117,6 @@ def run_demo(
     show(f"\nexperiment {result.path} ({result.seconds:.0f} s)\nreport    {result.report}\n")
     show(result.headline)
     return 0
-
-
-def demo_configurations(configurations: tuple[str, ...], full: bool) -> tuple[str, ...]:
-    """The configurations a demo trains: ``()`` for the demo's own, every mode with ``full``, else the
-    list given (checked against the registered modes, the control first)."""
-    from hrr_kernel.modes import MODES
-
-    configurations = tuple(configurations)
-    if full and configurations:
-        raise ValueError("--config and --full choose the configurations twice; give one")
-    if full:
-        return tuple(MODES)
-    bad = [c for c in configurations if c not in MODES]
-    if bad:
-        raise ValueError(f"--config: unknown {', '.join(bad)}; choose from {', '.join(MODES)}")
-    control = DEMO_EXPERIMENT["configurations"][0]  # unstructured, the control
-    if configurations and control not in configurations:
-        raise ValueError(f"--config must include the control, {control}")
-    if configurations and len(set(configurations)) != len(configurations):
-        raise ValueError("--config names a configuration twice")
-    return tuple(configurations)
 
 
 def demo_name(

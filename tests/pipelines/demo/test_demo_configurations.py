@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 from hrr_kernel.modes import MODES
 from pipelines.cli import main as hrrbert_main
-from pipelines.demo.run import demo_configurations, demo_name
+from pipelines.demo.defaults import demo_configurations
+from pipelines.demo.run import demo_name
 
 
 def test_default_full_and_given():
