@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in a.presets:
         steps = a.steps or DEFAULT_STEPS[p]
         for m in modes:
-            for dec in ["matrix"] if m == "unstructured" else a.decoders:
+            for dec in a.decoders if MODE_SPECS[m].composes else ["matrix"]:  # no spectrum to decode
                 r = bench_one(program, p, m, batch[p], steps, a.warmup, device, a.bf16, dec)
                 rows.append(r)
                 print(

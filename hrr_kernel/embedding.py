@@ -9,9 +9,11 @@ Modes (Kang et al., HRR-ontology paper) are declared in :mod:`hrr_kernel.modes` 
   code frequency (frequencies supplied from data; fixed, not learned).
 - ``add``: ``E = C + W`` with a learnable table ``W``.
 - ``cat``: ``E = [C, W]``, a D/2 HRR half concatenated with a learnable D - D/2 table.
+- ``gram``, ``ancestors`` (:mod:`hrr_kernel.ancestry`): an attention-weighted mix (GRAM) or the mean of the
+  token's own free vector (a row of the table) and its ancestors' (D-wide atoms); nothing is composed.
 
-All parameters start N(0, 0.02). ``normalize=True`` rescales each HRR row (each concept vector) to unit
-L2 norm; rows without edges stay zero.
+All parameters start N(0, 0.02) (GRAM's attention bias: zero). ``normalize=True`` rescales each HRR row
+(each concept vector) to unit L2 norm; rows without edges stay zero; a mode that composes nothing ignores it.
 
 ``spectral_atoms=True`` stores the atoms and relations as half spectra instead of signals: the parameter
 of a vector ``x`` is ``rfft(x) * sqrt(w / H)`` as its real view ``(n, 2F)`` (``w``:
@@ -93,7 +95,7 @@ class HRREmbedding(nn.Module):
         program: a loaded program (:func:`hrr_kernel.load_program`).
         dim: embedding dimension D.
         mode: a name of :data:`~hrr_kernel.modes.MODES` (``unstructured``, ``base``, ``freq``, ``add``,
-            ``cat``) or an :class:`~hrr_kernel.modes.EmbeddingMode`.
+            ``cat``, ``gram``, ``ancestors``) or an :class:`~hrr_kernel.modes.EmbeddingMode`.
         normalize: scale each HRR row to unit L2 norm (per concept, not per dimension).
         log_frequency: ``(N,)`` log code frequencies, required for ``freq``.
         freq_resolution: bins per unit of log frequency when discretizing for ``freq``.
@@ -132,7 +134,8 @@ class HRREmbedding(nn.Module):
             return nn.Parameter(torch.randn(rows, cols, dtype=dtype, device=dev) * INIT_STD)
 
         self.spectral_atoms = bool(spectral_atoms) and self.hrr_dim > 0
-        self.atoms = param(program.n_atoms, self.hrr_dim) if self.hrr_dim else None
+        atom_dim = spec.atom_dim(dim)  # H; D where the atoms are free vectors of ancestors (gram, ancestors)
+        self.atoms = param(program.n_atoms, atom_dim) if atom_dim else None
         self.relations = param(program.n_relations, self.hrr_dim) if self.hrr_dim else None
         if self.spectral_atoms:  # the same draws, moved to the spectral coordinates
             self.register_buffer(
@@ -186,8 +189,9 @@ class HRREmbedding(nn.Module):
         return self.atoms, self.relations, None
 
     def atom_vectors(self) -> Tensor:
-        """The atom vectors as signals, whatever the parameterisation. Shapes: output ``(A, H)``."""
-        if self.hrr_dim == 0:
+        """The atom vectors as signals, whatever the parameterisation. Shapes: output ``(A, H)`` (``(A, D)``
+        where they are free vectors of ancestors)."""
+        if not self.spec.has_atoms:
             raise ShapeError(f"mode {self.mode!r} has no atoms")
         return self._from_spectrum(self.atoms_spectrum) if self.spectral_atoms else self.atoms
 
@@ -227,7 +231,7 @@ class HRREmbedding(nn.Module):
 
     def matrix(self) -> Tensor:
         """The full embedding matrix (for a tied decoder). Shapes: output ``(N, D)``."""
-        if not self.spec.composes:  # the table itself; caching it would register it a second time
+        if self.spec.row_is_table:  # the table itself; caching it would register it a second time
             return self.table
         if not self._cacheable():
             self._cache = self._cache_key = None
@@ -283,8 +287,8 @@ class HRREmbedding(nn.Module):
         """
         if h.dim() != 2 or h.shape[1] != self.dim:
             raise ShapeError(f"h must be (M, {self.dim}), got shape {tuple(h.shape)}")
-        if not self.spec.composes:
-            return h @ self.table.to(h.dtype).t()
+        if not self.spec.composes:  # the whole row lies beside a composition: the table, or built rows
+            return self.spec.decode_extra(self, h)
         hdim = self.hrr_dim
         spec = self.spectrum() if spectrum is None else spectrum  # (N, 2F)
         with torch.autocast(h.device.type, enabled=False):
@@ -319,7 +323,7 @@ class HRREmbedding(nn.Module):
             raise ShapeError(f"ids must be an integer tensor, got dtype {ids.dtype}")
         flat = ids.reshape(-1).to(torch.int64)  # (B*T,)
         self._check_ids(flat)
-        if self._cacheable() or not self.spec.composes:
+        if self._cacheable() or self.spec.row_is_table:
             out = F.embedding(flat, self.matrix())  # (B*T, D)
         else:
             uniq, inv = torch.unique(flat, return_inverse=True)  # (U,), (B*T,)

@@ -6,29 +6,42 @@ row is finished, the tied decoder's extra part), the explain and unbinding code 
 HRR part, what lies beside it), the settling of untrained rows after training, the rule for a new token
 when a model is carried to a new program, and the one-line notes the CLI and reports print.
 
-A row ``E[i]`` is built from up to three parts, each a field of the spec:
+A row ``E[i]`` is built from up to three parts, each a field of the spec, or from a code's ancestors:
 
 - ``hrr``: the share of D composed from atoms and relations (``C[i] = Σ r_j ⊛ a_k``): ``all`` (H = D),
   ``half`` (H = D // 2, the first half of the row) or ``none``;
 - ``table``: a free learnable per-token table ``W``: ``none``, ``full`` (D wide; added to ``C``, or the
   whole row when nothing is composed) or ``rest`` (D - H wide, concatenated after ``C``);
-- ``frequency``: the fixed unit-norm sinusoidal encoding of the token's binned log frequency, added.
+- ``frequency``: the fixed unit-norm sinusoidal encoding of the token's binned log frequency, added;
+- ``ancestry``: instead of a composition, the row mixes the token's own free vector ``W[i]`` with free
+  vectors ``a_j`` of its ancestors (D-wide atoms: its SNOMED concepts, their is-a parents, its ICD
+  hierarchy nodes), as GRAM does (:mod:`hrr_kernel.ancestry`).
 
-========================= ======== ====== ========== ==========================================
-mode                      hrr      table  frequency  row
-========================= ======== ====== ========== ==========================================
-``unstructured``          none     full   no         ``W`` (the control)
-``base``                  all      none   no         ``C``
-``freq``                  all      none   yes        ``C + PE(bin(log f))``
-``add``                   all      full   no         ``C + W``
-``cat``                   half     rest   no         ``[C, W]``
-========================= ======== ====== ========== ==========================================
+========================= ======== ====== ========== ========== =========================================
+mode                      hrr      table  frequency  ancestry   row
+========================= ======== ====== ========== ========== =========================================
+``unstructured``          none     full   no         no         ``W`` (the control)
+``base``                  all      none   no         no         ``C``
+``freq``                  all      none   yes        no         ``C + PE(bin(log f))``
+``add``                   all      full   no         no         ``C + W``
+``cat``                   half     rest   no         no         ``[C, W]``
+``gram``                  none     full   no         yes        ``α_ii W[i] + Σ_j α_ij a_j``, attention α
+``ancestors``             none     full   no         yes        the mean of ``W[i]`` and the ``a_j``
+========================= ======== ====== ========== ========== =========================================
+
+A code no training saw has: in ``unstructured`` and ``cat``, the trained codes' mean row (its table part);
+in ``add``, its composition alone; in ``base`` and ``freq``, its composition (with, in ``freq``, the lowest
+frequency bin); in every composing mode, untrained atoms settled to their kind's mean. In ``gram`` and
+``ancestors`` it keeps its own vector's initial draw (``untrained_fill`` None: GRAM as published) mixed with
+its ancestors' trained vectors (ancestors no trained code reaches settled to their kind's mean); a new code
+of a carried model gets a zero own vector, so it is its ancestors' mix.
 
 **Add a mode**: write one :class:`EmbeddingMode` below and add it to :data:`MODES`; give it a test in
 ``tests/hrr_kernel/test_modes.py``. A mode whose rows come from something other than these parts (e.g.
-an attention-weighted mix of free vectors of a code and its ancestors, GRAM) subclasses
-:class:`EmbeddingMode` and overrides :meth:`EmbeddingMode.init_parameters`, :meth:`EmbeddingMode.build`
-and :meth:`EmbeddingMode.decode_extra`; everything else (decoder choice, settling, carrying, explain)
+an attention-weighted mix of free vectors of a code and its ancestors, GRAM: :mod:`hrr_kernel.ancestry`)
+subclasses :class:`EmbeddingMode` and overrides :meth:`EmbeddingMode.init_parameters`,
+:meth:`EmbeddingMode.build` and :meth:`EmbeddingMode.decode_extra` (and :meth:`EmbeddingMode.row_edges`
+where not every edge reaches the row); everything else (decoder choice, settling, carrying, explain)
 follows from its fields.
 
 Dimension legend: N concepts, U selected rows, M decoded states, D dimension, H HRR part dimension.
@@ -69,6 +82,9 @@ class EmbeddingMode:
     new_row: str | None = None  # a carried model's new token's per-token row: "[UNK]" (its row), "zero"
     new_row_note: str = ""  # that rule in words (the carry report names it)
     explain_note: str = ""  # what explain unbinds, and what lies beside it (explain's drift)
+    # the row mixes the token's own free vector (the table) with free vectors of its ancestors (the atoms,
+    # D wide); nothing is composed, and the subclass builds the row (hrr_kernel.ancestry)
+    ancestry: bool = False
 
     def __post_init__(self) -> None:
         if self.hrr not in HRR_SHARES or self.table not in TABLES:
@@ -83,6 +99,11 @@ class EmbeddingMode:
             raise ValueError(f"mode {self.name!r}: untrained_fill in {ROW_FILLS}, new_row in {NEW_ROWS}")
         if (self.new_row is None) != (self.per_token_tensor is None):
             raise ValueError(f"mode {self.name!r}: new_row is the rule of its per-token tensor")
+        if self.ancestry and (self.hrr != "none" or type(self).build is EmbeddingMode.build):
+            raise ValueError(
+                f"mode {self.name!r}: an ancestry mode composes nothing (hrr none, its own vectors a full "
+                "table) and builds its rows itself (a subclass's build)"
+            )
 
     # --- parts ------------------------------------------------------------------------------------------
 
@@ -90,6 +111,17 @@ class EmbeddingMode:
     def composes(self) -> bool:
         """Whether rows hold an HRR composition (atoms and relations to train, unbind, carry)."""
         return self.hrr != "none"
+
+    @property
+    def has_atoms(self) -> bool:
+        """Whether the embedding has atom vectors (composed, or free vectors of ancestors) to train, settle
+        and carry."""
+        return self.composes or self.ancestry
+
+    @property
+    def row_is_table(self) -> bool:
+        """Whether a row is the table's row itself (nothing built: the control)."""
+        return not self.composes and not self.ancestry
 
     @property
     def table_added(self) -> bool:
@@ -108,6 +140,17 @@ class EmbeddingMode:
     def hrr_dim(self, dim: int) -> int:
         """H, the composed part's width, for embedding dimension D."""
         return {"all": dim, "half": dim // 2, "none": 0}[self.hrr]
+
+    def atom_dim(self, dim: int) -> int:
+        """The atom vectors' width for embedding dimension D: H where they are composed, D where they are
+        free vectors of ancestors, 0 without atoms."""
+        return self.hrr_dim(dim) if self.composes else (dim if self.ancestry else 0)
+
+    def row_edges(self, program) -> Tensor | None:
+        """Which edges bring their atom into the token's row, ``(E,)`` bool; None: all of them (a
+        composition binds every edge). Settling counts an atom as trained when such an edge of a trained
+        token holds it."""
+        return None
 
     def table_dim(self, dim: int) -> int:
         """The free table's width for embedding dimension D (0: no table)."""
@@ -185,6 +228,8 @@ class EmbeddingMode:
         return (float(torch.dot(e, c)) / den if den > 0 else float("nan")), share
 
 
+from .ancestry import AncestryMode  # noqa: E402  (a subclass of EmbeddingMode, defined above)
+
 MODES: dict[str, EmbeddingMode] = {
     m.name: m
     for m in (
@@ -232,6 +277,25 @@ MODES: dict[str, EmbeddingMode] = {
             new_row="[UNK]",
             new_row_note="[UNK] row",
             explain_note="the embedding is [composition, table]; explain unbinds the composition half",
+        ),
+        AncestryMode(
+            "gram",
+            "GRAM: an attention-weighted mix of free vectors of the code and of its ancestors",
+            hrr="none",
+            table="full",
+            ancestry=True,
+            new_row="zero",
+            new_row_note="zero own vector (the new code is its ancestors' attention mix)",
+        ),
+        AncestryMode(
+            "ancestors",
+            "the plain mean of free vectors of the code and of its ancestors (GRAM without attention)",
+            hrr="none",
+            table="full",
+            ancestry=True,
+            attention=False,
+            new_row="zero",
+            new_row_note="zero own vector (the new code is its ancestors' sum over their count + 1)",
         ),
     )
 }

@@ -44,7 +44,8 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "edges.parquet": ("concept_id", "relation_id", "atom_id", "slot", "role_group", "provenance"),
     "slices.parquet": ("relation_id", "slot", "start", "length"),
 }
-RELATION_KINDS = frozenset({"is_a", "attribute", "description", "identity"})
+RELATION_KINDS = frozenset({"is_a", "attribute", "description", "identity", "icd_hierarchy"})
+LABEL_KEYED_KINDS = frozenset({"icd_hierarchy"})  # relation kinds without an SCTID, one relation per label
 # manifest `counts` key -> file whose row count it must equal (checked when present)
 COUNT_KEYS: dict[str, str] = {
     "atoms": "atoms.parquet",
@@ -130,9 +131,10 @@ class Program:
     :meth:`rows` (dotted or dotless), and go back with :meth:`code`; ``concept_vocabularies``,
     ``concept_codes_dotted``, ``concept_titles`` and ``concept_chapters`` are the other columns, by row.
 
-    Atoms and relations: ``atom_keys`` / ``atom_kinds`` / ``atom_labels`` (the SCTID, word or special
-    token; ``special``, ``concept`` or ``word``; a readable name) and ``relation_keys`` (the SCTID as text,
-    or ``identity`` / ``description``) / ``relation_kinds`` / ``relation_labels``, by id; keys are what
+    Atoms and relations: ``atom_keys`` / ``atom_kinds`` / ``atom_labels`` (the SCTID, word, special
+    token or ICD node key such as ``ICD10CM:E11``; ``special``, ``concept``, ``word`` or ``icd``; a readable
+    name) and ``relation_keys`` (the SCTID as text, the label of an ``icd_hierarchy`` relation, or
+    ``identity`` / ``description``) / ``relation_kinds`` / ``relation_labels``, by id; keys are what
     two programs share, so they match atoms and relations across releases.
     """
 
@@ -164,9 +166,9 @@ class Program:
     concept_codes_dotted: list[str] = field(default_factory=list)  # code with its dot per row
     concept_titles: list[str] = field(default_factory=list)  # title per row ("" when null)
     concept_chapters: list[int | None] = field(default_factory=list)  # chapter per row (None: none)
-    atom_kinds: list[str] = field(default_factory=list)  # special, concept or word, per atom
+    atom_kinds: list[str] = field(default_factory=list)  # special, concept, word or icd, per atom
     atom_labels: list[str] = field(default_factory=list)  # readable name per atom
-    relation_keys: list[str] = field(default_factory=list)  # SCTID as text, or the kind (identity, ...)
+    relation_keys: list[str] = field(default_factory=list)  # SCTID as text, icd_hierarchy label, or kind
     workspace: Workspace = field(default_factory=Workspace)
     _plan: ComposePlan | None = None
     _special_ids: dict[str, int] | None = None  # special-token code -> concept id, built on first use
@@ -608,9 +610,14 @@ def _strings_in_id_order(table, column: str, order: np.ndarray) -> list[str]:
 
 def _relation_keys(relations, order: np.ndarray, kinds: list[str]) -> list[str]:
     """Each relation's stable key across programs: its SCTID as text (is-a, attributes; OWL: the property
-    key), else its kind (``identity``, ``description``)."""
+    key), else its label for the kinds with one relation per level (``icd_hierarchy``: ``ICD-10-CM
+    chapter``, ...), else its kind (``identity``, ``description``)."""
     sctids = np.asarray(relations.column("sctid").to_pylist(), dtype=object)[order]
-    return [kind if s is None else str(int(s)) for s, kind in zip(sctids, kinds, strict=True)]
+    labels = np.asarray(relations.column("label").to_pylist(), dtype=object)[order]
+    return [
+        str(int(s)) if s is not None else str(label) if kind in LABEL_KEYED_KINDS else kind
+        for s, kind, label in zip(sctids, kinds, labels, strict=True)
+    ]
 
 
 def _concept_columns(concepts, order: np.ndarray) -> dict[str, list]:

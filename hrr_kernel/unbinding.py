@@ -381,7 +381,7 @@ def hrr_vectors(embedding, rows: Tensor | None = None) -> Tensor:
     embedding normalizes. Not differentiable (computed without gradients, detached).
 
     Raises:
-        ShapeError: the embedding is ``unstructured`` (it has no HRR part).
+        ShapeError: the embedding composes nothing (``unstructured``, ``gram``, ``ancestors``: no HRR part).
 
     Shapes:
         - rows: ``(N,)`` concept ids, or None for all concepts
@@ -389,8 +389,8 @@ def hrr_vectors(embedding, rows: Tensor | None = None) -> Tensor:
     """
     if not embedding.spec.composes:
         raise ShapeError(
-            f"an {embedding.mode!r} embedding has no HRR part (no atoms or relations); "
-            f"got mode {embedding.mode!r}"
+            f"an {embedding.mode!r} embedding has no HRR part (it composes nothing from atoms and "
+            f"relations); got mode {embedding.mode!r}"
         )
     with torch.no_grad():
         a, r = embedding.atom_vectors().detach(), embedding.relation_vectors().detach()  # (A, H), (R, H)

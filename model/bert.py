@@ -180,6 +180,20 @@ def _check_sizes(
             )
 
 
+def _check_finite(state: dict[str, Tensor], weights: Path) -> None:
+    """Refuse weights holding NaN or infinity (a training that diverged, or a damaged file): every score
+    made from them would be NaN. :class:`PretrainedFileError` naming the file and the first such tensor."""
+    for name in sorted(state):
+        t = state[name]
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            bad = int((~torch.isfinite(t)).sum())
+            raise PretrainedFileError(
+                weights,
+                f"tensor {name} holds {bad} of {t.numel()} values that are NaN or infinite; expected finite "
+                "weights (did the training diverge? retrain, or load an earlier checkpoint's model)",
+            )
+
+
 class Embeddings(nn.Module):
     """Token (HRR) + position + visit-segment embeddings, then LayerNorm and dropout."""
 
@@ -575,6 +589,7 @@ class HRRBert(nn.Module):
             state = load_file(str(w), device=str(program.device))
         except (SafetensorError, OSError, ValueError) as e:
             raise PretrainedFileError(w, f"unreadable or corrupt safetensors file ({e})") from e
+        _check_finite(state, w)
         placeholder = torch.zeros(program.n_concepts) if config.spec.frequency else None
         model = cls(config, program, log_frequency=placeholder)
         differs = shape_mismatch({k: tuple(v.shape) for k, v in model.state_dict().items()}, shapes)
@@ -613,8 +628,10 @@ class HRRBert(nn.Module):
         ``untrained_fill`` (:mod:`hrr_kernel.modes`): ``mean``, the mean of the trained codes' rows
         (special tokens left out; ``unstructured``, ``cat``), or ``zero``, the token being its
         composition alone (``add``); :mod:`model.carry` gives a
-        new release's new tokens the same (its ``[UNK]`` row is that mean when no data held ``[UNK]``).
-        The MLM bias is left alone. Returns the counts.
+        new release's new tokens the same (its ``[UNK]`` row is that mean when no data held ``[UNK]``);
+        None leaves it as it is (``gram``, ``ancestors``: the code keeps its own vector's initial draw, as
+        GRAM does; only its ancestors' atoms are settled, counted as trained where a trained token's
+        ancestor edge holds them). The MLM bias is left alone. Returns the counts.
 
         Shapes:
             - trained: ``(N,)`` bool
@@ -638,12 +655,13 @@ class HRRBert(nn.Module):
             "relations_settled": 0,
             "rows_settled": 0,
         }
-        if tok.hrr_dim:
+        if tok.spec.has_atoms:
             atoms = tok.atoms_spectrum if tok.spectral_atoms else tok.atoms
-            relations = tok.relations_spectrum if tok.spectral_atoms else tok.relations
-            counts = settle_untrained(self.program, atoms, relations, trained)
+            relations = tok.relations_spectrum if tok.spectral_atoms else tok.relations  # None: gram
+            edges = tok.spec.row_edges(self.program)  # None: every edge reaches the row
+            counts = settle_untrained(self.program, atoms, relations, trained, edges)
             out.update(atoms_settled=counts["atoms_settled"], relations_settled=counts["relations_settled"])
-        if tok.table is not None:
+        if tok.table is not None and tok.spec.untrained_fill is not None:
             todo = ~trained
             if todo.any():
                 special = torch.tensor([c in SPECIAL_TOKENS for c in self.program.concept_codes])
@@ -669,7 +687,8 @@ class HRRBert(nn.Module):
         if not (p / "manifest.json").is_file():
             raise PretrainedFileError(
                 p,
-                "missing; this model folder does not carry its program: pass the program it was trained with",
+                "missing: this model folder does not carry its program; give the program it was trained "
+                f"with (program_id in {CONFIG_FILE}) as --program PROGRAM, or copy that program folder here",
             )
         return load_program(p, device=device)
 

@@ -5,9 +5,11 @@
 - **Everything that does not depend on the vocabulary** is copied unchanged: the Transformer layers, the
   position and visit-segment embeddings, the embedding and MLM-head layer norms, the MLM transform and
   the pooled task heads (so a fine-tuned model keeps its task head).
-- **Atoms and relations** (modes ``base``, ``freq``, ``add``, ``cat``) come from
+- **Atoms and relations** (modes ``base``, ``freq``, ``add``, ``cat``; ``gram`` and ``ancestors`` have
+  atoms, the ancestors' free vectors, and no relations) come from
   :func:`hrr_kernel.carry_parameters`: the trained vector where the key matches (an atom by kind and key, a
   relation by its SCTID key), else the ``init`` rule (``zero``, ``kind_mean``, ``random`` or ``parents``).
+  GRAM's attention MLP does not depend on the vocabulary and is copied.
 - **Per-token tensors** are carried by (vocabulary, code) (:func:`hrr_kernel.token_sources`): a token of
   both programs keeps its trained row. A token only the new program has gets:
 
@@ -20,6 +22,8 @@
                              (:meth:`model.HRRBert.settle_untrained`)
   ``cat`` table half         the trained ``[UNK]`` row, for the same reason (its HRR half is composed)
   ``add`` table              zero: the new token is its composition and nothing else
+  ``gram``, ``ancestors``    zero: the new code's own vector (its table row) is zero, so its row is the
+                             mix of its ancestors' vectors (carried by key, new ones by ``init``)
   ``freq`` encoding          the trained ``[UNK]`` row, which is the encoding of the lowest frequency bin
                              (special tokens have count 0, and a never-seen code gets that same bin)
   MLM decoder bias           the median bias of the trained codes (special tokens left out; the lower
@@ -127,9 +131,10 @@ def _carry_hrr(model: HRRBert, new: Program, init: str, seed: int, atom_parents=
     its matching is computed on placeholder vectors, for the report)."""
     token = model.embeddings.token
     old = model.program
-    hrr = token.hrr_dim > 0
-    atoms = token.atom_vectors() if hrr else torch.zeros(old.n_atoms, 1)
-    relations = token.relation_vectors() if hrr else torch.zeros(old.n_relations, 1)
+    atoms = token.atom_vectors() if token.spec.has_atoms else torch.zeros(old.n_atoms, 1)
+    relations = (  # gram and ancestors have atoms and no relations: matched on placeholders too
+        token.relation_vectors() if token.hrr_dim > 0 else torch.zeros(old.n_relations, atoms.shape[1])
+    )
     g = torch.Generator().manual_seed(seed)
     return carry_parameters(
         old, new, atoms.detach(), relations.detach(), init=init, generator=g, atom_parents=atom_parents
@@ -210,7 +215,7 @@ def _report(model: HRRBert, new: Program, carried, sources: Tensor, init: str, s
             "matched": atoms["atoms_matched"],
             "new": atoms["atoms_new"],
             "by_kind": atoms["atoms_by_kind"],
-            "used": spec.composes,
+            "used": spec.has_atoms,
         },
         "relations": {"matched": atoms["relations_matched"], "new": atoms["relations_new"]},
     }
@@ -240,8 +245,10 @@ def carry_model(
     new.to(dtype=next(model.parameters()).dtype)
     state = {k: v.to(new_program.device) for k, v in model.state_dict().items()}
     replaced = _token_tensors(model, sources, bool((sources < 0).any()))
+    if model.embeddings.token.spec.has_atoms:
+        replaced[ATOMS] = carried.atoms
     if model.embeddings.token.hrr_dim > 0:
-        replaced[ATOMS], replaced[RELATIONS] = carried.atoms, carried.relations
+        replaced[RELATIONS] = carried.relations
     target = new.state_dict()
     for key, value in target.items():
         given = replaced[key] if key in replaced else state.get(key)

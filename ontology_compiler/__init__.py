@@ -24,8 +24,9 @@ Modules, in the order a compile uses them:
   ``map_sources`` (NLM, OMOP, GEM, tls readers), ``map_policy`` (the precedence policy), ``mapping``
   (candidates, targets, choice), ``map_codes`` (the mapping step: chains, fallback, coverage).
 - Graph and program: ``words`` (terms -> words), ``graph`` (edges of the mapped concepts),
-  ``program`` (ids and tables), ``manifest`` (program id, manifest, publication), ``artifact``
-  (hashing, atomic folders), ``errors``.
+  ``icd_hierarchy`` (the ICD nodes above each token's code: ``icd10cm_tree`` for ICD-10-CM,
+  ``icd9_sections`` for ICD-9-CM), ``program`` (ids and tables), ``manifest`` (program id, manifest,
+  publication), ``artifact`` (hashing, atomic folders), ``errors``.
 - Reading programs back: ``sql`` (DuckDB views), ``owl_export`` (a program as OWL).
 - ``api``: the public module for the other packages (``pipelines`` imports only from it).
 """

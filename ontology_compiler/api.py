@@ -11,14 +11,18 @@ more than the package itself (no pyarrow, DuckDB or owlready2 until a name that 
   (``OntologyCompilerError``, ``InputFileError``, …).
 - Artifacts (``artifact``): ``safe_component`` (a name that becomes a folder), ``sha256_file``,
   ``write_file_atomically``, ``publish`` (an atomic, content-addressed folder), ``read_json_manifest``,
-  ``verify_manifest_files``.
+  ``verify_manifest_files``; ``leftover_name`` and ``clean_leftovers`` (a writer's hidden ``.tmp-``/``.old-``
+  folders, and those a killed writer left).
+- Input folders (``walk``): ``walk_files`` (the files of a tree, symbolic links to folders followed, each
+  real folder once), ``describe_files`` (what a walk found, per top-level folder).
 - SQL: ``quote_identifier``, ``quote_literal``, ``columns_literal`` (``sqlsafe``: names and literals
   for DuckDB); ``resolve_program``, ``format_result`` (``sql``, beside ``run_sql``); ``SQL_DEFAULT_TIMEOUT``,
   ``SQL_DEFAULT_MEMORY_LIMIT``, ``SQL_DEFAULT_THREADS`` (``sql_limits``: run_sql's default bounds).
 - ICD codes (``icd``): ``ICD9CM``, ``ICD10CM`` (vocabulary names), ``ICD10_CHAPTERS``, ``dotless``,
   ``dotted`` (Arrow arrays), ``dotted_code`` (one code).
 - Commands: ``setup_logging``, ``FORMAT``, ``DATE_FORMAT`` (``logs``: the commands' logging);
-  ``summary`` (the text printed after a compile); ``require``, ``MissingExtraError`` (``extras``: an
+  ``summary`` (the text printed after a compile); ``printable`` (``printable``: data text made safe to
+  print on a terminal, control characters escaped); ``require``, ``MissingExtraError`` (``extras``: an
   optional dependency, or an error naming the extra that installs it).
 - Writing RF2 releases (the demo's): ``rf2_schema`` (the module: file grammar, columns, constant
   SCTIDs, ``METADATA_CONCEPTS`` and ``metadata_fsn``), ``rf2_file_name``, ``rf2_folder``,
@@ -45,6 +49,11 @@ _LAZY = {
     "publish": "ontology_compiler.artifact",
     "read_json_manifest": "ontology_compiler.artifact",
     "verify_manifest_files": "ontology_compiler.artifact",
+    "leftover_name": "ontology_compiler.artifact",
+    "clean_leftovers": "ontology_compiler.artifact",
+    # input folders (symbolic links followed, each real folder once)
+    "walk_files": "ontology_compiler.walk",
+    "describe_files": "ontology_compiler.walk",
     # SQL
     "quote_identifier": "ontology_compiler.sqlsafe",
     "quote_literal": "ontology_compiler.sqlsafe",
@@ -62,6 +71,7 @@ _LAZY = {
     "FORMAT": "ontology_compiler.logs",
     "DATE_FORMAT": "ontology_compiler.logs",
     "summary": "ontology_compiler.summary",
+    "printable": "ontology_compiler.printable",
     "require": "ontology_compiler.extras",
     "MissingExtraError": "ontology_compiler.extras",
     # writing RF2 releases

@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -26,7 +27,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from .errors import OntologyCompilerError, ProgramFormatError
+from .errors import OntologyCompilerError, OutputExistsError, ProgramFormatError
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,33 @@ def write_file_atomically(
     return path
 
 
+def publish_file(tmp: str | Path, out: str | Path, *, replace: bool) -> None:
+    """Put the finished file ``tmp`` under the name ``out`` in one step. With ``replace`` (``--force``):
+    ``os.replace``, so a reader sees the old file or the new one. Without: a hard link, which fails when
+    ``out`` appeared while ``tmp`` was written (another run with the same output): :class:`OutputExistsError`
+    naming it, ``tmp`` removed; where the file system has no hard links, a rename after a last check."""
+    tmp, out = Path(tmp), Path(out)
+    if replace:
+        os.replace(tmp, out)
+        return
+    appeared = OutputExistsError(
+        f"{out}: appeared while it was being written (another run with the same output?); it is not "
+        "replaced without --force, and this one was not kept"
+    )
+    try:
+        os.link(tmp, out)
+    except FileExistsError:
+        _unlink_quietly(tmp)
+        raise appeared from None
+    except OSError:  # no hard links here (some network or FUSE file systems)
+        if out.exists() or out.is_symlink():
+            _unlink_quietly(tmp)
+            raise appeared from None
+        os.rename(tmp, out)
+        return
+    _unlink_quietly(tmp)
+
+
 def _unlink_quietly(p: Path) -> None:
     try:
         p.unlink(missing_ok=True)
@@ -176,7 +204,7 @@ def publish(
     except OSError as e:
         raise ArtifactWriteError(_write_failure(final, "artifact's folder", e, "")) from e
     clean_stale_temps(final.parent)
-    tmp = final.parent / f"{TEMP_PREFIX}{artifact_id}-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = final.parent / leftover_name("tmp", artifact_id)
     try:
         os.mkdir(tmp)  # 0777 less the umask, as any folder the user makes
         manifest = dict(manifest)
@@ -206,17 +234,76 @@ def publish(
     return True
 
 
-def clean_stale_temps(out_dir: Path) -> None:
-    """Remove temporary folders left by killed compiles (their process is gone)."""
-    for p in out_dir.glob(f"{TEMP_PREFIX}*"):
-        parts = p.name.split("-")
-        try:
-            pid = int(parts[2])
-        except (IndexError, ValueError):
+LEFTOVER_RE = re.compile(r"^\.(?P<kind>tmp|old)-(?P<name>.+)-(?P<pid>\d+)-[0-9a-f]{8}$")  # leftover_name's
+
+
+def leftover_name(kind: str, name: str) -> str:
+    """The hidden name of a writer's temporary (``kind`` ``tmp``) or moved-aside (``old``) folder for the
+    output ``name``: ``.tmp-<name>-<pid>-<8 hex>``; :func:`clean_leftovers` reads the pid back from it."""
+    return f".{kind}-{name}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def clean_leftovers(parent: Path) -> list[str]:
+    """Find the folders a killed writer left in ``parent`` and deal with each; returns what was done, one
+    line each (also logged).
+
+    ``.tmp-<name>-<pid>-…`` (an output being written) of a process that is gone is removed: it was never
+    published. ``.old-<name>-<pid>-…`` (an earlier output moved aside by ``--force``) of a process that is
+    gone is removed when ``<name>`` is there (the new output was published), else renamed back to
+    ``<name>``: the kill came between moving it aside and publishing the new one, so it is the only copy.
+    Those of a live process (another writer at work) are left alone; a hidden ``.tmp-``/``.old-`` folder
+    not named as :func:`leftover_name` names them (another tool's, or an older writer's) is reported and
+    left.
+    """
+    parent = Path(parent)
+    done: list[str] = []
+    try:
+        entries = sorted(p for p in parent.iterdir() if p.name.startswith((".tmp-", ".old-")))
+    except OSError:
+        return done
+    for p in entries:
+        m = LEFTOVER_RE.match(p.name)
+        if m is None:
+            if p.is_dir():
+                line = (
+                    f"{p}: a hidden folder not named as this project's writers name theirs "
+                    "(.tmp-<name>-<pid>-<8 hex>); left as it is: remove it if no run writes there"
+                )
+                log.warning("%s", line)
+                done.append(line)
             continue
-        if pid != os.getpid() and not _pid_alive(pid):
-            log.info("removing %s left by an interrupted compile (pid %d)", p, pid)
+        pid = int(m["pid"])
+        if pid == os.getpid() or _pid_alive(pid):
+            continue
+        target = parent / m["name"]
+        if m["kind"] == "old" and not target.exists() and not target.is_symlink():
+            try:
+                os.rename(p, target)
+            except OSError as e:
+                line = (
+                    f"{p}: the earlier {target.name}, moved aside by a killed run (pid {pid}); not restored "
+                    f"({type(e).__name__}: {e}): rename it to {target.name} or remove it"
+                )
+                log.warning("%s", line)
+            else:
+                line = f"{target}: restored from {p.name}, where a killed run (pid {pid}) had moved it aside"
+                log.warning("%s", line)
+            done.append(line)
+            continue
+        what = "an unfinished output" if m["kind"] == "tmp" else f"an earlier {target.name}, replaced since"
+        if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
+        else:
+            _unlink_quietly(p)
+        line = f"{p}: removed, {what} left by a killed run (pid {pid})"
+        log.info("%s", line)
+        done.append(line)
+    return done
+
+
+def clean_stale_temps(out_dir: Path) -> None:
+    """Remove temporary folders left by killed compiles (their process is gone): :func:`clean_leftovers`."""
+    clean_leftovers(out_dir)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -1,5 +1,6 @@
 """``compile-ontology SRC``: parse the options, call :func:`ontology_compiler.front.compile_source`, print
-the summary (:func:`ontology_compiler.summary.summary`).
+the summary (:func:`ontology_compiler.summary.summary`), terminal control characters escaped
+(:func:`ontology_compiler.printable.printable`; errors and log lines too).
 
 Only the options given on the command line are passed on; the others keep the package's defaults
 (shown by ``--help``). Which option applies to which format, and the errors for combinations, are the
@@ -18,6 +19,7 @@ from click.core import ParameterSource
 from .errors import OntologyCompilerError
 from .front import DEFAULT_OUT, FALLBACKS, FORMATS, RELEASES, compile_source
 from .logs import setup_logging
+from .printable import printable
 from .rf2_schema import US_ENGLISH
 from .summary import summary
 
@@ -33,7 +35,7 @@ def _click_errors() -> Iterator[None]:
     try:
         yield
     except (OntologyCompilerError, ValueError) as e:
-        raise click.ClickException(str(e)) from e
+        raise click.ClickException(printable(str(e))) from e
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -113,6 +115,13 @@ def _click_errors() -> Iterator[None]:
     help="The package to read where SRC holds several of one namespace with different dates, "
     "e.g. INT_20220531 (repeatable).",
 )
+@click.option(
+    "--icd-hierarchy/--no-icd-hierarchy",
+    default=True,
+    show_default=True,
+    help="Bind each ICD token to the ICD-10-CM / ICD-9-CM chapter, block or section, category and "
+    "subcategory above its code (atoms of kind icd, relations of kind icd_hierarchy).",
+)
 @click.option("--stated", is_flag=True, help="Use stated instead of inferred relationships.")
 @click.option("--strict", is_flag=True, help="Bad SCTIDs (non-numeric, bad check digit) are fatal.")
 @click.option("-v", "--verbose", is_flag=True, help="Log DEBUG (default: INFO).")
@@ -132,4 +141,4 @@ def main(ctx: click.Context, src: str, verbose: bool, quiet: bool, **options) ->
     with _click_errors():
         setup_logging(verbose, quiet)
         result = compile_source(src, **given)
-    click.echo(str(result.path) if quiet else summary(result))
+    click.echo(printable(str(result.path) if quiet else summary(result)))

@@ -2,8 +2,9 @@
 
 Steps: hash the inputs and options into the program id (a recompile with identical inputs is a no-op);
 read and resolve the release (:mod:`release`); map ICD codes to SNOMED concepts (:mod:`map_codes`); build
-the graph of the mapped concepts (:mod:`graph`) and the program's tables (:mod:`program`); write them
-with the manifest (:mod:`manifest`). ``CompileResult`` lives in :mod:`manifest` and is re-exported here.
+the graph of the mapped concepts (:mod:`graph`), the ICD classification above each token's code
+(:mod:`icd_hierarchy`) and the program's tables (:mod:`program`); write them with the manifest
+(:mod:`manifest`). ``CompileResult`` lives in :mod:`manifest` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from .graph import (
     token_word_edges,
     word_edges,
 )
+from .icd_hierarchy import IcdHierarchy, hierarchy_inputs
+from .icd_hierarchy import icd_hierarchy as build_icd_hierarchy
 from .manifest import (
     CompileResult,
     input_entry,
@@ -71,6 +74,7 @@ def compile_ontology(
     code_counts: str | Path | None = None,
     fallback: str = "none",
     packages: tuple[str, ...] = (),
+    icd_hierarchy: bool = True,
 ) -> CompileResult:
     """Compile the RF2 release folder ``src`` into ``out/<name>/<program_id>/``.
 
@@ -84,7 +88,9 @@ def compile_ontology(
     ``code_counts`` adds the share of occurrences lost to the coverage; ``fallback="icd"`` gives unmapped
     codes their title words and nearest mapped ancestor's concepts. ``packages`` (``NAMESPACE_YYYYMMDD``)
     chooses the package to read where ``src`` holds several of one namespace with different dates.
-    Identical inputs and options give the same ``program_id``; recompiling is then a no-op.
+    ``icd_hierarchy`` binds each ICD token to the ICD-10-CM / ICD-9-CM nodes above its code
+    (:mod:`icd_hierarchy`; False leaves them out). Identical inputs and options give the same
+    ``program_id``; recompiling is then a no-op.
     """
     t_start = time.perf_counter()
     src = Path(src)
@@ -103,6 +109,7 @@ def compile_ontology(
     policy = load_policy(map_policy)
     map_sources = _mapping_sources(src, [omop, nlm_icd9, gem, icd10cm_map])
     inputs = _inputs(src, selected, stop_input, map_sources, policy, codes=codes, code_counts=code_counts)
+    inputs += hierarchy_inputs() if icd_hierarchy else []
     options = {
         "release": rtype,
         "as_of": None if as_of is None else str(as_of),
@@ -111,6 +118,7 @@ def compile_ontology(
         "strict": strict,
         "fallback": fallback,
         "map_policy": policy.as_dict(),
+        "icd_hierarchy": bool(icd_hierarchy),
     }
     pid = program_id(inputs, options)
     if (done := up_to_date(out_dir, pid)) is not None:
@@ -131,13 +139,15 @@ def compile_ontology(
     # ---- mapping
     mres = _map(rel, map_sources, policy, codes, code_counts, fallback)
     # ---- graph and program tables
-    tables, graph_tables, coverage = _program_tables(rel, mres, stop_words, languages[0])
+    tables, graph_tables, coverage, hierarchy = _program_tables(
+        rel, mres, stop_words, languages[0], icd_hierarchy
+    )
     manifest = {
         **manifest_head(pid),
         "release": _release_entry(rel, name, options["as_of"], rtype),
         "inputs": inputs,
         "options": options,
-        "counts": _counts(rel, tables, mres),
+        "counts": _counts(rel, tables, mres, hierarchy),
         "coverage": coverage,
         "findings": ([e for r in rel.reports for e in r.examples] + mres.findings)[:100],
         "mapping_sources": mres.sources_used,
@@ -208,9 +218,10 @@ def _inputs(
 
 
 def _program_tables(
-    rel: Release, mres: MappingResult, stop_words: list[str], label_language: int
-) -> tuple[dict[str, pa.Table], dict[str, pa.Table], dict]:
-    """``(tables, graph tables, coverage)``: the graph of the mapped concepts, then the program's tables."""
+    rel: Release, mres: MappingResult, stop_words: list[str], label_language: int, icd_hierarchy: bool
+) -> tuple[dict[str, pa.Table], dict[str, pa.Table], dict, IcdHierarchy | None]:
+    """``(tables, graph tables, coverage, ICD hierarchy)``: the graph of the mapped concepts, the ICD
+    hierarchy of the tokens (None when off), then the program's tables."""
     token_snomed = mres.token_snomed
     sctids = pc.unique(token_snomed["sctid"]) if token_snomed.num_rows else pa.array([], pa.int64())
     with timed(rel.timings, "graph"):
@@ -220,13 +231,18 @@ def _program_tables(
         labels = preferred_terms(rel.descriptions, rel.language, label_language)
         tokens = _tokens(mres.tokens, token_snomed, labels)
         twords = token_word_edges(mres.token_terms, stop_words)
+    hierarchy = None
+    if icd_hierarchy:
+        with timed(rel.timings, "icd_hierarchy"):
+            hierarchy = build_icd_hierarchy(tokens)
     with timed(rel.timings, "program_tables"):
-        tables = build_tables(tokens, rel_edges, wedges, token_snomed, labels, twords)
+        icd_edges = hierarchy.edges if hierarchy is not None else None
+        tables = build_tables(tokens, rel_edges, wedges, token_snomed, labels, twords, icd_edges)
         graph_tables = _graph_tables(rel, labels, mres.candidates)
     coverage = mres.coverage
     coverage["snomed_concepts_mapped"] = int(len(sctids))
     coverage["snomed_concepts_without_edges"] = _without_edges(sctids, rel_edges, wedges)
-    return tables, graph_tables, coverage
+    return tables, graph_tables, coverage, hierarchy
 
 
 def _release_entry(rel: Release, name: str, as_of: str | None, rtype: str) -> dict:
@@ -377,10 +393,14 @@ def _named(ids: pa.ChunkedArray, names: dict[int, str], other) -> pa.Array:
     return pc.case_when(conditions, *names.values(), other)
 
 
-def _counts(rel: Release, tables: dict[str, pa.Table], mres: MappingResult) -> dict:
+def _counts(
+    rel: Release, tables: dict[str, pa.Table], mres: MappingResult, hierarchy: IcdHierarchy | None
+) -> dict:
     counts = {k: int(v) for k, v in sorted(rel.counts.items())}
     counts.update({f"mapping_{k}": int(v) for k, v in sorted(mres.counts.items())})
     counts["map_candidates"] = mres.candidates.num_rows
+    if hierarchy is not None:
+        counts["icd_hierarchy"] = hierarchy.counts
     return {**counts, **table_counts(tables)}
 
 

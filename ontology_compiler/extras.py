@@ -2,7 +2,8 @@
 
 The core install (``pip install hrrbert``) compiles RF2 releases, tokenizes EHR data and trains; the
 extras add the rest: ``owl`` (OWL in and out: owlready2), ``eval`` (plots: matplotlib), ``demo`` (the demo
-release and cohort: simple-icd-10-cm), ``hf`` (Hugging Face transformers), ``tensorboard``, and ``all``.
+release and cohort: simple-icd-10-cm, which the core install also has now, for the ICD-10-CM hierarchy of
+every program), ``hf`` (Hugging Face transformers), ``tensorboard``, and ``all``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ __all__ = ["EXTRAS", "MissingExtraError", "require"]
 EXTRAS: dict[str, tuple[str, str]] = {
     "owlready2": ("owl", "reading and writing OWL ontologies"),
     "matplotlib": ("eval", "the evaluation plots"),
-    "simple_icd_10_cm": ("demo", "the demo release and the synthetic cohort"),
+    "simple_icd_10_cm": ("demo", "the ICD-10-CM hierarchy, the demo release and the synthetic cohort"),
     "transformers": ("hf", "the Hugging Face model classes"),
     "tensorboard": ("tensorboard", "TensorBoard scalars"),
 }

@@ -7,11 +7,13 @@ for RF2 (:func:`detect_format`).
 Options are the keyword arguments of those two functions. Which apply to which format:
 
 - both: :data:`COMMON_OPTIONS` (``out``, ``name``, ``stopwords``, ``codes``: for RF2 the ICD code
-  universe, for OWL the classes that become tokens);
+  universe, for OWL the classes that become tokens; ``icd_hierarchy``: the ICD-10-CM / ICD-9-CM nodes above
+  each ICD token's code, on by default);
 - RF2 only: :data:`RF2_OPTIONS`; OWL only: :data:`OWL_OPTIONS`.
 
-An option counts as given when its value is not None, False or empty; giving one that does not apply to
-the format, or an unknown one, raises :class:`OptionError` (messages name options by their
+An option counts as given when its value is not None, False or empty (False does count for the options
+that are on by default, :data:`DEFAULT_ON`); giving one that does not apply to the format, or an unknown
+one, raises :class:`OptionError` (messages name options by their
 ``compile-ontology`` flag). Options not given keep the defaults of the compile function.
 
 This module imports nothing heavy until a compile runs, so the command's ``--help`` stays instant.
@@ -35,7 +37,8 @@ FALLBACKS = (
 )  # icd: unmapped codes get their title words and nearest mapped ancestor's concepts
 DEFAULT_OUT = "artifacts/programs"
 
-COMMON_OPTIONS = ("out", "name", "stopwords", "codes")
+COMMON_OPTIONS = ("out", "name", "stopwords", "codes", "icd_hierarchy")
+DEFAULT_ON = ("icd_hierarchy",)  # flags whose default is True: False is a choice, given
 RF2_OPTIONS = (
     "as_of", "release", "languages", "stated", "strict", "map_policy", "omop", "nlm_icd9", "gem",
     "icd10cm_map", "code_counts", "fallback", "packages",
@@ -62,8 +65,10 @@ def detect_format(src: str | Path, format: str = "auto") -> str:
 
 
 def given_options(options: dict) -> dict:
-    """The options that count as given: value not None, False or empty."""
-    return {k: v for k, v in options.items() if v is not None and v is not False and v != ()}
+    """The options that count as given: value not None, False (unless on by default) or empty."""
+    return {
+        k: v for k, v in options.items() if v is not None and (v is not False or k in DEFAULT_ON) and v != ()
+    }
 
 
 def check_options(fmt: str, options: dict) -> None:

@@ -24,9 +24,7 @@ targets) and all their is-a ancestors; ``scope="all"`` every concept in the prog
 from __future__ import annotations
 
 import logging
-import os
 import re
-import tempfile
 import types
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import rf2_schema as S
+from .artifact import clean_leftovers, leftover_name, normal_permissions, publish_file
 from .errors import OutputExistsError, ProgramFormatError
 from .extras import require
 from .program import verify_program
@@ -85,6 +84,8 @@ def export_owl(
     program, out = Path(program), Path(out)
     if scope not in ("program", "all"):
         raise ValueError(f"scope must be 'program' or 'all', got {scope!r}")
+    if out.parent.is_dir():
+        clean_leftovers(out.parent)  # the temporary files of killed exports
     if out.exists() and not force:
         raise OutputExistsError(f"{out} exists; it is not overwritten without --force")
     manifest = verify_program(program)
@@ -101,7 +102,7 @@ def export_owl(
         seeds = set(pc.list_flatten(concepts["snomed_ids"]).to_pylist())
         seeds |= set(atoms.filter(pc.equal(atoms["kind"], "concept"))["sctid"].to_pylist())
         keep = _ancestors(seeds & set(src.iri), src.isa)
-    counts = _build_and_save(src, keep, concepts, manifest, base, out, owl_source)
+    counts = _build_and_save(src, keep, concepts, manifest, base, out, owl_source, force)
     log.info("wrote %s (%s)", out, counts)
     return ExportResult(out, counts)
 
@@ -235,7 +236,7 @@ def _safe(code: str) -> str:
 
 
 def _build_and_save(
-    src: Source, keep: set[int], concepts, manifest: dict, base: str, out: Path, owl_src: bool
+    src: Source, keep: set[int], concepts, manifest: dict, base: str, out: Path, owl_src: bool, force: bool
 ) -> dict:
     owl = require("owlready2")
 
@@ -269,7 +270,7 @@ def _build_and_save(
             log.info("export-owl: %d restrictions; %d tokens next", counts["restrictions"], concepts.num_rows)
             _tokens(concepts, cls, ann, base, new, counts, owl)
         log.info("export-owl: saving RDF/XML to %s", out)
-        _save(onto, out)
+        _save(onto, out, force)
     finally:
         world.close()
     counts["source"] = "owl" if owl_src else "rf2"
@@ -306,18 +307,17 @@ def _classes(src: Source, keep: set[int], new, syn_props: dict, counts: Counter)
     return cls
 
 
-def _save(onto, out: Path) -> None:
-    """Save as RDF/XML to a temporary file beside ``out``, then rename it into place."""
-    tmp = tempfile.NamedTemporaryFile(dir=out.parent, prefix=f".tmp-{out.name}-", suffix=".owl", delete=False)
-    tmp.close()
+def _save(onto, out: Path, force: bool) -> None:
+    """Save as RDF/XML to a temporary file beside ``out`` (``.tmp-<name>-<pid>-…``, removed by a later
+    export when its process is gone), then publish it: replacing ``out`` only with ``force``, refused
+    when ``out`` appeared meanwhile (:func:`~ontology_compiler.artifact.publish_file`)."""
+    tmp = out.parent / leftover_name("tmp", out.name)
     try:
-        onto.save(file=tmp.name, format="rdfxml")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp.name, 0o666 & ~umask)  # a normal file, not the temp file's 0600
-        os.replace(tmp.name, out)
+        onto.save(file=str(tmp), format="rdfxml")
+        normal_permissions(tmp)  # a normal file of the user's
+        publish_file(tmp, out, replace=force)
     except BaseException:
-        Path(tmp.name).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

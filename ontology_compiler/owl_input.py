@@ -15,6 +15,10 @@ Which classes become tokens (rows of ``concepts.parquet``):
   range names a block of the classification, not a code, and one class per range member would bind
   the block's codes to the broad class as well as to their own.
 - neither: every live class is a token (vocabulary ``OWL``).
+
+``icd_hierarchy`` (on by default) binds the ``ICD10CM`` and ``ICD9CM`` tokens to the classification nodes
+above their codes, as for RF2 programs (:mod:`icd_hierarchy`); tokens of the other vocabularies (``OWL``,
+WHO ``ICD10``, ``SNOMEDCT``) get none.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from . import icd
 from .errors import HierarchyCycleError, InputFileError, MissingInputError
 from .front import DEFAULT_OUT
 from .graph import check_is_a_acyclic, word_edges
+from .icd_hierarchy import hierarchy_inputs
+from .icd_hierarchy import icd_hierarchy as build_icd_hierarchy
 from .manifest import (
     CompileResult,
     input_entry,
@@ -87,13 +93,15 @@ def compile_owl(
     code_property: str | None = None,
     code_prefixes: tuple[str, ...] | None = None,
     language: str | None = "en",
+    icd_hierarchy: bool = True,
 ) -> CompileResult:
     """Compile the OWL file ``path`` into ``out/<name>/<program_id>/`` (``name``: the file's stem).
 
     ``codes`` (a file of IRIs/CURIEs) or ``code_property`` (CURIE or IRI; ``code_prefixes`` limits the
     accepted prefixes, default all of :data:`CODE_PREFIXES`, a version suffix allowed) choose the
     tokens; with neither, every class is one. ``label_properties``/``synonym_properties`` are CURIEs
-    or IRIs. ``language`` keeps literals without a tag or tagged with it (``None``: all). Identical
+    or IRIs. ``language`` keeps literals without a tag or tagged with it (``None``: all).
+    ``icd_hierarchy``: the ICD-10-CM / ICD-9-CM nodes above the ICD tokens' codes (False: none). Identical
     inputs and options give the same ``program_id``; recompiling is then a no-op.
 
     Raises:
@@ -117,6 +125,7 @@ def compile_owl(
     stop_words, stop_input = stopwords_input(stopwords)
     inputs = [input_entry("owl", path), stop_input]
     inputs += [option_file_input("codes", codes)] if codes is not None else []
+    inputs += hierarchy_inputs() if icd_hierarchy else []
     mode = "codes_file" if codes is not None else "code_property" if code_iri else "all_classes"
     options = {
         "format": "owl",
@@ -126,6 +135,7 @@ def compile_owl(
         "code_property": code_iri,
         "code_prefixes": sorted(prefixes) if code_iri else None,
         "language": language,
+        "icd_hierarchy": bool(icd_hierarchy),
     }
     if code_iri:
         options["code_value_rules"] = CODE_VALUE_RULES
@@ -144,8 +154,13 @@ def compile_owl(
             mode, og, live, labels, codes, code_iri, prefixes, counts, requested, notes
         )
         rel_edges, wedges, concept_labels = _graph(og, token_class, terms, labels, stop_words)
+    hierarchy = None
+    if icd_hierarchy:
+        with timed(timings, "icd_hierarchy"):
+            hierarchy = build_icd_hierarchy(tokens)
     with timed(timings, "program_tables"):
-        tables = build_tables(tokens, rel_edges, wedges, token_class, concept_labels)
+        icd_edges = hierarchy.edges if hierarchy is not None else None
+        tables = build_tables(tokens, rel_edges, wedges, token_class, concept_labels, icd_edges=icd_edges)
         tables["atoms"] = _curie_keys(tables["atoms"], og.classes)
         graph_tables = _graph_tables(og, labels, token_class, label_iris, synonym_iris)
     manifest = {
@@ -153,7 +168,7 @@ def compile_owl(
         "release": _release_entry(og, name),
         "inputs": inputs,
         "options": options,
-        "counts": _counts(counts, tables),
+        "counts": _counts(counts, tables, hierarchy.counts if hierarchy is not None else None),
         "coverage": _coverage(tokens, token_class, live, unmatched, counts),
         "codes_unmatched": unmatched[:MAX_LISTED],
         "findings": notes
@@ -607,8 +622,9 @@ def _graph_tables(
     }
 
 
-def _counts(counts: Counter, tables: dict[str, pa.Table]) -> dict:
-    return {**{k: int(v) for k, v in sorted(counts.items())}, **table_counts(tables)}
+def _counts(counts: Counter, tables: dict[str, pa.Table], hierarchy: dict | None) -> dict:
+    extra = {"icd_hierarchy": hierarchy} if hierarchy is not None else {}
+    return {**{k: int(v) for k, v in sorted(counts.items())}, **extra, **table_counts(tables)}
 
 
 def _coverage(

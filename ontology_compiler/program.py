@@ -1,8 +1,9 @@
 """Program format 1: build the id-assigned tables and write them atomically with a manifest.
 
 Ids are deterministic: special tokens first, then SNOMED concept atoms by SCTID, then words in byte
-order; relations identity, description, is-a, then attributes by SCTID; concepts (tokens) special tokens
-first, then by (vocabulary, code). Edges are stored sorted by (relation_id, slot, concept_id) so each
+order, then ICD classification nodes (:mod:`icd_hierarchy`) by key in byte order; relations identity,
+description, is-a, then attributes by SCTID, then the ICD hierarchy's levels; concepts (tokens) special
+tokens first, then by (vocabulary, code). Edges are stored sorted by (relation_id, slot, concept_id) so each
 (relation, slot) slice is a contiguous run of distinct concepts. The format is described in
 ``docs/program-format.md``.
 """
@@ -21,6 +22,9 @@ from . import rf2_schema as S
 from .artifact import FORMAT_VERSION, publish, read_json_manifest, sha256_file, verify_manifest_files
 from .errors import OntologyCompilerError, OutputExistsError, ProgramFormatError, ProgramWriteError
 from .graph import DESCRIPTION_KEY, IDENTITY_KEY, TOKEN_WORDS_SCHEMA
+from .icd_hierarchy import ATOM_KIND as ICD_ATOM_KIND
+from .icd_hierarchy import RELATION_KIND as ICD_RELATION_KIND
+from .icd_hierarchy import RELATION_LABELS as ICD_RELATION_LABELS
 from .words import strip_semantic_tag
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,7 @@ def build_tables(
     token_snomed: pa.Table,
     concept_labels: pa.Table,
     token_words: pa.Table | None = None,
+    icd_edges: pa.Table | None = None,
 ) -> dict[str, pa.Table]:
     """Assign ids and build atoms, relations, concepts, edges and slices.
 
@@ -44,6 +49,8 @@ def build_tables(
     role_group, provenance). ``snomed_word_edges``: (sctid, word, provenance). ``token_snomed``: chosen
     (vocabulary, code, sctid). ``concept_labels``: (sctid, fsn, preferred) for atom labels.
     ``token_words``: (vocabulary, code, word) bound to tokens directly (the ICD title fallback).
+    ``icd_edges``: the ICD hierarchy (``icd_hierarchy.EDGES_SCHEMA``: vocabulary, code, relation, key,
+    label, provenance), or None for a program without it (no ``icd`` atoms, no ``icd_hierarchy`` relations).
     """
     if token_words is None:
         token_words = TOKEN_WORDS_SCHEMA.empty_table()
@@ -51,20 +58,32 @@ def build_tables(
     words = pc.unique(
         pa.concat_arrays([snomed_word_edges["word"].combine_chunks(), token_words["word"].combine_chunks()])
     ).sort()
-    atoms = _atoms(atom_sctids, words, concept_labels)
+    nodes = _icd_nodes(icd_edges)
+    atoms = _atoms(atom_sctids, words, concept_labels, nodes)
     rel_keys = _relation_keys(snomed_rel_edges)
     concepts = _concepts(tokens)
-    ids = _AtomIds(atom_sctids, words, rel_keys)
+    ids = _AtomIds(atom_sctids, words, rel_keys, nodes["key"])
     per_sctid = _edges_per_sctid(snomed_rel_edges, snomed_word_edges, ids)
-    edges = _with_slots(_token_edges(concepts, token_snomed, per_sctid, token_words, ids))
+    edges = _token_edges(concepts, token_snomed, per_sctid, token_words, ids)
+    if icd_edges is not None:
+        edges = pa.concat_tables([edges, _icd_token_edges(concepts, icd_edges, ids)])
+    edges = _with_slots(edges)
     slices = _slices(edges)
-    relations = _relations(rel_keys, concept_labels, edges)
+    relations = _relations(rel_keys, concept_labels, edges, icd_edges is not None)
     return {"atoms": atoms, "relations": relations, "concepts": concepts, "edges": edges, "slices": slices}
 
 
-def _atoms(atom_sctids: np.ndarray, words: pa.Array, concept_labels: pa.Table) -> pa.Table:
-    """Special tokens, then SNOMED concept atoms by SCTID, then words in byte order."""
-    n_special, n_ca, n_w = len(SPECIAL_TOKENS), len(atom_sctids), len(words)
+def _icd_nodes(icd_edges: pa.Table | None) -> pa.Table:
+    """The ICD nodes the hierarchy edges name, ``(key, label)`` sorted by key in byte order."""
+    if icd_edges is None or icd_edges.num_rows == 0:
+        return pa.table({"key": pa.array([], pa.string()), "label": pa.array([], pa.string())})
+    nodes = icd_edges.group_by("key", use_threads=False).aggregate([("label", "first")])
+    return nodes.rename_columns(["key", "label"]).sort_by("key")
+
+
+def _atoms(atom_sctids: np.ndarray, words: pa.Array, concept_labels: pa.Table, nodes: pa.Table) -> pa.Table:
+    """Special tokens, then SNOMED concept atoms by SCTID, then words in byte order, then ICD nodes by key."""
+    n_special, n_ca, n_w, n_icd = len(SPECIAL_TOKENS), len(atom_sctids), len(words), nodes.num_rows
     lab = concept_labels.filter(pc.is_in(concept_labels["sctid"], value_set=pa.array(atom_sctids)))
     lab = pa.table({"sctid": pa.array(atom_sctids)}).join(lab, keys="sctid").sort_by("sctid")
     concept_label = pc.coalesce(
@@ -73,15 +92,22 @@ def _atoms(atom_sctids: np.ndarray, words: pa.Array, concept_labels: pa.Table) -
     specials = pa.array(SPECIAL_TOKENS, pa.string())
     return pa.table(
         {
-            "atom_id": pa.array(np.arange(n_special + n_ca + n_w, dtype=np.int32)),
-            "kind": pa.array(["special"] * n_special + ["concept"] * n_ca + ["word"] * n_w, pa.string()),
-            "key": pa.concat_arrays([specials, pc.cast(pa.array(atom_sctids), pa.string()), words]),
-            "label": pa.concat_arrays([specials, concept_label.combine_chunks(), words]),
+            "atom_id": pa.array(np.arange(n_special + n_ca + n_w + n_icd, dtype=np.int32)),
+            "kind": pa.array(
+                ["special"] * n_special + ["concept"] * n_ca + ["word"] * n_w + [ICD_ATOM_KIND] * n_icd,
+                pa.string(),
+            ),
+            "key": pa.concat_arrays(
+                [specials, pc.cast(pa.array(atom_sctids), pa.string()), words, nodes["key"].combine_chunks()]
+            ),
+            "label": pa.concat_arrays(
+                [specials, concept_label.combine_chunks(), words, nodes["label"].combine_chunks()]
+            ),
             "sctid": pa.concat_arrays(
                 [
                     pa.nulls(n_special, pa.int64()),
                     pa.array(atom_sctids, pa.int64()),
-                    pa.nulls(n_w, pa.int64()),
+                    pa.nulls(n_w + n_icd, pa.int64()),
                 ]
             ),
         }
@@ -119,8 +145,11 @@ def _concepts(tokens: pa.Table) -> pa.Table:
 class _AtomIds:
     """Keyed atoms and relations -> their ids (as :func:`_atoms` and :func:`_relation_keys` number them)."""
 
-    def __init__(self, atom_sctids: np.ndarray, words: pa.Array, rel_keys: np.ndarray) -> None:
+    def __init__(
+        self, atom_sctids: np.ndarray, words: pa.Array, rel_keys: np.ndarray, icd_keys: pa.ChunkedArray
+    ) -> None:
         self.atom_sctids, self.words, self.rel_keys = atom_sctids, words, rel_keys
+        self.icd_keys = icd_keys.combine_chunks()
         self.sorter = np.argsort(rel_keys)
 
     def concept(self, sctids: np.ndarray) -> np.ndarray:
@@ -129,6 +158,10 @@ class _AtomIds:
     def word(self, words: pa.Array | pa.ChunkedArray) -> np.ndarray:
         offset = len(SPECIAL_TOKENS) + len(self.atom_sctids)
         return offset + pc.index_in(words, value_set=self.words).to_numpy()
+
+    def icd(self, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        offset = len(SPECIAL_TOKENS) + len(self.atom_sctids) + len(self.words)
+        return offset + pc.index_in(keys, value_set=self.icd_keys).to_numpy()
 
     def relation(self, keys: np.ndarray) -> np.ndarray:
         return self.sorter[np.searchsorted(self.rel_keys, keys, sorter=self.sorter)]
@@ -197,13 +230,27 @@ def _token_edges(
     )
 
 
-def _edge_table(concept_id, relation_id: int, atom_id, provenance: pa.Array) -> pa.Table:
-    """Edges of one relation in group 0 with no source SCTID (special tokens, fallback title words)."""
+def _icd_token_edges(concepts: pa.Table, icd_edges: pa.Table, ids: _AtomIds) -> pa.Table:
+    """The ICD hierarchy's edges: token, the relation of its (vocabulary, level), the node's atom."""
+    tok_index = concepts.select(["concept_id", "vocabulary", "code"])
+    e = icd_edges.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
+    first_icd_relation = len(ids.rel_keys)
+    return _edge_table(
+        e["concept_id"].to_numpy(),
+        first_icd_relation + e["relation"].to_numpy(),
+        ids.icd(e["key"]),
+        e["provenance"].combine_chunks(),
+    )
+
+
+def _edge_table(concept_id, relation_id, atom_id, provenance: pa.Array) -> pa.Table:
+    """Edges in group 0 with no source SCTID (special tokens, fallback title words, ICD hierarchy);
+    ``relation_id`` is one id or one per edge."""
     n = len(provenance)
     return pa.table(
         {
             "concept_id": pa.array(np.asarray(concept_id, dtype=np.int32)),
-            "relation_id": pa.array(np.full(n, relation_id, dtype=np.int32)),
+            "relation_id": pa.array(np.broadcast_to(np.asarray(relation_id, dtype=np.int32), n).copy()),
             "atom_id": pa.array(np.asarray(atom_id).astype(np.int32)),
             "role_group": pa.array(np.zeros(n, dtype=np.int32)),
             "provenance": provenance,
@@ -250,23 +297,35 @@ def _slices(e: pa.Table) -> pa.Table:
     )
 
 
-def _relations(rel_keys: np.ndarray, concept_labels: pa.Table, e: pa.Table) -> pa.Table:
-    """One row per relation: kind, SCTID, label, max multiplicity and number of edges."""
+def _relations(rel_keys: np.ndarray, concept_labels: pa.Table, e: pa.Table, icd: bool) -> pa.Table:
+    """One row per relation: kind, SCTID, label, max multiplicity and number of edges; with ``icd`` the
+    ICD hierarchy's relations last."""
     attr_sctids = rel_keys[2:]  # is-a and the attributes
     lab_keys = concept_labels.filter(pc.is_in(concept_labels["sctid"], value_set=pa.array(attr_sctids)))
     names = pc.coalesce(lab_keys["preferred"], strip_semantic_tag(lab_keys["fsn"]))
     label_of = dict(zip(lab_keys["sctid"].to_pylist(), names.to_pylist(), strict=True))
     rr, ss = e["relation_id"].to_numpy(), e["slot"].to_numpy()
-    n_rel = len(rel_keys)
+    icd_labels = list(ICD_RELATION_LABELS) if icd else []
+    n_snomed = len(rel_keys)
+    n_rel = n_snomed + len(icd_labels)
     max_mult = np.zeros(n_rel, dtype=np.int32)
     np.maximum.at(max_mult, rr, ss + 1)
     return pa.table(
         {
             "relation_id": pa.array(np.arange(n_rel, dtype=np.int32)),
-            "kind": pa.array(["identity", "description", "is_a"] + ["attribute"] * (n_rel - 3), pa.string()),
-            "sctid": pa.array([None, None] + [int(k) for k in attr_sctids], pa.int64()),
+            "kind": pa.array(
+                ["identity", "description", "is_a"]
+                + ["attribute"] * (n_snomed - 3)
+                + [ICD_RELATION_KIND] * len(icd_labels),
+                pa.string(),
+            ),
+            "sctid": pa.array(
+                [None, None] + [int(k) for k in attr_sctids] + [None] * len(icd_labels), pa.int64()
+            ),
             "label": pa.array(
-                ["identity", "description"] + [label_of.get(int(k)) or str(int(k)) for k in attr_sctids],
+                ["identity", "description"]
+                + [label_of.get(int(k)) or str(int(k)) for k in attr_sctids]
+                + icd_labels,
                 pa.string(),
             ),
             "max_multiplicity": pa.array(max_mult),

@@ -149,6 +149,7 @@ class _Reader:
             self.counts[f"rows_read_{kind}"] += report.rows
             self.counts["ids_dropped_non_numeric"] += report.dropped_non_numeric_id
             self.counts["ids_bad_check_digit"] += report.bad_check_digit
+            self.counts["rows_effective_after_package_date"] += _after_package_date(f, table, report)
             tables.append(table.append_column("_src", pa.array(np.full(table.num_rows, i, dtype=np.int32))))
         merged, dropped = drop_duplicates(concat(tables), [f.path for f in fs])
         if dropped:
@@ -168,6 +169,21 @@ class _Reader:
             merged = merged.drop_columns(list(SOURCE_COLUMNS))
         self.timings[f"read_{kind}"] = round(time.perf_counter() - t, 3)
         return merged
+
+
+def _after_package_date(f: RF2File, table: pa.Table, report: ReadReport) -> int:
+    """How many rows of ``f`` have an effectiveTime after its package's date (the date in the file name; a
+    release holds nothing newer than itself). They are used as they are; warned with the first one's line,
+    which also becomes a finding of the manifest."""
+    after = pc.greater(table["effectiveTime"], pa.scalar(int(f.date), pa.int32()))
+    n = _n(after)
+    if n:
+        first = table.filter(after).slice(0, 1)
+        line, shown = first["_line"][0].as_py(), f"{first['effectiveTime'][0].as_py():08d}"
+        what = f"effectiveTime {shown} is after the package date {f.date} ({n} row(s) of the file are)"
+        report.note(f"{f.path}, line {line}: {what}")
+        log.warning("%s, line %d: %s; used as they are", f.path, line, what)
+    return n
 
 
 def _all_concepts(r: _Reader, as_of: int | None) -> pa.Table:

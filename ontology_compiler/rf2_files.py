@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .errors import InputFileError, MissingInputError, OptionError, PackageError
 from .rf2_schema import FILE_NAME_RE, is_calendar_date
+from .walk import walk_files
 
 log = logging.getLogger(__name__)
 
@@ -60,36 +61,40 @@ def scan_release(src: str | Path) -> list[RF2File]:
     if not root.is_dir():
         raise MissingInputError(f"{root}: not a folder (expected an RF2 release folder)")
     found: list[RF2File] = []
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            m = FILE_NAME_RE.match(name)
-            if m is None:
-                continue
-            g = m.groupdict()
-            if not is_calendar_date(g["date"]):
-                raise InputFileError(
-                    Path(dirpath) / name,
-                    "the date in the RF2 file name is not a calendar date",
-                    expected="<name>_<namespace>_YYYYMMDD.txt with a real date",
-                    found=g["date"],
-                )
-            found.append(
-                RF2File(
-                    path=Path(dirpath) / name,
-                    content=g["content"],
-                    release=g["release"],
-                    namespace=g["namespace"],
-                    date=g["date"],
-                    lang=g["lang"],
-                    pattern=g["pattern"],
-                )
+    # symbolic links to folders followed, each real folder once (ontology_compiler/walk.py)
+    for path in walk_files(root, lambda n: FILE_NAME_RE.match(n) is not None):
+        g = FILE_NAME_RE.match(path.name).groupdict()
+        if not is_calendar_date(g["date"]):
+            raise InputFileError(
+                path,
+                "the date in the RF2 file name is not a calendar date",
+                expected="<name>_<namespace>_YYYYMMDD.txt with a real date",
+                found=g["date"],
             )
+        found.append(
+            RF2File(
+                path=path,
+                content=g["content"],
+                release=g["release"],
+                namespace=g["namespace"],
+                date=g["date"],
+                lang=g["lang"],
+                pattern=g["pattern"],
+            )
+        )
     found.sort(key=lambda f: str(f.path))
     return found
 
 
 def choose_release_type(files: list[RF2File], requested: str, as_of: str | None) -> str:
-    """Pick ``Snapshot`` or ``Full``: ``--as-of`` needs Full; ``auto`` prefers Snapshot."""
+    """Pick ``Snapshot`` or ``Full``: ``--as-of`` needs Full; ``auto`` prefers Snapshot. ``--release
+    snapshot`` with ``--as-of`` is an :class:`OptionError` (a Snapshot holds only the release's latest
+    state; reading Full instead would ignore the one option or the other)."""
+    if requested == "snapshot" and as_of is not None:
+        raise OptionError(
+            f"--release snapshot and --as-of {as_of} exclude each other: a Snapshot holds only the "
+            "release's latest state; give --as-of with --release full (or auto), or drop --as-of"
+        )
     kinds = {f.release for f in files if f.content == "Concept"}
     if as_of is not None or requested == "full":
         if "Full" not in kinds:

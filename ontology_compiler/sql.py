@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from .errors import OntologyCompilerError, ProgramFormatError
+from .printable import printable, printable_json
 from .program import read_manifest
 from .sql_limits import SQL_DEFAULT_MEMORY_LIMIT as DEFAULT_MEMORY_LIMIT
 from .sql_limits import SQL_DEFAULT_THREADS as DEFAULT_THREADS
@@ -325,6 +326,10 @@ def _views(con: duckdb.DuckDBPyConnection) -> list[str]:
 def format_result(result: SQLResult, fmt: str = "table", max_rows: int | None = 50) -> str:
     """Render as an aligned text table, CSV, or JSON lines; at most ``max_rows`` rows (``None``/``0``: all).
 
+    The table is for a terminal: control characters in its names and values are escaped
+    (:func:`ontology_compiler.printable.printable`). JSON writes them as ``\\u`` escapes (the same values);
+    CSV keeps the values as they are.
+
     JSON has one object per row; NaN and infinite floats become ``null`` (JSON has no such numbers).
     The table ends with a row count that says when rows were cut (here, or by run_sql's ``max_rows``:
     ``result.truncated``); CSV and JSON carry only rows, so a caller says it elsewhere.
@@ -338,18 +343,21 @@ def format_result(result: SQLResult, fmt: str = "table", max_rows: int | None = 
         return buf.getvalue().rstrip("\n")
     if fmt == "json":
         return "\n".join(
-            json.dumps(
-                _json_safe(dict(zip(result.columns, r, strict=True))),
-                default=str,
-                ensure_ascii=False,
-                allow_nan=False,
+            printable_json(  # the same JSON, with C1 controls and DEL as \u escapes too
+                json.dumps(
+                    _json_safe(dict(zip(result.columns, r, strict=True))),
+                    default=str,
+                    ensure_ascii=False,
+                    allow_nan=False,
+                )
             )
             for r in rows
         )
-    cells = [[_cell(v) for v in r] for r in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(result.columns)]
+    cells = [[printable(_cell(v)) for v in r] for r in rows]  # data text: terminal controls escaped
+    columns = [printable(c) for c in result.columns]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
-    out = [line(result.columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
+    out = [line(columns), line(["-" * w for w in widths])] + [line(r) for r in cells]
     n = len(rows)
     plural = "s" if n != 1 else ""
     if result.truncated:

@@ -48,6 +48,11 @@ def rf2_summary(result: CompileResult) -> str:
             f"warnings  {c.get('ids_bad_check_digit', 0):,} SCTIDs with a bad check digit (kept), "
             f"{c.get('ids_dropped_non_numeric', 0):,} rows with a non-numeric id (dropped)"
         )
+    if c.get("rows_effective_after_package_date"):
+        lines.append(
+            f"warnings  {c['rows_effective_after_package_date']:,} rows with an effectiveTime after their "
+            "package's date (used as they are; the manifest's findings name the file and line)"
+        )
     lines += release_warnings(c)
     return "\n".join([*lines, *_tail(result)])
 
@@ -126,10 +131,29 @@ def owl_summary(result: CompileResult) -> str:
 
 
 def _table_lines(c: dict) -> list[str]:
-    """Rows of the program's tables: atoms by kind, relations, edges, slices."""
+    """Rows of the program's tables: atoms by kind, relations, edges, slices; the ICD hierarchy."""
     return [
         f"atoms     {c['atoms']:,} (" + ", ".join(f"{k} {v:,}" for k, v in c["atoms_by_kind"].items()) + ")",
         f"relations {c['relations']:,}   edges {c['edges']:,}   slices {c['slices']:,}",
+        *_icd_lines(c),
+    ]
+
+
+def _icd_lines(c: dict) -> list[str]:
+    """The ICD hierarchy's line: its nodes and edges, and per vocabulary how the tokens got their nodes."""
+    h = c.get("icd_hierarchy")
+    if not h:
+        return []
+    per_vocab = [
+        f"{v} {d['tokens']:,} tokens ("
+        + ", ".join(f"{k.replace('_', ' ')} {n:,}" for k, n in d["sources"].items())
+        + ")"
+        for v, d in h.items()
+        if v != "edges" and d["tokens"]
+    ]
+    return [
+        f"icd       {c['atoms_by_kind'].get('icd', 0):,} ICD nodes, {sum(h['edges'].values()):,} edges"
+        + (": " + "; ".join(per_vocab) if per_vocab else "")
     ]
 
 

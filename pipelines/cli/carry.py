@@ -8,7 +8,7 @@ import click
 
 from pipelines.ontology.carry import INIT_RULES
 
-from .options import INPUT_DIR, force_option, handle_errors, seed_option, verbosity_options
+from .options import INPUT_DIR, echo, force_option, handle_errors, seed_option, verbosity_options
 
 
 @click.command("carry")
@@ -52,7 +52,7 @@ def carry_cmd(
     from pipelines.ontology.carry import carry
 
     result = carry(model, program, out, init=init, seed=seed, force=force, model_program=model_program)
-    click.echo("\n".join(result.summary_lines()))
+    echo("\n".join(result.summary_lines()))
 
 
 ALIAS_WARNING = "'hrrbert transfer' is now 'hrrbert carry'"

@@ -19,6 +19,7 @@ from pipelines.demo.defaults import DEMO_PATIENTS, DEMO_SIZES
 from .options import (
     INPUT_DIR,
     config_options,
+    echo,
     force_option,
     handle_errors,
     program_option,
@@ -126,7 +127,7 @@ def prepare_cmd(
     from pipelines.data.prepare import describe, prepare
 
     if not demo:
-        click.echo(
+        echo(
             describe(
                 prepare(
                     program=program,
@@ -157,7 +158,7 @@ def prepare_cmd(
         unknown=unknown,
         hold_out=hold_out,
     )
-    click.echo(describe(results))
+    echo(describe(results))
 
 
 # run_sql's default bounds, from a module without DuckDB (``hrrbert --help`` loads none)
@@ -259,7 +260,7 @@ def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: st
     from .summaries import owl_summary
 
     r = export_owl(resolve_program(program), out, force=force, scope=scope, base_iri=base_iri)
-    click.echo(owl_summary(r))
+    echo(owl_summary(r))
 
 
 @click.command("export-meds")
@@ -319,7 +320,7 @@ def export_meds_cmd(
     else:
         ((kind, source),) = given
         result = export_meds(kind, source, out, **options)
-    click.echo(describe(result))
+    echo(describe(result))
 
 
 COMMANDS = (prepare_cmd, sql_cmd, export_owl_cmd, export_meds_cmd)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .options import INPUT_DIR, force_option, handle_errors, verbosity_options
+from .options import INPUT_DIR, echo, force_option, handle_errors, verbosity_options
 
 
 @click.command("diff")
@@ -40,7 +40,7 @@ def diff_cmd(old: str, new: str, model: str | None, out: str | None, force: bool
     from pipelines.ontology.diff import diff_programs, summary_lines
 
     result = diff_programs(old, new, out=out, model=model, force=force)
-    click.echo("\n".join(summary_lines(result, top=top)))
+    echo("\n".join(summary_lines(result, top=top)))
 
 
 COMMANDS = (diff_cmd,)

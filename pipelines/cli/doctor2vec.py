@@ -10,6 +10,7 @@ from .options import (
     INPUT_DIR,
     config_options,
     device_option,
+    echo,
     handle_errors,
     name_option,
     out_option,
@@ -90,7 +91,7 @@ def d2v_evaluate_cmd(run: str, data: str, program: str, split: str, **kw) -> Non
     from .summaries import d2v_metrics
 
     report, text = evaluate_doctor2vec(run, data, program, split=split, **kw)
-    click.echo(f"{d2v_metrics(split, report)}\n\n{text}")
+    echo(f"{d2v_metrics(split, report)}\n\n{text}")
 
 
 @doctor2vec_group.command("compare")
@@ -102,5 +103,5 @@ def d2v_compare_cmd(**kw) -> None:
     from pipelines.doctor2vec.compare import compare
 
     path = compare(**kw)
-    click.echo(path.read_text(encoding="utf-8"))
+    echo(path.read_text(encoding="utf-8"))
     click.echo(f"report    {path}")

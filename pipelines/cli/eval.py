@@ -7,7 +7,15 @@ import click
 from pipelines.eval.config import EvaluateConfig, ExperimentConfig
 from pipelines.train.config import FinetuneConfig, PretrainConfig
 
-from .options import INPUT_DIR, config_options, force_option, handle_errors, out_option, verbosity_options
+from .options import (
+    INPUT_DIR,
+    config_options,
+    echo,
+    force_option,
+    handle_errors,
+    out_option,
+    verbosity_options,
+)
 
 
 @click.command("evaluate")
@@ -17,11 +25,11 @@ from .options import INPUT_DIR, config_options, force_option, handle_errors, out
 @verbosity_options
 @handle_errors
 def evaluate_cmd(**kw) -> None:
-    """Evaluate a PRETRAINED run: frequency bins, neighbours, t-SNE, ROOD, transfer, cost, and a MEDS label
-    task (--labels DIR --labels-run RUN of `finetune --labels`)."""
+    """Evaluate a PRETRAINED run: frequency bins, neighbours, t-SNE, ROOD, next-visit diagnoses, transfer,
+    cost, and a MEDS label task (--labels DIR --labels-run RUN of `finetune --labels`)."""
     from pipelines.eval.pretrained import evaluate_pretrained, summary_lines
 
-    click.echo("\n".join(summary_lines(evaluate_pretrained(**kw))))
+    echo("\n".join(summary_lines(evaluate_pretrained(**kw))))
 
 
 @click.command("report")
@@ -34,7 +42,7 @@ def report_cmd(runs_dir: str) -> None:
 
     from .summaries import reports_summary
 
-    click.echo(reports_summary(report_any(runs_dir)))
+    echo(reports_summary(report_any(runs_dir)))
 
 
 @click.command("experiment")
@@ -131,7 +139,7 @@ def baselines_cmd(
         seed=seed,
         mlm=MLMMasking.of_experiment(model, pretrain),
     )
-    click.echo("\n".join(summary_lines(record, out)))
+    echo("\n".join(summary_lines(record, out)))
 
 
 COMMANDS = (evaluate_cmd, report_cmd, experiment_cmd, baselines_cmd)

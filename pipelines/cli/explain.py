@@ -7,21 +7,25 @@ import json
 
 import click
 
-from .options import INPUT_DIR, device_option, handle_errors, verbosity_options
+from .options import INPUT_DIR, device_option, echo, handle_errors, program_option, verbosity_options
 
 _JSON_HELP = "Print the result as JSON instead of the summary."
 _OUT_HELP = "Also write the result as JSON to this file."
+_PROGRAM_HELP = (
+    "The program the model was trained with (default: the copy the model folder carries, MODEL/program/)."
+)
 
 
 def _emit(result, lines: list[str], as_json: bool, out: str | None) -> None:
-    """Print the summary lines (or the JSON), and write the JSON to ``out`` when given."""
+    """Print the summary lines (or the JSON; terminal control characters in labels escaped), and write the
+    JSON to ``out`` when given."""
     from pipelines.ontology.explain import write_json
 
-    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else "\n".join(lines))
+    echo(json.dumps(result.as_dict(), indent=2) if as_json else "\n".join(lines))
     if out:
         write_json(result, out)
         if not as_json:
-            click.echo(f"written {out}")
+            echo(f"written {out}")
 
 
 @click.command("explain")
@@ -48,6 +52,7 @@ def _emit(result, lines: list[str], as_json: bool, out: str | None) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help=_OUT_HELP)
+@program_option(required=False, help=_PROGRAM_HELP)
 @device_option("cpu", "cpu or cuda.")
 @verbosity_options
 @handle_errors
@@ -62,6 +67,7 @@ def explain_cmd(
     any_atom: bool,
     as_json: bool,
     out: str | None,
+    program: str | None,
     device: str,
 ) -> None:
     """Explain CODE (E11.9, E119 or ICD10CM:E11.9) in MODEL: its trained vector unbound with each relation
@@ -78,6 +84,7 @@ def explain_cmd(
         exact=exact,
         any_atom=any_atom,
         device=device,
+        program=program,
     )
     _emit(result, summary_lines(result), as_json, out)
 
@@ -93,6 +100,7 @@ def explain_cmd(
 @click.option("--top", type=click.IntRange(min=1), default=10, show_default=True, help="Codes listed.")
 @click.option("--json", "as_json", is_flag=True, help=_JSON_HELP)
 @click.option("--out", type=click.Path(dir_okay=False), default=None, help=_OUT_HELP)
+@program_option(required=False, help=_PROGRAM_HELP)
 @device_option("cpu", "cpu or cuda.")
 @verbosity_options
 @handle_errors
@@ -105,13 +113,14 @@ def query_cmd(
     top: int,
     as_json: bool,
     out: str | None,
+    program: str | None,
     device: str,
 ) -> None:
     """The codes of MODEL nearest to a composed query: PAIRs "finding site=Kidney" "associated
     morphology=Cyst" ..., or --like CODE --minus PAIR --plus PAIR (the same code, one edge swapped)."""
     from pipelines.ontology.query import query, summary_lines
 
-    result = query(model, pairs, like=like, minus=minus, plus=plus, top=top, device=device)
+    result = query(model, pairs, like=like, minus=minus, plus=plus, top=top, device=device, program=program)
     _emit(result, summary_lines(result), as_json, out)
 
 

@@ -7,7 +7,7 @@ import click
 
 from pipelines.eval.export import MAX_PROGRAM_DIM, ExportConfig
 
-from .options import INPUT_DIR, config_options, force_option, handle_errors, verbosity_options
+from .options import INPUT_DIR, config_options, echo, force_option, handle_errors, verbosity_options
 
 
 @click.command("export-embeddings")
@@ -37,7 +37,7 @@ def export_embeddings_cmd(source: str, out: str, force: bool, **kw) -> None:
         )
     from pipelines.eval.export import export_embeddings, summary_lines
 
-    click.echo("\n".join(summary_lines(export_embeddings(source=source, out=out, force=force, **kw))))
+    echo("\n".join(summary_lines(export_embeddings(source=source, out=out, force=force, **kw))))
 
 
 COMMANDS = (export_embeddings_cmd,)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import click
 
-from .options import INPUT_DIR, force_option, handle_errors, seed_option, verbosity_options
+from .options import (
+    INPUT_DIR,
+    echo,
+    force_option,
+    handle_errors,
+    program_option,
+    seed_option,
+    verbosity_options,
+)
 
 
 @click.command("mlm-cache")
@@ -20,11 +28,17 @@ from .options import INPUT_DIR, force_option, handle_errors, seed_option, verbos
     show_default=True,
     help="Patients of --split to use (the first ones; 0: all).",
 )
+@program_option(
+    required=False,
+    help="The program the model was trained with (default: the copy the model folder carries, program/).",
+)
 @seed_option(help="Seed of the masking the cache is chosen on.")
 @force_option("Replace OUT when it holds an earlier mlm-cache output (anything else is never replaced).")
 @verbosity_options
 @handle_errors
-def mlm_cache_cmd(model: str, dataset: str, out: str, split: str, limit: int, seed: int, force: bool) -> None:
+def mlm_cache_cmd(
+    model: str, dataset: str, out: str, split: str, limit: int, program: str | None, seed: int, force: bool
+) -> None:
     """Choose the code cache of MODEL's masked-code prediction on --dataset and write the model to --out.
 
     The cache mixes the model's distribution with one over the sequence's visible codes and the codes whose
@@ -36,8 +50,10 @@ def mlm_cache_cmd(model: str, dataset: str, out: str, split: str, limit: int, se
 
     if limit < 0:
         raise click.BadParameter("must be >= 0", param_hint="--limit")
-    result = add_cache(model, dataset, out, split=split, limit=limit or None, seed=seed, force=force)
-    click.echo("\n".join(result.summary_lines()))
+    result = add_cache(
+        model, dataset, out, split=split, limit=limit or None, seed=seed, force=force, program=program
+    )
+    echo("\n".join(result.summary_lines()))
 
 
 COMMANDS = (mlm_cache_cmd,)

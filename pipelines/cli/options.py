@@ -1,5 +1,6 @@
 """The options every ``hrrbert`` command shares, the options generated from the config dataclasses, the
-one logging setup and the one error-to-:class:`click.ClickException` mapping.
+one logging setup, the one error-to-:class:`click.ClickException` mapping and :func:`echo`, which prints a
+command's text with terminal control characters escaped.
 
 Light on purpose: it imports only click and the light config modules (no torch), so ``hrrbert --help``
 stays instant. A config field becomes an option as follows (:func:`config_options`):
@@ -47,7 +48,7 @@ from pipelines.train.config import MODELS as FINETUNE_MODELS
 
 __all__ = [
     "CHOICES", "INPUT_DIR", "ConfigOption", "LazyChoice", "api_errors", "config_fields", "config_options",
-    "device_option", "force_option", "handle_errors", "name_option", "out_option", "program_option",
+    "device_option", "echo", "force_option", "handle_errors", "name_option", "out_option", "program_option",
     "resume_option", "run_id_option", "seed_option", "threads_option", "verbosity_options",
 ]  # fmt: skip
 
@@ -221,6 +222,22 @@ def verbosity_options(f: F) -> F:
     return click.option("-v", "--verbose", is_flag=True, help="Log debug messages too.")(run)
 
 
+# --- printing ---------------------------------------------------------------------------------------
+
+
+def _printable(text: str) -> str:
+    from ontology_compiler.api import printable
+
+    return printable(text)
+
+
+def echo(text: str, err: bool = False) -> None:
+    """Print a command's text (summaries and tables that quote data: terms, codes, labels) with the
+    characters a terminal would act on (ESC and CSI sequences, other C0/C1 controls) escaped
+    (``ontology_compiler.api.printable``); the data itself is not changed."""
+    click.echo(_printable(text), err=err)
+
+
 # --- errors -----------------------------------------------------------------------------------------
 
 # Errors the API raises on purpose; looked up only in modules already imported (an error class of a
@@ -250,7 +267,7 @@ def handle_errors(f: F) -> F:
             raise
         except Exception as e:
             if isinstance(e, api_errors()):
-                raise click.ClickException(str(e)) from e
+                raise click.ClickException(_printable(str(e))) from e
             raise
 
     return run

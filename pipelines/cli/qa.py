@@ -10,6 +10,7 @@ from .options import (
     INPUT_DIR,
     config_options,
     device_option,
+    echo,
     handle_errors,
     name_option,
     out_option,
@@ -79,7 +80,7 @@ def qa_evaluate_cmd(run: str, qa: str, program: str, **kw) -> None:
     from .summaries import qa_metrics
 
     report, text = evaluate_qa(run, qa, program, **kw)
-    click.echo(f"{qa_metrics(report)}\n\n{text}")
+    echo(f"{qa_metrics(report)}\n\n{text}")
 
 
 @qa_group.command("compare")
@@ -92,5 +93,5 @@ def qa_compare_cmd(**kw) -> None:
     from pipelines.qa.compare import compare
 
     path = compare(**kw)
-    click.echo(path.read_text(encoding="utf-8"))
+    echo(path.read_text(encoding="utf-8"))
     click.echo(f"report    {path}")

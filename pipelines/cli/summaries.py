@@ -3,6 +3,7 @@ commands print a ``describe`` function of their API module)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 FINETUNE_METRICS = ("accuracy", "precision", "recall", "f1", "auroc", "auprc")
@@ -20,9 +21,14 @@ def finetune_summary(result: Any) -> str:
     for t in result.trials:
         m = t["test"] or t["val"]
         which = "test" if t["test"] else "val"
-        vals = ", ".join(f"{k} {m[k]:.4f}" for k in FINETUNE_METRICS if isinstance(m.get(k), float))
+        vals = ", ".join(f"{k} {_metric(m[k])}" for k in FINETUNE_METRICS if isinstance(m.get(k), float))
         lines.append(f"trial {t['trial']}   {which}: {vals} (best epoch {t['best_epoch']})")
     return "\n".join(lines)
+
+
+def _metric(x: float) -> str:
+    """A metric as printed: four decimals, ``n/a`` where it is undefined (NaN: AUROC of one class)."""
+    return f"{x:.4f}" if math.isfinite(x) else "n/a"
 
 
 def qa_metrics(m: dict[str, Any]) -> str:

@@ -31,8 +31,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +44,7 @@ import pyarrow.parquet as pq
 from ontology_compiler.api import ICD9CM, ICD10CM, dotted
 from pipelines.errors import PipelineError
 
+from .folders import check_out, folder_written
 from .readers import READERS, get_reader
 from .readers.common import MORTALITY_DAYS, ReadResult, connect
 
@@ -94,7 +93,8 @@ def export_meds(
     if shard_subjects < 1:
         raise ValueError(f"shard_subjects must be >= 1, got {shard_subjects}")
     out, source = Path(out), Path(source)
-    _check_out(out, force)
+    # before any work; an earlier export is one whose metadata/dataset.json names this ETL
+    check_out(out, force, record=None, what="MEDS export", option="OUT", owned=_earlier_export)
     data = reader.part("read")(source, threads=threads)
     root, inputs = reader.inputs(source)
     if data.events.num_rows == 0:
@@ -114,37 +114,22 @@ def export_meds(
         "meds_version": MEDS_VERSION,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    tmp = out.parent / f".tmp-{out.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with folder_written(out, "MEDS export", force=force, option="OUT", owned=_earlier_export) as tmp:
         files = _write(tmp, tables, metadata, labels, shard_subjects)
-        if out.exists():
-            shutil.rmtree(out)
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     counts = _counts(con, tables, labels, len([f for f in files if f.startswith("data/")]))
     log.info("%s: MEDS dataset of %d subjects, %d events", out, counts["subjects"], counts["events"])
     return ExportResult(out, counts, files)
 
 
-def _check_out(out: Path, force: bool) -> None:
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        return
+def _earlier_export(out: Path) -> bool:
+    """Whether the folder ``out`` is an earlier export: its ``metadata/dataset.json`` names this ETL."""
     meta = out / "metadata" / "dataset.json"
-    ours = False
-    if meta.is_file():
-        try:
-            ours = json.loads(meta.read_text(encoding="utf-8")).get("etl_name") == ETL_NAME
-        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            ours = False
-    if not force:
-        raise PipelineError(f"{out} exists and is not empty; pass --force to replace an earlier export")
-    if not ours:
-        raise PipelineError(
-            f"{out} exists and is not an earlier `hrrbert export-meds` folder; it is never replaced"
-        )
+    if not meta.is_file():
+        return False
+    try:
+        return json.loads(meta.read_text(encoding="utf-8")).get("etl_name") == ETL_NAME
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, OSError):
+        return False
 
 
 def _tables(con: duckdb.DuckDBPyConnection, data: ReadResult, deaths: pa.Table, titles: dict) -> dict:

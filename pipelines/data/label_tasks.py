@@ -28,6 +28,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from ontology_compiler.api import describe_files, walk_files
 from pipelines.errors import InputFileError, MissingTableError
 
 from .readers.common import EXAMPLES, connect, duckdb_path, input_record
@@ -80,11 +81,12 @@ def read_label_task(path: str | Path, *, threads: int | None = None) -> LabelTas
     root = Path(path)
     if not root.is_dir():
         raise InputFileError(root, "not a folder", hint="--labels takes a folder of MEDS label Parquet files")
-    files = sorted(p for p in root.rglob("*.parquet") if p.is_file())
+    files = walk_files(root, lambda n: n.endswith(".parquet"), error=InputFileError)  # links followed
     if not files:
         raise MissingTableError(
             root, "no label files", hint="expected DIR/**/*.parquet in the MEDS label schema"
         )
+    log.info("%s: reading %s", root, describe_files(root, files, "label file"))
     for f in files:
         names = check_schema(f, {k: v for k, v in LABEL_COLUMNS.items() if k != "boolean_value"})
         if "boolean_value" not in names:

@@ -69,7 +69,7 @@ def cohort_without(ehr: Path, codes: pa.Table, dest: Path) -> Path:
 
     if (dest / "hosp" / "diagnoses_icd.csv.gz").is_file():
         return dest
-    with folder_written(dest, "cohort copy") as tmp:
+    with folder_written(dest, "cohort copy", force=True) as tmp:  # a cache: an incomplete one is replaced
         (tmp / "hosp").mkdir()
         con = duckdb.connect()
         con.register("new_codes", codes.select(["vocabulary", "code"]))

@@ -41,7 +41,7 @@ import numpy as np
 
 from .cohort_program import ProgramFacts, read_program
 from .cohort_space import CodeSpace, build_code_space
-from .cohort_truth import N_CHAPTERS, chapter_probabilities
+from .cohort_truth import N_CHAPTERS, category_probabilities, chapter_probabilities
 from .cohort_write import Hospital, write_eicu, write_ground_truth, write_mimic, write_mimic_extra
 from .defaults import DEMO_PATIENTS
 
@@ -53,8 +53,8 @@ START = int(np.datetime64("2108-01-01T00:00:00", "s").astype(np.int64))  # first
 SPAN_YEARS = 14.5  # first admissions spread over 2108-2122
 # the extra MIMIC-IV tables draw from default_rng([seed, EXTRA_TABLES_STREAM]), never from the main stream
 EXTRA_TABLES_STREAM = 220
-GENERATOR_VERSION = (
-    "3"  # ground_truth/README.json "version"; a cached cohort of another version is regenerated
+GENERATOR_VERSION = (  # ground_truth/README.json "version"; a cached cohort of another version is regenerated
+    "4"  # 4: ground_truth/next_visit_probabilities.parquet (every other file as version 3 wrote it)
 )
 RESERVED_PATIENTS = 0.025  # share of MIMIC patients coded with reserved codes only
 SYSTEM_SHARE_CHRONIC = 0.7  # chance that a chronic condition is drawn within one of the patient's systems
@@ -170,6 +170,20 @@ def simulate_hospital(
         system_share=SYSTEM_SHARE_ACUTE,
         recode=RECODE,
     )
+    next_visit = category_probabilities(  # the next-visit ceiling: the same formula per category
+        space,
+        draws,
+        flagged=flagged,
+        icd9=admit[last_visit] < SWITCH,
+        rate=rate,
+        sys_off=sys_off,
+        sys_chapter=sys_chapter,
+        cond_patient=cond_patient,
+        cond_cand=cond_cand,
+        cond_last=onset == n_visits[cond_patient] - 1,
+        system_share=SYSTEM_SHARE_ACUTE,
+        recode=RECODE,
+    )
     return Hospital(
         subject=subject,
         age=age,
@@ -198,6 +212,7 @@ def simulate_hospital(
         chapter_probs=chapters,
         label_mortality_p=p,
         reader_subject=subject,
+        next_visit=next_visit,
     )
 
 

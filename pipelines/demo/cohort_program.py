@@ -7,6 +7,11 @@
   attribute edges (finding site, associated morphology, ...). The same atom in two ICD categories adds the
   same amount, so mortality follows the ontology's attributes across categories, not only the category.
 
+Only the ontology's part of the program counts (:func:`ontology_edges`): the ICD classification nodes a
+program binds its tokens to (``icd`` atoms, ``icd_hierarchy`` relations, ``compile-ontology
+--no-icd-hierarchy`` leaves them out) enter neither twins nor severity, so a cohort is the same with and
+without them.
+
 The label chapter of a code (:func:`label_chapters`) is computed with the readers' own SQL, so the ground
 truth counts chapters exactly as the chapters task does.
 """
@@ -19,6 +24,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from pipelines.data.readers.common import chapter_sql, register_chapters
@@ -79,6 +85,9 @@ ATOM_SEVERITY = {
     },
 }
 ATOM_NOISE = 0.15
+# what a program adds from the ICD classifications themselves, not from the ontology (docs/program-format.md)
+ICD_ATOM_KINDS = ("icd",)
+ICD_RELATION_KINDS = ("icd_hierarchy",)
 
 
 @dataclass
@@ -101,9 +110,11 @@ def read_program(program: str | Path, seed: int) -> ProgramFacts:
         if not path.is_file():
             raise FileNotFoundError(f"{path}: expected the program's {name}.parquet (docs/program-format.md)")
     concepts = pq.read_table(files["concepts"], columns=["concept_id", "vocabulary", "code", "snomed_ids"])
-    edges = pq.read_table(files["edges"], columns=["concept_id", "relation_id", "atom_id"])
-    relations = pq.read_table(files["relations"], columns=["relation_id", "kind", "label"])
-    atoms = pq.read_table(files["atoms"], columns=["atom_id", "label"])
+    edges, relations, atoms = ontology_edges(
+        pq.read_table(files["edges"], columns=["concept_id", "relation_id", "atom_id"]),
+        pq.read_table(files["relations"], columns=["relation_id", "kind", "label"]),
+        pq.read_table(files["atoms"], columns=["atom_id", "kind", "label"]),
+    )
     cid = concepts["concept_id"].to_numpy()
     vocab, code = concepts["vocabulary"].to_pylist(), concepts["code"].to_pylist()
     keys = list(zip(vocab, code, strict=True))
@@ -136,6 +147,44 @@ def read_program(program: str | Path, seed: int) -> ProgramFacts:
     np.add.at(sev, row_of[edges["concept_id"].to_numpy()], w[rel, atom])
     facts.severity = {k: float(s) for k, s, ok in zip(keys, sev.tolist(), icd, strict=True) if ok}
     return facts
+
+
+def ontology_edges(
+    edges: pa.Table, relations: pa.Table, atoms: pa.Table
+) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """``(edges, relations, atoms)`` without the ICD classification's atoms and relations
+    (:data:`ICD_ATOM_KINDS`, :data:`ICD_RELATION_KINDS`) and their edges, the rest renumbered densely in id
+    order: the ids a program compiled without the ICD hierarchy gives them."""
+    rel_new = _renumber(relations["relation_id"], pc.is_in(relations["kind"], pa.array(ICD_RELATION_KINDS)))
+    atom_new = _renumber(atoms["atom_id"], pc.is_in(atoms["kind"], pa.array(ICD_ATOM_KINDS)))
+    r = rel_new[edges["relation_id"].to_numpy()]
+    a = atom_new[edges["atom_id"].to_numpy()]
+    keep = (r >= 0) & (a >= 0)
+    edges = pa.table(
+        {
+            "concept_id": edges["concept_id"].filter(pa.array(keep)),
+            "relation_id": pa.array(r[keep].astype(np.int32)),
+            "atom_id": pa.array(a[keep].astype(np.int32)),
+        }
+    )
+
+    def kept(t: pa.Table, id_column: str, new: np.ndarray) -> pa.Table:
+        ids = new[t[id_column].to_numpy()]
+        t = t.filter(pa.array(ids >= 0))
+        return t.set_column(
+            t.column_names.index(id_column), id_column, pa.array(ids[ids >= 0].astype(np.int32))
+        )
+
+    return edges, kept(relations, "relation_id", rel_new), kept(atoms, "atom_id", atom_new)
+
+
+def _renumber(ids: pa.ChunkedArray, drop: pa.ChunkedArray) -> np.ndarray:
+    """Old id -> new id (-1 for a dropped one): the kept ids numbered 0, 1, ... in id order."""
+    ids_np = ids.to_numpy()
+    out = np.full(int(ids_np.max()) + 1 if len(ids_np) else 0, -1, dtype=np.int64)
+    kept = np.sort(ids_np[~drop.to_numpy(zero_copy_only=False)])
+    out[kept] = np.arange(len(kept))
+    return out
 
 
 def _atom_weights(relations: pa.Table, atoms: pa.Table, seed: int) -> np.ndarray:

@@ -19,7 +19,12 @@ no chronic code of chapter c is written,
 exactly, for the MIMIC-IV layout. (eICU writes a code's ICD-9 part, its ICD-10 part, both or neither; its
 probabilities use the same formula and so are an approximation there.)
 
-Dimensions: P patients, K conditions, C candidates, H = 23 chapters (0 = none).
+The same formula with a code's next-visit category (:func:`pipelines.data.next_visit.category_of`: its
+three-character ICD-10-CM category, or its ICD-9-CM category in an ICD-9 visit) in place of its chapter
+gives P(category in the last visit) (:func:`category_probabilities`): the ceiling of the next-visit
+evaluation, which keeps each patient's :data:`NEXT_VISIT_TOP` most probable categories.
+
+Dimensions: P patients, K conditions, C candidates, H = 23 chapters (0 = none), L categories.
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import scipy.sparse as sp
+
+from pipelines.data.next_visit import category_of
+
+NEXT_VISIT_TOP = 30  # categories kept per patient: the largest k of the next-visit recall
+CHUNK = 2048  # patients whose (P, L) probabilities are held at once
 
 if TYPE_CHECKING:
     from .cohort import _Draws
@@ -103,4 +114,102 @@ def _acute_chapter_mass(space: CodeSpace, draws: _Draws, flagged: bool, icd9: bo
         overall = draws.flagged_chapters["acute"] @ per_system
     else:
         overall = (w / w.sum()) @ by_condition
+    return per_system, overall
+
+
+def code_categories(space: CodeSpace) -> tuple[np.ndarray, np.ndarray]:
+    """Every code's next-visit category: ``(names (L,), label (M,))``, names like ``ICD10CM:I10`` (sorted),
+    label -1 for a code without one."""
+    vocab = np.where(space.code_version == 9, "ICD9CM", "ICD10CM")
+    name = [
+        None if (c := category_of(v, code)) is None else f"{v}:{c}"
+        for v, code in zip(vocab.tolist(), space.code_str.tolist(), strict=True)
+    ]
+    names = np.array(sorted({n for n in name if n is not None}), dtype=object)
+    index = {n: i for i, n in enumerate(names)}
+    return names, np.array([-1 if n is None else index[n] for n in name], dtype=np.int64)
+
+
+def category_probabilities(
+    space: CodeSpace,
+    draws: _Draws,
+    *,
+    flagged: np.ndarray,
+    icd9: np.ndarray,
+    rate: np.ndarray,
+    sys_off: np.ndarray,
+    sys_chapter: np.ndarray,
+    cond_patient: np.ndarray,
+    cond_cand: np.ndarray,
+    cond_last: np.ndarray,
+    system_share: float,
+    recode: float,
+    top: int = NEXT_VISIT_TOP,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ``top`` most probable next-visit categories of each patient's last visit, by the formula of the
+    module docstring: ``(names (L,), patient (P*top,), label (P*top,), probability (P*top,))``, each
+    patient's rows most probable first (ties by category name). Arguments as :func:`chapter_probabilities`."""
+    names, code_label = code_categories(space)
+    n, n_labels = len(flagged), len(names)
+    top = min(top, n_labels)
+    # chronic codes of the last visit: log P(not written) per (patient, category), certain at an onset
+    version_code = np.where(icd9[cond_patient], space.cand_icd9[cond_cand], space.cand_icd10[cond_cand])
+    c_label = code_label[version_code]
+    c_keep = c_label >= 0
+    log_q = sp.csr_matrix(
+        (np.where(cond_last, -np.inf, np.log1p(-recode))[c_keep], (cond_patient[c_keep], c_label[c_keep])),
+        shape=(n, n_labels),
+    )  # duplicates summed (-inf where some chronic code of the category is certain)
+    out_p, out_l, out_v = [], [], []
+    for f in (False, True):
+        for nine in (False, True):
+            sel = np.flatnonzero((flagged == f) & (icd9 == nine))
+            if len(sel) == 0:
+                continue
+            per_system, overall = _acute_label_mass(
+                space, draws, f, nine, code_label, n_labels
+            )  # (H, L), (L,)
+            for chunk in np.array_split(sel, max(1, -(-len(sel) // CHUNK))):
+                n_sys = sys_off[chunk + 1] - sys_off[chunk]
+                owner = np.repeat(np.arange(len(chunk)), n_sys)
+                local = np.arange(len(owner)) - np.repeat(np.cumsum(n_sys) - n_sys, n_sys)
+                chapters = sys_chapter[sys_off[chunk][owner] + local]
+                pick = sp.csr_matrix(
+                    (1.0 / n_sys[owner], (owner, chapters)), shape=(len(chunk), per_system.shape[0])
+                )
+                s = system_share * (pick @ per_system) + (1 - system_share) * overall  # (B, L)
+                q = np.exp(log_q[chunk].toarray())  # (B, L): no chronic code of the category written
+                p = np.clip(1 - q * (1 - s) * np.exp(-rate[chunk, None] * s), 0.0, 1.0)
+                best = np.argsort(-p, axis=1, kind="stable")[:, :top]  # ties: the lower label index first
+                out_p.append(np.repeat(chunk, top))
+                out_l.append(best.reshape(-1))
+                out_v.append(np.take_along_axis(p, best, 1).reshape(-1))
+    patient, label, prob = (np.concatenate(x) if x else np.zeros(0) for x in (out_p, out_l, out_v))
+    order = np.argsort(patient, kind="stable")
+    return names, patient[order].astype(np.int64), label[order].astype(np.int64), prob[order]
+
+
+def _acute_label_mass(
+    space: CodeSpace, draws: _Draws, flagged: bool, icd9: bool, code_label: np.ndarray, n_labels: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_acute_chapter_mass` with each code's label in place of its chapter: ``(H, L)``, ``(L,)``."""
+    h = N_CHAPTERS + 1
+    k = len(space.conditions)
+    weight = space.cand_weight_reserved if flagged else space.cand_weight
+    code = space.cand_icd9 if icd9 else space.cand_icd10
+    owner = np.repeat(np.arange(k), np.diff(space.cand_offsets))
+    lab = code_label[code]
+    ok = lab >= 0
+    by_condition = sp.csr_matrix((weight[ok], (owner[ok], lab[ok])), shape=(k, n_labels))  # (K, L)
+    w = draws.weights["acute", flagged]
+    mass = draws.mass["acute", flagged]
+    within = np.where(
+        mass[draws.chapter] > 0, w / np.where(mass[draws.chapter] > 0, mass[draws.chapter], 1), 0
+    )
+    to_system = sp.csr_matrix((within, (draws.chapter, np.arange(k))), shape=(h, k))  # (H, K)
+    per_system = np.asarray((to_system @ by_condition).todense())  # (H, L)
+    if flagged:  # a chapter by the ordinary mix, then a condition within it (cohort.flagged_chapter_mix)
+        overall = draws.flagged_chapters["acute"] @ per_system
+    else:
+        overall = np.asarray(by_condition.T @ (w / w.sum())).ravel()
     return per_system, overall

@@ -92,6 +92,9 @@ class Hospital:
     chapter_probs: np.ndarray  # (P, 22) float64 true P(chapter i+1 in the last visit)
     label_mortality_p: np.ndarray  # (P,) float64 true P(mortality label) as the hospital's reader labels it
     reader_subject: np.ndarray  # (P,) int64 subject_id as the hospital's reader numbers patients
+    # the most probable next-visit categories of each patient's last visit
+    # (cohort_truth.category_probabilities: names (L,), then patient, label, probability per row); None: none
+    next_visit: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
 
 def _lit(values: list[str]) -> str:
@@ -471,6 +474,7 @@ def _ground_truth_tables(space: CodeSpace, hospitals: dict[str, Hospital]) -> di
                 }
             )
         )
+    next_visit = [_next_visit_table(name, h) for name, h in hospitals.items() if h.next_visit is not None]
     res = np.flatnonzero(space.cand_reserved)
     owner = np.repeat(np.arange(len(space.conditions)), np.diff(space.cand_offsets))
     reserved = pa.table(
@@ -500,7 +504,24 @@ def _ground_truth_tables(space: CodeSpace, hospitals: dict[str, Hospital]) -> di
         ),
         "reserved_codes.parquet": reserved,
         "task_probabilities.parquet": pa.concat_tables(probs),
-    }
+    } | ({"next_visit_probabilities.parquet": pa.concat_tables(next_visit)} if next_visit else {})
+
+
+def _next_visit_table(name: str, h: Hospital) -> pa.Table:
+    """The rows of ``next_visit_probabilities.parquet`` of one hospital: each patient's most probable
+    last-visit categories, ``rank`` 1 the most probable."""
+    names, patient, label, prob = h.next_visit
+    first = np.r_[True, patient[1:] != patient[:-1]] if len(patient) else np.zeros(0, bool)
+    start = np.maximum.accumulate(np.where(first, np.arange(len(patient)), 0)) if len(patient) else patient
+    return pa.table(
+        {
+            "hospital": [name] * len(patient),
+            "subject_id": pa.array(h.reader_subject[patient].astype(np.int64)),
+            "rank": pa.array((np.arange(len(patient)) - start + 1).astype(np.int16)),
+            "category": pa.array(names[label].tolist(), pa.string()).dictionary_encode(),
+            "probability": pa.array(prob.astype(np.float64)),
+        }
+    )
 
 
 def _ground_truth_readme(
@@ -531,6 +552,9 @@ def _ground_truth_readme(
             "reserved_codes.parquet": "the codes only flagged patients have "
             "(vocabulary, dotless code, condition)",
             "task_probabilities.parquet": "true label probabilities given the generator's latent state",
+            "next_visit_probabilities.parquet": "per patient its 30 most probable next-visit categories "
+            "(ICD10CM:<3 characters>, ICD9CM:<category>) of the last visit given the latent state, "
+            "rank 1 the most probable; subject_id as in task_probabilities (eICU: approximate)",
         },
         "counts": counts,
         "reserved_codes": int(np.count_nonzero(space.cand_reserved)),

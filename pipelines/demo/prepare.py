@@ -6,11 +6,10 @@ the cohort as a MEDS dataset: :func:`export_demo_meds` (``hrrbert export-meds --
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipelines.data.folders import folder_written
 from pipelines.data.prepare import PrepareResult, prepare_source
 from pipelines.data.splits import SplitOptions
 
@@ -103,17 +102,9 @@ def ensure_cohort(parent: Path, program: Path, *, n_patients: int, seed: int) ->
     if readme.is_file() and (final / "icu" / "icustays.csv.gz").is_file():
         if json.loads(readme.read_text(encoding="utf-8")).get("version") == GENERATOR_VERSION:
             return final
-    parent.mkdir(parents=True, exist_ok=True)
-    tmp = parent / f".tmp-{final.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    # a cache: a stale or unfinished cohort there is replaced (moved aside, removed once the new one is in)
+    with folder_written(final, "synthetic cohort", force=True) as tmp:
         generate_cohort(tmp, n_patients=n_patients, seed=seed, codes=program)
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return final
 
 

@@ -43,6 +43,17 @@ class EvaluateConfig:
         default=3, metadata={"help": "timed training steps for the cost figures (0: none)"}
     )
     cost_batch: int = field(default=32, metadata={"help": "sequences per timed step"})
+    next_visit_epochs: int = field(
+        default=100,
+        metadata={
+            "help": "most epochs of the next-visit head on the frozen encoder, early-stopped on finetune_val "
+            "(0: no next-visit evaluation)"
+        },
+    )
+    ground_truth: str | None = field(
+        default=None,
+        metadata={"help": "cohort ground_truth/ folder (next_visit_probabilities.parquet): the ceiling"},
+    )
     batch_size: int = field(default=128, metadata={"help": "evaluation batch"})
     seed: int = field(default=0, metadata={"help": "seed of the code samples and the probes"})
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda"})

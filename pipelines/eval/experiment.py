@@ -1,9 +1,10 @@
 """The paper's protocol as one call: :func:`run_experiment` (``hrrbert experiment``).
 
 For every configuration (embedding mode) and pretraining seed: pretrain, fine-tune ``trials`` times on
-each task, evaluate (frequency bins, neighbours, t-SNE, ROOD, eICU transfer, cost); then write the
-report. The paper ran 3 pretraining seeds x 10 fine-tunes of BERT-base on MIMIC-IV (meant for a GPU);
-``hrrbert demo`` runs the smallest instance on the synthetic cohort.
+each task, evaluate (frequency bins, neighbours, t-SNE, ROOD, next-visit diagnoses, eICU transfer, cost;
+the experiment's ``ground_truth`` gives the next-visit ceiling); then write the report. The paper ran 3
+pretraining seeds x 10 fine-tunes of BERT-base on MIMIC-IV (meant for a GPU); ``hrrbert demo`` runs the
+smallest instance on the synthetic cohort.
 
 An experiment lives in ``<out>/<name>/``::
 
@@ -211,7 +212,7 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
             transfer_dataset=cfg.transfer_dataset,
             device=cfg.device,
             label=conf,
-            **cfg.evaluate,
+            **{"ground_truth": cfg.ground_truth, **cfg.evaluate},  # the next-visit ceiling's truth
         )
         log.info("evaluated %s in %.0f s", tag, time.perf_counter() - t)
     return {

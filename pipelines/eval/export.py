@@ -349,7 +349,7 @@ def export_embeddings(
         files=[EMBEDDINGS_FILE, RECORD_FILE, *(PROJECTOR_FILES if cfg.projector else ())],
     )
 
-    with folder_written(out, "export") as tmp:
+    with folder_written(out, "export", force=force, record=RECORD_FILE, option="OUT") as tmp:
         pq.write_table(table, tmp / EMBEDDINGS_FILE, compression="zstd")
         if cfg.projector:
             name = f"model {mdir} ({mode})" if mdir is not None else f"program {program.program_id}, {mode}"

@@ -41,6 +41,7 @@ from pipelines.data.label_tasks import read_label_task
 from pipelines.data.sequences import TokenizedDataset
 from pipelines.errors import PipelineError
 from pipelines.train.config import LABELS_HEAD
+from pipelines.train.metrics import undefined_metrics
 from pipelines.train.predictions import Predictions
 
 from .finetuned import _predict, _trial_index, trial_models
@@ -143,6 +144,15 @@ def labels_eval(
         raise PipelineError(
             f"{task.path}: no label rows in split {split!r} of {ds.path} (rows by split: {by or 'none'}); "
             "choose another --labels-split (all: every row, for a dataset the model never trained on)"
+        )
+    note = undefined_metrics(placed.label[sel])
+    if note:
+        log.warning(
+            "labels %s, split %r (%d rows): %s; reported as n/a (null in evaluation.json)",
+            task.name,
+            split,
+            int(sel.sum()),
+            note,
         )
     blocks: list[Predictions] = []
     trials: list[dict[str, Any]] = []

@@ -13,6 +13,11 @@ each skipped when its input is not given:
   the mortality or chapters run, or one of ``labels`` / ``labels_run`` without the other, is refused;
 - (d) nearest neighbours with the ontology-relatedness score (:mod:`pipelines.eval.neighbours`);
 - (e) a t-SNE plot of the token embedding matrix (:mod:`pipelines.eval.tsne`);
+- next-visit diagnoses (:mod:`pipelines.eval.next_visit`): the ICD categories of each patient's last visit
+  ranked from the visits before it by a linear softmax head on the frozen encoder, top-k recall on ``test``
+  (overall and per frequency quintile) and ``rood_unseen`` beside the frequency prior, the history's
+  categories, co-occurrence and (given ``ground_truth``) the generator's ceiling (``next_visit_epochs`` 0:
+  off);
 - unbinding recall (HRR embeddings only: ``hrr_dim > 0``): a seeded sample of ``unbinding_rows`` ICD
   codes; each code's trained vector (:func:`hrr_kernel.hrr_vectors`) unbound with the relation of each of
   its program edges and cleaned up against all trained atoms; the share of edges whose atom is in the top 1
@@ -180,6 +185,10 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
         from .label_scores import summary_lines as label_lines
 
         lines += label_lines(record["labels"])
+    for scorer, by in (record.get("next_visit") or {}).get("scores", {}).items():
+        r20 = {g: v["recall"].get("20") for g, v in by.items()}
+        cells = [f"{g} {100 * r:.1f}" for g, r in r20.items() if r is not None]
+        lines.append(f"next visit {scorer} recall@20: {', '.join(cells)}")
     if record.get("tsne"):
         lines.append(f"t-SNE     {Path(record['config']['out']) / record['tsne']['path']}")
     if record.get("cost"):

@@ -18,8 +18,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 __all__ = ["CostRecord", "FrequencyBin", "FrequencyBins", "LabelTask", "NeighbourGroup", "Neighbours",
-           "Rood", "RoodTrial", "StudiedCode", "Transfer", "TransferTrial", "TSNE",
-           "UnbindingRecall"]  # fmt: skip
+           "NextVisit", "NextVisitScores", "Rood", "RoodTrial", "StudiedCode", "Transfer", "TransferTrial",
+           "TSNE", "UnbindingRecall"]  # fmt: skip
 
 
 def _plain(obj: Any) -> dict[str, Any]:
@@ -271,6 +271,63 @@ class LabelTask:
     def from_dict(cls, evaluation: dict[str, Any]) -> LabelTask | None:
         v = evaluation.get(cls.KEY)
         return _read(cls, v) if v else None
+
+
+# ----------------------------------------------------------------------------- next-visit diagnoses
+
+
+@dataclass
+class NextVisitScores:
+    """One ranking of the next visit's categories on one group of patients
+    (:func:`pipelines.eval.next_visit_scores.scores`): by k (``"10"``, ``"20"``, ``"30"``) the recall
+    averaged over patients, the recall pooled over true categories and the five quintiles' pooled recall
+    (None: no true category there), and the patient-bootstrap intervals (``recall@k``, ``pooled@k``,
+    ``q1@20`` ... ``q5@20``; :meth:`pipelines.eval.stats.Interval.as_dict`)."""
+
+    n: int = 0
+    recall: dict[str, float | None] = field(default_factory=dict)
+    pooled: dict[str, float | None] = field(default_factory=dict)
+    quintiles: dict[str, list[float | None]] = field(default_factory=dict)
+    intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class NextVisit:
+    """Next-visit diagnosis prediction (:func:`pipelines.eval.next_visit.next_visit_eval`): the head on the
+    frozen encoder (``model``), the baselines and, on the demo, the ceiling, each on the ``test`` and
+    ``rood_unseen`` patients (``scores[scorer][group]``); the quintiles' category counts and pretraining
+    count ranges; ``model - <baseline>`` recall@20 differences (paired bootstrap) per group."""
+
+    KEY = "next_visit"
+    ks: list[int] = field(default_factory=list)
+    categories: int = 0  # categories of the program's codes
+    patients: dict[str, dict[str, int]] = field(default_factory=dict)  # per split: kept, left out by reason
+    head: dict[str, Any] = field(default_factory=dict)  # outputs, epochs, validation loss, seconds, ...
+    quintiles: list[dict[str, int]] = field(default_factory=list)
+    scores: dict[str, dict[str, NextVisitScores]] = field(default_factory=dict)
+    differences: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    ceiling: bool = False
+    ceiling_note: str | None = None  # why there is no ceiling, when there is none
+
+    def score(self, scorer: str, group: str) -> NextVisitScores | None:
+        return (self.scores.get(scorer) or {}).get(group)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _plain(self)
+        d["scores"] = {s: {g: _plain(v) for g, v in by.items()} for s, by in self.scores.items()}
+        return {self.KEY: d}
+
+    @classmethod
+    def from_dict(cls, evaluation: dict[str, Any]) -> NextVisit | None:
+        v = evaluation.get(cls.KEY)
+        if not v:
+            return None
+        rec = _read(cls, v)
+        rec.scores = {
+            s: {g: _read(NextVisitScores, x) for g, x in (by or {}).items()}
+            for s, by in (v.get("scores") or {}).items()
+        }
+        return rec
 
 
 # ----------------------------------------------------------------------------- cost

@@ -34,6 +34,7 @@ from . import records as R
 from . import sections as S
 from .config import EvaluateConfig
 from .gather import Experiment
+from .next_visit_report import next_visit_section
 
 __all__ = ["EVALUATIONS", "Evaluation", "RunInputs", "TSNE_FILE", "records", "unbinding_study"]
 
@@ -226,6 +227,24 @@ def _labels(x: RunInputs) -> R.LabelTask | None:
     return R.LabelTask(**rec, predictions=LABELS_PREDICTIONS_FILE)
 
 
+def _next_visit(x: RunInputs) -> R.NextVisit | None:
+    if x.cfg.next_visit_epochs <= 0:
+        return None
+    from .next_visit import next_visit_eval
+
+    rec = next_visit_eval(
+        x.model,
+        x.ds,
+        x.program,
+        device=x.device,
+        batch_size=x.cfg.batch_size,
+        seed=x.cfg.seed,
+        epochs=x.cfg.next_visit_epochs,
+        ground_truth=x.cfg.ground_truth,
+    )
+    return None if rec is None else R.NextVisit.from_dict({R.NextVisit.KEY: rec})
+
+
 def _cost(x: RunInputs) -> R.CostRecord | None:
     if x.cfg.cost_steps <= 0:
         return None
@@ -336,6 +355,14 @@ EVALUATIONS: tuple[Evaluation, ...] = (
         ("labels", "labels_run", "labels_dataset", "labels_split", "batch_size", "seed"),
         R.LabelTask,
         _labels,
+    ),
+    Evaluation(
+        "next_visit",
+        ("next_visit_epochs", "ground_truth", "batch_size", "seed"),
+        R.NextVisit,
+        _next_visit,
+        next_visit_section,
+        position=45,
     ),
     Evaluation(
         "cost", ("cost_steps", "cost_batch", "pretrained"), R.CostRecord, _cost, S.cost_section, position=90

@@ -514,5 +514,8 @@ def write_report(root: str | Path) -> Report:
     tmp.write_text("\n".join(lines), encoding="utf-8")
     tmp.replace(path)
     results = exp.root / RESULTS_FILE
-    write_json(results, _results(exp, hv, extra.get("rood_differences", {})))
+    out = _results(exp, hv, extra.get("rood_differences", {}))
+    if "next_visit" in extra:  # the next-visit section's numbers (pipelines.eval.next_visit_report)
+        out["next_visit"] = extra["next_visit"]
+    write_json(results, out)
     return Report(path, head, results)

@@ -3,7 +3,8 @@
 :mod:`pipelines.eval.report` writes the fixed parts (introduction, headline, masked-code modelling, the
 test-split tasks, provenance) and, between them, the section of every evaluation of the registry
 (:mod:`pipelines.eval.registry`), each a function of :class:`SectionInputs` returning Markdown lines: the
-transfer task, ROOD, frequency bins, neighbours, unbinding recall, t-SNE, cost. A section reads its
+transfer task, ROOD, frequency bins, neighbours, unbinding recall, t-SNE, cost (the next-visit section is
+:mod:`pipelines.eval.next_visit_report`'s). A section reads its
 evaluation's typed records (:mod:`pipelines.eval.records`), never ``evaluation.json`` keys; the ROOD and
 transfer sections read the per-patient predictions :mod:`pipelines.eval.gather` loaded. Cells go through
 :func:`pipelines.eval.markdown.format_cell` (``percent``) and tables through
@@ -39,7 +40,8 @@ INTERVALS = (
     f"fine-tuning trials on every resample; several seeds: {OVER_SEEDS}"
 )
 TRANSFER_TITLE = "eICU-layout transfer of the mortality models (test)"
-UNBINDING_KINDS = ("is_a", "attribute", "description")  # relation kinds with a column of their own
+# relation kinds with a column of their own (a program without the ICD hierarchy shows "–" in the last)
+UNBINDING_KINDS = ("is_a", "attribute", "description", "icd_hierarchy")
 
 pct = partial(format_cell, percent=True)  # a report cell: the metric in %, its interval in parentheses
 

@@ -19,6 +19,10 @@ source's extra keys (``run_id``, ``task``, ...) and adds ``carried_from`` (the s
 and new program ids, ``init``, ``seed``). A fine-tuned source's ``thresholds.json`` is copied along with
 its task head. ``carry.json`` holds the report (:data:`REPORT_FILE`).
 
+A new program that shares no code with the model's program (nor, for a mode that composes, a concept or
+ICD node atom) is refused before any work: only the special tokens' rows would be carried. One of whose
+codes fewer than half (:data:`SMALL_OVERLAP`) are the model's is carried with a warning giving the counts.
+
 The folder is written into a temporary folder beside ``out`` and renamed into place. An existing ``out``
 is refused unless it is an empty folder, or ``force`` is given and it holds an earlier carry (its
 ``carry.json``); anything else is never replaced.
@@ -122,6 +126,63 @@ def _check_out(out: Path, force: bool, source: Path) -> None:
     check_out(out, force, record=REPORT_FILE, what="carry")
 
 
+def overlap(old, new) -> dict[str, int]:
+    """What the programs ``old`` and ``new`` share, special tokens left out: ``codes`` (of ``new``, by
+    (vocabulary, code)), ``shared_codes`` (of them also in ``old``), and per atom kind of ``new``
+    (``concept``, ``word``, ``icd``) ``<kind>_atoms`` and ``shared_<kind>_atoms`` (by key)."""
+    from hrr_kernel import SPECIAL_TOKENS
+
+    def codes(p):
+        return {
+            k for k in zip(p.concept_vocabularies, p.concept_codes, strict=True) if k[1] not in SPECIAL_TOKENS
+        }
+
+    def atoms(p):
+        return {(k, a) for a, k in zip(p.atom_keys, p.atom_kinds, strict=True) if k != "special"}
+
+    new_codes, new_atoms, old_atoms = codes(new), atoms(new), atoms(old)
+    out = {"codes": len(new_codes), "shared_codes": len(new_codes & codes(old))}
+    for kind in ("concept", "word", "icd"):
+        mine = {a for a in new_atoms if a[0] == kind}
+        out[f"{kind}_atoms"], out[f"shared_{kind}_atoms"] = len(mine), len(mine & old_atoms)
+    return out
+
+
+SMALL_OVERLAP = 0.5  # fewer of the new program's codes than this share in the old one: a warning
+
+
+def _check_overlap(program: str | Path, model, new_program) -> None:
+    """Refuse a carry to a program that shares no code (and, for a mode that composes, no concept or ICD atom)
+    with the model's: only the special tokens' rows would be carried. Warn with the counts when fewer than
+    :data:`SMALL_OVERLAP` of the new program's codes are the model's."""
+    o = overlap(model.program, new_program)
+    composes = model.config.spec.composes
+    counts = f"{o['shared_codes']} of its {o['codes']} codes"
+    if composes:
+        counts += (
+            f", {o['shared_concept_atoms']} of {o['concept_atoms']} concept atoms, "
+            f"{o['shared_word_atoms']} of {o['word_atoms']} word atoms and "
+            f"{o['shared_icd_atoms']} of {o['icd_atoms']} ICD node atoms"
+        )
+    new_id, old_id = new_program.program_id, model.program_id
+    if o["shared_codes"] == 0 and not (composes and (o["shared_concept_atoms"] or o["shared_icd_atoms"])):
+        nothing = "no code and no concept or ICD node atom" if composes else "no code"
+        raise PipelineError(
+            f"{program}: program {new_id} shares {nothing} with the model's program {old_id} ({counts} are "
+            "the model's): a carry would keep only the special tokens' rows; carry to a program of the same "
+            "ontology (a later release of the model's), or train a new model on this program"
+        )
+    if o["shared_codes"] < SMALL_OVERLAP * o["codes"]:
+        log.warning(
+            "%s: program %s shares little with the model's program %s: %s are the model's; the rest start "
+            "from the --init rules",
+            program,
+            new_id,
+            old_id,
+            counts,
+        )
+
+
 def _load_source(model_dir: Path, model_program: str | None):
     """``(folder, config.json, model)`` of the source; its program from ``model_program`` or its copy."""
     from hrr_kernel import load_program
@@ -203,6 +264,7 @@ def carry(
             f"{program}: is program {new_program.program_id}, the one the model {mdir} already has; "
             "nothing to carry"
         )
+    _check_overlap(program, model, new_program)  # before any work: a program sharing nothing is refused
     parents = is_a_parents(new_program) if init == "parents" else None
     new_model, report = carry_model(model, new_program, init=init, seed=seed, atom_parents=parents)
     record = {
@@ -212,7 +274,7 @@ def carry(
         **report,
         "created_at": now_iso(),
     }
-    with folder_written(out, "carried model") as tmp:
+    with folder_written(out, "carried model", force=force, record=REPORT_FILE) as tmp:
         files = _write(tmp, new_model, meta, mdir, report, record)
     seconds = time.perf_counter() - start
     log.info("carried %s to program %s: %s", mdir, new_program.program_id, out)

@@ -1,8 +1,9 @@
 """Compare two compiled programs, and the vectors one trained model composes under each (``hrrbert diff``).
 
 Everything is matched by key, never by id (ids are dense and differ between programs): a token by
-(``vocabulary``, ``code``), an atom by (``kind``, ``key``), a relation by its key (the SCTID as text, or
-the kind for ``identity`` and ``description``), and an edge by (token, relation key, atom). Edges are
+(``vocabulary``, ``code``), an atom by (``kind``, ``key``), a relation by its key (the SCTID as text, the
+label for an ``icd_hierarchy`` relation, or the kind for ``identity`` and ``description``), and an edge by
+(token, relation key, atom). Edges are
 compared as sets of those triples.
 
 :func:`diff_programs` reads ``atoms``, ``relations``, ``concepts`` and ``edges`` of both programs
@@ -85,7 +86,7 @@ def _model_record(model: str | Path, old: Side, new: Side) -> tuple[Path, dict[s
 
     if not mode_spec(mode).composes:
         raise PipelineError(
-            f"{mdir}: mode {mode!r} learns a free vector per token and composes nothing, so there is no "
+            f"{mdir}: mode {mode!r} ({mode_spec(mode).note}) composes nothing, so there is no "
             f"HRR vector to compare across programs; pass a model of mode {', '.join(hrr_mode_names())}"
         )
     trained_on = "old" if pid == old.program_id else "new"
@@ -168,7 +169,7 @@ def default_out(old_id: str, new_id: str) -> Path:
     return DEFAULT_ROOT / f"{old_id}__{new_id}"
 
 
-def _write_folder(out: Path, tables: dict[str, pa.Table], record: dict[str, Any]) -> None:
+def _write_folder(out: Path, tables: dict[str, pa.Table], record: dict[str, Any], force: bool) -> None:
     """Write the tables and ``diff.json`` into a temporary folder beside ``out``, then rename it into place
     (an earlier diff there is moved aside first and removed after)."""
     from pipelines.train.runtime import write_json
@@ -177,7 +178,7 @@ def _write_folder(out: Path, tables: dict[str, pa.Table], record: dict[str, Any]
         b"old_program_id": record["old"]["program_id"].encode(),
         b"new_program_id": record["new"]["program_id"].encode(),
     }
-    with folder_written(out, "diff") as tmp:
+    with folder_written(out, "diff", force=force, record=RECORD_FILE) as tmp:
         for name, table in tables.items():
             pq.write_table(table.replace_schema_metadata(meta), tmp / name, compression="zstd")
         write_json(tmp / RECORD_FILE, record)
@@ -268,7 +269,7 @@ def diff_programs(
         "files": files,
         "created_at": now_iso(),
     }
-    _write_folder(target, tables, diff_record)
+    _write_folder(target, tables, diff_record, force)
     seconds = time.perf_counter() - start
     log.info("diff of %s and %s written to %s in %.1f s", a.program_id, b.program_id, target, seconds)
     return DiffResult(

@@ -44,6 +44,7 @@ COLUMNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "edges.parquet": (("concept_id", "relation_id", "atom_id"), ("role_group", "provenance", "source_sctid")),
 }
 MAPPING_FIELDS = ("snomed_ids", "mapping_source", "mapping_kind")
+LABEL_KEYED_KINDS = ("icd_hierarchy",)  # relation kinds keyed by label (hrr_kernel.program.LABEL_KEYED_KINDS)
 
 
 # --- reading ----------------------------------------------------------------------------------------
@@ -62,10 +63,15 @@ class Side:
     edges: pa.Table
 
     def relation_keys(self) -> list[str]:
-        """Each relation's key: its SCTID as text, else its kind (as ``hrr_kernel`` matches relations)."""
+        """Each relation's key: its SCTID as text, else its label for ``icd_hierarchy`` relations (one per
+        ICD level), else its kind (as ``hrr_kernel`` matches relations)."""
         kinds = self.relations.column("kind").to_pylist()
         sctids = self.relations.column("sctid").to_pylist()
-        return [k if s is None else str(int(s)) for s, k in zip(sctids, kinds, strict=True)]
+        labels = self.relations.column("label").to_pylist()
+        return [
+            str(int(s)) if s is not None else str(lab) if k in LABEL_KEYED_KINDS else k
+            for s, k, lab in zip(sctids, kinds, labels, strict=True)
+        ]
 
     def atom_keys(self) -> list[tuple[str, str]]:
         return list(

@@ -211,9 +211,12 @@ def explain_code(
     return result
 
 
-def explain(model: str | Path, code: str, *, device: str = "cpu", **options: Any) -> Explanation:
-    """Load the model folder ``model`` and explain ``code`` (options: see :func:`explain_code`)."""
-    return explain_code(load_trained(model, device=device), code, **options)
+def explain(
+    model: str | Path, code: str, *, device: str = "cpu", program: str | Path | None = None, **options: Any
+) -> Explanation:
+    """Load the model folder ``model`` (with ``program``, default the copy it carries) and explain ``code``
+    (options: see :func:`explain_code`)."""
+    return explain_code(load_trained(model, device=device, program=program), code, **options)
 
 
 def write_json(result: Any, path: str | Path) -> Path:

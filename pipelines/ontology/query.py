@@ -131,10 +131,16 @@ def query_codes(
 
 
 def query(
-    model: str | Path, pairs: tuple[str, ...] = (), *, device: str = "cpu", **options: Any
+    model: str | Path,
+    pairs: tuple[str, ...] = (),
+    *,
+    device: str = "cpu",
+    program: str | Path | None = None,
+    **options: Any,
 ) -> QueryResult:
-    """Load the model folder ``model`` and run a query (options: see :func:`query_codes`)."""
-    return query_codes(load_trained(model, device=device), tuple(pairs), **options)
+    """Load the model folder ``model`` (with ``program``, default the copy it carries) and run a query
+    (options: see :func:`query_codes`)."""
+    return query_codes(load_trained(model, device=device, program=program), tuple(pairs), **options)
 
 
 def summary_lines(result: QueryResult) -> list[str]:

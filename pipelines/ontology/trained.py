@@ -11,7 +11,8 @@ trained code vectors, the HRR part of the token embedding:
 - ``add``: ``C + W`` (the free table ``W`` trained alongside, kept as ``extra``);
 - ``cat``: ``C``, the HRR half of ``[C, W]`` (the table half ``W`` kept as ``extra``).
 
-An ``unstructured`` model has no atoms or relations: it is refused with a :class:`NotHRRError`.
+A model that composes nothing (``unstructured``; ``gram`` and ``ancestors``, whose rows mix free vectors of
+a code and its ancestors) is refused with a :class:`NotHRRError`.
 
 Names: :func:`resolve_code` (``E11.9``, ``E119``, ``ICD10CM:E11.9``), :func:`resolve_relation` (label, case
 insensitive, or SCTID), :func:`resolve_atom` (SCTID, word or label), :func:`parse_pair`
@@ -93,21 +94,24 @@ def model_folder(path: str | Path) -> Path:
     return trials[0]
 
 
-def load_trained(path: str | Path, device: str = "cpu") -> TrainedVectors:
-    """Load a model folder with its program and return its HRR side (see the module docstring)."""
+def load_trained(path: str | Path, device: str = "cpu", program: str | Path | None = None) -> TrainedVectors:
+    """Load a model folder with its program (``program``: that program's folder, for a model folder that
+    carries no copy; default: the copy, ``program/``) and return its HRR side (see the module docstring)."""
     import torch
     import torch.nn.functional as F
 
-    from hrr_kernel import compose, hrr_mode_names
+    from hrr_kernel import compose, hrr_mode_names, load_program
     from model import HRRBert
 
     mdir = model_folder(path)
-    model = HRRBert.from_pretrained(mdir, device=device)
+    given = None if program is None else load_program(program, device=device)
+    model = HRRBert.from_pretrained(mdir, given, device=device)  # a given program's id is checked
     token = model.embeddings.token
     if not token.spec.composes:
         raise NotHRRError(
-            f"{mdir}: the model is {token.mode!r} ({token.spec.note}): it has no atoms or relations to "
-            f"unbind or compose; explain and query need an HRR mode ({', '.join(hrr_mode_names())})"
+            f"{mdir}: the model is {token.mode!r} ({token.spec.note}): it composes nothing from atoms and "
+            f"relations, so there is nothing to unbind or compose; explain and query need an HRR mode "
+            f"({', '.join(hrr_mode_names())})"
         )
     with torch.no_grad():
         atoms, relations = token.atom_vectors().detach().float(), token.relation_vectors().detach().float()

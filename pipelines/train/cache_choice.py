@@ -164,9 +164,11 @@ def add_cache(
     batch_size: int = 256,
     seed: int = 0,
     force: bool = False,
+    program: str | Path | None = None,
 ) -> CacheResult:
     """Choose the code cache of the model in ``model_dir`` on ``split`` of ``dataset`` and write the model
-    with it to ``out`` (see the module docstring); nothing is left under ``out`` on failure."""
+    with it to ``out`` (see the module docstring); nothing is left under ``out`` on failure. ``program``:
+    the folder of the program the model was trained with (default: the copy the model folder carries)."""
     from model import HRRBert
     from pipelines.data.sequences import SPLITS, TokenizedDataset
     from pipelines.train.finetune import model_dir as find_model
@@ -184,7 +186,11 @@ def add_cache(
     check_out(out, force, record=REPORT_FILE, what="cached model")
     mdir = find_model(source)
     meta = HRRBert.read_config(mdir)
-    model = HRRBert.from_pretrained(mdir)
+    if program is not None:
+        from hrr_kernel import load_program
+
+        program = load_program(program)
+    model = HRRBert.from_pretrained(mdir, program)
     program = model.program
     ds = TokenizedDataset(dataset, program.program_id, program.n_concepts, program.special_id("[PAD]"))
     seqs = ds.sequences(split, max_len=model.config.max_len, max_segments=model.config.max_segments)
@@ -220,7 +226,7 @@ def add_cache(
         "chosen": chosen,
         "created_at": now_iso(),
     }
-    with folder_written(out, "cached model") as tmp:
+    with folder_written(out, "cached model", force=force, record=REPORT_FILE) as tmp:
         model.save_pretrained(tmp, extra=extra)
         if (mdir / THRESHOLDS_FILE).is_file():  # a fine-tuned model's thresholds travel with it
             shutil.copy2(mdir / THRESHOLDS_FILE, tmp / THRESHOLDS_FILE)

@@ -150,7 +150,32 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(path, f"checkpoint incomplete, missing {missing}")
+    check_fields(path, state)
     return state
+
+
+def check_fields(path: Path, state: dict[str, Any]) -> None:
+    """Refuse a checkpoint whose fields are not what :func:`save_checkpoint` writes, naming the field:
+    ``step``, ``epoch`` and ``position`` whole numbers >= 0 (``step`` the one in the file's name
+    ``step-<step>.pt``), the state dicts and ``rng``, ``config``, ``loop`` dictionaries."""
+    for key in ("step", "epoch", "position"):
+        v = state[key]
+        if isinstance(v, torch.Tensor) and v.numel() == 1 and not v.is_floating_point():
+            v = state[key] = int(v)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise CheckpointError(path, f"checkpoint field {key!r} is {v!r}; expected a whole number >= 0")
+        if v < 0:
+            raise CheckpointError(path, f"checkpoint field {key!r} is {v}; expected a whole number >= 0")
+    m = CHECKPOINT_RE.match(path.name)
+    if m is not None and int(m.group(1)) != state["step"]:
+        named = int(m.group(1))
+        step = state["step"]
+        raise CheckpointError(path, f"checkpoint field 'step' is {step}; the file is named for step {named}")
+    for key in ("model", "optimizer", "scheduler", "rng", "config", "loop", "best_model"):
+        if key in state and not isinstance(state[key], dict):
+            raise CheckpointError(
+                path, f"checkpoint field {key!r} is a {type(state[key]).__name__}; expected a dictionary"
+            )
 
 
 def latest_checkpoint(run_dir: Path) -> Path:

@@ -63,7 +63,7 @@ from pipelines.errors import PipelineError
 from .checkpoint import list_checkpoints
 from .config import FinetuneConfig
 from .loop import LoopOptions, StepOutput, finished_results, open_run, publish_results, run_loop
-from .metrics import f1_thresholds
+from .metrics import f1_thresholds, undefined_metrics
 from .predictions import PREDICTIONS_FILE, Predictions, score_predictions, write_predictions
 from .runtime import (
     config_from,
@@ -260,6 +260,15 @@ def _task_splits(
     for name, s in (("finetune_train", train), ("finetune_val", val)):
         if len(s) == 0:
             raise PipelineError(f"{ds.patients_path}: split {name!r} has no rows for {what}")
+    for name, s in (("finetune_val", val), ("test", test)):
+        note = undefined_metrics(s.labels.numpy()) if len(s) and s.labels is not None else None
+        if note:
+            pick = (
+                f"; --select-by {cfg.select_by} cannot rank the validations (the first one's weights kept)"
+                if name == "finetune_val" and cfg.select_by in ("auroc", "auprc")
+                else ""
+            )
+            log.warning("%s, split %r: %s; shown as n/a (null in the JSON files)%s", what, name, note, pick)
     return train, val, test, record
 
 

@@ -52,6 +52,7 @@ from .checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from .run_lock import lock_run
 from .runtime import DistContext, MetricsLog, progress, redirect_logging, write_json
 
 log = logging.getLogger(__name__)
@@ -229,6 +230,13 @@ class _Loop:
 
     def restore(self, state: dict[str, Any], path: Path | None = None) -> None:
         where = Path(path) if path is not None else self.run_dir / CHECKPOINT_DIR
+        step, total = int(state["step"]), self.o.total_steps
+        if step > total:
+            msg = f"checkpoint field 'step' is {step}, beyond the {total} steps this run trains (max_steps)"
+            raise CheckpointError(where, msg)
+        stray = sorted(set(state.get("loop") or {}) - set(_State.__dataclass_fields__))
+        if stray:
+            raise CheckpointError(where, f"checkpoint field 'loop' has keys {stray} this loop does not know")
         saved = state["model"]
         differs = shape_mismatch(
             {k: tuple(v.shape) for k, v in self.model.state_dict().items()},
@@ -452,6 +460,8 @@ def open_run(
 ) -> Path | None:
     """Start a run folder, or check it for a resume.
 
+    The folder is locked for this process first (:func:`~pipelines.train.run_lock.lock_run`, rank 0): a run
+    another process trains is refused with :class:`~pipelines.train.run_lock.RunInUseError` naming its pid.
     Without ``resume`` the folder must not hold ``config_file`` yet; it is created and ``record`` written.
     With ``resume`` the saved record's ``config`` (plus ``program_id`` / ``dataset_id``) must equal the new
     one apart from ``runtime_keys``; returns the newest checkpoint, or None when none was written yet.
@@ -459,6 +469,8 @@ def open_run(
     ctx = ctx or DistContext()
     run_dir = Path(run_dir)
     cfg_path = run_dir / config_file
+    if ctx.is_main and (not resume or run_dir.is_dir()):  # (a resume of nothing creates nothing)
+        lock_run(run_dir)  # one process trains a run: a second is refused naming the pid (run_lock.py)
     if not resume:
         if cfg_path.exists():
             raise PipelineError(

@@ -28,6 +28,7 @@ __all__ = [
     "f1_thresholds",
     "multilabel_metrics",
     "precision_recall_f1",
+    "undefined_metrics",
 ]
 
 
@@ -62,6 +63,27 @@ def auroc(y_true, scores) -> float:
     if y.sum() == 0 or y.sum() == len(y):
         return math.nan
     return float(roc_auc_score(y, s))
+
+
+def undefined_metrics(y_true) -> str | None:
+    """Why AUROC (and AUPRC) cannot be computed on the labels ``y_true`` (``(P,)`` or ``(P, L)``), as one
+    phrase for a warning; None when AUROC is defined (for a multi-label task: on at least one label).
+
+    AUROC needs both classes: all-negative labels leave AUROC and AUPRC undefined, all-positive ones AUROC
+    (they are NaN in memory, ``null`` in the JSON files, ``n/a`` where printed)."""
+    y = np.asarray(y_true, dtype=np.float64)
+    if y.size == 0:
+        return "AUROC and AUPRC are undefined: no rows"
+    y = y.reshape(len(y), -1) if y.ndim else y.reshape(1, 1)
+    n = len(y)
+    pos = y.sum(0)  # (L,)
+    if ((pos > 0) & (pos < n)).any():
+        return None
+    if y.shape[1] > 1:
+        return f"AUROC is undefined: each of the {y.shape[1]} labels has one class only in the {n} rows"
+    if pos[0] == 0:
+        return f"AUROC and AUPRC are undefined: all {n} labels are negative (one class)"
+    return f"AUROC is undefined: all {n} labels are positive (one class)"
 
 
 def average_precision(y_true, scores) -> float:

@@ -38,6 +38,7 @@ from .checkpoint import latest_checkpoint, list_checkpoints
 from .config import RUNTIME_KEYS, PretrainConfig
 from .loop import METRICS_FILE, LoopOptions, StepOutput, open_run, run_loop
 from .mlm import evaluate_mlm, mlm_step, tokens_of
+from .run_lock import run_locked
 from .runtime import (
     DistContext,
     MetricsLog,
@@ -87,8 +88,9 @@ def resumable(run_dir: Path) -> bool:
         return False
     if list_checkpoints(run_dir):
         return True
-    log.warning("%s: started but never checkpointed; starting it again", run_dir)
-    shutil.rmtree(run_dir)
+    with run_locked(run_dir):  # a run another process trains (not checkpointed yet) is refused, not removed
+        log.warning("%s: started but never checkpointed; starting it again", run_dir)
+        shutil.rmtree(run_dir)
     return False
 
 

@@ -27,6 +27,8 @@ import torch.distributed as dist
 from ontology_compiler.api import write_file_atomically
 from pipelines.errors import PipelineError
 
+from .run_lock import lock_scope
+
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
@@ -268,6 +270,7 @@ def distributed(device: str):
     """``(ctx, device)`` of this process (joining the ``torchrun`` process group if any), closed after."""
     ctx, dev = init_distributed(resolve_device(device))
     try:
-        yield ctx, dev
+        with lock_scope():  # the run folders the block opens stay locked until it ends
+            yield ctx, dev
     finally:
         ctx.close()

@@ -75,6 +75,7 @@ RF2_VARIANTS = {
     "gem": lambda t: (None, M / "gem"),
     "icd10cm_map": lambda t: (None, _tls(t)),
     "packages": lambda t: ((), ("INT_20220531",)),  # see test_package_choice_changes_the_id
+    "icd_hierarchy": lambda t: (None, False),
 }
 
 
@@ -162,6 +163,7 @@ OWL_VARIANTS = {
     "label_properties": lambda t: (("rdfs:label",), ("skos:prefLabel", "rdfs:label")),
     "synonym_properties": lambda t: (None, ("oboInOwl:hasExactSynonym",)),
     "stopwords": lambda t: (None, _stopwords(t)),
+    "icd_hierarchy": lambda t: (None, False),
 }
 
 

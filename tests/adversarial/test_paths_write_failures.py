@@ -47,10 +47,8 @@ def test_checkpoint_on_a_full_disk(tmp_path, monkeypatch, exc):
     )
 
     run = tmp_path / "run"
-    state = {
-        k: torch.zeros(1)
-        for k in ("model", "optimizer", "scheduler", "rng", "step", "epoch", "position", "config")
-    }
+    state = {"model": {"w": torch.zeros(1)}, "optimizer": {}, "scheduler": {}, "rng": {}, "config": {}}
+    state |= {"step": 1, "epoch": 0, "position": 0}  # a checkpoint's fields are checked when it is read
     first = save_checkpoint(checkpoint_path(run, 1), state)
     monkeypatch.setattr(torch, "save", failing_after_some_bytes(exc))
     target = checkpoint_path(run, 2)
@@ -59,7 +57,7 @@ def test_checkpoint_on_a_full_disk(tmp_path, monkeypatch, exc):
     msg = str(info.value)
     assert str(target) in msg and "disk is full" in msg and "--resume" in msg
     assert leftovers(run) == [] and not target.exists()
-    assert list_checkpoints(run) == [first] and load_checkpoint(first)["step"] == 0  # the previous one kept
+    assert list_checkpoints(run) == [first] and load_checkpoint(first)["step"] == 1  # the previous one kept
     with pytest.raises(click.ClickException, match="disk is full"):  # the CLI's one-line error
         handle_errors(lambda: save_checkpoint(target, state))()
 

@@ -33,6 +33,8 @@ def test_modes_shapes_and_parameters(program, mode):
         "freq": {"atoms", "relations"},
         "add": {"atoms", "relations", "table"},
         "cat": {"atoms", "relations", "table"},
+        "gram": {"atoms", "table", "attention.weight", "attention.bias", "attention.score"},
+        "ancestors": {"atoms", "table"},
     }[mode]
     assert names == expected
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from hrr_kernel import MODES, SPECIAL_TOKENS, trained_parts
+from hrr_kernel import MODES, SETTLED_KINDS, SPECIAL_TOKENS, trained_parts
 from model import HRRBert, PretrainedFileError, preset
 
 
@@ -40,12 +40,18 @@ def test_settle_by_mode(program, mode):
     for k in before:  # only the token embedding's parameters change
         if not k.startswith("embeddings.token."):
             assert torch.equal(before[k], after[k]), k
-    if tok.hrr_dim:
-        reached, _ = trained_parts(program, trained)
+    if tok.atoms is not None:
+        # gram, ancestors: only the ancestor edges reach a row (their words are nobody's, so never moved)
+        reached, _ = trained_parts(program, trained, tok.spec.row_edges(program))
         atoms, atoms0 = after["embeddings.token.atoms"], before["embeddings.token.atoms"]
         assert torch.equal(atoms[reached], atoms0[reached])
         kinds = program.atom_kinds
-        moved = [i for i in range(program.n_atoms) if not reached[i] and kinds[i] in ("concept", "word")]
+        has_trained = {kinds[j] for j in range(program.n_atoms) if reached[j]}
+        moved = [
+            i
+            for i in range(program.n_atoms)
+            if not reached[i] and kinds[i] in SETTLED_KINDS and kinds[i] in has_trained
+        ]
         assert counts["atoms_settled"] == len(moved) > 0
         for i in moved:
             same = [j for j in range(program.n_atoms) if kinds[j] == kinds[i] and reached[j]]
@@ -56,9 +62,13 @@ def test_settle_by_mode(program, mode):
         table, table0 = after["embeddings.token.table"], before["embeddings.token.table"]
         assert torch.equal(table[trained], table0[trained])
         special = torch.tensor([c in SPECIAL_TOKENS for c in program.concept_codes])
-        want = torch.zeros_like(table0[0]) if mode == "add" else table0[trained & ~special].mean(0)
-        assert torch.allclose(table[~trained], want.expand(int((~trained).sum()), -1), atol=1e-6)
-        assert counts["rows_settled"] == int((~trained).sum())
+        fill = tok.spec.untrained_fill
+        if fill is None:  # gram, ancestors: the code keeps its own vector's draw
+            assert torch.equal(table, table0) and counts["rows_settled"] == 0
+        else:
+            want = torch.zeros_like(table0[0]) if fill == "zero" else table0[trained & ~special].mean(0)
+            assert torch.allclose(table[~trained], want.expand(int((~trained).sum()), -1), atol=1e-6)
+            assert counts["rows_settled"] == int((~trained).sum())
 
 
 def test_record_accumulates_and_survives_save_and_load(program, tmp_path):

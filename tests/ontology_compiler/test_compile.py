@@ -126,10 +126,13 @@ def test_one_to_many_code_takes_the_union_of_edges(compiled):
     concepts, edges = _table(compiled, "concepts"), _table(compiled, "edges")
     row = concepts.filter(pc.equal(concepts["code_dotted"], "J45.9")).to_pylist()[0]
     assert len(row["snomed_ids"]) == 2
+    rel = _table(compiled, "relations")
+    icd = rel.filter(pc.equal(rel["kind"], "icd_hierarchy"))["relation_id"]
     mine = edges.filter(pc.equal(edges["concept_id"], row["concept_id"]))
     pairs = list(zip(mine["relation_id"].to_pylist(), mine["atom_id"].to_pylist(), strict=True))
     assert len(pairs) == len(set(pairs))  # union, no duplicates
-    assert set(mine["source_sctid"].to_pylist()) == set(row["snomed_ids"])
+    snomed = mine.filter(pc.invert(pc.is_in(mine["relation_id"], value_set=icd)))  # not the ICD hierarchy's
+    assert set(snomed["source_sctid"].to_pylist()) == set(row["snomed_ids"])
 
 
 def test_program_format_1(compiled):
@@ -157,8 +160,9 @@ def test_program_format_1(compiled):
     )
     for t, col in ((atoms, "atom_id"), (rel, "relation_id"), (con, "concept_id")):
         assert t[col].type == "int32" and t[col].to_pylist() == list(range(t.num_rows))
-    assert set(atoms["kind"].to_pylist()) == {"concept", "word", "special"}
+    assert set(atoms["kind"].to_pylist()) == {"concept", "word", "special", "icd"}
     assert rel["kind"].to_pylist()[:3] == ["identity", "description", "is_a"]
+    assert rel["kind"].to_pylist()[-7:] == ["icd_hierarchy"] * 7  # the ICD hierarchy's levels come last
     # special tokens: their own atom bound with identity
     sp = edges.filter(pc.less(edges["concept_id"], 5)).to_pylist()
     assert [(e["concept_id"], e["relation_id"], e["atom_id"]) for e in sp] == [(i, 0, i) for i in range(5)]

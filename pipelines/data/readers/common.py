@@ -538,6 +538,8 @@ def connect(threads: int | None = None, memory_limit: str = "3GB") -> duckdb.Duc
     con = duckdb.connect()
     con.execute(f"SET memory_limit = {quote_literal(memory_limit)}")
     con.execute("SET preserve_insertion_order = true")
+    # a timezone-aware time is read as UTC on every machine (DuckDB's default is the machine's own zone)
+    con.execute("SET TimeZone = 'UTC'")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     return con

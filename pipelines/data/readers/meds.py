@@ -1,6 +1,9 @@
 """MEDS (0.4) -> the common long table and visit labels, with DuckDB over the DataSchema Parquet shards.
 
-The files read and their columns: ``docs/input-formats.md``, "MEDS".
+The files read and their columns: ``docs/input-formats.md``, "MEDS". The shards are every
+``data/**/*.parquet``, symbolic links to folders followed (``data/train`` may link to a folder of shards;
+each real folder read once, a link loop skipped with a warning, a link to nothing an error); the log says
+how many shards each split folder gave.
 
 Diagnosis codes are recognised in the forms MIMIC and OMOP ETLs write: ``DIAGNOSIS//ICD//10//E119``
 (MIMIC-IV MEDS ETL), ``ICD10CM/E11.9`` (OMOP style, Stanford ``meds_etl``) and ``SNOMED/<sctid>``
@@ -24,12 +27,14 @@ Checks: column types (``subject_id`` integer, ``time`` timestamp or date, ``code
 integer; ``codes.parquet``: ``code`` string, ``description`` string, ``parent_codes`` list of strings)
 before reading; ``dataset.json`` must be a JSON object; exact duplicate diagnosis rows dropped (a
 finding); diagnosis rows without a time counted (a finding); a subject with two different splits is an
-error.
+error; a ``time`` outside the years 1 to 9999 is an error naming shard and row; a ``time`` with a time
+zone is converted to UTC (the finding ``shards_with_time_zone``, naming the shards and their zones).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import duckdb
@@ -37,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from duckdb import DuckDBPyConnection
 
+from ontology_compiler.api import describe_files, walk_files
 from pipelines.errors import InputFileError, MissingTableError
 
 from .common import (
@@ -51,6 +57,8 @@ from .common import (
     read_result,
     to_tables,
 )
+
+log = logging.getLogger(__name__)
 
 DATA_COLUMNS = {"subject_id": "integer", "time": "timestamp or date", "code": "string"}
 SPLIT_COLUMNS = {"subject_id": "integer", "split": "string"}
@@ -148,7 +156,7 @@ def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Tab
     con.execute(
         "CREATE TEMP TABLE raw AS SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, "
         "code::VARCHAR AS code FROM read_parquet($1, union_by_name = true)",
-        [[duckdb_path(s) for s in sorted((Path(path) / "data").rglob("*.parquet"))]],
+        [[duckdb_path(s) for s in data_shards(Path(path))]],
     )
     return con.sql(
         f"SELECT * FROM (SELECT subject_id, min(time) AS time FROM raw WHERE code = '{DEATH_CODE}' GROUP BY "
@@ -156,12 +164,19 @@ def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Tab
     ).to_arrow_table(), {}
 
 
+def data_shards(root: Path) -> list[Path]:
+    """The DataSchema shards ``data/**/*.parquet`` of the MEDS root ``root``, symbolic links to folders
+    followed (``data/train`` may link to a folder of shards; each real folder is read once)."""
+    data = root / "data"
+    return walk_files(data, lambda n: n.endswith(".parquet"), error=InputFileError) if data.is_dir() else []
+
+
 def meds_files(path: str | Path) -> list[Path]:
     """Every file of the MEDS root ``path`` that a dataset prepared from it depends on (its inputs): the
     shards ``data/**/*.parquet``, then those of ``metadata/subject_splits.parquet``,
     ``metadata/codes.parquet`` and ``metadata/dataset.json`` that exist."""
     root = Path(path)
-    shards = sorted((root / "data").rglob("*.parquet")) if (root / "data").is_dir() else []
+    shards = data_shards(root)
     return shards + [root / m for m in (SPLITS_FILE, CODES_FILE, DATASET_FILE) if (root / m).is_file()]
 
 
@@ -169,11 +184,12 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
     """Read a MEDS dataset root (``data/**/*.parquet``; optional ``metadata/subject_splits.parquet``,
     ``metadata/codes.parquet`` and ``metadata/dataset.json``)."""
     root = Path(path)
-    shards = sorted((root / "data").rglob("*.parquet")) if (root / "data").is_dir() else []
+    shards = data_shards(root)
     if not shards:
         raise MissingTableError(
             root / "data", "no DataSchema shards", hint="expected data/**/*.parquet under the MEDS root"
         )
+    log.info("%s: reading %s", root / "data", describe_files(root / "data", shards, "shard"))
     con = connect(threads)
     f = Findings("meds")
     metadata, dataset_input = _dataset_metadata(root, f)
@@ -222,6 +238,7 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
     diagnosis vocabulary and dotless code, null vocabulary for other codes) and ``dx`` (the diagnosis rows,
     exact duplicates dropped)."""
     names = [check_schema(s, DATA_COLUMNS, OPTIONAL_COLUMNS) for s in shards]
+    _time_zones(root, shards, f)
     hadm = "hadm_id::BIGINT" if all("hadm_id" in n for n in names) else "NULL::BIGINT"
     select = (
         f"SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, code::VARCHAR AS code, "
@@ -246,6 +263,7 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
             f"empty subject_id at file_row_number {missing[1]}",
             expected="a subject_id on every row",
         )
+    _check_time_range(con)
     # a code of no form is read as its parent code (metadata/codes.parquet), where it has a usable one
     con.execute(
         "CREATE TEMP TABLE via AS SELECT child, parent FROM (SELECT code AS child, list_filter(parent_codes, "
@@ -287,6 +305,44 @@ def _load_shards(con: DuckDBPyConnection, root: Path, shards: list[Path], f: Fin
         "(PARTITION BY subject_id, time, hadm_id, source_code ORDER BY filename, file_row_number) = 1"
     )
     _not_read(con, root, f)
+
+
+def _time_zones(root: Path, shards: list[Path], f: Findings) -> None:
+    """Warn once (the finding ``shards_with_time_zone``, each example a shard and its zone) when shards'
+    ``time`` carries a time zone: such times are instants, read as UTC wall-clock times (the zone dropped)."""
+    zoned = []
+    for s in shards:
+        t = pq.read_schema(s).field("time").type
+        if pa.types.is_timestamp(t) and t.tz:
+            zoned.append(f"{_rel(root, str(s.absolute()))} ({t.tz})")
+    f.finding(
+        "shards_with_time_zone",
+        len(zoned),
+        zoned,
+        "shard(s) whose time column has a time zone: their times were converted to UTC and read as UTC "
+        "wall-clock times (visit days and the 182-day mortality window are counted in UTC)",
+    )
+
+
+# the times a shard may hold: those of a calendar year 1 to 9999 (DuckDB reads far more, and infinity)
+TIME_RANGE = ("0001-01-01", "9999-12-31 23:59:59.999999")
+
+
+def _check_time_range(con: DuckDBPyConnection) -> None:
+    """Raise naming the shard and row of the first time outside :data:`TIME_RANGE` (year 10000 and later,
+    before year 1, or infinity)."""
+    bad = one(
+        con,
+        f"SELECT filename, file_row_number, time::VARCHAR FROM raw WHERE time NOT BETWEEN "
+        f"TIMESTAMP '{TIME_RANGE[0]}' AND TIMESTAMP '{TIME_RANGE[1]}' ORDER BY filename, file_row_number "
+        "LIMIT 1",
+    )
+    if bad:
+        raise InputFileError(
+            Path(bad[0]),
+            f"time {bad[2]} at file_row_number {bad[1]} is out of range",
+            expected=f"a time from {TIME_RANGE[0]} to 9999-12-31",
+        )
 
 
 def _form_sql(col: str) -> tuple[str, str]:

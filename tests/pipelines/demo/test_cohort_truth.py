@@ -139,6 +139,33 @@ def test_task_probabilities_are_the_truth(cohort):
     assert abs(np.mean([p_eicu[i] for i in ids]) - died_eicu.mean()) < 0.05
 
 
+def test_next_visit_probabilities_are_the_truth(cohort):
+    from pipelines.data.next_visit import category_of
+    from pipelines.demo.cohort_truth import NEXT_VISIT_TOP
+
+    t = _gt(cohort, "next_visit_probabilities.parquet")
+    assert t.column_names == ["hospital", "subject_id", "rank", "category", "probability"]
+    sid, rank = t["subject_id"].to_numpy(), t["rank"].to_numpy()
+    cat, prob = np.array(t["category"].to_pylist()), t["probability"].to_numpy()
+    assert t.num_rows == N * NEXT_VISIT_TOP and np.array_equal(rank, np.tile(np.arange(1, 31), N))
+    assert ((prob >= 0) & (prob <= 1)).all() and (np.diff(prob.reshape(N, -1), axis=1) <= 1e-12).all()
+    ev = read_mimic(cohort).events
+    subject, visit = ev["subject_id"].to_numpy(), ev["visit_index"].to_numpy()
+    last = {s: v for s, v in zip(subject, visit, strict=True)}  # events are sorted by patient, visit
+    true = {
+        (s, f"{v}:{category_of(v, c)}")
+        for s, i, v, c in zip(
+            subject, visit, ev["vocabulary"].to_pylist(), ev["code"].to_pylist(), strict=True
+        )
+        if i == last[s]
+    }
+    hit = np.array([(s, c) in true for s, c in zip(sid.tolist(), cat.tolist(), strict=True)])
+    # calibrated at every rank (exact for MIMIC-IV: binomial noise only), and the top 30 hold most truths
+    for r in (1, 2, 3, 5, 10, 20, 30):
+        assert abs(hit[rank == r].mean() - prob[rank == r].mean()) < 0.04, r
+    assert hit.sum() > 0.8 * len(true) and hit[rank == 1].mean() > 0.5
+
+
 def test_readme_lists_files_version_and_counts(cohort):
     meta = json.loads((cohort / "ground_truth" / "README.json").read_text())
     assert {"reserved_codes.parquet", "task_probabilities.parquet", "patients.parquet"} <= set(meta["files"])

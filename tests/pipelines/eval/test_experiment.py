@@ -43,7 +43,7 @@ def test_experiment_runs_every_step_and_resumes(tmp_path, dataset_dir, program_d
             s = json.loads((root / x["finetune"][task] / "summary.json").read_text())
             assert len(s["trials"]) == 2
         ev = json.loads((root / x["evaluation"]).read_text())
-        assert {"frequency_bins", "neighbours", "rood", "transfer", "tsne", "cost"} <= set(ev)
+        assert {"frequency_bins", "neighbours", "rood", "transfer", "tsne", "cost", "next_visit"} <= set(ev)
     text = r.report.read_text()
     for section in (
         "## Headline",
@@ -52,6 +52,7 @@ def test_experiment_runs_every_step_and_resumes(tmp_path, dataset_dir, program_d
         "## Disease chapters",
         "## eICU",
         "## ROOD",
+        "## Next-visit diagnoses",
         "## Masked-code accuracy by code frequency",
         "## Nearest neighbours",
         "## Token embeddings",
@@ -143,6 +144,13 @@ def test_demo_experiment_at_toy_size(tmp_path):
     assert "report    " in res.output and "| unstructured |" in res.output and "| base |" in res.output
     text = (tmp_path / "runs" / "demo-small-n300-s2-t1" / "report.md").read_text()
     assert "## ROOD" in text and "## eICU" in text and "## Cost" in text
+    # the next-visit evaluation with the generator's ceiling, its numbers in results.json
+    assert "## Next-visit diagnoses" in text and "| ground-truth ceiling | – |" in text
+    results = json.loads((tmp_path / "runs" / "demo-small-n300-s2-t1" / "results.json").read_text())
+    assert results["next_visit"]["ceiling"] and set(results["next_visit"]["configurations"]) == {
+        "unstructured",
+        "base",
+    }
     # each configuration pretrains with its own overrides on top of the shared ones (the demo's lr per mode)
     from pipelines.demo.defaults import DEMO_EXPERIMENT, DEMO_PRETRAIN
 

@@ -47,7 +47,8 @@ def test_unbinding_study_samples_icd_rows_and_scores_their_edges(program_dir, mo
     )
     assert got["edges"] == ref.edges > 0
     assert got["recall"] == {"1": ref.recall[1], "5": ref.recall[5]}
-    assert set(got["per_kind"]) <= {"is_a", "attribute", "description"}  # ICD rows: no identity edges
+    kinds = {"is_a", "attribute", "description", "icd_hierarchy"}
+    assert set(got["per_kind"]) <= kinds  # ICD rows: no identity edges
     labels = set(program.relation_labels)
     assert set(got["per_relation"]) <= labels
     assert sum(v["edges"] for v in got["per_relation"].values()) == got["edges"]

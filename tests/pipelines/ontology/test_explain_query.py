@@ -239,7 +239,7 @@ def test_the_trained_vector_is_the_embedding_row(models):
 
 
 def test_unstructured_models_are_refused(models):
-    with pytest.raises(NotHRRError, match="'unstructured'.*no atoms or relations"):
+    with pytest.raises(NotHRRError, match="'unstructured'.*composes nothing"):
         explain(models["unstructured"], "E11.9")
     with pytest.raises(NotHRRError):
         query(models["unstructured"], ("attribute 3=1003",))

@@ -1,0 +1,281 @@
+"""Next-visit diagnosis prediction (GRAM's task) on a pretrained model: :func:`next_visit_eval`.
+
+The task: from the visits before a patient's last one, predict the set of ICD categories of the last visit
+(:mod:`pipelines.data.next_visit`: three-character ICD-10-CM categories, ICD-9-CM codes in their own
+categories, kept as separate labels), scored by top-k recall for k = 10, 20, 30 (:mod:`pipelines.eval.
+next_visit_scores` defines recall averaged over patients, pooled recall and the per-quintile recall).
+
+The model: a **linear softmax layer on the frozen pretrained encoder**. Each patient's history (the
+fine-tuning tasks' input, ``input_ids[:last_visit_start]``) is encoded once; its features are the final
+[CLS] state and the mean final state over the real positions ([CLS] included), concatenated (the two parts
+the fine-tuning heads' ``cls+mean`` pooling adds, kept apart so that the layer weighs them), standardised
+with the training patients' means and deviations. One linear layer maps them to the categories that occur
+in some ``finetune_train`` patient's last visit (a category no training target holds is never ranked by
+the head); its softmax is trained with Adam against the patient's true set as a uniform distribution
+(cross-entropy with the target ``y / |y|``, as GRAM's softmax output is), on the ``finetune_train`` patients,
+one pass over them per epoch in seeded batches, the epoch with the lowest loss on the ``finetune_val``
+patients kept (patience :data:`PATIENCE` epochs, at most ``epochs``). Why this design: it reads what
+pretraining put into the encoder and nothing else (no encoder weight moves), it costs one forward pass
+per patient plus a convex fit of seconds, and a softmax ranks: top-k recall depends only on the order of
+the scores, and the softmax spends the layer on that order rather than on calibrating thousands of
+independent rare-label sigmoids.
+
+The same patients are ranked by the baselines of :mod:`pipelines.eval.next_visit_baselines` (frequency
+prior, the history's categories, co-occurrence over the pretraining patients' consecutive visits) and, given
+the cohort's ``ground_truth/`` folder, by the generator's true probabilities (the ceiling). Scored: the
+``test`` patients (overall and per frequency quintile) and the ``rood_unseen`` patients (ROOD patients at
+least half of whose codes are held out, as the chapters task's ROOD evaluation reads them); patients with a
+single visit have no history and are left out (counted). Every recall has a patient-bootstrap interval;
+the model minus each baseline at recall@20 is a paired bootstrap on the same patients.
+
+Dimension legend: P patients, D model width, F = 2D features, C categories, L the head's categories,
+K ranked categories.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from pipelines.data.next_visit import CategorySpace, NextVisitSet, next_visit_set, visit_categories
+from pipelines.data.readers import HOSPITALS
+from pipelines.data.sequences import Sequences, TokenizedDataset
+from pipelines.errors import InputFileError
+
+from . import next_visit_baselines as B
+from .finetuned import subset
+from .next_visit_scores import KS, QUINTILE_K, frequency_quintiles, hits, paired_difference, scores
+
+__all__ = ["BASELINES", "GROUPS", "PATIENCE", "fit_head", "next_visit_eval", "pooled_histories"]
+
+log = logging.getLogger(__name__)
+
+HEAD_BATCH = 256  # patients per Adam step of the head
+HEAD_LR = 3e-3
+PATIENCE = 5  # epochs without a lower validation loss before the head stops
+GROUPS = ("test", "rood_unseen")
+BASELINES = ("frequency_prior", "history", "cooccurrence")  # the rankings without a model, in table order
+MODEL = "model"
+CEILING = "ceiling"
+
+
+def pooled_histories(model, seqs: Sequences, device, batch_size: int) -> np.ndarray:
+    """``(P, 2D)`` float32: the final [CLS] state and the mean final state over the real positions of each
+    sequence, concatenated, from the frozen encoder (token embeddings composed once; batches of similar
+    lengths, so that a batch is padded to little more than its own sequences)."""
+    width = 2 * int(model.config.dim)
+    out = np.zeros((len(seqs), width), np.float32)
+    was = model.training
+    model.eval()
+    order = torch.argsort(seqs.attention_mask.sum(1), stable=True)  # (P,) shortest first
+    with torch.no_grad():
+        e = model.token_matrix()  # (N, D)
+        for idx in order.split(batch_size):
+            b = seqs.batch(idx)
+            mask = b["attention_mask"].to(device)
+            ids, seg = b["input_ids"].to(device), b["segment_ids"].to(device)
+            h = model.encode(ids, seg, mask, token_matrix=e).float()  # (B, T, D)
+            m = mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+            mean = (h * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D)
+            out[idx.numpy()] = torch.cat([h[:, 0], mean], 1).cpu().numpy()
+    model.train(was)
+    return out
+
+
+def _targets(s: NextVisitSet, labels: np.ndarray, device) -> torch.Tensor:
+    """``(P, L)`` each patient's true set among ``labels`` as a distribution (zero rows where it has none)."""
+    y = s.target[:, labels].toarray().astype(np.float32)
+    y /= np.maximum(y.sum(1, keepdims=True), 1.0)
+    return torch.from_numpy(y).to(device)
+
+
+def fit_head(
+    x_train: np.ndarray,
+    train: NextVisitSet,
+    x_val: np.ndarray,
+    val: NextVisitSet,
+    *,
+    epochs: int,
+    seed: int,
+    device,
+) -> tuple[Any, dict[str, Any]]:
+    """Train the linear softmax head (module docstring); returns ``scores(x (P, F)) -> (P, C)`` numpy scores
+    over every category (-inf where the head has no output) and what the fit recorded."""
+    labels = np.flatnonzero(np.asarray(train.target.sum(0)).ravel() > 0)  # (L,)
+    mu = x_train.mean(0)
+    sd = np.maximum(x_train.std(0), 1e-6)
+
+    def standard(x: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy((x - mu) / sd).float().to(device)
+
+    xt, xv = standard(x_train), standard(x_val)
+    yt, yv = _targets(train, labels, device), _targets(val, labels, device)
+    prior = np.asarray(train.target[:, labels].sum(0)).ravel()
+    head = torch.nn.Linear(xt.shape[1], labels.size).to(device)
+    with torch.no_grad():  # the layer starts at the training prior: zero weights, log-frequency biases
+        head.weight.zero_()
+        head.bias.copy_(torch.from_numpy(np.log(prior / prior.sum())).float())
+    opt = torch.optim.Adam(head.parameters(), lr=HEAD_LR)
+    gen = torch.Generator().manual_seed(seed)
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return -(y * F.log_softmax(head(x), 1)).sum(1).mean()
+
+    with torch.no_grad():
+        best, best_epoch = float(loss_of(xv, yv)), 0
+    state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+    epoch, wait = 0, 0
+    for epoch in range(1, epochs + 1):
+        for idx in torch.randperm(xt.shape[0], generator=gen).split(HEAD_BATCH):
+            idx = idx.to(device)
+            opt.zero_grad(set_to_none=True)
+            loss_of(xt[idx], yt[idx]).backward()
+            opt.step()
+        with torch.no_grad():
+            v = float(loss_of(xv, yv))
+        if v < best - 1e-6:
+            best, best_epoch, wait = v, epoch, 0
+            state = {k: t.detach().clone() for k, t in head.state_dict().items()}
+        else:
+            wait += 1
+            if wait >= PATIENCE:
+                break
+    head.load_state_dict(state)
+    n_categories = train.target.shape[1]
+
+    def score(x: np.ndarray) -> np.ndarray:
+        out = np.full((x.shape[0], n_categories), -np.inf, dtype=np.float64)
+        if x.shape[0]:
+            with torch.no_grad():
+                out[:, labels] = head(standard(x)).double().cpu().numpy()
+        return out
+
+    info = {
+        "outputs": int(labels.size),
+        "features": int(xt.shape[1]),
+        "epochs_run": epoch,
+        "best_epoch": best_epoch,
+        "val_loss": best,
+        "train_patients": int(xt.shape[0]),
+        "val_patients": int(xv.shape[0]),
+    }
+    return score, info
+
+
+def _set(
+    ds: TokenizedDataset, split: str, space: CategorySpace, rows: np.ndarray | None = None
+) -> NextVisitSet:
+    return next_visit_set(ds.table, ds.rows(split) if rows is None else rows, space, split)
+
+
+def _unseen_rows(ds: TokenizedDataset) -> np.ndarray:
+    rows = ds.rows("rood")
+    if "rood_unseen" not in ds.table.column_names or not rows.size:
+        return rows[:0]
+    flag = np.asarray(ds.table.column("rood_unseen").fill_null(False).to_numpy(zero_copy_only=False), bool)
+    return rows[flag[rows]]
+
+
+def _features(
+    model, ds: TokenizedDataset, s: NextVisitSet, rows_split: str, device, batch_size: int, rows=None
+):
+    """The pooled histories of the patients of ``s`` (the rows of ``rows_split``, or ``rows`` of it)."""
+    mc = model.config
+    seqs = ds.sequences(rows_split, max_len=mc.max_len, max_segments=mc.max_segments, before_last_visit=True)
+    if rows is not None:  # a subset of the split's rows, in its order
+        seqs = subset(seqs, np.isin(ds.rows(rows_split), rows))
+    return pooled_histories(model, subset(seqs, s.keep), device, batch_size)
+
+
+def next_visit_eval(
+    model,
+    ds: TokenizedDataset,
+    program,
+    *,
+    device,
+    batch_size: int = 128,
+    seed: int = 0,
+    epochs: int = 100,
+    ground_truth: str | None = None,
+) -> dict[str, Any] | None:
+    """The next-visit evaluation of one pretrained model (module docstring): the record
+    :class:`pipelines.eval.records.NextVisit` holds, or None when a split it needs is empty."""
+    t0 = time.perf_counter()
+    k_max = max(KS)
+    space = CategorySpace.of_program(program.concept_vocabularies, program.concept_codes)
+    train, val, test = (_set(ds, sp, space) for sp in ("finetune_train", "finetune_val", "test"))
+    unseen_rows = _unseen_rows(ds)
+    unseen = _set(ds, "rood", space, unseen_rows)
+    empty = [s.split for s in (train, val, test) if s.n == 0]
+    if empty:
+        log.warning("next-visit evaluation skipped: no patient with two visits in %s", ", ".join(empty))
+        return None
+    pre = visit_categories(ds.table, ds.rows("pretrain_train"), space)
+    count = np.bincount(pre.category, minlength=len(space))  # pretraining visits holding each category
+    transitions = B.transition_matrix(pre, len(space))
+    prior = B.prior_counts(train.target)
+    t_data = time.perf_counter()
+    x = {
+        "train": _features(model, ds, train, "finetune_train", device, batch_size),
+        "val": _features(model, ds, val, "finetune_val", device, batch_size),
+        "test": _features(model, ds, test, "test", device, batch_size),
+    }
+    if unseen.n:
+        x["rood_unseen"] = _features(model, ds, unseen, "rood", device, batch_size, rows=unseen_rows)
+    t_encode = time.perf_counter()
+    score, head = fit_head(x["train"], train, x["val"], val, epochs=epochs, seed=seed, device=device)
+    t_head = time.perf_counter()
+    quint = frequency_quintiles(test.target, count)
+    hospital = HOSPITALS.get(str(ds.manifest.get("source", {}).get("reader", "")))
+    groups: dict[str, dict[str, Any]] = {}
+    differences: dict[str, dict[str, Any]] = {}
+    ceiling_note = None if ground_truth else "no ground truth given (a real cohort has none)"
+    for name, s in (("test", test), ("rood_unseen", unseen)):
+        if s.n == 0:
+            continue
+        ranked = {
+            MODEL: B.rank(score(x[name]), prior, k_max),
+            "frequency_prior": B.prior_ranking(prior, s.n, k_max),
+            "history": B.history_ranking(s, prior, k_max),
+            "cooccurrence": B.cooccurrence_ranking(s, transitions, prior, k_max),
+        }
+        if ground_truth:
+            try:
+                ranked[CEILING] = B.ceiling_ranking(ground_truth, hospital, s.subject_id, space, k_max)
+            except InputFileError as e:
+                ceiling_note = str(e)
+                log.warning("next-visit ceiling left out: %s", e)
+        h = {k: hits(r, s.target, quint) for k, r in ranked.items()}
+        for scorer, hv in h.items():
+            groups.setdefault(scorer, {})[name] = scores(hv)
+        differences[name] = {
+            f"{MODEL} - {b}": paired_difference(h[MODEL], h[b], QUINTILE_K).as_dict() for b in BASELINES
+        }
+    t_end = time.perf_counter()
+    head["seconds"] = {
+        "labels_and_baseline_data": round(t_data - t0, 3),
+        "encode": round(t_encode - t_data, 3),
+        "head": round(t_head - t_encode, 3),
+        "rank_and_score": round(t_end - t_head, 3),
+    }
+    return {
+        "ks": list(KS),
+        "categories": len(space),
+        "patients": {
+            "finetune_train": train.counts,
+            "finetune_val": val.counts,
+            "test": test.counts,
+            "rood_unseen": unseen.counts,
+        },
+        "head": head,
+        "quintiles": quint.as_list(),
+        "scores": groups,
+        "differences": differences,
+        "ceiling": CEILING in groups,
+        "ceiling_note": None if CEILING in groups else ceiling_note,
+    }
