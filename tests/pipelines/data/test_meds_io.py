@@ -590,6 +590,33 @@ def test_export_meds_of_a_meds_source_keeps_its_splits_and_deaths(tmp_path):
     assert read_meds(r.path).labels.equals(read_meds(src).labels)
 
 
+def test_export_meds_label_window_ends_at_day_182(tmp_path):
+    """Bug guarded: the exported ``mortality_6m`` label window moved by one at its far end: a MEDS_DEATH
+    exactly MORTALITY_DAYS (182) days after ``prediction_time`` (the subject's last visit) is a positive,
+    one 183 days after is not; the window starts at day 0 (a death at the visit's time counts)."""
+    from pipelines.data.readers.common import MORTALITY_DAYS
+
+    assert MORTALITY_DAYS == 182
+    first, last = dt(2110, 1, 5, 12, 0), dt(2110, 9, 1, 12, 0)  # the label is at the last visit
+    days = {1: MORTALITY_DAYS, 2: MORTALITY_DAYS + 1, 3: 0, 4: MORTALITY_DAYS - 1}
+    rows = []
+    for subject, d in days.items():
+        rows += [
+            (subject, first, "DIAGNOSIS//ICD//10//E119"),
+            (subject, last, "DIAGNOSIS//ICD//10//I10"),
+            (subject, last + timedelta(days=d), meds.death_code),
+        ]
+    rows.append((5, last, "DIAGNOSIS//ICD//10//J459"))  # no death
+    src = write_meds_shards(tmp_path / "src", {"0.parquet": meds_shard(rows)})
+    r = export_meds("meds", src, tmp_path / "out")
+    assert_valid_meds(r.path)
+    got = pq.read_table(r.path / "labels" / "mortality_6m" / "labels.parquet").to_pylist()
+    assert {x["subject_id"]: x["prediction_time"] for x in got} == dict.fromkeys(range(1, 6), last)
+    labels = {x["subject_id"]: x["boolean_value"] for x in got}
+    assert labels == {1: True, 2: False, 3: True, 4: True, 5: False}
+    assert r.counts["label_positives_mortality_6m"] == 3
+
+
 def test_export_meds_refusals(tmp_path, demo_cohort):
     from pipelines.cli import main
 

@@ -1,15 +1,17 @@
 """Reader edge cases the fixtures did not pin down (issue 35): eICU unit stays tied on unitvisitnumber
-are taken by hospitaladmitoffset, and the MEDS mortality window's edges (0 and 182 days) are inside it."""
+are taken by hospitaladmitoffset, and the MEDS mortality window's edges (0 and 182 days) are inside it;
+the MIMIC-IV window ends at day 182 after the last discharge."""
 
 from __future__ import annotations
 
 from datetime import datetime as dt
 from datetime import timedelta
 
-from ehr_fixtures import _stay, meds_shard, write_eicu, write_meds_shards
+from ehr_fixtures import _stay, adm, meds_shard, write_eicu, write_meds_shards, write_mimic
 
 from pipelines.data.readers.eicu import read_eicu
 from pipelines.data.readers.meds import read_meds
+from pipelines.data.readers.mimic import read_mimic
 
 
 def _codes(events) -> list[tuple[int, int, int, str]]:
@@ -62,3 +64,30 @@ def test_meds_mortality_window_includes_day_0_and_day_182(tmp_path):
     labels = {x["subject_id"]: x["mortality_6m"] for x in r.labels.to_pylist()}
     assert labels == {1: False, 2: True, 3: True, 4: True, 5: True, 6: False, 7: False}
     assert {v["subject_id"]: v["mortality_6m"] for v in r.visits.to_pylist()} == labels
+
+
+def test_mimic_mortality_window_includes_day_182_after_the_last_discharge(tmp_path):
+    """Bug guarded: the MIMIC-IV mortality window's far edge moved by one (``<`` for ``<=``): a ``dod``
+    exactly MORTALITY_DAYS (182) days after the dischtime (as a date) of the patient's last admission is
+    mortality_6m, one 183 days after is not. Each patient's earlier admission (discharged months before)
+    and the last admission's admittime (19 days before its discharge) are too far from the dod for the
+    labelled visit to pass by another reference."""
+    from pipelines.data.readers.common import MORTALITY_DAYS
+
+    assert MORTALITY_DAYS == 182
+    disch = dt(2116, 6, 20, 18, 0)
+    days = {1: MORTALITY_DAYS, 2: MORTALITY_DAYS + 1, 3: MORTALITY_DAYS - 1}
+    patients, admissions, diagnoses = [], [], []
+    for s, d in days.items():
+        dod = (disch + timedelta(days=d)).strftime("%Y-%m-%d")
+        patients.append([s, "F", 60, 2115, "2014 - 2016", dod])
+        admissions += [
+            adm(s, 10 * s, "2116-01-01 09:00:00", "2116-01-05 09:00:00"),
+            adm(s, 10 * s + 1, "2116-06-01 08:00:00", disch.strftime("%Y-%m-%d %H:%M:%S")),
+        ]
+        diagnoses += [[s, 10 * s, 1, "E119", 10], [s, 10 * s + 1, 1, "I10", 10]]
+    r = read_mimic(write_mimic(tmp_path, patients=patients, admissions=admissions, diagnoses=diagnoses))
+    labels = {x["subject_id"]: x["mortality_6m"] for x in r.labels.to_pylist()}
+    assert labels == {1: True, 2: False, 3: True}
+    visits = {(v["subject_id"], v["visit_index"]): v["mortality_6m"] for v in r.visits.to_pylist()}
+    assert visits == {(1, 0): False, (1, 1): True, (2, 0): False, (2, 1): False, (3, 0): False, (3, 1): True}

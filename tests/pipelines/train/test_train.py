@@ -95,6 +95,27 @@ def test_pretrain_writes_run_folder(tmp_path, dataset_dir, program_dir):  # noqa
         pretrain(dataset_dir, program_dir, out=tmp_path, mode="base", max_steps=4, **TINY)
 
 
+class _Stop(Exception):
+    pass
+
+
+def test_pretrain_hands_the_configured_clip_to_the_loop(tmp_path, monkeypatch, dataset_dir, program_dir):  # noqa: F811
+    """Guards against pretraining dropping ``clip`` on the way to the loop (whose own default is also 1.0,
+    so the default config cannot tell): with ``clip=0.25`` the loop's options carry 0.25."""
+    import pipelines.train.pretrain as pt
+
+    seen = {}
+
+    def capture(model, optimizer, scheduler, task, options, run_dir, **_):
+        seen.update(model=model, opt=optimizer, task=task, options=options)
+        raise _Stop
+
+    monkeypatch.setattr(pt, "run_loop", capture)
+    with pytest.raises(_Stop):
+        pretrain(dataset_dir, program_dir, out=tmp_path, mode="base", max_steps=2, clip=0.25, **TINY)
+    assert seen["options"].clip == 0.25
+
+
 def _ordinary_codes(program_dir):  # noqa: F811
     """The program's concept ids that are not special tokens."""
     import numpy as np
