@@ -274,7 +274,7 @@ def _constant_row_note(conf: str) -> str:
 
     spec = MODES.get(conf)
     if spec is not None and not spec.composes and spec.untrained_fill is not None:
-        return "(control: every unseen code has one shared row, so it is a constant on all-unseen histories)"
+        return "(control: one row for every unseen code)"
     return "(control)"
 
 
@@ -288,6 +288,7 @@ def headline_caption(exp: Experiment) -> str:
         "t interval over seeds when more than one. `↳ best rival`: per column the best non-oracle rival "
         "of the configuration above it (a configuration that composes nothing, or a baseline other than the "
         "ceiling); `unseen F1 − best rival` is the same paired difference against that column's rival. "
+        "A control with one row for every unseen code predicts a constant on histories of unseen codes only. "
         "Rare-code neighbours: related of scored, summed over "
         "seeds; rarest-bin accuracy: Clopper-Pearson 95 % interval over the bin's probes (t over seeds)"
     )
