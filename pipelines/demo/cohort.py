@@ -156,34 +156,20 @@ def simulate_hospital(
         mortality,
         in_hospital_share,
     )
-    chapters = chapter_probabilities(
-        space,
-        draws,
-        flagged=flagged,
-        icd9=admit[last_visit] < SWITCH,
-        rate=rate,
-        sys_off=sys_off,
-        sys_chapter=sys_chapter,
-        cond_patient=cond_patient,
-        cond_cand=cond_cand,
-        cond_last=onset == n_visits[cond_patient] - 1,
-        system_share=SYSTEM_SHARE_ACUTE,
-        recode=RECODE,
-    )
-    next_visit = category_probabilities(  # the next-visit ceiling: the same formula per category
-        space,
-        draws,
-        flagged=flagged,
-        icd9=admit[last_visit] < SWITCH,
-        rate=rate,
-        sys_off=sys_off,
-        sys_chapter=sys_chapter,
-        cond_patient=cond_patient,
-        cond_cand=cond_cand,
-        cond_last=onset == n_visits[cond_patient] - 1,
-        system_share=SYSTEM_SHARE_ACUTE,
-        recode=RECODE,
-    )
+    latent = {  # what the chapter and category probabilities of the last visit read
+        "flagged": flagged,
+        "icd9": admit[last_visit] < SWITCH,
+        "rate": rate,
+        "sys_off": sys_off,
+        "sys_chapter": sys_chapter,
+        "cond_patient": cond_patient,
+        "cond_cand": cond_cand,
+        "cond_last": onset == n_visits[cond_patient] - 1,
+        "system_share": SYSTEM_SHARE_ACUTE,
+        "recode": RECODE,
+    }
+    chapters = chapter_probabilities(space, draws, **latent)
+    next_visit = category_probabilities(space, draws, **latent)  # the next-visit ceiling: same formula
     return Hospital(
         subject=subject,
         age=age,

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 import torch
+from cli_exit import clean_exit as _clean_exit
 from click.testing import CliRunner
 from ehr_fixtures import assert_refused, mini_program, prepare_cli, write_mimic
 from safetensors.torch import load_file, save_file
@@ -42,15 +43,6 @@ def model_dir(tmp_path_factory, program):
 def _copy(src, dst):
     shutil.copytree(src, dst)
     return dst
-
-
-def _clean_exit(res, code: int, *needles: str) -> str:
-    assert res.exit_code == code, (res.exit_code, res.output, res.exception)
-    assert isinstance(res.exception, SystemExit), res.exception
-    assert "Error" in res.output and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in res.output, (n, res.output)
-    return res.output
 
 
 # --- 1 and 3: a checkpoint of another model, a tensor of the wrong shape -------------------------------

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from carry_fixtures import SPECIALS, _write, write_new_program, write_old_program
+from cli_exit import clean_exit as _clean_exit
 from click.testing import CliRunner
 from ehr_fixtures import meds_shard, mini_program, prepare_cli, write_meds_shards, written_datasets
 from rf2_edit import FIXTURE
@@ -46,15 +47,6 @@ from pipelines.train.loop import LoopOptions, StepOutput, open_run, run_loop
 from pipelines.train.run_lock import LOCK_FILE, RunInUseError, lock_scope
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _clean_exit(res, code: int, *needles: str) -> str:
-    assert res.exit_code == code, (res.exit_code, res.output, res.exception)
-    assert isinstance(res.exception, SystemExit), res.exception
-    assert "Error" in res.output and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in res.output, (n, res.output)
-    return res.output
 
 
 def _hidden(parent: Path) -> list[str]:

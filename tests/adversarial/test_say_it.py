@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from cli_exit import clean_exit as _clean_exit
 from click.testing import CliRunner
 from ehr_fixtures import assert_refused, mini_program, prepare_cli, write_meds_shards
 from rf2_edit import FIXTURE, INT, one, read_lines, write_lines
@@ -55,15 +56,6 @@ ROOT = Path(__file__).resolve().parents[2]
 E119 = "DIAGNOSIS//ICD//10//E119"
 ESC_TERM = "\x1b[31mDiabetes\x1b[0m mellitus\x1b]0;pwned\x07\x9b2J"  # colour, OSC title + BEL, 8-bit CSI
 ESC_SHOWN = "\\x1b[31mDiabetes\\x1b[0m mellitus\\x1b]0;pwned\\x07\\x9b2J"
-
-
-def _clean_exit(res, code: int, *needles: str) -> str:
-    assert res.exit_code == code, (res.exit_code, res.output, res.exception)
-    assert isinstance(res.exception, SystemExit), res.exception
-    assert "Error" in res.output and "Traceback" not in res.output, res.output
-    for n in needles:
-        assert n in res.output, (n, res.output)
-    return res.output
 
 
 @pytest.fixture(scope="module")
