@@ -28,3 +28,14 @@ for _command in (c for g in _GROUPS for c in g.COMMANDS):
     main.add_command(_command)
 main.add_command(qa.qa_group)
 main.add_command(doctor2vec.doctor2vec_group)
+
+
+def _add_version(command: click.Command) -> None:
+    """``--version`` on ``command`` and, in a group, on every subcommand (``hrrbert finetune --version``)."""
+    if not any(p.name == "version" for p in command.params):
+        click.version_option(package_name="hrrbert", prog_name="hrrbert")(command)
+    for sub in getattr(command, "commands", {}).values():
+        _add_version(sub)
+
+
+_add_version(main)

@@ -98,9 +98,23 @@ def choice_option(cls: type, name: str, choices: tuple[str, ...]) -> Callable[[F
     help="Parquet or CSV file with columns vocabulary, code: hold these codes out (the ROOD split) "
     "instead of choosing them; --demo: default the cohort's reserved codes.",
 )
-@seed_option()
-@click.option("--demo-size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
-@click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
+@seed_option(
+    help="Seed of the patient splits and of the held-out (ROOD) codes; with --demo also of the cohort."
+)
+@click.option(
+    "--demo-size",
+    type=click.Choice(DEMO_SIZES),
+    default="default",
+    show_default=True,
+    help="--demo: the demo release's size (small is for tests).",
+)
+@click.option(
+    "--demo-patients",
+    type=int,
+    default=DEMO_PATIENTS,
+    show_default=True,
+    help="--demo: synthetic cohort size.",
+)
 @click.option(
     "--artifacts",
     type=click.Path(file_okay=False),
@@ -183,7 +197,15 @@ def _memory_limit(ctx: click.Context, param: click.Parameter, value: str) -> str
 @click.command("sql")
 @click.argument("program", type=INPUT_DIR)
 @click.argument("query")
-@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="table (aligned, for reading), csv (a header line, then the rows) "
+    "or json (JSON Lines: one object per row).",
+)
 @click.option(
     "--max-rows",
     type=click.IntRange(min=0),
@@ -280,8 +302,20 @@ def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: st
 )
 @force_option("Replace OUT when it holds an earlier export (anything else is never replaced).")
 @seed_option(help="Seed of the demo release and cohort (--demo).")
-@click.option("--demo-size", type=click.Choice(DEMO_SIZES), default="default", show_default=True)
-@click.option("--demo-patients", type=int, default=DEMO_PATIENTS, show_default=True)
+@click.option(
+    "--demo-size",
+    type=click.Choice(DEMO_SIZES),
+    default="default",
+    show_default=True,
+    help="--demo: the demo release's size (small is for tests).",
+)
+@click.option(
+    "--demo-patients",
+    type=int,
+    default=DEMO_PATIENTS,
+    show_default=True,
+    help="--demo: synthetic cohort size.",
+)
 @click.option(
     "--artifacts",
     type=click.Path(file_okay=False),

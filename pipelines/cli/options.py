@@ -113,7 +113,7 @@ _PER_CONFIG: dict[tuple[type, str], click.Choice] = {
 INPUT_DIR = click.Path(exists=True, file_okay=False)  # an input folder argument: it must exist
 # fields naming an input folder that must exist
 _INPUT_DIRS = {"dataset", "program", "pretrained", "mortality", "chapters", "transfer_dataset", "qa", "data",
-               "labels_run", "labels_dataset"}  # fmt: skip
+               "labels_run", "labels_dataset", "labels", "ground_truth"}  # fmt: skip
 _OUTPUT_DIRS = {"out"}  # fields naming a folder to write
 # fields naming one folder created under --out: a single path component (ontology_compiler.api.safe_component)
 _COMPONENTS = {"name", "run_id"}

@@ -61,6 +61,12 @@ class GridFields:
     )
 
 
+# what pipelines.train.loop does: validate every val_every steps, at every epoch's end, after the last step
+VAL_EVERY_HELP = (
+    "steps between extra validations (0: none); every epoch's end and the last step are validated anyway"
+)
+
+
 @dataclass
 class PretrainConfig:
     """Options of a pretraining run (saved in the run's ``config.json``)."""
@@ -116,7 +122,8 @@ class PretrainConfig:
     seed: int = field(default=0, metadata={"help": "seed of initialisation, data order, masking and dropout"})
     bf16: bool = field(default=False, metadata={"help": "bf16 autocast (CUDA only)"})
     val_every: int = field(
-        default=0, metadata={"help": "steps between validations (0: at the end of each epoch)"}
+        default=0,
+        metadata={"help": VAL_EVERY_HELP},
     )
     max_val: int | None = field(
         default=None, metadata={"help": "validate on at most this many pretrain_val patients (None: all)"}
@@ -183,7 +190,7 @@ class FinetuneConfig(LoopFields):
     )
     val_every: int = field(
         default=0,
-        metadata={"help": "steps between validations (0: at each epoch end); one also after the last step"},
+        metadata={"help": VAL_EVERY_HELP},
     )
     batch_size: int = field(default=80, metadata={"help": "batch (paper: 80)"})
     bucket_batches: int = field(

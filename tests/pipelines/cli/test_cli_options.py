@@ -208,8 +208,6 @@ def test_version_of_hrrbert():
 def test_version_of_compile_ontology():
     from ontology_compiler.cli import main as compile_main
 
-    if not any("--version" in p.opts for p in compile_main.params):
-        pytest.xfail("compile-ontology --version is being added in ontology_compiler/cli.py")
     res = CliRunner().invoke(compile_main, ["--version"])
     assert res.exit_code == 0 and importlib.metadata.version("hrrbert") in res.output
 
@@ -349,3 +347,35 @@ def test_config_commands_call_their_api_with_its_own_defaults(monkeypatch, tmp_p
                 assert lib == f.default, (
                     f"{func}({f.name}={lib!r}) but {cls.__name__}.{f.name} = {f.default!r}"
                 )
+
+
+@pytest.mark.parametrize("path", [p for p, _ in _commands()], ids=" ".join)
+def test_every_command_has_version(path):
+    res = CliRunner().invoke(main, [*path, "--version"])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip() == f"hrrbert, version {importlib.metadata.version('hrrbert')}"
+
+
+def test_every_option_of_every_command_has_help():
+    from ontology_compiler.cli import main as compile_main
+
+    every = [(("compile-ontology",), compile_main), *_commands()]
+    missing = [
+        f"{' '.join(path)} {p.opts[0]}"
+        for path, cmd in every
+        for p in cmd.params
+        if isinstance(p, click.Option) and not (p.help or "").strip()
+    ]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    "path, option",
+    [(("finetune",), "labels"), (("evaluate",), "labels"), (("evaluate",), "ground_truth"),
+     (("experiment",), "ground_truth")],
+)  # fmt: skip
+def test_folder_options_are_checked_paths(tmp_path, path, option):
+    p = _params(_command(path))[option]
+    assert isinstance(p.type, click.Path) and p.type.exists and not p.type.file_okay
+    res = CliRunner().invoke(main, [*path, p.opts[0], str(tmp_path / "absent"), str(tmp_path)])
+    assert res.exit_code == 2 and "does not exist" in res.output, res.output
