@@ -300,8 +300,16 @@ def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: st
     show_default=True,
     help="Also write the task labels/mortality_6m/ (MEDS label schema) for finetune --labels.",
 )
+@click.option(
+    "--splits-from",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="A dataset prepared from this source: metadata/subject_splits.parquet carries its splits as MEDS's "
+    "train / tuning / held_out (default: the source's own, else a random 80/10/10 by --seed; --demo: the "
+    "demo's MIMIC-IV dataset).",
+)
 @force_option("Replace OUT when it holds an earlier export (anything else is never replaced).")
-@seed_option(help="Seed of the demo release and cohort (--demo).")
+@seed_option(help="Seed of the demo cohort (--demo) and of the random 80/10/10 splits.")
 @click.option(
     "--demo-size",
     type=click.Choice(DEMO_SIZES),
@@ -331,6 +339,7 @@ def export_meds_cmd(
     demo: bool,
     dataset_name: str | None,
     labels: bool,
+    splits_from: str | None,
     force: bool,
     seed: int,
     demo_size: str,
@@ -344,6 +353,8 @@ def export_meds_cmd(
     given = [(r.name, sources[r.param]) for r in EXPORTABLE if sources[r.param] is not None]
     if len(given) + demo != 1:
         raise click.ClickException(f"give exactly one of {', '.join(r.option for r in EXPORTABLE)} or --demo")
+    if demo and splits_from is not None:
+        raise click.ClickException("--demo takes its splits from the demo's dataset: leave out --splits-from")
     options = {"name": dataset_name, "labels": labels, "force": force}
     if demo:
         from pipelines.demo.prepare import export_demo_meds
@@ -353,7 +364,7 @@ def export_meds_cmd(
         )
     else:
         ((kind, source),) = given
-        result = export_meds(kind, source, out, **options)
+        result = export_meds(kind, source, out, splits_from=splits_from, seed=seed, **options)
     echo(describe(result))
 
 

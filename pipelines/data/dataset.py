@@ -27,7 +27,8 @@ from .splits import SPLITS
 from .tokenize import Tokenized, list_column
 
 FORMAT_VERSION = 1
-GENERATOR_VERSION = "pipelines.prepare/3"  # 2: visit_times, labels of the last visit; 3: splits, hold-out
+# 2: visit_times, labels of the last visit; 3: splits, hold-out; 4: visit_known_times
+GENERATOR_VERSION = "pipelines.prepare/4"
 MANIFEST_UNKNOWN_LIMIT = 1000  # unknown codes listed in the manifest (all are in unknown_codes.parquet)
 
 
@@ -63,18 +64,17 @@ def patients_table(
             "truncated": pa.array(tok.truncated),
             "disease_task": pa.array(disease),
             "rood_unseen": pa.array(rood_unseen),
-            "visit_times": _visit_times(tok),
+            "visit_times": _visit_times(tok, tok.visit_times),
+            "visit_known_times": _visit_times(tok, tok.visit_known_times),
         }
     )
 
 
-def _visit_times(tok: Tokenized) -> pa.ListArray:
-    """``list<timestamp[us]>``: each kept visit's time in segment order (null elements where the source has
-    none; all null for a ``Tokenized`` built without times)."""
+def _visit_times(tok: Tokenized, times: np.ndarray | None) -> pa.ListArray:
+    """``list<timestamp[us]>``: ``times`` of each kept visit (its start, or when its codes are known) in
+    segment order (null elements where the source has none; all null for ``times`` None)."""
     n = int(tok.n_visits.sum())
-    times = (
-        tok.visit_times if tok.visit_times is not None else np.full(n, np.datetime64("NaT"), "datetime64[us]")
-    )
+    times = times if times is not None else np.full(n, np.datetime64("NaT"), "datetime64[us]")
     offsets = np.concatenate([[0], np.cumsum(tok.n_visits, dtype=np.int64)])
     return list_column(offsets, times.astype("datetime64[us]"))
 

@@ -10,10 +10,11 @@ read; the folder's name is the task's name (``docs/input-formats.md``, "MEDS lab
 (``subject_id``, ``prediction_time``) with different labels an error naming both.
 
 :func:`place_labels` places each row in a dataset: the model input is the patient's sequence cut after the
-last visit whose time (the dataset's ``visit_times``) is at or before ``prediction_time`` (MEDS: data may
-be used "up to and including this time"), and the row follows the patient's split (``finetune_train``,
-``finetune_val``, ``test`` are the ones fine-tuning uses). Rows of subjects the dataset does not hold and
-rows without any visit at or before their prediction time are counted and left out.
+last visit whose codes are known at or before ``prediction_time`` (the dataset's ``visit_known_times``,
+MIMIC-IV: discharge; MEDS: data may be used "up to and including this time"), and the row follows the
+patient's split (``finetune_train``, ``finetune_val``, ``test`` are the ones fine-tuning uses; rows of
+the others are counted and warned). Rows of subjects the dataset does not hold, rows without any visit
+known by their prediction time and rows whose earlier visits truncation cut are counted and left out.
 
 Dimension legend: N label rows, P patients, V visits (all patients), T tokens (all patients).
 """
@@ -43,7 +44,7 @@ ROWS_SCHEMA = pa.schema(
 )
 FINETUNE_SPLITS = ("finetune_train", "finetune_val", "test")
 # the dataset columns placing a label needs
-PLACE_COLUMNS = ("subject_id", "split", "segment_ids", "visit_times")
+PLACE_COLUMNS = ("subject_id", "split", "segment_ids", "visit_times", "visit_known_times")
 
 
 @dataclass
@@ -172,8 +173,8 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
         raise InputFileError(
             where,
             f"missing column(s) {', '.join(missing)} needed to cut sequences at a label's prediction_time",
-            hint="the dataset was prepared before visit times were stored: remove its folder and run "
-            "`hrrbert prepare` again (the dataset id does not change)",
+            hint="the dataset was prepared by an earlier version, before visit times (and the times its "
+            "codes are known) were stored: run `hrrbert prepare` again",
         )
     subj = patients["subject_id"].to_numpy()
     order = np.argsort(subj, kind="stable")
@@ -192,6 +193,8 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
         else np.zeros(len(subj), bool)
     )
     label = np.asarray(task.rows["boolean_value"].to_numpy(zero_copy_only=False), bool)[known]
+    # a truncated sequence lost its oldest visits: a row before its first kept one lost its input to that
+    cut = ~has_history & truncated[row]
     keep = has_history
     placed = PlacedLabels(task, row[keep], length[keep], label[keep], split_names[row[keep]])
     placed.prediction_time = lab_t[known][keep].astype("datetime64[us]")
@@ -200,35 +203,39 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
         "rows": int(len(lab_subj)),
         "rows_subject_not_in_dataset": int((~known).sum()),
         "subjects_not_in_dataset": int(len(unknown_subjects)),
-        "rows_without_history": int((~has_history).sum()),
+        "rows_without_history": int((~has_history & ~cut).sum()),
+        "rows_cut_by_truncation": int(cut.sum()),
+        "rows_outside_finetuning_splits": int(
+            np.isin(split_names[row[keep]], FINETUNE_SPLITS, invert=True).sum()
+        ),
         "rows_by_split": {s: int((placed.split == s).sum()) for s in SPLITS},
         "positives_by_split": {s: int(placed.label[placed.split == s].sum()) for s in SPLITS},
         "rows_of_truncated_sequences": int(truncated[placed.row].sum()),
         "examples": {
             "subjects_not_in_dataset": [int(s) for s in unknown_subjects[:EXAMPLES]],
-            "rows_without_history": [
-                f"subject_id {int(s)} at {t}"
-                for s, t in zip(
-                    lab_subj[known][~has_history][:EXAMPLES],
-                    task.rows["prediction_time"]
-                    .filter(pa.array(known))
-                    .filter(pa.array(~has_history))
-                    .to_pylist(),
-                    strict=False,
-                )
-            ],
+            "rows_without_history": _examples(task, known, ~has_history & ~cut),
+            "rows_cut_by_truncation": _examples(task, known, cut),
         },
     }
     c = placed.counts
     used = sum(c["rows_by_split"][s] for s in FINETUNE_SPLITS)
     log.info(
-        "labels %s: %d rows, %d in the fine-tuning splits (%s), %d in other splits",
+        "labels %s: %d rows, %d in the fine-tuning splits (%s)",
         task.name,
         c["rows"],
         used,
         ", ".join(f"{s} {c['rows_by_split'][s]}" for s in FINETUNE_SPLITS),
-        sum(c["rows_by_split"].values()) - used,
     )
+    if c["rows_outside_finetuning_splits"]:
+        other = [s for s in SPLITS if s not in FINETUNE_SPLITS and c["rows_by_split"][s]]
+        log.warning(
+            "labels %s: %d rows of patients in %s are not used (fine-tuning reads finetune_train, "
+            "finetune_val and test, whose sizes `hrrbert prepare` sets: --finetune-train, --finetune-val, "
+            "--test; a MEDS source's subject_splits decide which patients they draw from)",
+            task.name,
+            c["rows_outside_finetuning_splits"],
+            ", ".join(f"{s} ({c['rows_by_split'][s]})" for s in other),
+        )
     if c["rows_subject_not_in_dataset"]:
         log.warning(
             "labels %s: %d rows of %d subjects the dataset does not hold left out (e.g. subject_id %s)",
@@ -239,16 +246,36 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
         )
     if c["rows_without_history"]:
         log.warning(
-            "labels %s: %d rows without any visit at or before their prediction_time left out (e.g. %s)",
+            "labels %s: %d rows without any visit known by their prediction_time left out (e.g. %s)",
             task.name,
             c["rows_without_history"],
             "; ".join(c["examples"]["rows_without_history"]),
         )
+    if c["rows_cut_by_truncation"]:
+        log.warning(
+            "labels %s: %d rows left out: `prepare` cut the visits before their prediction_time to fit "
+            "--max-len / --max-visits (it keeps the latest visits; e.g. %s)",
+            task.name,
+            c["rows_cut_by_truncation"],
+            "; ".join(c["examples"]["rows_cut_by_truncation"]),
+        )
     return placed
 
 
+def _examples(task: LabelTask, known: np.ndarray, mask: np.ndarray) -> list[str]:
+    """Up to :data:`EXAMPLES` rows of ``mask`` (over the rows of ``known`` subjects), as text."""
+    subj = task.rows["subject_id"].to_numpy()[known][mask][:EXAMPLES]
+    times = task.rows["prediction_time"].filter(pa.array(known)).filter(pa.array(mask)).to_pylist()
+    return [f"subject_id {int(s)} at {t}" for s, t in zip(subj, times, strict=False)]
+
+
 def _visits_at_or_before(patients: pa.Table, row: np.ndarray, t: np.ndarray, where: Path) -> np.ndarray:
-    """(N,) how many of patient ``row[i]``'s visits have a time at or before ``t[i]`` (microseconds)."""
+    """(N,) how many of patient ``row[i]``'s first visits are known at or before ``t[i]`` (microseconds).
+
+    A visit is known at its ``visit_known_times`` entry (MIMIC-IV: discharge; null elements fall back to
+    ``visit_times``). The input is a prefix of visits, so a visit counts only when it and every visit before
+    it are known by then: the running maximum of the known times is what is compared (an earlier admission
+    discharged after a later one holds the later one back, never the reverse)."""
     vt = patients["visit_times"].combine_chunks()
     off = vt.offsets.to_numpy().astype(np.int64)  # (P+1,) into vt.values
     values = vt.values.slice(off[0], off[-1] - off[0])
@@ -265,12 +292,26 @@ def _visits_at_or_before(patients: pa.Table, row: np.ndarray, t: np.ndarray, whe
         raise InputFileError(
             where, "visit_times are not in time order within a patient", expected="ascending"
         )
+    kt = patients["visit_known_times"].combine_chunks()
+    kv = kt.values.slice(kt.offsets[0].as_py(), len(times))
+    known = np.where(kv.is_null().to_numpy(zero_copy_only=False), times, kv.cast(pa.int64()).fill_null(0))
+    known = _running_max(known.astype(np.int64), off - off[0])  # (V,) ascending within each patient
     # one sorted key per visit (patient, time rank); a label's count is a binary search of (patient, its time)
-    uniq = np.unique(np.concatenate([times, t]))
+    uniq = np.unique(np.concatenate([known, t]))
     m = len(uniq) + 1
-    key_v = vrow * m + np.searchsorted(uniq, times)
+    key_v = vrow * m + np.searchsorted(uniq, known)
     key_l = row * m + np.searchsorted(uniq, t)
     return np.searchsorted(key_v, key_l, side="right") - (off[row] - off[0])
+
+
+def _running_max(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """(V,) the running maximum of ``x`` within each run ``offsets[i]:offsets[i + 1]``."""
+    if not len(x):
+        return x
+    uniq, rank = np.unique(x, return_inverse=True)  # ranks < V, so the lifted keys fit int64
+    run = np.repeat(np.arange(len(offsets) - 1, dtype=np.int64), np.diff(offsets))
+    lifted = rank.astype(np.int64) + run * len(uniq)  # each run above every earlier one
+    return uniq[np.maximum.accumulate(lifted) - run * len(uniq)]
 
 
 def _cut_lengths(patients: pa.Table, row: np.ndarray, k: np.ndarray) -> np.ndarray:

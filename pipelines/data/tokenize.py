@@ -49,6 +49,7 @@ class Tokenized:
     # (sum n_visits,) datetime64[us]: the time of each kept visit, patient after patient in segment order (CSR
     # by n_visits); NaT where the source has no visit times (eICU)
     visit_times: np.ndarray | None = None
+    visit_known_times: np.ndarray | None = None  # (V,) when each kept visit's codes are known
 
 
 def lookup(events: pa.Table, concepts: pa.Table, unk_id: int | None = None) -> np.ndarray:
@@ -126,6 +127,7 @@ def tokenize(
     cid = cid[keep]
     visit = events["visit_index"].to_numpy()[keep]
     times = events["visit_time"].to_numpy()[keep] if "visit_time" in events.column_names else None
+    known = events["known_time"].to_numpy()[keep] if "known_time" in events.column_names else None
     v = _truncate(subj, visit, max_len, max_visits)
     seq_len, offsets, input_ids, segment_ids = _sequences(cid, v)
     last_len = np.minimum(v.v_len[v.p_vstart + v.p_nvis - 1], max_len - 1)
@@ -162,6 +164,7 @@ def tokenize(
         unknown=unk_table,
         counts=counts,
         visit_times=times[v.v_start[v.keep_v]].astype("datetime64[us]") if times is not None else None,
+        visit_known_times=known[v.v_start[v.keep_v]].astype("datetime64[us]") if known is not None else None,
     )
 
 

@@ -77,20 +77,14 @@ def export_demo_meds(
     **kwargs,
 ) -> ExportResult:
     """``hrrbert export-meds --demo``: the demo's synthetic MIMIC-IV-layout cohort (built if missing, with
-    its release and program, under ``artifacts``) written as a MEDS dataset in ``out``; ``kwargs``: those of
-    :func:`~pipelines.data.export_meds.export_meds` (``name``, ``labels``, ``force``)."""
-    from ontology_compiler.api import compile_ontology
+    its release and program, under ``artifacts``) written as a MEDS dataset in ``out``, its
+    ``subject_splits`` those of the demo's MIMIC-IV dataset (``prepare --demo``'s, prepared if missing);
+    ``kwargs``: those of :func:`~pipelines.data.export_meds.export_meds` (``name``, ``labels``, ``force``)."""
     from pipelines.data.export_meds import export_meds
 
-    artifacts = Path(artifacts)
-    # the one demo release (DEMO_RELEASE_SEED, as prepare_demo's): ``seed`` draws the cohort only, so the
-    # two commands never rebuild each other's release in the same folder
-    release = ensure_demo_release(
-        artifacts / "releases" / f"demo_icd10cm_{size}", size=size, seed=DEMO_RELEASE_SEED
-    )
-    program = compile_ontology(release, out=artifacts / "programs").path
-    cohort = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
-    return export_meds("mimic-iv", cohort, out, **kwargs)
+    mimic = prepare_demo(artifacts=artifacts, size=size, n_patients=n_patients, seed=seed)[0]
+    cohort = Path(mimic.manifest["source"]["path"])
+    return export_meds("mimic-iv", cohort, out, splits_from=mimic.path, seed=seed, **kwargs)
 
 
 def ensure_cohort(parent: Path, program: Path, *, n_patients: int, seed: int) -> Path:

@@ -452,16 +452,25 @@ class Logistic:
         return np.stack(cols, 1)
 
 
-def fit_logistic(train: _Split, val: _Split, *, seed: int) -> tuple[Logistic, dict[str, Any]]:
-    """One logistic regression per label for each (class_weight, C) of :data:`LR_GRID`; the setting with
-    the best ``val`` macro AUROC (the first on ties or when undefined) is kept."""
+def fit_logistic(
+    train: _Split,
+    val: _Split,
+    *,
+    seed: int,
+    grid: tuple[tuple[str | None, float], ...] = LR_GRID,
+) -> tuple[Logistic, dict[str, Any]]:
+    """One logistic regression per label for each (class_weight, C) of ``grid`` (:data:`LR_GRID`); the
+    setting with the best ``val`` macro AUROC (the first on ties or when undefined) is kept."""
     from pipelines.train.metrics import auroc
 
-    columns = np.flatnonzero(np.asarray(train.x.sum(0)).ravel() > 0)
+    # the columns with a non-zero entry (codes seen in training; every column of dense standardised features)
+    nonzero = train.x.getnnz(axis=0) if hasattr(train.x, "getnnz") else np.count_nonzero(train.x, axis=0)
+    columns = np.flatnonzero(np.asarray(nonzero).ravel() > 0)
     x = train.x[:, columns]
     best: tuple[float, Logistic, dict] | None = None
-    for cw, c in LR_GRID:
-        lr = Logistic(columns, [_fit_label(x, train.y[:, j], cw, c, seed) for j in range(train.y.shape[1])])
+    for cw, c in grid:
+        fits = [_fit_label(x, train.y[:, j], cw, c, seed) for j in range(train.y.shape[1])]
+        lr = Logistic(columns, fits)
         p = lr.predict(val.x)
         vals = [auroc(val.y[:, j], p[:, j]) for j in range(val.y.shape[1])]
         vals = [v for v in vals if not math.isnan(v)]
@@ -469,7 +478,8 @@ def fit_logistic(train: _Split, val: _Split, *, seed: int) -> tuple[Logistic, di
         if best is None or score > best[0]:
             best = (score, lr, {"class_weight": cw or "none", "C": c, "val_auroc": score})
     assert best is not None
-    return best[1], {**best[2], "grid": [[cw or "none", c] for cw, c in LR_GRID], "features": len(columns)}
+    grid_rec = [[cw or "none", c] for cw, c in grid]
+    return best[1], {**best[2], "grid": grid_rec, "features": len(columns)}
 
 
 def read_baselines(out_dir: str | Path) -> tuple[dict[str, Any], list[Predictions]]:

@@ -43,6 +43,13 @@ class EvaluateConfig:
         default=3, metadata={"help": "timed training steps for the cost figures (0: none)"}
     )
     cost_batch: int = field(default=32, metadata={"help": "sequences per timed step"})
+    chapters_probe: bool = field(
+        default=True,
+        metadata={
+            "help": "the chapters probe: the history's chapters regression's learner on the frozen model's "
+            "states and code vectors"
+        },
+    )
     next_visit_epochs: int = field(
         default=100,
         metadata={

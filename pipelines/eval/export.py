@@ -18,15 +18,24 @@ the same program) each code gets its pretraining ``count`` and ``log_frequency``
 The export folder (``out``) holds:
 
 * ``embeddings.parquet``: one row per code: ``concept_id``, ``vocabulary``, ``code`` (dotless, the
-  join key), ``code_dotted``, ``title``, ``chapter``, ``count``, ``log_frequency``, ``vector``
-  (``fixed_size_list<float>[D]``); Parquet metadata ``program_id``, ``source_kind``, ``mode``;
+  join key), ``code_dotted``, ``title``, ``chapter``, ``count``, ``log_frequency``, ``vector_group`` (the
+  ``concept_id`` of the first code whose vector is bit-for-bit the same: codes with the same edges, e.g.
+  several codes mapped to one concept, share a vector, and a neighbour list should skip its query's own
+  group rather than list ties), ``vector`` (``fixed_size_list<float>[D]``); Parquet metadata
+  ``program_id``, ``source_kind``, ``mode``;
 * ``export.json``: what was exported, from what, how;
 * with ``projector``, the TensorBoard projector files: ``vectors.tsv`` (one row per code, D tab-separated
   floats, no header), ``metadata.tsv`` (a header, then one row per code in the same order: ``code``
-  (dotted), ``vocabulary``, ``title``, ``chapter``, ``frequency`` (the count), ``log_frequency``; empty
+  (dotted), ``vocabulary``, ``title``, ``chapter``, ``frequency`` (the count), ``log_frequency``,
+  ``vector_group``; empty
   when unknown; a backslash, tab, newline or carriage return in a value is written ``\\\\``, ``\\t``,
   ``\\n``, ``\\r``) and ``projector_config.pbtxt`` pointing at both
   (``tensorboard --logdir OUT``, Projector tab; or load the two TSVs at projector.tensorflow.org).
+
+* with ``word2vec``, ``vectors.word2vec.txt``: the word2vec text format (a line ``<rows> <D>``, then per
+  code its key ``VOCABULARY/dotted code``, e.g. ``ICD10CM/E11.9``, and D floats, space-separated), which
+  gensim reads with ``KeyedVectors.load_word2vec_format(path, binary=False)`` (``vectors.tsv`` has no
+  keys: it is the projector's, read with ``metadata.tsv``).
 
 It is written into a temporary folder beside ``out`` and renamed into place. An existing ``out`` is
 refused unless it is an empty folder, or ``force`` is given and it holds an earlier export (its
@@ -64,7 +73,8 @@ VECTORS_FILE = "vectors.tsv"
 METADATA_FILE = "metadata.tsv"
 PROJECTOR_CONFIG = "projector_config.pbtxt"
 PROJECTOR_FILES = (VECTORS_FILE, METADATA_FILE, PROJECTOR_CONFIG)
-METADATA_COLUMNS = ("code", "vocabulary", "title", "chapter", "frequency", "log_frequency")
+WORD2VEC_FILE = "vectors.word2vec.txt"  # gensim's KeyedVectors.load_word2vec_format(path, binary=False)
+METADATA_COLUMNS = ("code", "vocabulary", "title", "chapter", "frequency", "log_frequency", "vector_group")
 PROGRAM_DIM = 256  # default dimension of a program's untrained composition
 # the largest --dim of a program's export (a bert-base is 768 wide): beyond it the atom and concept
 # tables would take gigabytes; refused before anything is allocated
@@ -91,6 +101,13 @@ class ExportConfig:
     projector: bool = field(
         default=False,
         metadata={"help": "also write the TensorBoard projector files (vectors and metadata TSV)"},
+    )
+    word2vec: bool = field(
+        default=False,
+        metadata={
+            "help": "also write vectors.word2vec.txt, keyed VOCABULARY/CODE (gensim: "
+            "KeyedVectors.load_word2vec_format(path, binary=False))"
+        },
     )
     vocabularies: tuple[str, ...] = field(
         default=(), metadata={"help": "export only these vocabularies (default: all but SPECIAL)"}
@@ -120,6 +137,8 @@ class ExportResult:
     vocabularies: dict[str, int]  # vocabulary -> rows exported
     dataset_id: str | None
     files: list[str] = field(default_factory=list)
+    duplicate_rows: int = 0  # rows whose vector exactly equals an earlier row's (same vector_group)
+    vector_groups: int = 0  # distinct vectors
 
 
 def escape_tsv(value: object) -> str:
@@ -263,10 +282,55 @@ def _embeddings_table(program, rows: list[int], matrix, count, logf, meta: dict[
             "chapter": pa.array([program.concept_chapters[i] for i in rows], pa.int8()),
             "count": pa.array([count[i] for i in rows], pa.int64()),
             "log_frequency": pa.array([logf[i] for i in rows], pa.float64()),
+            "vector_group": pa.array(_vector_groups(vec, rows), pa.int32()),
             "vector": pa.FixedSizeListArray.from_arrays(pa.array(vec.reshape(-1)), d),
         }
     )
     return table.replace_schema_metadata(meta), vec
+
+
+def _vector_groups(vec, rows: list[int]) -> list[int]:
+    """(n,) per row the ``concept_id`` of the first row whose vector is bit-for-bit the same (itself when
+    none before it is)."""
+    import numpy as np
+
+    if not len(rows):
+        return []
+    keys = np.ascontiguousarray(vec).view(np.dtype((np.void, vec.dtype.itemsize * vec.shape[1]))).ravel()
+    _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    return np.asarray(rows, np.int64)[first[inverse.ravel()]].tolist()
+
+
+def _w2v_key(program, i: int) -> str:
+    return f"{program.concept_vocabularies[i]}/{program.concept_codes_dotted[i] or program.concept_codes[i]}"
+
+
+def _check_keys(program, rows: list[int]) -> None:
+    """The word2vec keys (``VOCABULARY/dotted code``) hold no whitespace and are distinct (the format
+    separates fields by spaces), else an error naming the first offending code."""
+    seen: set[str] = set()
+    for i in rows:
+        key = _w2v_key(program, i)
+        if any(c.isspace() for c in key) or key in seen:
+            why = "holds whitespace" if key not in seen else "is not unique"
+            raise PipelineError(
+                f"program {program.program_id}: the word2vec key {key!r} {why}; export without --word2vec "
+                "and read embeddings.parquet instead"
+            )
+        seen.add(key)
+
+
+def _write_word2vec(path: Path, table, vec) -> None:
+    """The word2vec text format: a line ``<rows> <D>``, then per row its key and D floats, space-separated
+    (``repr`` of each float32, so it reads back exactly)."""
+    import numpy as np
+
+    cols = [table.column(k).to_pylist() for k in ("vocabulary", "code_dotted", "code")]
+    keys = [f"{v}/{d or c}" for v, d, c in zip(*cols, strict=True)]
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(f"{vec.shape[0]} {vec.shape[1]}\n")
+        for key, row in zip(keys, np.asarray(vec, np.float32), strict=True):
+            f.write(key + " " + " ".join(map(repr, row.tolist())) + "\n")
 
 
 def _write_projector(tmp: Path, table, vec, name: str) -> None:
@@ -281,7 +345,7 @@ def _write_projector(tmp: Path, table, vec, name: str) -> None:
     )
     values = [
         table.column(c).to_pylist()
-        for c in ("code_dotted", "vocabulary", "title", "chapter", "count", "log_frequency")
+        for c in ("code_dotted", "vocabulary", "title", "chapter", "count", "log_frequency", "vector_group")
     ]
     with open(tmp / METADATA_FILE, "w", encoding="utf-8", newline="\n") as f:
         f.write("\t".join(METADATA_COLUMNS) + "\n")
@@ -327,6 +391,8 @@ def export_embeddings(
     program, mdir, mode, matrix = vectors(cfg, src, device)
 
     rows = _vocabulary_rows(program, tuple(cfg.vocabularies))
+    if cfg.word2vec:
+        _check_keys(program, rows)
     dataset_id, count, logf = None, [None] * program.n_concepts, [None] * program.n_concepts
     if dataset is not None:
         dataset_id, count, logf = _frequencies(dataset, program)
@@ -346,7 +412,14 @@ def export_embeddings(
         rows=len(rows),
         vocabularies=per_vocab,
         dataset_id=dataset_id,
-        files=[EMBEDDINGS_FILE, RECORD_FILE, *(PROJECTOR_FILES if cfg.projector else ())],
+        files=[
+            EMBEDDINGS_FILE,
+            RECORD_FILE,
+            *(PROJECTOR_FILES if cfg.projector else ()),
+            *((WORD2VEC_FILE,) if cfg.word2vec else ()),
+        ],
+        duplicate_rows=len(rows) - len(set(table.column("vector_group").to_pylist())),
+        vector_groups=len(set(table.column("vector_group").to_pylist())),
     )
 
     with folder_written(out, "export", force=force, record=RECORD_FILE, option="OUT") as tmp:
@@ -354,6 +427,8 @@ def export_embeddings(
         if cfg.projector:
             name = f"model {mdir} ({mode})" if mdir is not None else f"program {program.program_id}, {mode}"
             _write_projector(tmp, table, vec, name)
+        if cfg.word2vec:
+            _write_word2vec(tmp / WORD2VEC_FILE, table, vec)
         record = {
             "kind": "embedding_export",
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(result).items()},
@@ -375,6 +450,12 @@ def summary_lines(r: ExportResult) -> list[str]:
         f"  frequencies: {'dataset ' + r.dataset_id if r.dataset_id is not None else 'none (no --dataset)'}",
         f"  wrote {r.out}: {', '.join(r.files)}",
     ]
+    if r.duplicate_rows:
+        lines.append(
+            f"  {r.duplicate_rows} of {r.rows} vectors exactly equal an earlier code's ({r.vector_groups} "
+            "distinct; codes with the same edges, e.g. ones mapped to one concept): column vector_group "
+            "marks them, so a neighbour list can skip its query's own group instead of listing ties"
+        )
     if PROJECTOR_CONFIG in r.files:
         lines.append(
             f"  TensorBoard: tensorboard --logdir {r.out} (Projector tab); or load {VECTORS_FILE} "

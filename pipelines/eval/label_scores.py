@@ -20,9 +20,10 @@ Outputs (written by :func:`pipelines.eval.pretrained.evaluate_pretrained`): the 
 ``evaluation.json`` (:func:`labels_eval`'s record), the per-row predictions in ``predictions.parquet``
 (:mod:`pipelines.train.predictions`: task ``mortality``, the binary head, as the fine-tuning writes it;
 split ``labels``; one row per label row, in the label files' (``subject_id``, ``prediction_time``) order)
-and :data:`LABELS_PREDICTIONS_FILE`, the same rows with their ``prediction_time`` in the column names of
-MEDS-style predictions (``subject_id``, ``prediction_time``, ``boolean_value``,
-``predicted_boolean_value``, ``predicted_boolean_probability``) plus ``trial``.
+and :data:`LABELS_PREDICTIONS_DIR`, one file per trial (``trial_<k>.parquet``) of the same rows with
+their ``prediction_time`` in meds-evaluation's PredictionSchema (``subject_id``, ``prediction_time``,
+``boolean_value``, ``predicted_boolean_value`` at the trial's threshold, ``predicted_boolean_probability``
+float32), so ``meds-evaluation-cli predictions_path=…/trial_0.parquet`` scores a trial as it is.
 
 Dimension legend: N label rows scored, G their patients, T trials.
 """
@@ -50,16 +51,17 @@ from .stats import N_BOOT, SEED, PatientScorer, bootstrap_method, bootstrap_pati
 log = logging.getLogger(__name__)
 
 LABELS_SPLIT = "labels"  # the split name of the label rows' predictions in predictions.parquet
-LABELS_PREDICTIONS_FILE = "labels_predictions.parquet"
+LABELS_PREDICTIONS_DIR = "labels_predictions"  # one meds-evaluation file per trial: trial_<k>.parquet
 METRICS = ("auroc", "auprc", "f1", "precision", "recall", "accuracy")  # scored, each with its interval
+# meds-evaluation 0.0.6's PredictionSchema (the MEDS LabelSchema's three columns and the two predictions;
+# it refuses any other column and a float64 probability)
 LABELS_PREDICTIONS_SCHEMA = pa.schema(
     [
         ("subject_id", pa.int64()),
         ("prediction_time", pa.timestamp("us")),
         ("boolean_value", pa.bool_()),
         ("predicted_boolean_value", pa.bool_()),
-        ("predicted_boolean_probability", pa.float64()),
-        ("trial", pa.int32()),
+        ("predicted_boolean_probability", pa.float32()),
     ]
 )
 
@@ -119,10 +121,10 @@ def labels_eval(
     label: str = "model",
     n_boot: int = N_BOOT,
     seed: int = SEED,
-) -> tuple[dict[str, Any], list[Predictions], pa.Table]:
+) -> tuple[dict[str, Any], list[Predictions], dict[int, pa.Table]]:
     """Score each trial of ``finetune_run`` on the rows of the MEDS label folder ``labels`` placed in ``ds``
     (those of ``split``, or ``"all"``); returns the record (module docstring), the predictions blocks
-    (split ``labels``, model name ``label``) and the MEDS-style predictions table."""
+    (split ``labels``, model name ``label``) and each trial's meds-evaluation predictions table."""
     from model import HRRBert
 
     run = run_record(finetune_run) or {}
@@ -198,6 +200,7 @@ def labels_eval(
             "dropped": {
                 "subject_not_in_dataset": c["rows_subject_not_in_dataset"],
                 "without_history": c["rows_without_history"],
+                "cut_by_truncation": c.get("rows_cut_by_truncation", 0),
                 "other_splits": int(len(sel) - n_used),
             },
             "of_truncated_sequences": _truncated(ds, placed.row[sel]),
@@ -227,20 +230,43 @@ def _mean(values: list) -> float | None:
     return float(x.mean()) if x.size else None
 
 
-def _meds_predictions(blocks: list[Predictions], times: np.ndarray) -> pa.Table:
-    """One row per (trial, label row): the label row's key and label, the probability and the decision at
-    the trial's threshold (:data:`LABELS_PREDICTIONS_SCHEMA`)."""
-    cols: dict[str, list] = {n: [] for n in LABELS_PREDICTIONS_SCHEMA.names}
+def _meds_predictions(blocks: list[Predictions], times: np.ndarray) -> dict[int, pa.Table]:
+    """Per trial, one row per label row: its key and label, the probability and the decision at the
+    trial's threshold (:data:`LABELS_PREDICTIONS_SCHEMA`)."""
+    out = {}
     for b in blocks:
-        p = np.asarray(b.probs, dtype=np.float64)[:, 0]
-        cols["subject_id"].append(np.asarray(b.subject_id, np.int64))
-        cols["prediction_time"].append(times)
-        cols["boolean_value"].append(np.asarray(b.labels)[:, 0].astype(bool))
-        cols["predicted_boolean_value"].append(p >= float(b.thresholds[0]))
-        cols["predicted_boolean_probability"].append(p)
-        cols["trial"].append(np.full(len(p), b.trial, np.int32))
-    arrays = [pa.array(np.concatenate(cols[f.name]), f.type) for f in LABELS_PREDICTIONS_SCHEMA]
-    return pa.Table.from_arrays(arrays, schema=LABELS_PREDICTIONS_SCHEMA)
+        p = np.asarray(b.probs, dtype=np.float32)[:, 0]
+        cols = [
+            np.asarray(b.subject_id, np.int64),
+            times,
+            np.asarray(b.labels)[:, 0].astype(bool),
+            p >= np.float32(b.thresholds[0]),
+            p,
+        ]
+        arrays = [pa.array(c, f.type) for c, f in zip(cols, LABELS_PREDICTIONS_SCHEMA, strict=True)]
+        out[int(b.trial)] = pa.Table.from_arrays(arrays, schema=LABELS_PREDICTIONS_SCHEMA)
+    return out
+
+
+def write_meds_predictions(tables: dict[int, pa.Table], out: Path) -> list[str]:
+    """Write the trials' tables into ``out`` / :data:`LABELS_PREDICTIONS_DIR` (into a temporary sibling,
+    then renamed into place); the files, relative to ``out``."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    final = out / LABELS_PREDICTIONS_DIR
+    tmp = out / f".{LABELS_PREDICTIONS_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    names = []
+    for k, t in sorted(tables.items()):
+        pq.write_table(t, tmp / f"trial_{k}.parquet")
+        names.append(f"{LABELS_PREDICTIONS_DIR}/trial_{k}.parquet")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.replace(final)
+    return names
 
 
 def summary_lines(rec: dict[str, Any]) -> list[str]:
@@ -250,7 +276,7 @@ def summary_lines(rec: dict[str, Any]) -> list[str]:
         f"labels    {rec['task']} on {rec['split']} rows of {rec['dataset_id']}: {r['used']} rows of "
         f"{r['patients']} patients ({r['positives']} positive); left out: {d['subject_not_in_dataset']} "
         f"of subjects not in the dataset, {d['without_history']} without history, "
-        f"{d['other_splits']} of other splits"
+        f"{d.get('cut_by_truncation', 0)} whose history truncation cut, {d['other_splits']} of other splits"
     ]
     for t in rec["trials"]:
         lines.append(

@@ -31,17 +31,18 @@ The statistics across trials and configurations (f) live in :mod:`pipelines.eval
 per-patient predictions of (b) and (c) in ``<out>/predictions.parquet`` (:mod:`pipelines.train.predictions`;
 splits ``rood``, ``rood_unseen``, ``transfer``, ``labels`` (one row per label row); model = the label; trial =
 the fine-tuning trial), each scored at the thresholds kept with the trial's model; the label rows'
-predictions also in ``labels_predictions.parquet`` with their ``prediction_time``. Every input is checked
-against the program first: a dataset tokenized against another program, a missing or corrupt model folder, or
-a task without labels raises an error naming the file and what differs. An ``out`` folder that exists and
-holds anything is refused before any work, unless ``force`` (then the previous evaluation's files are
-replaced).
+predictions also in ``labels_predictions/trial_<k>.parquet`` (meds-evaluation's schema). Every input is
+checked against the program first: a dataset tokenized against another program, a missing or corrupt model
+folder, or a task without labels raises an error naming the file and what differs. An ``out`` folder that
+exists and holds anything is refused before any work, unless ``force`` (then the previous evaluation's
+files are replaced).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -60,14 +61,14 @@ from pipelines.train.runtime import (
 )
 
 from .config import EvaluateConfig
-from .label_scores import LABELS_PREDICTIONS_FILE, check_runs
+from .label_scores import LABELS_PREDICTIONS_DIR, check_runs
 from .registry import EVALUATIONS, TSNE_FILE, Evaluation, RunInputs
 
 log = logging.getLogger(__name__)
 
 EVALUATION_FILE = "evaluation.json"
 # what an evaluation writes into its folder
-OUTPUTS = (EVALUATION_FILE, TSNE_FILE, PREDICTIONS_FILE, LABELS_PREDICTIONS_FILE)
+OUTPUTS = (EVALUATION_FILE, TSNE_FILE, PREDICTIONS_FILE, LABELS_PREDICTIONS_DIR)
 
 
 def check_out(out: Path, force: bool) -> None:
@@ -85,7 +86,10 @@ def check_out(out: Path, force: bool) -> None:
             "--out, or pass --force to replace the evaluation there"
         )
     for name in OUTPUTS:
-        (out / name).unlink(missing_ok=True)
+        if (out / name).is_dir() and not (out / name).is_symlink():
+            shutil.rmtree(out / name)
+        else:
+            (out / name).unlink(missing_ok=True)
 
 
 def evaluate_pretrained(

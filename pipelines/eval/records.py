@@ -262,7 +262,8 @@ class LabelTask:
     mean: dict[str, float | None] = field(default_factory=dict)
     intervals: dict[str, dict[str, Any]] = field(default_factory=dict)
     interval_method: str | None = None
-    predictions: str | None = None  # the MEDS-style predictions file beside evaluation.json
+    # the meds-evaluation prediction files beside evaluation.json, one per trial (older records: one file)
+    predictions: list[str] | str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {self.KEY: _plain(self)}
@@ -328,6 +329,31 @@ class NextVisit:
             for s, by in (v.get("scores") or {}).items()
         }
         return rec
+
+
+# ----------------------------------------------------------------------------- chapters probe
+
+
+@dataclass
+class ChaptersProbe:
+    """The chapters probe (:func:`pipelines.eval.probe.chapters_probe`): a linear read-out of the frozen
+    pretrained model, ``scores[split]`` (``test``, ``rood_unseen``) the chapters metrics with
+    ``f1_interval`` (:meth:`pipelines.eval.stats.Interval.as_dict`)."""
+
+    KEY = "chapters_probe"
+    features: dict[str, Any] = field(default_factory=dict)
+    choice: dict[str, Any] = field(default_factory=dict)
+    patients: dict[str, int] = field(default_factory=dict)
+    scores: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {self.KEY: _plain(self)}
+
+    @classmethod
+    def from_dict(cls, evaluation: dict[str, Any]) -> ChaptersProbe | None:
+        v = evaluation.get(cls.KEY)
+        return _read(cls, v) if v else None
 
 
 # ----------------------------------------------------------------------------- cost

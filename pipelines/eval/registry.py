@@ -205,11 +205,9 @@ def _transfer(x: RunInputs) -> R.Transfer | None:
 def _labels(x: RunInputs) -> R.LabelTask | None:
     if not (x.cfg.labels and x.cfg.labels_run):
         return None
-    import pyarrow.parquet as pq
+    from .label_scores import labels_eval, write_meds_predictions
 
-    from .label_scores import LABELS_PREDICTIONS_FILE, labels_eval
-
-    rec, blocks, table = labels_eval(
+    rec, blocks, tables = labels_eval(
         x.cfg.labels,
         x.cfg.labels_run,
         x.labels_ds,
@@ -221,10 +219,16 @@ def _labels(x: RunInputs) -> R.LabelTask | None:
         seed=x.cfg.seed,
     )
     x.predictions += blocks
-    tmp = x.out / f".{LABELS_PREDICTIONS_FILE}.tmp"
-    pq.write_table(table, tmp)
-    tmp.replace(x.out / LABELS_PREDICTIONS_FILE)
-    return R.LabelTask(**rec, predictions=LABELS_PREDICTIONS_FILE)
+    return R.LabelTask(**rec, predictions=write_meds_predictions(tables, x.out))
+
+
+def _chapters_probe(x: RunInputs) -> R.ChaptersProbe | None:
+    if not x.cfg.chapters_probe:
+        return None
+    from .probe import chapters_probe
+
+    rec = chapters_probe(x.model, x.ds, device=x.device, batch_size=x.cfg.batch_size, seed=x.cfg.seed)
+    return None if rec is None else R.ChaptersProbe.from_dict({R.ChaptersProbe.KEY: rec})
 
 
 def _next_visit(x: RunInputs) -> R.NextVisit | None:
@@ -355,6 +359,15 @@ EVALUATIONS: tuple[Evaluation, ...] = (
         ("labels", "labels_run", "labels_dataset", "labels_split", "batch_size", "seed"),
         R.LabelTask,
         _labels,
+    ),
+    Evaluation(
+        "chapters_probe",
+        ("chapters_probe", "batch_size", "seed"),
+        R.ChaptersProbe,
+        _chapters_probe,
+        S.probe_section,
+        position=42,
+        no_grad=True,
     ),
     Evaluation(
         "next_visit",

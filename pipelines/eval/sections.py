@@ -466,3 +466,54 @@ def cost_section(s: SectionInputs) -> list[str]:
         table(header, rows),
         "",
     ]
+
+
+def _probe_interval(d: dict[str, Any] | None) -> Interval | None:
+    if not d:
+        return None
+    iv = d.get("f1_interval") or {}
+    nan = lambda v: math.nan if v is None else float(v)  # noqa: E731
+    return Interval(nan(iv.get("estimate")), nan(iv.get("low")), nan(iv.get("high")), int(iv.get("n") or 0),
+                    str(iv.get("method") or ""), str(iv.get("note") or ""))  # fmt: skip
+
+
+def probe_section(s: SectionInputs) -> list[str]:
+    """The chapters probe (:mod:`pipelines.eval.probe`): per configuration its test and ROOD-unseen chapters
+    F1 (one seed: the patient interval; several: the t interval over seeds), beside the fine-tuned heads and
+    the history's chapters regression; adds ``chapters_probe`` to results.json."""
+    recs = s.records
+    if not any(r is not None for rs in recs.values() for r in rs):
+        return []
+    exp, b = s.exp, s.exp.baselines
+    splits = ("test", "rood_unseen")
+    rows, results = [], {}
+    for k, rs in recs.items():
+        got = [r for r in rs if r is not None]
+        if not got:
+            continue
+        probe = {sp: V.over_seeds([_probe_interval(r.scores.get(sp)) for r in got]) for sp in splits}
+        tuned = {sp: V.conf_interval(exp.configurations[k], "chapters", sp, "f1") for sp in splits}
+        rows.append([f"{k}: probe", str(len(got))] + [pct(probe[sp]) for sp in splits])
+        rows.append([f"{k}: fine-tuned", "–"] + [pct(tuned[sp]) for sp in splits])
+        results[k] = {sp: probe[sp].as_dict() if probe[sp] is not None else None for sp in splits}
+    for m in ("history_chapters", "logistic_regression"):
+        row = {sp: V.baseline_interval(b, m, "chapters", sp, "f1") for sp in splits}
+        if row["test"] or row["rood_unseen"]:
+            rows.append([f"baseline: {BASELINE_NAMES[m]}", "–"] + [pct(row[sp]) for sp in splits])
+    first = next(r for rs in recs.values() for r in rs if r is not None)
+    s.results["chapters_probe"] = results
+    parts = ", ".join(first.features.get("parts") or [])
+    return [
+        "## Chapters probe: what the frozen pretrained model holds",
+        "",
+        "A linear read-out of each pretrained model, fine-tuning left out: the learner of the history's "
+        "chapters regression (an L2 logistic regression per chapter, C chosen on `finetune_val` by macro "
+        "AUROC) on the frozen model's features of each history "
+        f"({parts}; {first.features.get('width', '?')} features, standardised on `finetune_train`). "
+        "Thresholds per chapter on `finetune_val`. `probe` against `fine-tuned` separates what pretraining "
+        "put in from what the fine-tuning recipe gets out; against the regression, it is the same learner "
+        f"on the model's features instead of the chapter counts. Chapters macro-F1; intervals: {INTERVALS}.",
+        "",
+        table(["model", "seeds", "test F1", "ROOD-unseen F1"], rows),
+        "",
+    ]

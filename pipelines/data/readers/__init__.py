@@ -29,7 +29,8 @@ class Reader:
     ``hospital``: the baselines' ``ceiling`` reads the demo's true probabilities of that hospital
     (``task_probabilities.parquet``); ``demographics``: Doctor2Vec's sex (``F``/``M``) and age of each
     patient; ``meds_export``: what ``export-meds`` writes beyond the reader's result (each dead subject's
-    ``subject_id`` and ``time``, and ICD titles by (vocabulary, dotless code)).
+    ``subject_id`` and ``time``, ICD titles by (vocabulary, dotless code), and static events: ``subject_id``,
+    ``time`` (null for a static code), ``code`` such as ``MEDS_BIRTH`` and ``GENDER//F``).
     """
 
     name: str  # source.reader of a dataset's manifest, and its default name's prefix
@@ -41,7 +42,7 @@ class Reader:
     root: str  # (path) -> the source's root found from the folder given (InputFileError when none)
     hospital: str | None  # its patients' hospital in the demo's ground truth (the ceiling); None: none
     demographics: str | None = None  # (file under the root, SQL over {csv}: subject_id, sex, age)
-    meds_export: str | None = None  # (path, *, threads=None) -> (deaths, titles); None: no export
+    meds_export: str | None = None  # (path, *, threads=None) -> (deaths, titles, static); None: no export
     note: str = ""  # why a part is None, said when it is asked for (export-meds's refusal)
 
     @property

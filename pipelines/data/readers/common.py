@@ -3,7 +3,9 @@
 Each reader (``mimic``, ``eicu``, ``meds``; ``docs/input-formats.md``) returns a :class:`ReadResult`:
 
 - ``events``: one row per diagnosis code, ``subject_id`` int64, ``visit_index`` int32 (0 = first visit
-  with codes), ``visit_time`` timestamp (null where the source has none), ``seq`` int32 (order within
+  with codes), ``visit_time`` timestamp (null where the source has none), ``known_time`` timestamp (when
+  the visit's codes are known, where MEDS semantics cut a label's input: MIMIC-IV ``dischtime``, a MEDS
+  event's own time; one value per visit; null where the source has none), ``seq`` int32 (order within
   the visit), ``vocabulary`` (``ICD9CM``/``ICD10CM``; MEDS also ``SNOMED``, resolved against the program
   by ``prepare``), ``code`` (dotless, upper case); sorted by (``subject_id``, ``visit_index``, ``seq``).
 - ``visits``: one row per visit with codes: ``subject_id``, ``visit_index``, ``mortality_6m`` (the
@@ -53,6 +55,7 @@ EVENT_SCHEMA = pa.schema(
         ("subject_id", pa.int64()),
         ("visit_index", pa.int32()),
         ("visit_time", pa.timestamp("us")),
+        ("known_time", pa.timestamp("us")),
         ("seq", pa.int32()),
         ("vocabulary", pa.string()),
         ("code", pa.string()),

@@ -146,7 +146,8 @@ def read_eicu(path: str | Path, *, threads: int | None = None) -> ReadResult:
     _visits_and_mortality(con)
     events, visits = to_tables(
         con,
-        "SELECT subject_id, visit_index, visit_time, seq, vocabulary, code FROM ev ORDER BY ALL",
+        "SELECT subject_id, visit_index, visit_time, visit_time AS known_time, seq, vocabulary, code FROM ev "
+        "ORDER BY ALL",
         "SELECT subject_id, visit_index, mortality_6m, NULL AS given_split FROM vm "
         "ORDER BY subject_id, visit_index",
     )

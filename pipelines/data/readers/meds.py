@@ -149,19 +149,25 @@ def meds_root(path: str | Path) -> Path:
     return p
 
 
-def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Table, dict]:
+def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Table, dict, pa.Table]:
     """What ``export-meds`` writes beyond the reader's result: each dead subject's first ``MEDS_DEATH``
-    time (``subject_id``, ``time``), and no titles (they are in the source's own ``codes.parquet``)."""
+    time (``subject_id``, ``time``), no titles (they are in the source's own ``codes.parquet``) and the
+    source's ``MEDS_BIRTH`` and ``GENDER//…`` events as they are (``subject_id``, ``time``, ``code``)."""
     con = connect(threads)
     con.execute(
         "CREATE TEMP TABLE raw AS SELECT subject_id::BIGINT AS subject_id, time::TIMESTAMP AS time, "
         "code::VARCHAR AS code FROM read_parquet($1, union_by_name = true)",
         [[duckdb_path(s) for s in data_shards(Path(path))]],
     )
-    return con.sql(
+    deaths = con.sql(
         f"SELECT * FROM (SELECT subject_id, min(time) AS time FROM raw WHERE code = '{DEATH_CODE}' GROUP BY "
         "subject_id) WHERE time IS NOT NULL ORDER BY subject_id"
-    ).to_arrow_table(), {}
+    ).to_arrow_table()
+    static = con.sql(
+        "SELECT DISTINCT subject_id, time, code FROM raw WHERE code = 'MEDS_BIRTH' OR code LIKE 'GENDER//%' "
+        "ORDER BY subject_id, time NULLS FIRST, code"
+    ).to_arrow_table()
+    return deaths, {}, static
 
 
 def data_shards(root: Path) -> list[Path]:
@@ -209,7 +215,7 @@ def read_meds(path: str | Path, *, threads: int | None = None) -> ReadResult:
     )
     events, visits = to_tables(
         con,
-        "SELECT subject_id, visit_index, visit_time, "
+        "SELECT subject_id, visit_index, visit_time, known_time, "
         "(row_number() OVER (PARTITION BY subject_id, visit_index "
         "ORDER BY filename, file_row_number) - 1)::INT AS seq, vocabulary, code FROM ev "
         "ORDER BY subject_id, visit_index, seq",
@@ -404,17 +410,18 @@ def _not_read(con: DuckDBPyConnection, root: Path, f: Findings) -> None:
 
 
 def _visits(con: DuckDBPyConnection) -> None:
-    """``vis`` (a visit: an admission, else a timestamp, with its time and rank) and ``ev`` (the codes with
-    their visit's rank)."""
+    """``vis`` (a visit: an admission, else a timestamp, with its first time, the time its last code is known
+    and its rank) and ``ev`` (the codes with their visit's times and rank)."""
     con.execute(
-        "CREATE TEMP TABLE vis AS SELECT subject_id, vkey, vtime, "
+        "CREATE TEMP TABLE vis AS SELECT subject_id, vkey, vtime, ktime, "
         "(dense_rank() OVER (PARTITION BY subject_id "
         "ORDER BY vtime, vkey) - 1)::INT AS visit_index FROM (SELECT subject_id, "
-        "coalesce(hadm_id::VARCHAR, time::VARCHAR) AS vkey, min(time) AS vtime FROM dx "
+        "coalesce(hadm_id::VARCHAR, time::VARCHAR) AS vkey, min(time) AS vtime, max(time) AS ktime FROM dx "
         "WHERE time IS NOT NULL AND code <> '' GROUP BY ALL)"
     )
     con.execute(
-        "CREATE TEMP TABLE ev AS SELECT d.subject_id, v.vtime AS visit_time, d.vocabulary, d.code, "
+        "CREATE TEMP TABLE ev AS SELECT d.subject_id, v.vtime AS visit_time, v.ktime AS known_time, "
+        "d.vocabulary, d.code, "
         "v.visit_index, "
         "d.filename, d.file_row_number FROM dx d JOIN vis v ON v.subject_id = d.subject_id "
         "AND v.vkey = coalesce(d.hadm_id::VARCHAR, d.time::VARCHAR) WHERE d.code <> ''"

@@ -3,9 +3,11 @@
 The files read and their columns: ``docs/input-formats.md``, "MIMIC-IV".
 
 Visits are admissions ordered by ``admittime`` (then ``hadm_id``); codes within a visit by ``seq_num``.
-``visit_time`` is ``admittime``. A visit's ``mortality_6m`` is death (``deathtime`` of that admission,
-or ``dod`` at most 182 days after its ``dischtime``); ``prepare`` labels each patient with the last
-visit of its sequence. Patients of ``patients.csv.gz`` without any diagnosis are dropped and counted.
+``visit_time`` is ``admittime``; its codes are known at ``dischtime`` (``known_time``: MIMIC-IV codes the
+diagnoses at discharge; ``admittime`` where ``dischtime`` is empty). A visit's ``mortality_6m`` is death
+(``deathtime`` of that admission, or ``dod`` at most 182 days after its ``dischtime``); ``prepare``
+labels each patient with the last visit of its sequence. Patients of ``patients.csv.gz`` without any
+diagnosis are dropped and counted.
 
 Checks before anything is used: required ids and ``admittime`` present; exact duplicate rows dropped
 (a finding); one row per ``subject_id`` in ``patients`` and per ``hadm_id`` in ``admissions``, else an
@@ -86,12 +88,29 @@ def mimic_files(path: str | Path) -> list[Path]:
     return [find_table(root, rel) for rel, _, _ in TABLES.values()]
 
 
-def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Table, dict]:
+def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Table, dict, pa.Table]:
     """What ``export-meds`` writes beyond the reader's result: each dead subject's time of death
-    (``subject_id``, ``time``: the first ``deathtime``, else ``dod``) and the ICD titles of
-    ``hosp/d_icd_diagnoses`` ((vocabulary, dotless code) -> long title; empty without the file)."""
+    (``subject_id``, ``time``: the first ``deathtime``, else ``dod``), the ICD titles of
+    ``hosp/d_icd_diagnoses`` ((vocabulary, dotless code) -> long title; empty without the file) and the
+    static events of ``patients`` (``subject_id``, ``time``, ``code``): ``GENDER//F`` or ``GENDER//M``
+    without a time, and ``MEDS_BIRTH`` on 1 January of ``anchor_year - anchor_age`` (the year of birth
+    MIMIC-IV's anchors give; day and month are not published)."""
     root = mimic_root(path)
-    con, _ = load_tables(root, {k: TABLES[k] for k in ("patients", "admissions")}, threads)
+    name, header, types = TABLES["patients"]
+    extra = {"gender": "VARCHAR", "anchor_age": "INTEGER", "anchor_year": "INTEGER"}
+    tables = {"patients": (name, header, {**types, **extra}), "admissions": TABLES["admissions"]}
+    con, _ = load_tables(root, tables, threads)
+    static = (
+        con.sql(
+            "SELECT subject_id, NULL::TIMESTAMP AS time, 'GENDER//' || gender AS code, 0 AS k FROM "
+            "(SELECT DISTINCT subject_id, gender FROM patients) WHERE gender IN ('F', 'M') "
+            "UNION ALL SELECT subject_id, make_timestamp(anchor_year - anchor_age, 1, 1, 0, 0, 0), "
+            "'MEDS_BIRTH', 1 FROM (SELECT DISTINCT subject_id, anchor_year, anchor_age FROM patients) "
+            "WHERE anchor_year IS NOT NULL AND anchor_age IS NOT NULL ORDER BY subject_id, k"
+        )
+        .to_arrow_table()
+        .drop_columns(["k"])
+    )
     deaths = con.sql(
         "SELECT * FROM (SELECT subject_id, coalesce(min(a.deathtime), any_value(p.dod)::TIMESTAMP) AS time "
         "FROM "
@@ -103,13 +122,14 @@ def meds_export(path: str | Path, *, threads: int | None = None) -> tuple[pa.Tab
     try:
         titles = find_table(root, TITLES)
     except PipelineError:
-        return deaths, {}
+        return deaths, {}, static
     sql = (
         "SELECT icd_version::VARCHAR, upper(replace(trim(icd_code), '.', '')), long_title FROM read_csv($1, "
         "header = true, all_varchar = true)"
     )
     rows = connect().execute(sql, [duckdb_path(titles)]).fetchall()
-    return deaths, {("ICD9CM" if v == "9" else "ICD10CM", c): t for v, c, t in rows if v in ("9", "10")}
+    titled = {("ICD9CM" if v == "9" else "ICD10CM", c): t for v, c, t in rows if v in ("9", "10")}
+    return deaths, titled, static
 
 
 def read_mimic(path: str | Path, *, threads: int | None = None) -> ReadResult:
@@ -126,7 +146,7 @@ def read_mimic(path: str | Path, *, threads: int | None = None) -> ReadResult:
     _visits(con)
     events, visits = to_tables(
         con,
-        "SELECT subject_id, visit_index, visit_time, "
+        "SELECT subject_id, visit_index, visit_time, known_time, "
         "(row_number() OVER (PARTITION BY subject_id, visit_index ORDER BY seq_num, code) - 1)::INT AS seq, "
         "vocabulary, code FROM ev ORDER BY subject_id, visit_index, seq",
         "SELECT subject_id, visit_index, mortality_6m, NULL AS given_split FROM vm "
@@ -242,7 +262,8 @@ def _visits(con: DuckDBPyConnection) -> None:
     con.execute(
         "CREATE TEMP TABLE ev AS SELECT subject_id, "
         "(dense_rank() OVER (PARTITION BY subject_id ORDER BY admittime, hadm_id) - 1)::INT AS visit_index, "
-        "admittime AS visit_time, seq_num, hadm_id, dischtime, deathtime, vocabulary, code FROM dx "
+        "admittime AS visit_time, coalesce(dischtime, admittime) AS known_time, seq_num, hadm_id, dischtime, "
+        "deathtime, vocabulary, code FROM dx "
         "WHERE NOT orphan AND vocabulary IS NOT NULL AND code IS NOT NULL AND code <> ''"
     )
     con.execute(

@@ -549,18 +549,22 @@ def test_export_meds_writes_the_demo_cohort_as_valid_meds_that_reads_back(tmp_pa
 
     r = export_meds("mimic-iv", demo_cohort, tmp_path / "meds", shard_subjects=40)
     assert_valid_meds(r.path)
-    assert r.counts["shards"] == 4 and r.counts["subjects"] == 150
-    assert sorted(r.files)[:4] == [f"data/{i}.parquet" for i in range(4)]
+    assert r.counts["shards"] == 5 and r.counts["subjects"] == 150  # random 80/10/10: 120, 15, 15
+    shards = [f for f in r.files if f.startswith("data/")]
+    assert shards == [*(f"data/train/{i}.parquet" for i in range(3)), "data/tuning/0.parquet",
+                      "data/held_out/0.parquet"]  # fmt: skip
     a, b = read_mimic(demo_cohort), read_meds(r.path)
-    cols = ["subject_id", "visit_index", "visit_time", "vocabulary", "code"]
+    cols = ["subject_id", "visit_index", "known_time", "vocabulary", "code"]
     assert b.events.select(cols).equals(a.events.select(cols))  # same visits, codes and order
+    # the diagnoses are exported at discharge, when MIMIC-IV codes them: a MEDS visit starts there
+    assert b.events["visit_time"].equals(a.events["known_time"])
     assert b.labels["chapters"].equals(a.labels["chapters"])
     agree = np.mean(np.asarray(b.labels["mortality_6m"]) == np.asarray(a.labels["mortality_6m"]))
-    assert agree > 0.95  # deaths are counted from the admission here, from the discharge in MIMIC-IV
-    # the label task is the reader's mortality_6m of each subject's last visit
+    assert agree > 0.95  # deaths: 182 days from the discharge in both; in-hospital deaths only in MIMIC-IV
+    # the label task is MIMIC-IV's mortality_6m of each subject's last visit, at that visit's admission
     task = read_label_task(r.path / "labels" / "mortality_6m")
-    assert task.rows["subject_id"].equals(b.labels["subject_id"])
-    assert task.rows["boolean_value"].equals(b.labels["mortality_6m"])
+    assert task.rows["subject_id"].equals(a.labels["subject_id"])
+    assert task.rows["boolean_value"].equals(a.labels["mortality_6m"])
     assert task.counts["positives"] == r.counts["label_positives_mortality_6m"] > 0
     meta = json.loads((r.path / meds.dataset_metadata_filepath).read_text())
     assert meta["etl_name"] == "hrrbert export-meds" and meta["meds_version"] == "0.4"
@@ -579,8 +583,9 @@ def test_export_meds_of_a_meds_source_keeps_its_splits_and_deaths(tmp_path):
     assert not (r.path / "labels").exists()
     splits = pq.read_table(r.path / meds.subject_splits_filepath).to_pylist()
     assert splits == [{"subject_id": 1, "split": "train"}, {"subject_id": 2, "split": "held_out"}]
-    data = pq.read_table(r.path / "data" / "0.parquet").to_pylist()
+    data = pq.read_table(r.path / "data" / "train" / "0.parquet").to_pylist()
     assert [d["code"] for d in data if d["subject_id"] == 1] == [
+        "MEDS_BIRTH",  # the source's static and birth events pass through (subject 3's GENDER//F: dropped)
         "DIAGNOSIS//ICD//9//4019",
         "DIAGNOSIS//ICD//9//25000",
         "DIAGNOSIS//ICD//10//E119",
@@ -634,7 +639,8 @@ def test_export_meds_refusals(tmp_path, demo_cohort):
     out = tmp_path / "cli"
     res = runner.invoke(main, ["export-meds", str(out), "--meds", str(tmp_path / "src")])
     assert res.exit_code == 0, res.output
-    assert "subjects  2 in 1 shard(s)" in res.output and (out / "labels" / "mortality_6m").is_dir()
+    assert "subjects  2 in 2 shard(s)" in res.output  # one per split
+    assert (out / "labels" / "mortality_6m").is_dir()
     res = runner.invoke(
         main, ["export-meds", str(out), "--meds", str(tmp_path / "src"), "--force", "--no-labels"]
     )
@@ -642,7 +648,10 @@ def test_export_meds_refusals(tmp_path, demo_cohort):
     res = runner.invoke(main, ["export-meds", str(out)])
     assert res.exit_code != 0 and "exactly one of" in res.output
     assert not list(tmp_path.glob(".tmp-*"))
-    assert pc.sum(pc.equal(pq.read_table(out / "data" / "0.parquet")["code"], meds.death_code)).as_py() == 1
+    assert (
+        pc.sum(pc.equal(pq.read_table(out / "data" / "train" / "0.parquet")["code"], meds.death_code)).as_py()
+        == 1
+    )
 
 
 def test_a_codes_file_of_empty_parent_lists_is_read(tmp_path):

@@ -309,7 +309,7 @@ def test_chosen_hold_out_reaches_its_unseen_target(prepared):
         == rood["unseen_patients"]
         == prepared.manifest["counts"]["patients"]["rood_unseen"]
     )
-    assert prepared.manifest["generator"] == "pipelines.prepare/3"
+    assert prepared.manifest["generator"] == "pipelines.prepare/4"
 
 
 def test_cli_prepare_hold_out(program, tmp_path):

@@ -120,6 +120,7 @@ def test_program_exports_the_seeded_untrained_composition(program_dir, tmp_path)
         "chapter",
         "count",
         "log_frequency",
+        "vector_group",
         "vector",
     ]
     assert t.schema.field("vector").type == pa.list_(pa.float32(), 64)
@@ -302,3 +303,46 @@ def test_titles_with_tabs_and_newlines_keep_the_metadata_rectangular(make_other_
 def test_escape_tsv():
     assert escape_tsv(None) == "" and escape_tsv(4) == "4" and escape_tsv(-1.5) == "-1.5"
     assert escape_tsv("a\tb\nc\rd\\e") == "a\\tb\\nc\\rd\\\\e"
+
+
+def read_word2vec(path: Path) -> tuple[list[str], np.ndarray]:
+    """The word2vec text format as gensim 4.4's ``load_word2vec_format(binary=False)`` parses it: a header
+    ``<rows> <dim>``, then per line a key and exactly ``dim`` floats, separated by single spaces."""
+    lines = path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+    n, d = map(int, lines[0].split(" "))
+    assert len(lines) == n + 1
+    keys, rows = [], []
+    for line in lines[1:]:
+        key, *vals = line.split(" ")
+        assert len(vals) == d and key and not any(c.isspace() for c in key)
+        keys.append(key)
+        rows.append([float(x) for x in vals])
+    return keys, np.array(rows, np.float32)
+
+
+def test_word2vec_export_is_keyed_and_duplicates_are_marked(program_dir, tmp_path):
+    code, output = _run(program_dir, tmp_path / "out", "--word2vec", "--projector", "--dim", "32")
+    assert code == 0, output
+    out = tmp_path / "out"
+    t = pq.read_table(out / "embeddings.parquet")
+    keys, vec = read_word2vec(out / "vectors.word2vec.txt")
+    want = [
+        f"{v}/{d}" for v, d in zip(t["vocabulary"].to_pylist(), t["code_dotted"].to_pylist(), strict=True)
+    ]
+    assert keys == want and len(set(keys)) == len(keys)
+    np.testing.assert_array_equal(vec, np.array(t.column("vector").to_pylist(), np.float32))  # exact
+    # vector_group: the first code with the very same vector; equal groups <=> equal vectors
+    group = np.array(t["vector_group"].to_pylist())
+    ids = np.array(t["concept_id"].to_pylist())
+    for g in np.unique(group):
+        members = np.flatnonzero(group == g)
+        assert ids[members[0]] == g and all(np.array_equal(vec[m], vec[members[0]]) for m in members)
+    firsts = vec[np.isin(ids, np.unique(group))]
+    assert len(np.unique(firsts, axis=0)) == len(firsts)  # distinct groups, distinct vectors
+    dup = int((group != ids).sum())
+    record = json.loads((out / "export.json").read_text())
+    assert record["duplicate_rows"] == dup and record["vector_groups"] == len(np.unique(group))
+    if dup:
+        assert f"{dup} of {t.num_rows} vectors exactly equal an earlier code's" in output
+    meta = (out / "metadata.tsv").read_text(encoding="utf-8").split("\n")
+    assert meta[0].split("\t")[-1] == "vector_group" and meta[1].split("\t")[-1] == str(group[0])

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -117,6 +118,7 @@ def test_evaluate_scores_a_label_task_run_on_its_test_rows(
     assert r["dropped"] == {
         "subject_not_in_dataset": 1,
         "without_history": 1,
+        "cut_by_truncation": 0,
         "other_splits": int((~test).sum()),
     }
     assert r["positives"] == int(placed.label[test].sum())
@@ -143,9 +145,14 @@ def test_evaluate_scores_a_label_task_run_on_its_test_rows(
             == pytest.approx(np.mean([t[m] for t in lab["trials"]]))
         )
         assert iv["n"] == r["patients"] and iv["low"] <= iv["estimate"] <= iv["high"]
-    # the MEDS-style file: the same rows with their prediction times
-    meds_pred = pq.read_table(tmp_path / "labels_predictions.parquet")
-    first = meds_pred.filter(meds_pred["trial"].to_numpy() == 0)
+    # the meds-evaluation files, one per trial: the same rows with their prediction times, in its schema
+    files = sorted((tmp_path / "labels_predictions").glob("*.parquet"))
+    assert [f.name for f in files] == [f"trial_{t['trial']}.parquet" for t in lab["trials"]]
+    assert lab["predictions"] == [f"labels_predictions/{f.name}" for f in files]
+    first = pq.read_table(files[0])
+    assert_prediction_schema(first)  # meds-evaluation reads it and gets hrrbert's AUROC of the trial
+    y0, p0 = first["boolean_value"].to_numpy(zero_copy_only=False), first["predicted_boolean_probability"]
+    assert roc_auc_score(y0, p0.to_numpy()) == pytest.approx(lab["trials"][0]["auroc"], abs=1e-6)
     assert (
         first["prediction_time"].to_numpy().astype("datetime64[us]").tolist()
         == placed.prediction_time[test].tolist()
@@ -153,6 +160,20 @@ def test_evaluate_scores_a_label_task_run_on_its_test_rows(
     assert first["predicted_boolean_probability"].to_numpy() == pytest.approx(blocks[0].probs[:, 0])
     lines = "\n".join(summary_lines(rec))
     assert "labels    i10 on test rows" in lines and "patient bootstrap" in lines
+
+
+def assert_prediction_schema(t) -> None:
+    """``t`` is what meds-evaluation 0.0.6 reads as it is: its PredictionSchema validates the table (no
+    other column, float32 probabilities) and its binary evaluation scores it with sklearn's AUROC."""
+    import polars as pl
+    from meds_evaluation.evaluate import evaluate_binary_classification
+    from meds_evaluation.schema import PredictionSchema
+
+    PredictionSchema.validate(t)
+    assert t.schema.field("predicted_boolean_probability").type == pa.float32()
+    got = evaluate_binary_classification(pl.from_arrow(t))
+    y, p = t["boolean_value"].to_numpy(zero_copy_only=False), t["predicted_boolean_probability"].to_numpy()
+    assert got["samples_equally_weighted"]["roc_auc_score"] == pytest.approx(roc_auc_score(y, p))
 
 
 def test_the_interval_resamples_patients_with_all_their_rows(runs, dataset, program, labels, one_thread):
