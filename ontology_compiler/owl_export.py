@@ -9,6 +9,9 @@ What is written:
   ``subClassOf property some Class`` (role group n > 0: ``subClassOf G some (P1 some A and P2 some B)``
   with ``G`` = SNOMED's Role group 609096000, or the OWL source's group property);
 - the object properties with their labels;
+- for an OWL program, every other annotation its classes had (``graph/owl_labels``: ``oboInOwl:hasDbXref``,
+  comments, definitions, ..., literals with their language tags, IRI values as IRIs), and the source's
+  ontology IRI, version IRI and ``owl:versionInfo`` (an RF2 program's ontology is ``<base>``);
 - every token (ICD code or OWL code; special tokens are left out) as a class
   ``<base>token/<VOCABULARY>/<code>`` under ``<base>token/<VOCABULARY>`` under ``<base>Token``, with
   ``rdfs:label`` = title and the annotations ``hrrbert:code`` (dotted), ``hrrbert:vocabulary``,
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -59,6 +63,9 @@ class Source:
     isa: np.ndarray  # (E, 2) child, parent
     attrs: list[tuple[int, int, int, int, int | None]]  # source, property, target, group, group property
     props: dict[int, tuple[str, str]]  # key -> (IRI, label)
+    # key -> [(annotation property IRI, value, language or None, value is an IRI)]: the class's other
+    # annotations as read (an OWL program's, e.g. oboInOwl:hasDbXref); none for an RF2 program
+    annotations: dict[int, list[tuple[str, str, str | None, bool]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,13 +158,22 @@ def _owl_source(program: Path) -> Source:
     keys = c["key"].to_pylist()
     iri = dict(zip(keys, c["iri"].to_pylist(), strict=True))
     label = dict(zip(keys, c["label"].to_pylist(), strict=True))
-    lab = pq.read_table(g / "owl_labels.parquet")
-    lab = lab.filter(pc.equal(lab["kind"], "synonym"))
+    all_labels = pq.read_table(g / "owl_labels.parquet")
+    lab = all_labels.filter(pc.equal(all_labels["kind"], "synonym"))
     syn: dict[int, list[tuple[str, str]]] = {}
     for k, p, v in zip(
         lab["key"].to_pylist(), lab["property"].to_pylist(), lab["value"].to_pylist(), strict=True
     ):
         syn.setdefault(k, []).append((p, v))
+    # the other annotations, and the code property's values (a code is an annotation of the source too)
+    other = all_labels.filter(
+        pc.is_in(all_labels["kind"], pa.array(["annotation", "annotation_iri", "code"]))
+    )
+    annotations: dict[int, list[tuple[str, str, str | None, bool]]] = {}
+    for k, p, v, lang, kind in zip(
+        *(other[c].to_pylist() for c in ("key", "property", "value", "language", "kind")), strict=True
+    ):
+        annotations.setdefault(k, []).append((p, v, lang, kind == "annotation_iri"))
     e = pq.read_table(g / "owl_edges.parquet")
     isa_mask = pc.equal(e["relation_key"], S.IS_A)
     i = e.filter(isa_mask)
@@ -178,7 +194,7 @@ def _owl_source(program: Path) -> Source:
         k: (i_, lb)
         for k, i_, lb in zip(p["key"].to_pylist(), p["iri"].to_pylist(), p["label"].to_pylist(), strict=True)
     }
-    return Source(iri, label, syn, isa, attrs, props)
+    return Source(iri, label, syn, isa, attrs, props, annotations)
 
 
 def _ancestors(seeds: set[int], isa: np.ndarray) -> set[int]:
@@ -242,7 +258,9 @@ def _build_and_save(
 
     counts: Counter = Counter()
     world = owl.World()
-    onto = world.get_ontology(base)
+    release = manifest.get("release") or {}
+    # an OWL program keeps its source's ontology IRI (and version IRI); the tokens stay under ``base``
+    onto = world.get_ontology((owl_src and release.get("ontology_iri")) or base)
 
     def new(iri: str, parents: tuple, kind=owl.Thing):
         ns, local = _split(iri)
@@ -257,13 +275,24 @@ def _build_and_save(
                 f"{manifest['release'].get('name')}; exported by hrrbert export-owl"
             ]
             ann = {n: new(SCHEMA + n, (), owl.AnnotationProperty) for n in TOKEN_ANNOTATIONS}
-            syn_props = {
-                p: new(p, (), owl.AnnotationProperty) for k in keep for p, _ in src.synonyms.get(k, ())
-            }
+            if owl_src and release.get("version_iri"):
+                vi = "http://www.w3.org/2002/07/owl#versionIRI"
+                onto._add_obj_triple_spo(
+                    onto.storid, world._abbreviate(vi), world._abbreviate(release["version_iri"])
+                )
+            if owl_src and release.get("version_info"):
+                onto.metadata.versionInfo = [release["version_info"]]
+
+            def annotation_property(iri: str):
+                return world[iri] or new(iri, (), owl.AnnotationProperty)  # rdfs:comment etc. are built in
+
+            syn_props = {p: annotation_property(p) for k in keep for p, _ in src.synonyms.get(k, ())}
+            other_props = {p: annotation_property(p) for k in keep for p, *_ in src.annotations.get(k, ())}
             props = _properties(src, keep, new, owl)
             counts["object_properties"] = len(props)
             log.info("export-owl: %d classes to build (%d object properties)", len(keep), len(props))
             cls = _classes(src, keep, new, syn_props, counts)
+            _annotate(src, cls, other_props, onto, world, owl, counts)
             counts["ontology_classes"] = len(cls)
             log.info("export-owl: %d classes built; attribute restrictions next", len(cls))
             _restrictions(src, cls, props, counts)
@@ -305,6 +334,17 @@ def _classes(src: Source, keep: set[int], new, syn_props: dict, counts: Counter)
             syn_props[p][c].append(v)
             counts["synonyms"] += 1
     return cls
+
+
+def _annotate(src: Source, cls: dict, props: dict, onto, world, owl, counts: Counter) -> None:
+    """The classes' other annotations as read (literals with their language; IRI values as IRIs)."""
+    for k, c in cls.items():
+        for p, v, lang, is_iri in src.annotations.get(k, ()):
+            if is_iri:
+                onto._add_obj_triple_spo(c.storid, props[p].storid, world._abbreviate(v))
+            else:
+                props[p][c].append(owl.locstr(v, lang) if lang else v)
+            counts["annotations"] += 1
 
 
 def _save(onto, out: Path, force: bool) -> None:

@@ -136,6 +136,7 @@ def compile_owl(
         "code_prefixes": sorted(prefixes) if code_iri else None,
         "language": language,
         "icd_hierarchy": bool(icd_hierarchy),
+        "annotations": "all",  # every class annotation kept in graph/owl_labels (export-owl writes it back)
     }
     if code_iri:
         options["code_value_rules"] = CODE_VALUE_RULES
@@ -162,7 +163,7 @@ def compile_owl(
         icd_edges = hierarchy.edges if hierarchy is not None else None
         tables = build_tables(tokens, rel_edges, wedges, token_class, concept_labels, icd_edges=icd_edges)
         tables["atoms"] = _curie_keys(tables["atoms"], og.classes)
-        graph_tables = _graph_tables(og, labels, token_class, label_iris, synonym_iris)
+        graph_tables = _graph_tables(og, labels, token_class, label_iris, synonym_iris, code_iri)
     manifest = {
         **manifest_head(pid),
         "release": _release_entry(og, name),
@@ -193,7 +194,7 @@ def _read(
 ) -> tuple[OwlGraph, pa.Table]:
     """The ontology read (annotation ``properties`` kept), its live classes; is-a checked for cycles."""
     with timed(timings, "read_owl"):
-        og = read_owl(path, list(dict.fromkeys(properties)), language)
+        og = read_owl(path, list(dict.fromkeys(properties)), language, others=True)
     live = og.classes.filter(pc.invert(og.classes["deprecated"]))
     if live.num_rows == 0:
         raise InputFileError(
@@ -600,16 +601,28 @@ def _curie_keys(atoms: pa.Table, classes: pa.Table) -> pa.Table:
 
 
 def _graph_tables(
-    og: OwlGraph, labels: pa.Table, token_class: pa.Table, label_iris: list[str], synonym_iris: list[str]
+    og: OwlGraph,
+    labels: pa.Table,
+    token_class: pa.Table,
+    label_iris: list[str],
+    synonym_iris: list[str],
+    code_iri: str | None = None,
 ) -> dict[str, pa.Table]:
     c = og.classes.join(labels, keys="key", join_type="left outer").sort_by("key")
     c = c.append_column("token", pc.is_in(c["key"], value_set=pc.unique(token_class["sctid"])))
     a = og.annotations
+    code_iris = [code_iri] if code_iri else []
+    other = pc.if_else(a["iri_value"], "annotation_iri", "annotation")
     kind = pc.if_else(
         pc.is_in(a["property"], value_set=pa.array(label_iris, pa.string())),
         "label",
-        pc.if_else(pc.is_in(a["property"], value_set=pa.array(synonym_iris, pa.string())), "synonym", "code"),
+        pc.if_else(
+            pc.is_in(a["property"], value_set=pa.array(synonym_iris, pa.string())),
+            "synonym",
+            pc.if_else(pc.is_in(a["property"], value_set=pa.array(code_iris, pa.string())), "code", other),
+        ),
     )
+    a = a.drop_columns(["iri_value"])
     code_map = token_class.sort_by(
         [("vocabulary", "ascending"), ("code", "ascending"), ("sctid", "ascending")]
     )

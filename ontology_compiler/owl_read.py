@@ -64,6 +64,7 @@ _V = {
         "Thing",
         "Nothing",
         "ObjectProperty",
+        "AnnotationProperty",
         "Ontology",
         "Restriction",
         "onProperty",
@@ -133,7 +134,7 @@ class OwlGraph:
     classes: pa.Table  # key, iri, curie, deprecated
     properties: pa.Table  # key, iri, curie, label
     edges: pa.Table  # source_key, relation_key, target_key, role_group, group_property_key, axiom
-    annotations: pa.Table  # key, property (IRI), value, language
+    annotations: pa.Table  # key, property (IRI), value, language, iri_value (the value is an IRI)
     triples: int
     counts: Counter = field(default_factory=Counter)
 
@@ -327,21 +328,27 @@ def _message(e: BaseException) -> str:
     return str(a[-1] if isinstance(a, tuple) and a else e).strip()[:300]
 
 
-def read_owl(path: str | Path, annotation_properties: list[str], language: str | None) -> OwlGraph:
+def read_owl(
+    path: str | Path, annotation_properties: list[str], language: str | None, *, others: bool = False
+) -> OwlGraph:
     """Parse ``path`` and read classes, properties, edges and the given annotation properties' values.
 
     ``annotation_properties`` are IRIs; literal values are kept when ``language`` is None, when they
-    carry no language tag, or when their tag is ``language`` or starts with ``language-``.
+    carry no language tag, or when their tag is ``language`` or starts with ``language-``. ``others``:
+    also every other annotation on a class (any literal-valued property, and the IRI values of declared
+    annotation properties), e.g. ``oboInOwl:hasDbXref``, for ``export-owl`` to write back.
     """
     path = Path(path)
     world, fmt, c = parse(path)
     try:
-        return _read(world.graph, c, path, fmt, annotation_properties, language)
+        return _read(world.graph, c, path, fmt, annotation_properties, language, others)
     finally:
         world.close()
 
 
-def _read(g, c: int, path: Path, fmt: str, ann_props: list[str], language: str | None) -> OwlGraph:
+def _read(
+    g, c: int, path: Path, fmt: str, ann_props: list[str], language: str | None, others: bool = False
+) -> OwlGraph:
     t = _Triples(g, c)
     counts: Counter = Counter()
     counts["triples"] = len(t.s)
@@ -373,7 +380,7 @@ def _read(g, c: int, path: Path, fmt: str, ann_props: list[str], language: str |
     # ---- axioms -> edges
     edge_table = _axiom_edges(t, class_ids, deprecated, counts).table(key_of, pkey_of)
     # ---- annotation values
-    ann = _annotations(g, c, t.res, ann_props, key_of, language, counts)
+    ann = _annotations(g, c, t, ann_props, key_of, language, counts, others)
     return OwlGraph(
         path,
         fmt,
@@ -589,14 +596,26 @@ class _Edges:
 
 
 def _annotations(
-    g, c: int, res: dict, props: list[str], key_of: dict, language: str | None, counts: Counter
+    g,
+    c: int,
+    t: _Triples,
+    props: list[str],
+    key_of: dict,
+    language: str | None,
+    counts: Counter,
+    others: bool,
 ) -> pa.Table:
-    """``(key, property, value, language)`` for the classes' values of the given annotation properties."""
+    """``(key, property, value, language)`` for the classes' values of the given annotation properties
+    (``others``: of every annotation property, see :func:`read_owl`)."""
+    res, iri_of = t.res, t.iri_of
     want = {res[x]: x for x in props if x in res}
     rows = []
-    if want:
-        q = "SELECT s, p, o, d FROM datas WHERE c = ? AND p IN ({})".format(",".join("?" * len(want)))
-        for s, p, o, d in g.execute(q, (c, *want)).fetchall():
+    if want or others:
+        where = "" if others else " AND p IN ({})".format(",".join("?" * len(want)))
+        args = () if others else tuple(want)
+        for s, p, o, d in g.execute(
+            f"SELECT s, p, o, d FROM datas WHERE c = ?{where}", (c, *args)
+        ).fetchall():
             if s not in key_of:
                 continue
             lang = d[1:] if isinstance(d, str) and d.startswith("@") else None
@@ -608,21 +627,28 @@ def _annotations(
             ):
                 counts["annotations_other_language_dropped"] += 1
                 continue
-            rows.append((key_of[s], want[p], str(o), lang))
-        iri_of = {v: k for k, v in res.items()}
-        q = "SELECT s, p, o FROM objs WHERE c = ? AND o > 0 AND p IN ({})".format(",".join("?" * len(want)))
-        rows += [
-            (key_of[s], want[p], iri_of[o], None)
-            for s, p, o in g.execute(q, (c, *want)).fetchall()
-            if s in key_of
-        ]
+            rows.append((key_of[s], want.get(p) or iri_of[p], str(o), lang, False))
+        iri_props = set(want)
+        if others:  # the IRI values of declared annotation properties
+            typed = (t.p == t.sid["type"]) & (t.o == t.sid["AnnotationProperty"]) & (t.s > 0)
+            iri_props |= set(t.s[typed].tolist())
+        if iri_props:
+            q = "SELECT s, p, o FROM objs WHERE c = ? AND o > 0 AND p IN ({})".format(
+                ",".join("?" * len(iri_props))
+            )
+            rows += [
+                (key_of[s], want.get(p) or iri_of[p], iri_of[o], None, True)
+                for s, p, o in g.execute(q, (c, *sorted(iri_props))).fetchall()
+                if s in key_of
+            ]
     rows.sort(key=lambda r: (r[0], r[1], r[2], r[3] or ""))
-    cols = list(zip(*rows, strict=True)) if rows else [()] * 4
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 5
     return pa.table(
         {
             "key": pa.array(cols[0], pa.int64()),
             "property": pa.array(cols[1], pa.string()),
             "value": pa.array(cols[2], pa.string()),
             "language": pa.array(cols[3], pa.string()),
+            "iri_value": pa.array(cols[4], pa.bool_()),
         }
     )

@@ -388,3 +388,45 @@ def test_hpo_real_data(tmp_path):
     assert c["is_a_edges"] == conv["is_a"] > 22_000
     assert c["labels"] == conv["labels"] and c["synonyms"] > 20_000
     assert r.manifest["coverage"]["codes_by_vocabulary"]["SNOMEDCT"] > 3_000
+
+
+def _annotation_triples(path: Path, base: str) -> set[tuple[str, str, str]]:
+    """(class IRI, property IRI, value) of every annotation on the source's classes, read with owlready2."""
+    world = owlready2.World()
+    try:
+        onto = world.get_ontology(path.as_uri()).load()
+        out = set()
+        for c in onto.world.classes():
+            if not c.iri.startswith(base):
+                continue
+            for p in c.get_class_properties():
+                if isinstance(p, owlready2.AnnotationPropertyClass) and p.iri not in (
+                    "http://www.w3.org/2000/01/rdf-schema#label",
+                ):
+                    out |= {(c.iri, p.iri, str(v)) for v in p[c]}
+        return out
+    finally:
+        world.close()
+
+
+@pytest.mark.parametrize("choose", ["codes", "xref"])
+def test_export_owl_keeps_every_annotation_and_the_ontology_iri(choose, by_codes, by_xref, tmp_path):
+    """Issue 34 item 6: hasDbXref (the code property or not) and every other annotation of the exported
+    classes survive compile + export; the ontology keeps its IRI and version IRI."""
+    prog = by_codes if choose == "codes" else by_xref
+    dst = tmp_path / "again.owl"
+    r = export_owl(prog.path, dst)
+    src, got = _annotation_triples(OWL, BASE), _annotation_triples(dst, BASE)
+    world = owlready2.World()
+    try:
+        onto = world.get_ontology(dst.as_uri()).load()
+        assert onto.base_iri.rstrip("#/") == "http://hrrbert.invalid/owl_mini"
+        kept = {c.iri for c in onto.world.classes() if c.iri.startswith(BASE)}
+        vi = list(world.sparql("SELECT ?v WHERE { ?o <http://www.w3.org/2002/07/owl#versionIRI> ?v }"))
+        assert [str(x[0].iri if hasattr(x[0], "iri") else x[0]) for x in vi][0].endswith("owl_mini.owl")
+    finally:
+        world.close()
+    want = {t for t in src if t[0] in kept}
+    xrefs = {t for t in want if t[1].endswith("hasDbXref")}
+    assert xrefs and want <= got, sorted(want - got)[:5]
+    assert r.counts["annotations"] + r.counts["synonyms"] >= len(want)
