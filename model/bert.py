@@ -515,7 +515,16 @@ class HRRBert(nn.Module):
         program tables the model needs (not ``graph/*``). A program folder that no longer exists is
         skipped with a warning (the folder then loads only with the program given).
         """
-        from .card import PROGRAM_DIR, VOCAB_FILE, copy_program, vocab_tokens, write_model_card, write_vocab
+        from .card import (
+            AUTO_MAP,
+            PROGRAM_DIR,
+            VOCAB_FILE,
+            copy_program,
+            vocab_tokens,
+            write_hf_files,
+            write_model_card,
+            write_vocab,
+        )
 
         extra = dict(extra or {})
         arch = "HRRBertForSequenceClassification" if extra.get("task") else "HRRBertForMaskedLM"
@@ -523,6 +532,7 @@ class HRRBert(nn.Module):
             "kind": MODEL_KIND,
             "model_type": MODEL_KIND,
             "architectures": [arch],
+            "auto_map": AUTO_MAP,
             "config": asdict(self.config),
             "program_id": self.program_id,
             "n_concepts": self.n_concepts,
@@ -536,6 +546,7 @@ class HRRBert(nn.Module):
             carried = copy_program(self.program.path, d / PROGRAM_DIR, graph=graph)
             tokens = vocab_tokens(d / PROGRAM_DIR if carried else None, list(self.program.concept_codes))
             write_vocab(d / VOCAB_FILE, tokens)
+            write_hf_files(d, max_len=self.config.max_len, max_segments=self.config.max_segments)
         save_folder(d, self, meta, {"program_id": self.program_id, "kind": MODEL_KIND, "format": "pt"})
         if card:
             write_model_card(d)

@@ -43,6 +43,23 @@ log = logging.getLogger(__name__)
 
 PROGRAM_DIR = "program"
 VOCAB_FILE = "vocab.txt"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+HF_MODULE = "hrrbert_hf"  # the folder's module that transformers imports under trust_remote_code
+# config.json's auto_map: the Auto classes find hrrbert's classes through the folder's module, so a
+# folder loads with trust_remote_code=True and without `import model.hf`
+AUTO_MAP = {
+    "AutoConfig": f"{HF_MODULE}.HRRBertConfig",
+    "AutoModel": f"{HF_MODULE}.HRRBertModel",
+    "AutoModelForMaskedLM": f"{HF_MODULE}.HRRBertForMaskedLM",
+    "AutoModelForSequenceClassification": f"{HF_MODULE}.HRRBertForSequenceClassification",
+}
+_HF_MODULE_TEXT = (
+    '"""hrrbert\'s Hugging Face classes, for transformers\' trust_remote_code=True (auto_map in config.json\n'
+    "and tokenizer_config.json). They come from the installed hrrbert (pip install 'hrrbert[hf]'): this\n"
+    'file only imports them."""\n\n'
+    "from model.hf import HRRBertConfig, HRRBertForMaskedLM, HRRBertForSequenceClassification, HRRBertModel\n"
+    "from model.hf_tokenizer import HRRBertTokenizer\n"
+)
 CARD_FILE = "README.md"
 MANIFEST = "manifest.json"
 # the tables hrr_kernel.load_program reads (the rest of a program, graph/*, is the resolved ontology)
@@ -452,3 +469,24 @@ def _use_and_limits(
             f"- The program carries ontology content under its own terms: {str(rel['note']).rstrip('.')}."
         )
     return [*out, *[f"- {x}" for x in limitations or []], ""]
+
+
+def write_hf_files(folder: str | Path, *, max_len: int, max_segments: int) -> None:
+    """The files ``AutoTokenizer`` and ``trust_remote_code`` read: ``tokenizer_config.json`` (the
+    tokenizer class, its ``auto_map``, the model's length and segment limits) and the module ``hrrbert_hf.py``
+    that ``auto_map`` names."""
+    d = Path(folder)
+    cfg = {
+        "tokenizer_class": "HRRBertTokenizer",
+        "auto_map": {"AutoTokenizer": [f"{HF_MODULE}.HRRBertTokenizer", None]},
+        "model_max_length": int(max_len),
+        "max_segments": int(max_segments),
+        "truncation_side": "left",
+        "unk_token": "[UNK]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "cls_token": "[CLS]",
+        "mask_token": "[MASK]",
+    }
+    (d / TOKENIZER_CONFIG).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    (d / f"{HF_MODULE}.py").write_text(_HF_MODULE_TEXT, encoding="utf-8")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,7 @@ from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
+    AutoTokenizer,
     PretrainedConfig,  # PreTrainedConfig in transformers 5; this name works in 4 and 5
     PreTrainedModel,
 )
@@ -51,7 +53,12 @@ from hrr_kernel import Program, load_program
 
 from .bert import MODEL_KIND, TASKS, HRRBert, HRRBertSettings
 from .card import PROGRAM_DIR, write_model_card
+from .code_cache import CodeCache
+from .common import CACHE_KEY
 from .errors import PretrainedFileError
+from .hf_tokenizer import HRRBertTokenizer
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "HRRBertConfig",
@@ -254,6 +261,11 @@ class HRRBertPreTrainedModel(PreTrainedModel):
                 log_frequency = torch.zeros(program.n_concepts)
             self.hrrbert = HRRBert(bert, program, log_frequency=log_frequency)
         config.program_id, config.n_concepts = program.program_id, program.n_concepts
+        cache = getattr(config, CACHE_KEY, None)
+        if (
+            cache
+        ):  # the code cache chosen after pretraining (model.code_cache), as HRRBert.from_pretrained reads it
+            self.hrrbert.mlm_cache = CodeCache.from_dict(cache)
         self.post_init()
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -269,6 +281,10 @@ class HRRBertPreTrainedModel(PreTrainedModel):
     ):
         """``transformers``' ``from_pretrained`` with the program of the folder (or ``program=``)."""
         program = _resolve_program(pretrained_model_name_or_path, program, kwargs)
+        if issubclass(cls, HRRBertForSequenceClassification):
+            # the Auto classes move ``task`` into the config they pass
+            task = kwargs.get("task") or getattr(kwargs.get("config"), "task", None)
+            _warn_new_head(pretrained_model_name_or_path, task)
         model = super().from_pretrained(pretrained_model_name_or_path, *model_args, program=program, **kwargs)
         return model if kwargs.get("device_map") is not None else model.to(program.device)
 
@@ -326,9 +342,32 @@ class HRRBertPreTrainedModel(PreTrainedModel):
             segment_ids = torch.zeros_like(input_ids)
         return input_ids, segment_ids, attention_mask
 
+    def _mask_id(self) -> int:
+        return self.program.special_id("[MASK]")
+
     def _encode(self, input_ids, attention_mask, token_type_ids, segment_ids, token_matrix=None) -> Tensor:
         ids, seg, att = self._inputs(input_ids, attention_mask, token_type_ids, segment_ids)
         return self.hrrbert.encode(ids, seg, att, token_matrix=token_matrix)  # (B, T, D)
+
+
+def _warn_new_head(folder: str | os.PathLike, task: str | None) -> None:
+    """Warn when the task head a classifier will use was never trained: a pretrained (masked-code) folder,
+    or a folder fine-tuned on another task than ``task``."""
+    p = Path(folder) / "config.json"
+    try:
+        saved = json.loads(p.read_text(encoding="utf-8")).get("task") if p.is_file() else None
+    except (OSError, ValueError):
+        return
+    wanted = task or saved or "mortality"
+    if saved != wanted:
+        what = "a pretrained model (no fine-tuned head)" if saved is None else f"fine-tuned on {saved!r}"
+        log.warning(
+            "%s is %s: the %r head of HRRBertForSequenceClassification is newly initialised; fine-tune it "
+            "before using its outputs",
+            folder,
+            what,
+            wanted,
+        )
 
 
 def _result(output, return_dict: bool | None, config: HRRBertConfig):
@@ -374,6 +413,16 @@ class HRRBertForMaskedLM(HRRBertPreTrainedModel):
         e = self.hrrbert.token_matrix()  # (N, D), for the lookup and the decoder
         h = self._encode(input_ids, attention_mask, token_type_ids, segment_ids, token_matrix=e)  # (B, T, D)
         logits = self.hrrbert.mlm(h, e)  # (B, T, N)
+        bert = self.hrrbert
+        if bert.mlm_cache is not None and not self.training:
+            # at the [MASK] positions: the code cache's log-probabilities (a softmax of them is them), as
+            # HRRBert's own masked prediction; everywhere else the plain logits
+            att = attention_mask if attention_mask is not None else input_ids != bert.pad_id
+            masked = (input_ids == self._mask_id()) & att.bool()  # (B, T)
+            if masked.any():
+                mixed = bert.mlm_log_probs(logits[masked], e, input_ids, att, masked)  # (M, N)
+                logits = logits.clone()
+                logits[masked] = mixed.to(logits.dtype)
         loss = None
         if labels is not None:
             loss = F.cross_entropy(
@@ -413,6 +462,7 @@ class HRRBertForSequenceClassification(HRRBertPreTrainedModel):
 
 
 AutoConfig.register(HRRBertConfig.model_type, HRRBertConfig, exist_ok=True)
+AutoTokenizer.register(HRRBertConfig, slow_tokenizer_class=HRRBertTokenizer, exist_ok=True)
 AutoModel.register(HRRBertConfig, HRRBertModel, exist_ok=True)
 AutoModelForMaskedLM.register(HRRBertConfig, HRRBertForMaskedLM, exist_ok=True)
 AutoModelForSequenceClassification.register(HRRBertConfig, HRRBertForSequenceClassification, exist_ok=True)

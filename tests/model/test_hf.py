@@ -62,7 +62,8 @@ def saved(program, tmp_path):
 def test_saved_folder_carries_program_vocabulary_and_card(program, saved):
     m, folder = saved
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["README.md", "config.json", "model.safetensors", "program", "vocab.txt"]
+    assert names == ["README.md", "config.json", "hrrbert_hf.py", "model.safetensors", "program",
+                     "tokenizer_config.json", "vocab.txt"]  # fmt: skip
     manifest = json.loads((program.path / "manifest.json").read_text())
     for entry in manifest["files"]:  # every program file, byte for byte
         assert (folder / "program" / entry["path"]).read_bytes() == (
@@ -295,3 +296,92 @@ def test_cls_mean_pooling_travels_with_the_folder(hf, program, tmp_path):
         clf = AutoModelForSequenceClassification.from_pretrained(tmp_path / "m", task="chapters")
         got = clf(input_ids=ids, attention_mask=att, token_type_ids=seg).logits
     torch.testing.assert_close(got, m(ids, seg, att, task="chapters"))
+
+
+# --- the tokenizer, auto_map, the code cache and new heads (issue 34 item 4) --------------------------
+
+
+def test_the_tokenizer_maps_every_code_form_and_numbers_the_visits(hf, program, saved):
+    from transformers import AutoTokenizer
+
+    _, folder = saved
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert type(tok).__name__ == "HRRBertTokenizer" and tok.model_max_length == 128
+    vocab = read_vocab(folder)
+    icd10 = [t for t in vocab if t.startswith("ICD10CM:") and "." in t][:2]
+    (v, a), (_, b) = (t.split(":") for t in icd10)
+    want = [vocab.index(t) for t in icd10]
+    for text in (
+        f"{a} [SEP] {b}",
+        f"{v}:{a} | {v}/{b}",
+        f"{a.replace('.', '')} [SEP] {v}/{b.replace('.', '')}",
+    ):
+        enc = tok(text)
+        assert enc["input_ids"] == [1, *want], text  # [CLS] first, no separator among the inputs
+        assert enc["token_type_ids"] == [0, 0, 1] and enc["attention_mask"] == [1, 1, 1]
+    enc = tok(f"{a} XYZ99 [MASK]")
+    assert enc["input_ids"] == [1, want[0], tok.unk_token_id, tok.mask_token_id] and tok.unknown_codes(
+        f"{a} XYZ99"
+    ) == ["XYZ99"]
+    # a batch pads, and the model reads it as HRRBert reads the same ids and segments
+    m = hf.HRRBertModel.from_pretrained(folder).eval()
+    batch_enc = tok([f"{a} [SEP] {b}", a], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        h = m(**batch_enc).last_hidden_state
+        ref = m.hrrbert.encode(
+            batch_enc["input_ids"], batch_enc["token_type_ids"], batch_enc["attention_mask"]
+        )
+    torch.testing.assert_close(h, ref)
+    # too long a history keeps its latest codes, as prepare does
+    long = " ".join([a] * 200 + [b])
+    ids = tok(long, truncation=True)["input_ids"]
+    assert len(ids) == 128 and ids[0] == 1 and ids[-1] == want[1]
+
+
+def test_the_folder_loads_by_auto_map_without_importing_model_hf(saved, tmp_path):
+    """A fresh interpreter: trust_remote_code finds the classes through config.json's auto_map."""
+    pytest.importorskip("transformers")
+    _, folder = saved
+    code = (
+        "import sys\n"
+        "from transformers import AutoModelForMaskedLM, AutoTokenizer\n"
+        f"m = AutoModelForMaskedLM.from_pretrained({str(folder)!r}, trust_remote_code=True)\n"
+        f"t = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)\n"
+        "print(type(m).__name__, type(t).__name__)\n"
+    )
+    env_dir = tmp_path / "hf_home"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**__import__("os").environ, "HF_HOME": str(env_dir)})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["HRRBertForMaskedLM", "HRRBertTokenizer"]
+
+
+def test_masked_lm_applies_the_saved_code_cache(hf, program, tmp_path):
+    from model.code_cache import CodeCache
+
+    m = make(program)
+    m.mlm_cache = CodeCache(weight=0.3, sharpness=50.0)
+    m.save_pretrained(tmp_path / "m")
+    mlm = hf.HRRBertForMaskedLM.from_pretrained(tmp_path / "m").eval()
+    assert mlm.hrrbert.mlm_cache == m.mlm_cache
+    ids, seg, att = batch(program)
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    mask[:, 2] = True
+    ids = ids.masked_fill(mask, program.special_id("[MASK]"))
+    with torch.no_grad():
+        got = torch.log_softmax(mlm(input_ids=ids, attention_mask=att, token_type_ids=seg).logits[mask], -1)
+        want = m.masked_log_probs(ids, seg, att, mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_classifier_on_a_folder_without_that_head_warns(hf, saved, caplog):
+    _, folder = saved
+    with caplog.at_level("WARNING", logger="model.hf"):
+        hf.HRRBertForSequenceClassification.from_pretrained(folder)
+    assert "newly initialised" in caplog.text and "pretrained model" in caplog.text
+    caplog.clear()
+    from transformers import AutoModelForSequenceClassification
+
+    with caplog.at_level("WARNING", logger="model.hf"):
+        AutoModelForSequenceClassification.from_pretrained(folder, task="chapters")
+    assert "the 'chapters' head" in caplog.text

@@ -51,6 +51,8 @@ def test_carry_writes_a_loadable_model_folder(tmp_path, programs, saved, one_thr
         "model.safetensors",
         "program/",
         "vocab.txt",
+        "tokenizer_config.json",
+        "hrrbert_hf.py",
         "README.md",
         REPORT_FILE,
         "thresholds.json",
