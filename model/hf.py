@@ -280,6 +280,7 @@ class HRRBertPreTrainedModel(PreTrainedModel):
         **kwargs: Any,
     ):
         """``transformers``' ``from_pretrained`` with the program of the folder (or ``program=``)."""
+        _check_dtype(kwargs)
         program = _resolve_program(pretrained_model_name_or_path, program, kwargs)
         if issubclass(cls, HRRBertForSequenceClassification):
             # the Auto classes move ``task`` into the config they pass
@@ -349,6 +350,59 @@ class HRRBertPreTrainedModel(PreTrainedModel):
         ids, seg, att = self._inputs(input_ids, attention_mask, token_type_ids, segment_ids)
         return self.hrrbert.encode(ids, seg, att, token_matrix=token_matrix)  # (B, T, D)
 
+    def _states(
+        self, input_ids, attention_mask, token_type_ids, segment_ids, token_matrix, kwargs: dict
+    ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+        """The final states ``(B, T, D)`` and, when ``output_hidden_states`` / ``output_attentions`` (the
+        call's, else the config's) ask for them, the input embeddings and every layer's states (L + 1 of
+        ``(B, T, D)``) and every layer's attention probabilities (L of ``(B, H, T, T)``), the layers run
+        exactly as :meth:`model.HRRBert.encode` runs them."""
+        hid = kwargs.get("output_hidden_states")
+        att_out = kwargs.get("output_attentions")
+        hid = self.config.output_hidden_states if hid is None else hid
+        att_out = self.config.output_attentions if att_out is None else att_out
+        if not (hid or att_out):
+            return (
+                self._encode(input_ids, attention_mask, token_type_ids, segment_ids, token_matrix),
+                None,
+                None,
+            )
+        bert = self.hrrbert
+        ids, seg, att = self._inputs(input_ids, attention_mask, token_type_ids, segment_ids)
+        bert._check_inputs(ids, seg, att)
+        att = ids != bert.pad_id if att is None else att
+        x = bert.embeddings(ids.long(), seg.long(), token_matrix, None)  # (B, T, D)
+        mask = att.bool()[:, None, None, :]  # (B, 1, 1, T)
+        states, probs = [x], []
+        for layer in bert.layers:
+            if att_out:
+                probs.append(_attention_probs(layer.attn, x, mask))
+            x = layer(x, mask)
+            states.append(x)
+        return x, (tuple(states) if hid else None), (tuple(probs) if att_out else None)
+
+
+def _attention_probs(attn: nn.Module, x: Tensor, mask: Tensor) -> Tensor:
+    """The attention probabilities ``(B, H, T, T)`` the layer's ``scaled_dot_product_attention`` uses."""
+    b, t, d = x.shape
+    q, k, _ = attn.qkv(x).split(d, dim=2)
+    q, k = (z.view(b, t, attn.n_heads, d // attn.n_heads).transpose(1, 2) for z in (q, k))  # (B, H, T, K)
+    scores = q @ k.transpose(-1, -2) / (d // attn.n_heads) ** 0.5  # (B, H, T, T)
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+
+
+def _check_dtype(kwargs: dict[str, Any]) -> None:
+    """``dtype`` / ``torch_dtype``: float32 (or ``auto``); any other is refused, not ignored."""
+    for key in ("dtype", "torch_dtype"):
+        v = kwargs.get(key)
+        if v is None or v == "auto" or v == torch.float32 or v == "float32":
+            continue
+        raise ValueError(
+            f"{key}={v}: HRRBERT's HRR composition runs its FFTs in float32 (torch's CPU FFT has no bfloat16 "
+            "or float16), so the weights stay float32; for bf16 compute on CUDA load in float32 and run the "
+            "model under torch.autocast('cuda', dtype=torch.bfloat16), as `hrrbert pretrain --bf16` does"
+        )
+
 
 def _warn_new_head(folder: str | os.PathLike, task: str | None) -> None:
     """Warn when the task head a classifier will use was never trained: a pretrained (masked-code) folder,
@@ -388,11 +442,12 @@ class HRRBertModel(HRRBertPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs: Any,
     ):
-        h = self._encode(input_ids, attention_mask, token_type_ids, segment_ids)  # (B, T, D)
+        h, hs, at = self._states(input_ids, attention_mask, token_type_ids, segment_ids, None, kwargs)
         pooled = torch.tanh(self.hrrbert.heads.pool(self.hrrbert.pool_states(h, attention_mask)))  # (B, D)
-        return _result(
-            BaseModelOutputWithPooling(last_hidden_state=h, pooler_output=pooled), return_dict, self.config
+        out = BaseModelOutputWithPooling(
+            last_hidden_state=h, pooler_output=pooled, hidden_states=hs, attentions=at
         )
+        return _result(out, return_dict, self.config)
 
 
 class HRRBertForMaskedLM(HRRBertPreTrainedModel):
@@ -411,7 +466,9 @@ class HRRBertForMaskedLM(HRRBertPreTrainedModel):
         **kwargs: Any,
     ):
         e = self.hrrbert.token_matrix()  # (N, D), for the lookup and the decoder
-        h = self._encode(input_ids, attention_mask, token_type_ids, segment_ids, token_matrix=e)  # (B, T, D)
+        h, hs, at = self._states(
+            input_ids, attention_mask, token_type_ids, segment_ids, e, kwargs
+        )  # (B, T, D)
         logits = self.hrrbert.mlm(h, e)  # (B, T, N)
         bert = self.hrrbert
         if bert.mlm_cache is not None and not self.training:
@@ -428,7 +485,8 @@ class HRRBertForMaskedLM(HRRBertPreTrainedModel):
             loss = F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(), ignore_index=-100
             )
-        return _result(MaskedLMOutput(loss=loss, logits=logits), return_dict, self.config)
+        out = MaskedLMOutput(loss=loss, logits=logits, hidden_states=hs, attentions=at)
+        return _result(out, return_dict, self.config)
 
 
 class HRRBertForSequenceClassification(HRRBertPreTrainedModel):
@@ -454,11 +512,13 @@ class HRRBertForSequenceClassification(HRRBertPreTrainedModel):
         **kwargs: Any,
     ):
         ids, seg, att = self._inputs(input_ids, attention_mask, token_type_ids, segment_ids)
-        logits = self.hrrbert(ids, seg, att, task=self.config.task)  # (B, L)
+        h, hs, at = self._states(input_ids, attention_mask, token_type_ids, segment_ids, None, kwargs)
+        logits = self.hrrbert.heads(self.hrrbert.pool_states(h, att), self.config.task)  # (B, L), as HRRBert
         loss = None
         if labels is not None:
             loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype).view_as(logits))
-        return _result(SequenceClassifierOutput(loss=loss, logits=logits), return_dict, self.config)
+        out = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hs, attentions=at)
+        return _result(out, return_dict, self.config)
 
 
 AutoConfig.register(HRRBertConfig.model_type, HRRBertConfig, exist_ok=True)

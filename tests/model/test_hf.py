@@ -385,3 +385,58 @@ def test_a_classifier_on_a_folder_without_that_head_warns(hf, saved, caplog):
     with caplog.at_level("WARNING", logger="model.hf"):
         AutoModelForSequenceClassification.from_pretrained(folder, task="chapters")
     assert "the 'chapters' head" in caplog.text
+
+
+def test_hidden_states_and_attentions_are_the_layers_own(hf, program, saved):
+    m, folder = saved
+    enc = hf.HRRBertModel.from_pretrained(folder).eval()
+    clf = hf.HRRBertForSequenceClassification.from_pretrained(folder, task="chapters").eval()
+    ids, seg, att = batch(program)
+    with torch.no_grad():
+        out = enc(input_ids=ids, attention_mask=att, token_type_ids=seg, output_hidden_states=True,
+                  output_attentions=True)  # fmt: skip
+        plain = enc(input_ids=ids, attention_mask=att, token_type_ids=seg)
+        c = clf(input_ids=ids, attention_mask=att, token_type_ids=seg, output_hidden_states=True)
+        ref = m(ids, seg, att, task="chapters")
+    n = m.config.n_layers
+    assert len(out.hidden_states) == n + 1 and len(out.attentions) == n
+    torch.testing.assert_close(out.hidden_states[-1], plain.last_hidden_state)
+    torch.testing.assert_close(out.last_hidden_state, plain.last_hidden_state)
+    a = out.attentions[0]  # (B, H, T, T)
+    assert a.shape == (ids.shape[0], m.config.n_heads, ids.shape[1], ids.shape[1])
+    torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:-1]))
+    assert float(a[0, :, :, 6:].abs().max()) == 0.0  # padded keys get no attention
+    torch.testing.assert_close(c.logits, ref) and len(c.hidden_states) == n + 1
+    assert plain.hidden_states is None and plain.attentions is None
+
+
+def test_dtype_other_than_float32_is_refused_not_ignored(hf, saved):
+    _, folder = saved
+    with pytest.raises(ValueError, match="float32"):
+        hf.HRRBertForMaskedLM.from_pretrained(folder, dtype=torch.bfloat16)
+    assert (
+        next(hf.HRRBertForMaskedLM.from_pretrained(folder, dtype="auto").parameters()).dtype == torch.float32
+    )
+
+
+def test_trainer_runs_a_few_steps_with_the_tokenizer_and_the_mlm_collator(hf, saved, tmp_path):
+    pytest.importorskip("accelerate")
+    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, Trainer, TrainingArguments
+
+    _, folder = saved
+    tok = AutoTokenizer.from_pretrained(folder)
+    codes = [t.split(":")[1] for t in read_vocab(folder) if ":" in t][:12]
+    texts = [" ".join(codes[i : i + 3]) + " [SEP] " + " ".join(codes[i + 3 : i + 5]) for i in range(0, 7)] * 4
+    model = hf.HRRBertForMaskedLM.from_pretrained(folder)
+    before = [p.detach().clone() for p in model.parameters()]
+    args = TrainingArguments(output_dir=str(tmp_path / "t"), max_steps=3, per_device_train_batch_size=4,
+                             report_to=[], use_cpu=True, save_strategy="no", logging_steps=1)  # fmt: skip
+    collator = DataCollatorForLanguageModeling(tok, mlm_probability=0.3, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=[tok(t) for t in texts], data_collator=collator)
+    result = trainer.train()
+    assert result.global_step == 3 and torch.isfinite(torch.tensor(result.training_loss))
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    example = collator([tok(texts[0]), tok(texts[1])])  # padded, visits kept, labels -100 off the masks
+    assert set(example) >= {"input_ids", "token_type_ids", "attention_mask", "labels"}
+    scored = example["labels"] != -100  # the chosen positions: real codes only, never [CLS] or padding
+    assert bool((example["attention_mask"].bool() | ~scored).all()) and not bool(scored[:, 0].any())
