@@ -325,6 +325,15 @@ class HRRBertPreTrainedModel(PreTrainedModel):
     def get_input_embeddings(self) -> nn.Module:
         return self.hrrbert.embeddings.token
 
+    def resize_token_embeddings(self, *args: Any, **kwargs: Any):
+        """Refused with the way to do it: the vocabulary is the program's tokens, and a token's vector is
+        composed from the program's edges, so new codes come with a new program (``hrrbert carry``)."""
+        raise NotImplementedError(
+            "HRRBERT's vocabulary is its program's tokens: to add codes, compile a program that has them "
+            "and carry the model to it (`hrrbert carry MODEL --program NEW_PROGRAM --out NEW_MODEL`), which "
+            "keeps every trained atom and relation and composes the new codes from them"
+        )
+
     def set_input_embeddings(self, value: nn.Module) -> None:
         raise NotImplementedError(
             "HRRBERT's token embedding is generated from its program; it cannot be replaced"

@@ -440,3 +440,9 @@ def test_trainer_runs_a_few_steps_with_the_tokenizer_and_the_mlm_collator(hf, sa
     assert set(example) >= {"input_ids", "token_type_ids", "attention_mask", "labels"}
     scored = example["labels"] != -100  # the chosen positions: real codes only, never [CLS] or padding
     assert bool((example["attention_mask"].bool() | ~scored).all()) and not bool(scored[:, 0].any())
+
+
+def test_resize_token_embeddings_says_how_to_add_codes(hf, saved):
+    _, folder = saved
+    with pytest.raises(NotImplementedError, match="hrrbert carry"):
+        hf.HRRBertForMaskedLM.from_pretrained(folder).resize_token_embeddings(10)
