@@ -1,7 +1,9 @@
 """An ``export-meds`` folder loaded by the MEDS community's own readers (issue 34 item 1): meds-reader 0.2.0
 converts it and verifies the conversion against it; meds-torch-data 0.9.0 pre-processes it
 (``MTD_preprocess``, a MEDS-Transforms pipeline) and its ``MEDSPytorchDataset`` serves every split and the
-exported ``mortality_6m`` task, with each sample's sequence ending at its prediction time."""
+exported ``mortality_6m`` task, with each sample's sequence ending at its prediction time; ACES (es-aces
+0.7.3) extracts a cohort with a sex criterion (tests/data/aces_female_mortality.yaml: women, a death within
+182 days of a diagnosis), which the export's GENDER events make possible."""
 
 from __future__ import annotations
 
@@ -68,3 +70,19 @@ def test_meds_torch_data_serves_every_split_and_the_task(export, tmp_path):
     task = MEDSPytorchDataset(cfg, split="held_out")
     batch = task.collate([task[i] for i in range(min(4, len(task)))])
     assert len(task) > 0 and batch.boolean_value is not None
+
+
+@pytest.mark.slow
+def test_aces_extracts_a_cohort_on_sex_from_the_export(export, tmp_path):
+    pytest.importorskip("aces")
+    config = Path(__file__).resolve().parents[2] / "data" / "aces_female_mortality.yaml"
+    subprocess.run(
+        [_bin("aces-cli"), f"config_path={config}", f"cohort_dir={tmp_path}", "cohort_name=f", "data=sharded",
+         "data.standard=meds", f"data.root={export / 'data'}", "data.shard=train/0"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    got = pq.read_table(tmp_path / "f" / "train" / "0.parquet")
+    data = pq.read_table(export / "data" / "train" / "0.parquet")
+    female = set(data.filter(pc.equal(data["code"], "GENDER//F"))["subject_id"].to_pylist())
+    subjects = set(got["subject_id"].to_pylist())
+    assert got.num_rows > 0 and subjects <= female and len(subjects) > 0
