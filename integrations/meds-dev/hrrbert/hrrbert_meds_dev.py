@@ -1,4 +1,4 @@
-"""hrrbert's MEDS-DEV model commands: thin calls of the ``hrrbert`` command line (``model.yaml``).
+r"""hrrbert's MEDS-DEV model commands: thin calls of the ``hrrbert`` command line (``model.yaml``).
 
     python hrrbert_meds_dev.py pretrain dataset_dir=D output_dir=O demo=False
     python hrrbert_meds_dev.py finetune dataset_dir=D labels_dir=L output_dir=O \
