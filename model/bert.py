@@ -242,12 +242,21 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(config.dim, config.dim)
         self.attn_dropout = config.attn_dropout
 
-    def forward(self, x: Tensor, attn_mask: Tensor) -> Tensor:
+    def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k, v split into heads: 3 x ``(B, H, T, K)``."""
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)  # 3 x (B, T, D)
-        q, k, v = (
-            z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v)
-        )  # (B, H, T, K)
+        return tuple(z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
+
+    def probabilities(self, x: Tensor, attn_mask: Tensor) -> Tensor:
+        """The attention probabilities ``(B, H, T, T)`` that :meth:`forward` weighs the values by."""
+        q, k, _ = self._heads(x)
+        scores = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5  # (B, H, T, T)
+        return torch.softmax(scores.masked_fill(~attn_mask, float("-inf")), dim=-1)
+
+    def forward(self, x: Tensor, attn_mask: Tensor) -> Tensor:
+        b, t, d = x.shape
+        q, k, v = self._heads(x)  # (B, H, T, K)
         p = self.attn_dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)  # (B, H, T, K)
         y = y.transpose(1, 2).reshape(b, t, d)  # (B, T, D)
@@ -426,8 +435,13 @@ class HRRBert(nn.Module):
         attention_mask: Tensor | None = None,
         token_matrix: Tensor | None = None,
         tokens: Tensor | None = None,
+        *,
+        hidden_states: list[Tensor] | None = None,
+        attentions: list[Tensor] | None = None,
     ) -> Tensor:
         """Contextual code representations (``tokens``: the token embeddings ``(B, T, D)``, already built).
+        ``hidden_states`` / ``attentions``, when given, collect the input embeddings and each layer's output
+        (L + 1 of ``(B, T, D)``) / each layer's attention probabilities (L of ``(B, H, T, T)``).
 
         Shapes:
             - input_ids, segment_ids, attention_mask (True/1 = real code): ``(B, T)``
@@ -439,8 +453,14 @@ class HRRBert(nn.Module):
             attention_mask = input_ids != self.pad_id
         x = self.embeddings(input_ids.long(), segment_ids.long(), token_matrix, tokens)  # (B, T, D)
         attn_mask = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+        if hidden_states is not None:
+            hidden_states.append(x)
         for layer in self.layers:
+            if attentions is not None:
+                attentions.append(layer.attn.probabilities(x, attn_mask))
             x = layer(x, attn_mask)  # (B, T, D)
+            if hidden_states is not None:
+                hidden_states.append(x)
         return x
 
     def forward(

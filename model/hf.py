@@ -261,10 +261,9 @@ class HRRBertPreTrainedModel(PreTrainedModel):
                 log_frequency = torch.zeros(program.n_concepts)
             self.hrrbert = HRRBert(bert, program, log_frequency=log_frequency)
         config.program_id, config.n_concepts = program.program_id, program.n_concepts
+        # the code cache chosen after pretraining (model.code_cache), as HRRBert.from_pretrained reads it
         cache = getattr(config, CACHE_KEY, None)
-        if (
-            cache
-        ):  # the code cache chosen after pretraining (model.code_cache), as HRRBert.from_pretrained reads it
+        if cache:
             self.hrrbert.mlm_cache = CodeCache.from_dict(cache)
         self.post_init()
 
@@ -355,49 +354,22 @@ class HRRBertPreTrainedModel(PreTrainedModel):
     def _mask_id(self) -> int:
         return self.program.special_id("[MASK]")
 
-    def _encode(self, input_ids, attention_mask, token_type_ids, segment_ids, token_matrix=None) -> Tensor:
-        ids, seg, att = self._inputs(input_ids, attention_mask, token_type_ids, segment_ids)
-        return self.hrrbert.encode(ids, seg, att, token_matrix=token_matrix)  # (B, T, D)
-
     def _states(
         self, input_ids, attention_mask, token_type_ids, segment_ids, token_matrix, kwargs: dict
     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
         """The final states ``(B, T, D)`` and, when ``output_hidden_states`` / ``output_attentions`` (the
-        call's, else the config's) ask for them, the input embeddings and every layer's states (L + 1 of
-        ``(B, T, D)``) and every layer's attention probabilities (L of ``(B, H, T, T)``), the layers run
-        exactly as :meth:`model.HRRBert.encode` runs them."""
-        hid = kwargs.get("output_hidden_states")
-        att_out = kwargs.get("output_attentions")
+        call's, else the config's) ask for them, what :meth:`model.HRRBert.encode` collects: the input
+        embeddings and every layer's states, and every layer's attention probabilities."""
+        hid, att = (kwargs.get(k) for k in ("output_hidden_states", "output_attentions"))
         hid = self.config.output_hidden_states if hid is None else hid
-        att_out = self.config.output_attentions if att_out is None else att_out
-        if not (hid or att_out):
-            return (
-                self._encode(input_ids, attention_mask, token_type_ids, segment_ids, token_matrix),
-                None,
-                None,
-            )
-        bert = self.hrrbert
-        ids, seg, att = self._inputs(input_ids, attention_mask, token_type_ids, segment_ids)
-        bert._check_inputs(ids, seg, att)
-        att = ids != bert.pad_id if att is None else att
-        x = bert.embeddings(ids.long(), seg.long(), token_matrix, None)  # (B, T, D)
-        mask = att.bool()[:, None, None, :]  # (B, 1, 1, T)
-        states, probs = [x], []
-        for layer in bert.layers:
-            if att_out:
-                probs.append(_attention_probs(layer.attn, x, mask))
-            x = layer(x, mask)
-            states.append(x)
-        return x, (tuple(states) if hid else None), (tuple(probs) if att_out else None)
-
-
-def _attention_probs(attn: nn.Module, x: Tensor, mask: Tensor) -> Tensor:
-    """The attention probabilities ``(B, H, T, T)`` the layer's ``scaled_dot_product_attention`` uses."""
-    b, t, d = x.shape
-    q, k, _ = attn.qkv(x).split(d, dim=2)
-    q, k = (z.view(b, t, attn.n_heads, d // attn.n_heads).transpose(1, 2) for z in (q, k))  # (B, H, T, K)
-    scores = q @ k.transpose(-1, -2) / (d // attn.n_heads) ** 0.5  # (B, H, T, T)
-    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        att = self.config.output_attentions if att is None else att
+        states: list[Tensor] | None = [] if hid else None
+        probs: list[Tensor] | None = [] if att else None
+        ids, seg, mask = self._inputs(input_ids, attention_mask, token_type_ids, segment_ids)
+        h = self.hrrbert.encode(
+            ids, seg, mask, token_matrix=token_matrix, hidden_states=states, attentions=probs
+        )
+        return h, (tuple(states) if hid else None), (tuple(probs) if att else None)
 
 
 def _check_dtype(kwargs: dict[str, Any]) -> None:

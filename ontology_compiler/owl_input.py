@@ -194,7 +194,7 @@ def _read(
 ) -> tuple[OwlGraph, pa.Table]:
     """The ontology read (annotation ``properties`` kept), its live classes; is-a checked for cycles."""
     with timed(timings, "read_owl"):
-        og = read_owl(path, list(dict.fromkeys(properties)), language, others=True)
+        og = read_owl(path, list(dict.fromkeys(properties)), language)
     live = og.classes.filter(pc.invert(og.classes["deprecated"]))
     if live.num_rows == 0:
         raise InputFileError(

@@ -328,27 +328,23 @@ def _message(e: BaseException) -> str:
     return str(a[-1] if isinstance(a, tuple) and a else e).strip()[:300]
 
 
-def read_owl(
-    path: str | Path, annotation_properties: list[str], language: str | None, *, others: bool = False
-) -> OwlGraph:
+def read_owl(path: str | Path, annotation_properties: list[str], language: str | None) -> OwlGraph:
     """Parse ``path`` and read classes, properties, edges and the given annotation properties' values.
 
     ``annotation_properties`` are IRIs; literal values are kept when ``language`` is None, when they
-    carry no language tag, or when their tag is ``language`` or starts with ``language-``. ``others``:
-    also every other annotation on a class (any literal-valued property, and the IRI values of declared
+    carry no language tag, or when their tag is ``language`` or starts with ``language-``. Every other
+    annotation on a class is read too (any literal-valued property, and the IRI values of declared
     annotation properties), e.g. ``oboInOwl:hasDbXref``, for ``export-owl`` to write back.
     """
     path = Path(path)
     world, fmt, c = parse(path)
     try:
-        return _read(world.graph, c, path, fmt, annotation_properties, language, others)
+        return _read(world.graph, c, path, fmt, annotation_properties, language)
     finally:
         world.close()
 
 
-def _read(
-    g, c: int, path: Path, fmt: str, ann_props: list[str], language: str | None, others: bool = False
-) -> OwlGraph:
+def _read(g, c: int, path: Path, fmt: str, ann_props: list[str], language: str | None) -> OwlGraph:
     t = _Triples(g, c)
     counts: Counter = Counter()
     counts["triples"] = len(t.s)
@@ -380,7 +376,7 @@ def _read(
     # ---- axioms -> edges
     edge_table = _axiom_edges(t, class_ids, deprecated, counts).table(key_of, pkey_of)
     # ---- annotation values
-    ann = _annotations(g, c, t, ann_props, key_of, language, counts, others)
+    ann = _annotations(g, c, t, ann_props, key_of, language, counts)
     return OwlGraph(
         path,
         fmt,
@@ -596,51 +592,37 @@ class _Edges:
 
 
 def _annotations(
-    g,
-    c: int,
-    t: _Triples,
-    props: list[str],
-    key_of: dict,
-    language: str | None,
-    counts: Counter,
-    others: bool,
+    g, c: int, t: _Triples, props: list[str], key_of: dict, language: str | None, counts: Counter
 ) -> pa.Table:
-    """``(key, property, value, language)`` for the classes' values of the given annotation properties
-    (``others``: of every annotation property, see :func:`read_owl`)."""
-    res, iri_of = t.res, t.iri_of
-    want = {res[x]: x for x in props if x in res}
+    """``(key, property, value, language, iri_value)`` for every annotation on a class (see
+    :func:`read_owl`): every literal value, and the IRI values of ``props`` and of the declared annotation
+    properties."""
+    iri_of = t.iri_of
     rows = []
-    if want or others:
-        where = "" if others else " AND p IN ({})".format(",".join("?" * len(want)))
-        args = () if others else tuple(want)
-        for s, p, o, d in g.execute(
-            f"SELECT s, p, o, d FROM datas WHERE c = ?{where}", (c, *args)
-        ).fetchall():
-            if s not in key_of:
-                continue
-            lang = d[1:] if isinstance(d, str) and d.startswith("@") else None
-            if (
-                language is not None
-                and lang is not None
-                and lang != language
-                and not lang.startswith(language + "-")
-            ):
-                counts["annotations_other_language_dropped"] += 1
-                continue
-            rows.append((key_of[s], want.get(p) or iri_of[p], str(o), lang, False))
-        iri_props = set(want)
-        if others:  # the IRI values of declared annotation properties
-            typed = (t.p == t.sid["type"]) & (t.o == t.sid["AnnotationProperty"]) & (t.s > 0)
-            iri_props |= set(t.s[typed].tolist())
-        if iri_props:
-            q = "SELECT s, p, o FROM objs WHERE c = ? AND o > 0 AND p IN ({})".format(
-                ",".join("?" * len(iri_props))
-            )
-            rows += [
-                (key_of[s], want.get(p) or iri_of[p], iri_of[o], None, True)
-                for s, p, o in g.execute(q, (c, *sorted(iri_props))).fetchall()
-                if s in key_of
-            ]
+    for s, p, o, d in g.execute("SELECT s, p, o, d FROM datas WHERE c = ?", (c,)).fetchall():
+        if s not in key_of:
+            continue
+        lang = d[1:] if isinstance(d, str) and d.startswith("@") else None
+        if (
+            language is not None
+            and lang is not None
+            and lang != language
+            and not lang.startswith(language + "-")
+        ):
+            counts["annotations_other_language_dropped"] += 1
+            continue
+        rows.append((key_of[s], iri_of[p], str(o), lang, False))
+    declared = (t.p == t.sid["type"]) & (t.o == t.sid["AnnotationProperty"]) & (t.s > 0)
+    iri_props = {t.res[x] for x in props if x in t.res} | set(t.s[declared].tolist())
+    if iri_props:
+        q = "SELECT s, p, o FROM objs WHERE c = ? AND o > 0 AND p IN ({})".format(
+            ",".join("?" * len(iri_props))
+        )
+        rows += [
+            (key_of[s], iri_of[p], iri_of[o], None, True)
+            for s, p, o in g.execute(q, (c, *sorted(iri_props))).fetchall()
+            if s in key_of
+        ]
     rows.sort(key=lambda r: (r[0], r[1], r[2], r[3] or ""))
     cols = list(zip(*rows, strict=True)) if rows else [()] * 5
     return pa.table(

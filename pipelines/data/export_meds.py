@@ -284,9 +284,10 @@ def _write(tmp: Path, t: dict, metadata: dict, labels: bool, shard_subjects: int
     (tmp / "metadata").mkdir()
     files = []
     ev = t["events"]
-    split_of = dict(zip(t["splits"]["subject_id"].to_pylist(), t["splits"]["split"].to_pylist(), strict=True))
-    subj = ev["subject_id"].to_numpy()
-    names = np.array([split_of[x] for x in subj.tolist()], dtype=object)
+    # every exported subject has a split (``_splits``: one row per subject, in subject order)
+    sp = t["splits"]
+    split_names = np.asarray(sp["split"].to_pylist(), dtype=object)
+    names = split_names[np.searchsorted(sp["subject_id"].to_numpy(), ev["subject_id"].to_numpy())]  # (rows,)
     for name in sorted(set(names.tolist()), key=lambda n: (SPLIT_ORDER.get(n, len(SPLIT_ORDER)), n)):
         part = ev.filter(pa.array(names == name))  # (rows of the split's subjects, in subject order)
         ps = part["subject_id"].to_numpy()

@@ -205,9 +205,6 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
         "subjects_not_in_dataset": int(len(unknown_subjects)),
         "rows_without_history": int((~has_history & ~cut).sum()),
         "rows_cut_by_truncation": int(cut.sum()),
-        "rows_outside_finetuning_splits": int(
-            np.isin(split_names[row[keep]], FINETUNE_SPLITS, invert=True).sum()
-        ),
         "rows_by_split": {s: int((placed.split == s).sum()) for s in SPLITS},
         "positives_by_split": {s: int(placed.label[placed.split == s].sum()) for s in SPLITS},
         "rows_of_truncated_sequences": int(truncated[placed.row].sum()),
@@ -218,10 +215,20 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
         },
     }
     c = placed.counts
+    c["rows_outside_finetuning_splits"] = sum(
+        n for s, n in c["rows_by_split"].items() if s not in FINETUNE_SPLITS
+    )
+    _log_placed(task.name, c)
+    return placed
+
+
+def _log_placed(name: str, c: dict) -> None:
+    """What placing a task's rows found (``c``: :class:`PlacedLabels` counts): the rows used, and each kind
+    of row left out, with examples."""
     used = sum(c["rows_by_split"][s] for s in FINETUNE_SPLITS)
     log.info(
         "labels %s: %d rows, %d in the fine-tuning splits (%s)",
-        task.name,
+        name,
         c["rows"],
         used,
         ", ".join(f"{s} {c['rows_by_split'][s]}" for s in FINETUNE_SPLITS),
@@ -232,14 +239,14 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
             "labels %s: %d rows of patients in %s are not used (fine-tuning reads finetune_train, "
             "finetune_val and test, whose sizes `hrrbert prepare` sets: --finetune-train, --finetune-val, "
             "--test; a MEDS source's subject_splits decide which patients they draw from)",
-            task.name,
+            name,
             c["rows_outside_finetuning_splits"],
             ", ".join(f"{s} ({c['rows_by_split'][s]})" for s in other),
         )
     if c["rows_subject_not_in_dataset"]:
         log.warning(
             "labels %s: %d rows of %d subjects the dataset does not hold left out (e.g. subject_id %s)",
-            task.name,
+            name,
             c["rows_subject_not_in_dataset"],
             c["subjects_not_in_dataset"],
             ", ".join(map(str, c["examples"]["subjects_not_in_dataset"])),
@@ -247,7 +254,7 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
     if c["rows_without_history"]:
         log.warning(
             "labels %s: %d rows without any visit known by their prediction_time left out (e.g. %s)",
-            task.name,
+            name,
             c["rows_without_history"],
             "; ".join(c["examples"]["rows_without_history"]),
         )
@@ -255,11 +262,10 @@ def place_labels(task: LabelTask, patients: pa.Table, where: Path) -> PlacedLabe
         log.warning(
             "labels %s: %d rows left out: `prepare` cut the visits before their prediction_time to fit "
             "--max-len / --max-visits (it keeps the latest visits; e.g. %s)",
-            task.name,
+            name,
             c["rows_cut_by_truncation"],
             "; ".join(c["examples"]["rows_cut_by_truncation"]),
         )
-    return placed
 
 
 def _examples(task: LabelTask, known: np.ndarray, mask: np.ndarray) -> list[str]:

@@ -461,25 +461,35 @@ def fit_logistic(
 ) -> tuple[Logistic, dict[str, Any]]:
     """One logistic regression per label for each (class_weight, C) of ``grid`` (:data:`LR_GRID`); the
     setting with the best ``val`` macro AUROC (the first on ties or when undefined) is kept."""
-    from pipelines.train.metrics import auroc
-
     # the columns with a non-zero entry (codes seen in training; every column of dense standardised features)
     nonzero = train.x.getnnz(axis=0) if hasattr(train.x, "getnnz") else np.count_nonzero(train.x, axis=0)
     columns = np.flatnonzero(np.asarray(nonzero).ravel() > 0)
     x = train.x[:, columns]
-    best: tuple[float, Logistic, dict] | None = None
+
+    def fit(cw: str | None, c: float) -> Logistic:
+        return Logistic(columns, [_fit_label(x, train.y[:, j], cw, c, seed) for j in range(train.y.shape[1])])
+
+    lr, choice = select_by_val_auroc(grid, fit, val.x, val.y)
+    return lr, {**choice, "features": len(columns)}
+
+
+def select_by_val_auroc(grid, fit, val_x, val_y: np.ndarray) -> tuple[Any, dict[str, Any]]:
+    """``fit(class_weight, C)`` for each setting of ``grid``; the model with the best macro AUROC on
+    (``val_x``, ``val_y``) (labels whose AUROC is undefined left out; the first on ties) and the choice:
+    ``class_weight``, ``C``, ``val_auroc``, ``grid``."""
+    from pipelines.train.metrics import auroc
+
+    best: tuple[float, Any, dict] | None = None
     for cw, c in grid:
-        fits = [_fit_label(x, train.y[:, j], cw, c, seed) for j in range(train.y.shape[1])]
-        lr = Logistic(columns, fits)
-        p = lr.predict(val.x)
-        vals = [auroc(val.y[:, j], p[:, j]) for j in range(val.y.shape[1])]
+        model = fit(cw, c)
+        p = model.predict(val_x)
+        vals = [auroc(val_y[:, j], p[:, j]) for j in range(val_y.shape[1])]
         vals = [v for v in vals if not math.isnan(v)]
         score = float(np.mean(vals)) if vals else -math.inf
         if best is None or score > best[0]:
-            best = (score, lr, {"class_weight": cw or "none", "C": c, "val_auroc": score})
+            best = (score, model, {"class_weight": cw or "none", "C": c, "val_auroc": score})
     assert best is not None
-    grid_rec = [[cw or "none", c] for cw, c in grid]
-    return best[1], {**best[2], "grid": grid_rec, "features": len(columns)}
+    return best[1], {**best[2], "grid": [[cw or "none", c] for cw, c in grid]}
 
 
 def read_baselines(out_dir: str | Path) -> tuple[dict[str, Any], list[Predictions]]:

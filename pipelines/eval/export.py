@@ -301,32 +301,29 @@ def _vector_groups(vec, rows: list[int]) -> list[int]:
     return np.asarray(rows, np.int64)[first[inverse.ravel()]].tolist()
 
 
-def _w2v_key(program, i: int) -> str:
-    return f"{program.concept_vocabularies[i]}/{program.concept_codes_dotted[i] or program.concept_codes[i]}"
-
-
-def _check_keys(program, rows: list[int]) -> None:
-    """The word2vec keys (``VOCABULARY/dotted code``) hold no whitespace and are distinct (the format
-    separates fields by spaces), else an error naming the first offending code."""
+def _w2v_keys(table) -> list[str]:
+    """Each row's word2vec key ``VOCABULARY/dotted code`` (the dotless code where there is no dotted one);
+    an error naming the first one that holds whitespace or repeats an earlier one (the format separates
+    fields by spaces and keys a row by it)."""
+    cols = [table.column(k).to_pylist() for k in ("vocabulary", "code_dotted", "code")]
+    keys = [f"{v}/{d or c}" for v, d, c in zip(*cols, strict=True)]
     seen: set[str] = set()
-    for i in rows:
-        key = _w2v_key(program, i)
-        if any(c.isspace() for c in key) or key in seen:
+    for key in keys:
+        if any(ch.isspace() for ch in key) or key in seen:
             why = "holds whitespace" if key not in seen else "is not unique"
             raise PipelineError(
-                f"program {program.program_id}: the word2vec key {key!r} {why}; export without --word2vec "
-                "and read embeddings.parquet instead"
+                f"program {table.schema.metadata[b'program_id'].decode()}: the word2vec key {key!r} {why}; "
+                "export without --word2vec and read embeddings.parquet instead"
             )
         seen.add(key)
+    return keys
 
 
-def _write_word2vec(path: Path, table, vec) -> None:
+def _write_word2vec(path: Path, keys: list[str], vec) -> None:
     """The word2vec text format: a line ``<rows> <D>``, then per row its key and D floats, space-separated
     (``repr`` of each float32, so it reads back exactly)."""
     import numpy as np
 
-    cols = [table.column(k).to_pylist() for k in ("vocabulary", "code_dotted", "code")]
-    keys = [f"{v}/{d or c}" for v, d, c in zip(*cols, strict=True)]
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         f.write(f"{vec.shape[0]} {vec.shape[1]}\n")
         for key, row in zip(keys, np.asarray(vec, np.float32), strict=True):
@@ -391,13 +388,13 @@ def export_embeddings(
     program, mdir, mode, matrix = vectors(cfg, src, device)
 
     rows = _vocabulary_rows(program, tuple(cfg.vocabularies))
-    if cfg.word2vec:
-        _check_keys(program, rows)
     dataset_id, count, logf = None, [None] * program.n_concepts, [None] * program.n_concepts
     if dataset is not None:
         dataset_id, count, logf = _frequencies(dataset, program)
     meta = {"program_id": program.program_id, "source_kind": kind, "mode": mode}
     table, vec = _embeddings_table(program, rows, matrix, count, logf, meta)
+    keys = _w2v_keys(table) if cfg.word2vec else None  # checked before anything is written
+    groups = len(set(table.column("vector_group").to_pylist()))
     per_vocab: dict[str, int] = {}
     for v in table.column("vocabulary").to_pylist():
         per_vocab[v] = per_vocab.get(v, 0) + 1
@@ -418,8 +415,8 @@ def export_embeddings(
             *(PROJECTOR_FILES if cfg.projector else ()),
             *((WORD2VEC_FILE,) if cfg.word2vec else ()),
         ],
-        duplicate_rows=len(rows) - len(set(table.column("vector_group").to_pylist())),
-        vector_groups=len(set(table.column("vector_group").to_pylist())),
+        duplicate_rows=len(rows) - groups,
+        vector_groups=groups,
     )
 
     with folder_written(out, "export", force=force, record=RECORD_FILE, option="OUT") as tmp:
@@ -427,8 +424,8 @@ def export_embeddings(
         if cfg.projector:
             name = f"model {mdir} ({mode})" if mdir is not None else f"program {program.program_id}, {mode}"
             _write_projector(tmp, table, vec, name)
-        if cfg.word2vec:
-            _write_word2vec(tmp / WORD2VEC_FILE, table, vec)
+        if keys is not None:
+            _write_word2vec(tmp / WORD2VEC_FILE, keys, vec)
         record = {
             "kind": "embedding_export",
             **{k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(result).items()},

@@ -249,23 +249,17 @@ def _meds_predictions(blocks: list[Predictions], times: np.ndarray) -> dict[int,
 
 
 def write_meds_predictions(tables: dict[int, pa.Table], out: Path) -> list[str]:
-    """Write the trials' tables into ``out`` / :data:`LABELS_PREDICTIONS_DIR` (into a temporary sibling,
-    then renamed into place); the files, relative to ``out``."""
-    import shutil
-
+    """Write the trials' tables into ``out`` / :data:`LABELS_PREDICTIONS_DIR` (written beside it, then
+    renamed into place; the evaluation's ``check_out`` already refused or cleared an earlier one); the
+    files, relative to ``out``."""
     import pyarrow.parquet as pq
 
-    final = out / LABELS_PREDICTIONS_DIR
-    tmp = out / f".{LABELS_PREDICTIONS_DIR}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    names = []
-    for k, t in sorted(tables.items()):
-        pq.write_table(t, tmp / f"trial_{k}.parquet")
-        names.append(f"{LABELS_PREDICTIONS_DIR}/trial_{k}.parquet")
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.replace(final)
+    from pipelines.data.folders import folder_written
+
+    names = [f"{LABELS_PREDICTIONS_DIR}/trial_{k}.parquet" for k in sorted(tables)]
+    with folder_written(out / LABELS_PREDICTIONS_DIR, "label-task predictions") as tmp:
+        for k, name in zip(sorted(tables), names, strict=True):
+            pq.write_table(tables[k], tmp / Path(name).name)
     return names
 
 

@@ -31,6 +31,7 @@ from pipelines.data.sequences import Sequences, TokenizedDataset
 from pipelines.train.metrics import f1_thresholds
 from pipelines.train.predictions import score_predictions
 
+from .baselines import select_by_val_auroc
 from .stats import PatientScorer, bootstrap_patients
 
 __all__ = [
@@ -133,23 +134,6 @@ def fit_dense_logistic(
     return DenseLogistic(precond @ gamma.detach().numpy(), bias.detach().numpy(), constant)
 
 
-def _fit_grid(train: tuple, val: tuple, grid) -> tuple[DenseLogistic, dict[str, Any]]:
-    """Each (class_weight, C) of ``grid`` fitted on ``train`` (x, y); the best ``val`` macro AUROC kept."""
-    from pipelines.train.metrics import auroc
-
-    best: tuple[float, DenseLogistic, dict] | None = None
-    for cw, c in grid:
-        lr = fit_dense_logistic(train[0], train[1], c=c, balanced=cw == "balanced")
-        p = lr.predict(val[0])
-        vals = [auroc(val[1][:, j], p[:, j]) for j in range(val[1].shape[1])]
-        vals = [v for v in vals if not np.isnan(v)]
-        score = float(np.mean(vals)) if vals else -np.inf
-        if best is None or score > best[0]:
-            best = (score, lr, {"class_weight": cw or "none", "C": c, "val_auroc": score})
-    assert best is not None
-    return best[1], {**best[2], "grid": [[cw or "none", c] for cw, c in grid], "solver": "torch L-BFGS"}
-
-
 def _unseen_rows(ds: TokenizedDataset, subject_id: np.ndarray) -> np.ndarray:
     if "rood_unseen" not in ds.table.column_names:
         return np.zeros(len(subject_id), bool)
@@ -158,7 +142,7 @@ def _unseen_rows(ds: TokenizedDataset, subject_id: np.ndarray) -> np.ndarray:
 
 
 def chapters_probe(
-    model, ds: TokenizedDataset, *, device: torch.device, batch_size: int, seed: int
+    model, ds: TokenizedDataset, *, device: torch.device, batch_size: int
 ) -> dict[str, Any] | None:
     """The probe's record (module docstring), or None when ``finetune_train`` or ``finetune_val`` has no
     chapters rows. ``scores[split]``: the chapters metrics and ``f1_interval``; ``choice``: the grid point
@@ -186,7 +170,9 @@ def chapters_probe(
         scored["rood_unseen"] = (rood[0][keep], rood[1][keep], rood[2][keep])
     mu, sd = train[1].mean(0), train[1].std(0) + 1e-6  # (4D,)
     z = lambda s: (s[1] - mu) / sd  # noqa: E731 (standardised features)
-    lr, choice = _fit_grid((z(train), train[2]), (z(val), val[2]), PROBE_GRID)
+    xt, yt = z(train), train[2]
+    fit = lambda cw, c: fit_dense_logistic(xt, yt, c=c, balanced=cw == "balanced")  # noqa: E731
+    lr, choice = select_by_val_auroc(PROBE_GRID, fit, z(val), val[2])
     thr = f1_thresholds(val[2], lr.predict(z(val)).astype(np.float32))  # (L,)
     scores: dict[str, Any] = {}
     for name, s in scored.items():
@@ -199,7 +185,7 @@ def chapters_probe(
         scores[name] = {**m, "n": len(y), "f1_interval": iv.as_dict()}
     return {
         "features": {"width": int(train[1].shape[1]), "parts": list(FEATURES)},
-        "choice": {k: v for k, v in choice.items() if k != "features"},
+        "choice": {**choice, "solver": "torch L-BFGS"},
         "patients": {"finetune_train": len(train[0]), "finetune_val": len(val[0])},
         "scores": scores,
         "seconds": time.perf_counter() - t0,

@@ -227,7 +227,7 @@ def _chapters_probe(x: RunInputs) -> R.ChaptersProbe | None:
         return None
     from .probe import chapters_probe
 
-    rec = chapters_probe(x.model, x.ds, device=x.device, batch_size=x.cfg.batch_size, seed=x.cfg.seed)
+    rec = chapters_probe(x.model, x.ds, device=x.device, batch_size=x.cfg.batch_size)
     return None if rec is None else R.ChaptersProbe.from_dict({R.ChaptersProbe.KEY: rec})
 
 
@@ -362,7 +362,7 @@ EVALUATIONS: tuple[Evaluation, ...] = (
     ),
     Evaluation(
         "chapters_probe",
-        ("chapters_probe", "batch_size", "seed"),
+        ("chapters_probe", "batch_size"),
         R.ChaptersProbe,
         _chapters_probe,
         S.probe_section,

@@ -468,15 +468,6 @@ def cost_section(s: SectionInputs) -> list[str]:
     ]
 
 
-def _probe_interval(d: dict[str, Any] | None) -> Interval | None:
-    if not d:
-        return None
-    iv = d.get("f1_interval") or {}
-    nan = lambda v: math.nan if v is None else float(v)  # noqa: E731
-    return Interval(nan(iv.get("estimate")), nan(iv.get("low")), nan(iv.get("high")), int(iv.get("n") or 0),
-                    str(iv.get("method") or ""), str(iv.get("note") or ""))  # fmt: skip
-
-
 def probe_section(s: SectionInputs) -> list[str]:
     """The chapters probe (:mod:`pipelines.eval.probe`): per configuration its test and ROOD-unseen chapters
     F1 (one seed: the patient interval; several: the t interval over seeds), beside the fine-tuned heads and
@@ -491,7 +482,12 @@ def probe_section(s: SectionInputs) -> list[str]:
         got = [r for r in rs if r is not None]
         if not got:
             continue
-        probe = {sp: V.over_seeds([_probe_interval(r.scores.get(sp)) for r in got]) for sp in splits}
+        probe = {
+            sp: V.over_seeds(
+                [Interval.from_dict(r.scores[sp]["f1_interval"]) if r.scores.get(sp) else None for r in got]
+            )
+            for sp in splits
+        }
         tuned = {sp: V.conf_interval(exp.configurations[k], "chapters", sp, "f1") for sp in splits}
         rows.append([f"{k}: probe", str(len(got))] + [pct(probe[sp]) for sp in splits])
         rows.append([f"{k}: fine-tuned", "–"] + [pct(tuned[sp]) for sp in splits])

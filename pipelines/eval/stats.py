@@ -68,6 +68,13 @@ class Interval:
     def width(self) -> float:
         return self.high - self.low
 
+    @classmethod
+    def from_dict(cls, d: dict) -> Interval:
+        """The interval :meth:`as_dict` wrote (its null bounds read back as NaN)."""
+        num = lambda k: math.nan if d.get(k) is None else float(d[k])  # noqa: E731
+        return cls(num("estimate"), num("low"), num("high"), int(d.get("n") or 0), str(d.get("method") or ""),
+                   str(d.get("note") or ""))  # fmt: skip
+
     def as_dict(self) -> dict:
         out = {
             "estimate": _num(self.estimate),

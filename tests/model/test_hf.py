@@ -406,7 +406,8 @@ def test_hidden_states_and_attentions_are_the_layers_own(hf, program, saved):
     assert a.shape == (ids.shape[0], m.config.n_heads, ids.shape[1], ids.shape[1])
     torch.testing.assert_close(a.sum(-1), torch.ones(a.shape[:-1]))
     assert float(a[0, :, :, 6:].abs().max()) == 0.0  # padded keys get no attention
-    torch.testing.assert_close(c.logits, ref) and len(c.hidden_states) == n + 1
+    torch.testing.assert_close(c.logits, ref)
+    assert len(c.hidden_states) == n + 1
     assert plain.hidden_states is None and plain.attentions is None
 
 

@@ -268,8 +268,7 @@ def predict(a: dict) -> None:
     )
     record = json.loads((ev / "evaluation.json").read_text(encoding="utf-8"))["labels"]
     placed = record["placed"]
-    trained = sum(placed["positives_by_split"][s] for s in ("finetune_train",))
-    rate = trained / max(placed["rows_by_split"]["finetune_train"], 1)
+    rate = placed["positives_by_split"]["finetune_train"] / max(placed["rows_by_split"]["finetune_train"], 1)
     missing = pc.is_null(joined["predicted_boolean_probability"])
     thr = record["trials"][0]["threshold"]
     prob = pc.fill_null(joined["predicted_boolean_probability"], pa.scalar(rate, pa.float32()))

@@ -320,6 +320,19 @@ def read_word2vec(path: Path) -> tuple[list[str], np.ndarray]:
     return keys, np.array(rows, np.float32)
 
 
+def test_vector_groups_name_the_first_code_of_each_identical_vector():
+    """The fixture program has no two equal vectors, so the grouping is checked here on one that has."""
+    from pipelines.eval.export import ExportResult, _vector_groups, summary_lines
+
+    vec = np.array([[1, 0], [0, 1], [1, 0], [1, 0], [0, 2]], np.float32)
+    assert _vector_groups(vec, [10, 11, 12, 13, 14]) == [10, 11, 10, 10, 14]
+    r = ExportResult(Path("o"), "program", "p", Path("p"), None, "base", 2, 5, {"ICD10CM": 5}, None,
+                     duplicate_rows=2, vector_groups=3)  # fmt: skip
+    assert any(
+        "2 of 5 vectors exactly equal an earlier code's (3 distinct" in line for line in summary_lines(r)
+    )
+
+
 def test_word2vec_export_is_keyed_and_duplicates_are_marked(program_dir, tmp_path):
     code, output = _run(program_dir, tmp_path / "out", "--word2vec", "--projector", "--dim", "32")
     assert code == 0, output
