@@ -45,11 +45,18 @@ def _click_errors() -> Iterator[None]:
     type=click.Choice(FORMATS),
     default="auto",
     show_default=True,
-    help="Input kind: rf2 (a release folder) or owl (an .owl/.rdf/.owx/.nt file); auto: owl for a file.",
+    help="Input kind: rf2 (a release folder), owl (an .owl/.rdf/.owx/.nt file) or athena (an Athena "
+    "vocabulary download); auto: owl for a file, athena for a folder with CONCEPT.csv and "
+    "CONCEPT_RELATIONSHIP.csv.",
 )
 @click.option("--out", default=DEFAULT_OUT, show_default=True, help="Programs root folder.")
 @click.option("--name", default=None, help="Release name (default: the folder's name).")
-@click.option("--as-of", default=None, metavar="YYYYMMDD", help="Resolve a Full release at this date.")
+@click.option(
+    "--as-of",
+    default=None,
+    metavar="YYYYMMDD",
+    help="Resolve a Full release (or an Athena download's validity dates) at this date.",
+)
 @click.option(
     "--release",
     type=click.Choice(RELEASES),
@@ -133,8 +140,9 @@ def _click_errors() -> Iterator[None]:
 def main(ctx: click.Context, src: str, verbose: bool, quiet: bool, **options) -> None:
     """Compile SRC into a versioned Parquet HRR program.
 
-    SRC is a SNOMED CT RF2 release folder (--format rf2) or an OWL ontology file (--format owl: RDF/XML,
-    OWL/XML or N-Triples; tokens from --codes, --code-property, or every class).
+    SRC is a SNOMED CT RF2 release folder (--format rf2), an OWL ontology file (--format owl: RDF/XML,
+    OWL/XML or N-Triples; tokens from --codes, --code-property, or every class), or an Athena vocabulary
+    download (--format athena: CONCEPT.csv, CONCEPT_RELATIONSHIP.csv, ...; ICD tokens through Maps to).
     """
     defaults = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
     given = {k: v for k, v in options.items() if ctx.get_parameter_source(k) not in defaults}

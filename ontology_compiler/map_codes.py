@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 
 from . import icd
 from .map_policy import MapPolicy
-from .map_sources import SourceFindings, read_gem, read_nlm, read_omop, read_tls_map
+from .map_sources import OmopValidity, SourceFindings, read_gem, read_nlm, read_omop, read_tls_map
 from .mapping import (
     CANDIDATE_SCHEMA,
     MappingStats,
@@ -53,10 +53,13 @@ def map_codes(
     universe: pa.Table | None = None,
     fallback: str = "none",
     code_counts: pa.Table | None = None,
+    omop_validity: OmopValidity | None = None,
 ) -> MappingResult:
-    """Candidates from every source, the policy's choice, GEM chains, fallback, then tokens and coverage."""
+    """Candidates from every source, the policy's choice, GEM chains, fallback, then tokens and coverage.
+
+    ``omop_validity`` (the Athena path): OMOP rows are read valid at its date, see :func:`read_omop`."""
     stats, sf = MappingStats(), SourceFindings()
-    cand = _candidates(maps, sources, stats, sf)
+    cand = _candidates(maps, sources, stats, sf, omop_validity)
     cand = resolve_targets(cand, concepts_active, concepts_known, associations, policy, stats)
     cand = choose(cand, policy)
     direct = cand.filter(cand["chosen"])
@@ -84,7 +87,11 @@ def map_codes(
 
 
 def _candidates(
-    maps: pa.Table, sources: dict[str, list[Path]], stats: MappingStats, sf: SourceFindings
+    maps: pa.Table,
+    sources: dict[str, list[Path]],
+    stats: MappingStats,
+    sf: SourceFindings,
+    omop_validity: OmopValidity | None = None,
 ) -> pa.Table:
     """Candidate rows of every source: RF2 extended maps, the tls map, NLM and OMOP."""
     parts = [extended_map_candidates(maps, stats)]
@@ -108,7 +115,7 @@ def _candidates(
         parts.append(nlm_candidates(read_nlm(nlm_files, sf)))
     if sources.get("omop_concept") and sources.get("omop_relationship"):
         for c, r in zip(sources["omop_concept"], sources["omop_relationship"], strict=False):
-            parts.append(omop_candidates(read_omop(c, r, sf)))
+            parts.append(omop_candidates(read_omop(c, r, sf, validity=omop_validity)))
     return pa.concat_tables([p for p in parts if p.num_rows] or [CANDIDATE_SCHEMA.empty_table()])
 
 

@@ -177,24 +177,53 @@ def _conflicting_one_to_one(t: pa.Table, findings: SourceFindings) -> None:
         findings.add("nlm_1to1_conflicting_rows", bad.num_rows - 10)
 
 
-def read_omop(concept: Path, relationship: Path, findings: SourceFindings) -> pa.Table:
+@dataclass(frozen=True)
+class OmopValidity:
+    """How the Athena path reads the OMOP files: ``Maps to`` rows and ICD source concepts valid at
+    ``as_of`` (``valid_start_date <= as_of <= valid_end_date``; None: ``invalid_reason`` empty), and a
+    target that is missing from CONCEPT.csv or not a standard concept counted, warned and dropped."""
+
+    as_of: int | None = None
+
+
+def read_omop(
+    concept: Path, relationship: Path, findings: SourceFindings, *, validity: OmopValidity | None = None
+) -> pa.Table:
     """OMOP ``Maps to`` from ICD10CM/ICD9CM source concepts to SNOMED standard concepts.
 
     Returns ``vocabulary``, ``code`` (dotless), ``code_dotted``, ``sctid``, ``_file``, ``_line`` (of the
-    CONCEPT_RELATIONSHIP row). Non-SNOMED targets and invalid rows are counted.
+    CONCEPT_RELATIONSHIP row). Non-SNOMED targets and invalid rows are counted. Without ``validity`` (a
+    mapping source beside an RF2 release) a row is valid when its ``invalid_reason`` is empty and the
+    concepts' own validity is not read (the release decides which SNOMED concepts are active).
     """
-    c = _omop_concepts(concept, findings)
-    r = _omop_maps_to(relationship, findings)
+    c = _omop_concepts(concept, findings, validity)
+    r = _omop_maps_to(relationship, findings, validity)
     src = c.filter(pc.is_in(c["vocabulary_id"], value_set=pa.array(["ICD10CM", "ICD9CM"]))).rename_columns(
         ["c1", "vocabulary", "code_dotted", "std1"]
     )
+    if validity is not None:
+        src = src.filter(pc.field("std1") != "X")  # an ICD concept not valid at the date
     tgt = c.filter(pc.equal(c["vocabulary_id"], "SNOMED")).rename_columns(
         ["c2", "vocab2", "sctid_str", "std2"]
     )
     m = r.join(src, keys="c1", join_type="inner")
     n_src = m.num_rows
+    if validity is not None:
+        _athena_targets(relationship, m, c, findings)
     m = m.join(tgt, keys="c2", join_type="inner").sort_by("_line")
     findings.add("omop_maps_to_non_snomed_target", n_src - m.num_rows)
+    if validity is not None:
+        # a target not valid at the date ("X") is the release's inactive concept: its history redirects it
+        standard = pc.is_in(m["std2"], value_set=pa.array(["S", "X"])).to_numpy(zero_copy_only=False)
+        if not standard.all():
+            i = int(np.flatnonzero(~standard)[0])
+            findings.add(
+                "omop_maps_to_non_standard_target",
+                int((~standard).sum()),
+                f"{relationship}, line {m['_line'][i].as_py()}: Maps to a concept that is not a standard "
+                f"concept (standard_concept {m['std2'][i].as_py()!r}); such rows are dropped",
+            )
+            m = m.filter(pa.array(standard))
     ok = pc.match_substring_regex(m["sctid_str"], r"^\d{6,18}$").to_numpy(zero_copy_only=False)
     if not ok.all():
         findings.add("omop_snomed_concept_code_not_sctid", int((~ok).sum()))
@@ -211,11 +240,38 @@ def read_omop(concept: Path, relationship: Path, findings: SourceFindings) -> pa
     )
 
 
-def _omop_concepts(concept: Path, findings: SourceFindings) -> pa.Table:
-    """ICD10CM, ICD9CM and SNOMED rows of CONCEPT.csv, one per ``cid`` (the first when it repeats)."""
-    c = read_tsv(concept, OMOP_CONCEPT_COLUMNS, "an OMOP CONCEPT.csv (TAB-separated, unquoted)")
+def _athena_targets(relationship: Path, m: pa.Table, c: pa.Table, findings: SourceFindings) -> None:
+    """Count and name the ``Maps to`` rows whose target concept is not in CONCEPT.csv."""
+    missing = pc.invert(pc.is_in(m["c2"], value_set=c["cid"].combine_chunks())).to_numpy(zero_copy_only=False)
+    if missing.any():
+        i = int(np.flatnonzero(missing)[0])
+        findings.add(
+            "omop_maps_to_missing_concept",
+            int(missing.sum()),
+            f"{relationship}, line {m['_line'][i].as_py()}: Maps to concept_id {m['c2'][i].as_py()}, "
+            "which CONCEPT.csv does not hold; such rows are dropped",
+        )
+
+
+def _omop_concepts(concept: Path, findings: SourceFindings, validity: OmopValidity | None = None) -> pa.Table:
+    """ICD10CM, ICD9CM and SNOMED rows of CONCEPT.csv, one per ``cid`` (the first when it repeats). With
+    ``validity``, ``standard_concept`` reads ``X`` on a row not valid at its date."""
+    from .athena_read import read_athena_file, valid_rows
+
+    if validity is None:
+        c = read_tsv(concept, OMOP_CONCEPT_COLUMNS, "an OMOP CONCEPT.csv (TAB-separated, unquoted)")
+    else:
+        c = read_athena_file(concept, "CONCEPT.csv")
     c = c.filter(pc.is_in(c["vocabulary_id"], value_set=pa.array(["ICD10CM", "ICD9CM", "SNOMED"])))
     _require_integers(concept, c, "concept_id")
+    if validity is not None:
+        ok = valid_rows(concept, c, validity.as_of)
+        std = pc.if_else(pa.array(~ok), pa.scalar("X"), c["standard_concept"])
+        # valid at an earlier date but retired since: Athena keeps only today's standard flag, so such a
+        # concept counts as the standard concept it was when it was valid
+        retired = pc.not_equal(c["invalid_reason"], "").to_numpy(zero_copy_only=False) & ok
+        std = pc.if_else(pa.array(retired), pa.scalar("S"), std)
+        c = c.set_column(c.column_names.index("standard_concept"), "standard_concept", std)
     c = c.append_column("cid", pc.cast(c["concept_id"], pa.int64()))
     dup = c.group_by("cid", use_threads=False).aggregate(
         [("concept_code", "count_distinct"), ("vocabulary_id", "count_distinct")]
@@ -242,13 +298,25 @@ def _omop_concepts(concept: Path, findings: SourceFindings) -> pa.Table:
     )
 
 
-def _omop_maps_to(relationship: Path, findings: SourceFindings) -> pa.Table:
+def _omop_maps_to(
+    relationship: Path, findings: SourceFindings, validity: OmopValidity | None = None
+) -> pa.Table:
     """Valid ``Maps to`` rows of CONCEPT_RELATIONSHIP.csv as ``(c1, c2, _line)``; invalid ones counted."""
-    r = read_tsv(
-        relationship, OMOP_RELATIONSHIP_COLUMNS, "an OMOP CONCEPT_RELATIONSHIP.csv (TAB-separated, unquoted)"
-    )
+    from .athena_read import read_athena_file, valid_rows
+
+    if validity is None:
+        r = read_tsv(
+            relationship,
+            OMOP_RELATIONSHIP_COLUMNS,
+            "an OMOP CONCEPT_RELATIONSHIP.csv (TAB-separated, unquoted)",
+        )
+    else:
+        r = read_athena_file(relationship, "CONCEPT_RELATIONSHIP.csv")
     r = r.filter(pc.equal(r["relationship_id"], "Maps to"))
-    invalid = pc.not_equal(r["invalid_reason"], "")
+    if validity is None:
+        invalid = pc.not_equal(r["invalid_reason"], "")
+    else:
+        invalid = pa.array(~valid_rows(relationship, r, validity.as_of))
     findings.add("omop_maps_to_invalid", int(pc.sum(invalid).as_py() or 0))
     r = r.filter(pc.invert(invalid))
     for col in ("concept_id_1", "concept_id_2"):

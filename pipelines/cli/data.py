@@ -32,20 +32,37 @@ SCALED = "(default: the paper's {} scaled to the cohort)"
 EXPORTABLE = tuple(r for r in READERS.values() if r.meds_export)  # the sources export-meds writes
 
 
-def source_options(readers: Iterable[Reader], purpose: str = "") -> Callable[[F], F]:
+def source_options(
+    readers: Iterable[Reader], purpose: str = "", *, reader_options: bool = False
+) -> Callable[[F], F]:
     """One folder option per reader of the registry (``--mimic``, ``--eicu``, ...; help: the reader's, with
-    ``purpose`` appended), given to the command as one dict ``sources`` (option keyword -> folder or None)."""
+    ``purpose`` appended), given to the command as one dict ``sources`` (option keyword -> folder or None).
+    With ``reader_options``, also each reader's own options (``--omop-codes``, ...; after all the source
+    options), in the same dict by their keywords (``omop_codes``)."""
     readers = list(readers)
+    extra = [(r, o) for r in readers for o in r.options] if reader_options else []
 
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def run(*args: Any, **kw: Any) -> Any:
             kw["sources"] = {r.param: kw.pop(r.param) for r in readers}
+            kw["sources"].update({r.option_param(o): kw.pop(r.option_param(o)) for r, o in extra})
             return fn(*args, **kw)
 
+        for r, o in reversed(extra):
+            kind = click.Choice(o.choices) if o.choices else INPUT_DIR if o.path else str
+            run = click.option(
+                r.option_flag(o),
+                r.option_param(o),
+                type=kind,
+                default=o.default,
+                show_default=o.default is not None,
+                help=o.help,
+            )(run)
         for r in reversed(readers):
             text = f"{r.help.removesuffix('.')} {purpose}." if purpose else r.help
-            run = click.option(r.option, r.param, type=INPUT_DIR, help=text)(run)
+            where = click.Path(exists=True) if r.file_ok else INPUT_DIR
+            run = click.option(r.option, r.param, type=where, help=text)(run)
         return run
 
     return deco
@@ -65,7 +82,7 @@ def choice_option(cls: type, name: str, choices: tuple[str, ...]) -> Callable[[F
 
 
 @click.command("prepare")
-@source_options(READERS.values())
+@source_options(READERS.values(), reader_options=True)
 @click.option(
     "--demo", is_flag=True, help="Build the demo release, compile it, generate the synthetic cohort."
 )
@@ -155,9 +172,12 @@ def prepare_cmd(
             )
         )
         return
-    if any(sources.values()) or program:
+    chosen = [r.option_flag(o) for r in READERS.values() for o in r.options
+              if sources[r.option_param(o)] not in (None, o.default)]  # fmt: skip
+    if any(sources[r.param] for r in READERS.values()) or chosen or program:
         drop = "/".join([r.option for r in READERS.values()] + ["--program"])
-        raise click.ClickException(f"--demo builds its own release, program and cohort; drop {drop}")
+        also = f" (and {', '.join(chosen)})" if chosen else ""
+        raise click.ClickException(f"--demo builds its own release, program and cohort; drop {drop}{also}")
     from pipelines.demo.prepare import prepare_demo
 
     results = prepare_demo(
@@ -285,6 +305,31 @@ def export_owl_cmd(program: str, out: str, force: bool, scope: str, base_iri: st
     echo(owl_summary(r))
 
 
+@click.command("export-athena")
+@click.argument("program", type=INPUT_DIR)
+@click.argument("out", type=click.Path(file_okay=False))
+@force_option("Replace OUT when it exists.")
+@verbosity_options
+@handle_errors
+def export_athena_cmd(program: str, out: str, force: bool) -> None:
+    """Write a compiled PROGRAM's SNOMED release and ICD tokens as an Athena vocabulary download in the
+    folder OUT (CONCEPT.csv, CONCEPT_RELATIONSHIP.csv, ...; `compile-ontology OUT` reads it back)."""
+    from ontology_compiler.api import export_athena, resolve_program
+
+    r = export_athena(resolve_program(program), out, force=force)
+    c = r.counts
+    echo(
+        f"wrote {r.path}: {c['snomed_concepts']:,} SNOMED and {c['icd_concepts']:,} ICD concepts, "
+        f"{c['relationships']:,} relationships, {c['synonyms']:,} synonyms, {c['ancestors']:,} ancestor rows"
+        + (
+            f"; {c['attribute_rows_not_expressible']:,} relationships of attribute types with no OHDSI id "
+            f"({', '.join(map(str, c['attribute_types_not_expressible']))}) not written"
+            if c["attribute_rows_not_expressible"]
+            else ""
+        )
+    )
+
+
 @click.command("export-meds")
 @click.argument("out", type=click.Path(file_okay=False))
 @source_options(EXPORTABLE, "to export")
@@ -368,4 +413,4 @@ def export_meds_cmd(
     echo(describe(result))
 
 
-COMMANDS = (prepare_cmd, sql_cmd, export_owl_cmd, export_meds_cmd)
+COMMANDS = (prepare_cmd, sql_cmd, export_owl_cmd, export_athena_cmd, export_meds_cmd)
