@@ -38,6 +38,7 @@ from .map_policy import load_policy
 from .map_sources import OmopValidity
 from .release import parse_as_of
 from .rf2_schema import US_ENGLISH
+from .snomed_tokens import token_options, with_snomed_tokens
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,17 @@ def compile_athena(
     code_counts: str | Path | None = None,
     fallback: str = "none",
     icd_hierarchy: bool = True,
+    tokens: str = "icd",
+    snomed_roots: tuple[int, ...] = (),
+    concept_set: str | Path | None = None,
 ) -> CompileResult:
     """Compile the Athena download in ``src`` into ``out/<name>/<program_id>/``.
 
     ``as_of`` (YYYYMMDD) takes every concept and relationship valid at that date (without it: those
     whose ``invalid_reason`` is empty). ``nlm_icd9``, ``gem``, ``icd10cm_map``: further mapping sources
     (the policy's precedence decides; the download's ``Maps to`` is the ``omop`` source); ``stopwords``,
-    ``map_policy``, ``codes``, ``code_counts``, ``fallback`` and ``icd_hierarchy`` as for RF2
-    (:func:`compiler.compile_ontology`).
+    ``map_policy``, ``codes``, ``code_counts``, ``fallback``, ``icd_hierarchy``, ``tokens``,
+    ``snomed_roots`` and ``concept_set`` as for RF2 (:func:`compiler.compile_ontology`).
     """
     t_start = time.perf_counter()
     src = Path(src)
@@ -94,7 +98,8 @@ def compile_athena(
         for p in ps
     ]
     inputs += [{"role": "map_policy", "path": policy.path, "sha256": policy.sha256, "bytes": None}]
-    inputs += [option_file_input(r, f) for r, f in (("codes", codes), ("code_counts", code_counts)) if f]
+    named = (("codes", codes), ("code_counts", code_counts), ("concept_set", concept_set))
+    inputs += [option_file_input(r, f) for r, f in named if f]
     if icd_hierarchy:
         from .icd_hierarchy import hierarchy_inputs
 
@@ -105,6 +110,7 @@ def compile_athena(
         "fallback": fallback,
         "map_policy": policy.as_dict(),
         "icd_hierarchy": bool(icd_hierarchy),
+        **token_options(tokens, tuple(snomed_roots), concept_set),
     }
     pid = program_id(inputs, options)
     if (done := up_to_date(out_dir, pid)) is not None:
@@ -128,6 +134,7 @@ def compile_athena(
             code_counts=read_code_counts(code_counts) if code_counts is not None else None,
             omop_validity=OmopValidity(at),
         )
+    mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)
     tables, graph_tables, coverage, hierarchy = _program_tables(
         rel, mres, stop_words, US_ENGLISH, icd_hierarchy
     )

@@ -21,6 +21,7 @@ from .front import DEFAULT_OUT, FALLBACKS, FORMATS, RELEASES, compile_source
 from .logs import setup_logging
 from .printable import printable
 from .rf2_schema import US_ENGLISH
+from .snomed_tokens import TOKEN_KINDS
 from .summary import summary
 
 
@@ -113,6 +114,28 @@ def _click_errors() -> Iterator[None]:
     default="none",
     show_default=True,
     help="icd: unmapped codes get their title words and nearest mapped ICD ancestor's concepts.",
+)
+@click.option(
+    "--tokens",
+    type=click.Choice(TOKEN_KINDS),
+    default="icd",
+    show_default=True,
+    help="What becomes a token: ICD codes, SNOMED concepts themselves (below --snomed-root, or those "
+    "--concept-set names), or both.",
+)
+@click.option(
+    "--snomed-root",
+    "snomed_roots",
+    multiple=True,
+    type=int,
+    metavar="SCTID",
+    help="With --tokens snomed/both: every active concept below this one becomes a token (repeatable; "
+    "default 404684003 Clinical finding).",
+)
+@_path_option(
+    "--concept-set",
+    folder_ok=False,
+    help="With --tokens snomed/both: a file of SCTIDs (one per line) that become tokens.",
 )
 @click.option(
     "--package",

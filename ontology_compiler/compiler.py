@@ -49,6 +49,7 @@ from .map_sources import find_sources
 from .program import build_tables, table_counts
 from .release import Release, load_release, parse_as_of
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
+from .snomed_tokens import token_options, with_snomed_tokens
 from .words import semantic_tag
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,9 @@ def compile_ontology(
     fallback: str = "none",
     packages: tuple[str, ...] = (),
     icd_hierarchy: bool = True,
+    tokens: str = "icd",
+    snomed_roots: tuple[int, ...] = (),
+    concept_set: str | Path | None = None,
 ) -> CompileResult:
     """Compile the RF2 release folder ``src`` into ``out/<name>/<program_id>/``.
 
@@ -89,7 +93,9 @@ def compile_ontology(
     codes their title words and nearest mapped ancestor's concepts. ``packages`` (``NAMESPACE_YYYYMMDD``)
     chooses the package to read where ``src`` holds several of one namespace with different dates.
     ``icd_hierarchy`` binds each ICD token to the ICD-10-CM / ICD-9-CM nodes above its code
-    (:mod:`icd_hierarchy`; False leaves them out). Identical inputs and options give the same
+    (:mod:`icd_hierarchy`; False leaves them out). ``tokens`` ``snomed`` or ``both`` makes SNOMED concepts
+    tokens themselves (those below ``snomed_roots``, default Clinical finding, or those the
+    ``concept_set`` file names; :mod:`snomed_tokens`). Identical inputs and options give the same
     ``program_id``; recompiling is then a no-op.
     """
     t_start = time.perf_counter()
@@ -110,6 +116,7 @@ def compile_ontology(
     map_sources = _mapping_sources(src, [omop, nlm_icd9, gem, icd10cm_map])
     inputs = _inputs(src, selected, stop_input, map_sources, policy, codes=codes, code_counts=code_counts)
     inputs += hierarchy_inputs() if icd_hierarchy else []
+    inputs += [option_file_input("concept_set", concept_set)] if concept_set is not None else []
     options = {
         "release": rtype,
         "as_of": None if as_of is None else str(as_of),
@@ -119,6 +126,7 @@ def compile_ontology(
         "fallback": fallback,
         "map_policy": policy.as_dict(),
         "icd_hierarchy": bool(icd_hierarchy),
+        **token_options(tokens, tuple(snomed_roots), concept_set),
     }
     pid = program_id(inputs, options)
     if (done := up_to_date(out_dir, pid)) is not None:
@@ -138,6 +146,7 @@ def compile_ontology(
         check_is_a_acyclic(rel.relationships)
     # ---- mapping
     mres = _map(rel, map_sources, policy, codes, code_counts, fallback)
+    mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)
     # ---- graph and program tables
     tables, graph_tables, coverage, hierarchy = _program_tables(
         rel, mres, stop_words, languages[0], icd_hierarchy

@@ -40,15 +40,19 @@ FALLBACKS = (
 DEFAULT_OUT = "artifacts/programs"
 
 COMMON_OPTIONS = ("out", "name", "stopwords", "codes", "icd_hierarchy")
+SNOMED_TOKEN_OPTIONS = ("tokens", "snomed_roots", "concept_set")  # RF2 and Athena (snomed_tokens)
 DEFAULT_ON = ("icd_hierarchy",)  # flags whose default is True: False is a choice, given
 RF2_OPTIONS = (
     "as_of", "release", "languages", "stated", "strict", "map_policy", "omop", "nlm_icd9", "gem",
-    "icd10cm_map", "code_counts", "fallback", "packages",
+    "icd10cm_map", "code_counts", "fallback", "packages", *SNOMED_TOKEN_OPTIONS,
 )  # fmt: skip
-ATHENA_OPTIONS = ("as_of", "map_policy", "nlm_icd9", "gem", "icd10cm_map", "code_counts", "fallback")
+ATHENA_OPTIONS = (
+    "as_of", "map_policy", "nlm_icd9", "gem", "icd10cm_map", "code_counts", "fallback", *SNOMED_TOKEN_OPTIONS,
+)  # fmt: skip
 OWL_OPTIONS = ("code_property", "code_prefixes", "label_properties", "synonym_properties", "language")
 FLAGS = {
     "languages": "--language",
+    "snomed_roots": "--snomed-root",
     "code_prefixes": "--code-prefix",
     "packages": "--package",
 }  # where the flag is not the name

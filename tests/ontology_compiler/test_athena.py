@@ -352,3 +352,37 @@ def test_end_before_start(tmp_path):
 def test_rf2_only_options_are_refused(download, tmp_path):
     with pytest.raises(OptionError, match="--stated"):
         compile_source(download, out=tmp_path / "p", stated=True)
+
+
+# ------------------------------------------------------------------------------------ SNOMED tokens
+
+
+def test_snomed_concept_tokens_below_a_root(download, tmp_path):
+    res = compile_source(download, out=tmp_path / "p", tokens="both", snomed_roots=(100000101,))
+    toks = _tokens(res.path)
+    snomed = {k: v for k, v in toks.items() if k[0] == "SNOMEDCT"}
+    assert snomed == {("SNOMEDCT", str(s)): (s,) for s in (100000101, 100000202, 100000606)}
+    assert ("ICD10CM", "J189") in toks  # both: the ICD tokens stay
+    edges = _edges(res.path)
+    assert (("SNOMEDCT", "100000606"), ("attribute", 246075003), ("concept", "100000707")) in edges
+    assert not any(e[0][0] == "SNOMEDCT" and e[1][0] == "icd_hierarchy" for e in edges)
+    only = compile_source(download, out=tmp_path / "p", tokens="snomed", snomed_roots=(100000101,))
+    assert {k[0] for k in _tokens(only.path)} == {"SPECIAL", "SNOMEDCT"}
+    assert only.program_id != res.program_id
+    plain = compile_source(download, out=tmp_path / "q")
+    assert "tokens" not in plain.manifest["options"]  # ICD programs keep their ids
+
+
+def test_snomed_tokens_from_a_concept_set(download, tmp_path, caplog):
+    cs = tmp_path / "concepts.tsv"
+    cs.write_text("sctid\tname\n100000202\tPneumonia\n100000505  # retired\n100000303\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        res = compile_source(download, out=tmp_path / "p", tokens="snomed", concept_set=cs)
+    assert sorted(k[1] for k in _tokens(res.path) if k[0] == "SNOMEDCT") == ["100000202", "100000303"]
+    assert res.manifest["counts"]["mapping_snomed_tokens_not_active"] == 1 and "not active" in caplog.text
+    cs.write_text("100000202\nE11.9\n", encoding="utf-8")
+    with pytest.raises(InputFileError, match="not an SCTID") as e:
+        compile_source(download, out=tmp_path / "p2", tokens="snomed", concept_set=cs)
+    assert e.value.line == 2
+    with pytest.raises(OptionError, match="--tokens snomed or both"):
+        compile_source(download, out=tmp_path / "p3", concept_set=cs)
