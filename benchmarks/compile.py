@@ -4,6 +4,8 @@ Generates the release once (``benchmarks/synthetic_release.py``; cached under ar
 then, each in a fresh process, measures wall time, rows per second and peak RSS of
   * ``compile-ontology`` on the Snapshot,
   * ``compile-ontology --as-of`` on the Full release (latest date, and an earlier date),
+  * ``compile-ontology`` on the same content as an Athena download (the Snapshot's program written by
+    ``hrrbert export-athena``; the export is not timed),
   * a baseline measured in the same run: the plain Python ``csv`` module reading every input row of the
     Snapshot (no typing, no resolution, no output) -- the floor of a row-by-row Python compiler.
 Prints a table with the ratios. Goals (issue #2): Snapshot <= 60 s and <= 4 GB peak RSS on the 2-core
@@ -38,7 +40,24 @@ dt = time.perf_counter() - t
 rows = sum(v for k, v in r.manifest["counts"].items() if k.startswith("rows_read_"))
 print(json.dumps({"seconds": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "rows": rows, "edges": r.manifest["counts"]["edges"], "concepts": r.manifest["counts"]["concepts"],
-                  "timings": r.manifest["timings"]}))
+                  "timings": r.manifest["timings"], "path": str(r.path)}))
+"""  # noqa: E501
+
+CHILD_ATHENA = r"""
+import json, resource, sys, time
+from ontology_compiler import compile_athena, export_athena
+program, athena, out = sys.argv[1], sys.argv[2], sys.argv[3]
+if athena != "-":
+    export_athena(program, athena)
+    print(json.dumps({"exported": athena}))
+    raise SystemExit
+t = time.perf_counter()
+r = compile_athena(out.split("|")[0], out=out.split("|")[1])
+dt = time.perf_counter() - t
+c = r.manifest["counts"]
+rows = c["athena_concept_rows"] + c["athena_relationship_rows"] + c.get("synonyms_read", 0)
+print(json.dumps({"seconds": dt, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "rows": rows, "edges": c["edges"], "concepts": c["concepts"], "timings": r.manifest["timings"]}))
 """  # noqa: E501
 
 CHILD_CSV = r"""
@@ -86,6 +105,11 @@ def run_all(rel: Path, info: dict, skip_full: bool) -> dict[str, dict]:
     with tempfile.TemporaryDirectory(prefix="hrrbench-") as tmp:
         results["baseline: csv module reads the Snapshot rows"] = run_child(CHILD_CSV, str(rel))
         results["compile Snapshot"] = run_child(CHILD_COMPILE, str(rel), str(Path(tmp) / "a"), "")
+        athena = Path(tmp) / "athena"
+        run_child(CHILD_ATHENA, results["compile Snapshot"]["path"], str(athena), "")
+        results["compile the Snapshot as an Athena download"] = run_child(
+            CHILD_ATHENA, "-", "-", f"{athena}|{Path(tmp) / 'athena_programs'}"
+        )
         if not skip_full:
             dates = sorted({str(d) for d in info.get("effective_times", [])}) or ["20220531"]
             results[f"compile Full --as-of {dates[-1]}"] = run_child(
