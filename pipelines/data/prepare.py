@@ -78,20 +78,28 @@ def prepare_source(
     label: str | None = None,
     splits: SplitOptions | None = None,
     threads: int | None = None,
+    source_options: dict | None = None,
     **given,
 ) -> PrepareResult:
-    """Read one source (a reader's name: ``mimic-iv``, ``eicu``, ``meds``), tokenize it against ``program``,
-    split, write.
+    """Read one source (a reader's name: ``mimic-iv``, ``eicu``, ``meds``, ``omop``), tokenize it against
+    ``program``, split, write.
 
     The options: ``config``, or its fields as keywords (``given``: ``out``, ``name``, ``max_len``, ...,
     each replacing the config's). ``hold_out``: a Parquet or CSV file with columns ``vocabulary`` and
     ``code`` listing the codes to hold out (the ROOD split) instead of choosing them
-    (:func:`pipelines.data.splits.choose_rood`); it is hashed into the dataset id.
+    (:func:`pipelines.data.splits.choose_rood`); it is hashed into the dataset id. ``source_options``: the
+    reader's own options by name (OMOP: ``codes``, ``schema``, ``vocabulary``; the declaration's
+    :class:`~pipelines.data.readers.ReaderOption` s), passed to its reader; all but the folders go into
+    the dataset id as ``options.reader`` (a reader without options has no such key).
     """
     from ontology_compiler.api import verify_program
 
     t0 = time.perf_counter()
     reader = get_reader(kind)
+    try:
+        ropts = reader.source_options(source_options)
+    except ValueError as e:
+        raise PipelineError(str(e)) from e
     c = replace(config or PrepareConfig(), **given)
     out, name, hold_out = c.out, c.name, c.hold_out
     max_len, max_visits, unknown = c.max_len, c.max_visits, c.unknown
@@ -100,12 +108,14 @@ def prepare_source(
     pmanifest = verify_program(program)
     splits = splits or SplitOptions()
     # the dataset's id: the input files' hashes, the program and the options
-    root, files = reader.inputs(path)
+    root, files = reader.inputs(path, **ropts)
     inputs = [input_record(root, f) for f in files]
     held_record = _hold_out_record(Path(hold_out)) if hold_out is not None else None
     if held_record is not None:  # hashed by content, wherever the file lies
         inputs.append({"path": "<hold_out>", "sha256": held_record["sha256"]})
     options = {"max_len": max_len, "max_visits": max_visits, "unknown": unknown, "splits": splits.to_dict()}
+    if reader.options:  # only a reader with options of its own has the key (the other ids stay as they were)
+        options["reader"] = reader.id_options(ropts)
     dataset_id = make_dataset_id(pmanifest["program_id"], inputs, options)
     name = safe_component(name or f"{label or kind}-{path.resolve().name}", "name")
     final = Path(out) / name / dataset_id
@@ -114,7 +124,7 @@ def prepare_source(
         log.info("%s: dataset %s already prepared", final, dataset_id)
         return PrepareResult(final, dataset_id, False, read_dataset_manifest(final))
     # read, tokenize, split
-    data = reader.part("read")(path, threads=threads)
+    data = reader.part("read")(path, threads=threads, **ropts)
     t_read = time.perf_counter()
     _refuse_empty(data, path)
     concepts = pq.read_table(program / "concepts.parquet")
@@ -412,12 +422,20 @@ def prepare(
     """Prepare one dataset per source given (the demo's datasets:
     :func:`pipelines.demo.prepare.prepare_demo`).
 
-    ``given``: a source folder per reader option (``mimic=``, ``eicu=``, ``meds=``:
-    :data:`~pipelines.data.readers.READERS`, prepared in that order; None: not given) and the fields of
+    ``given``: a source folder per reader option (``mimic=``, ``eicu=``, ``meds=``, ``omop=``:
+    :data:`~pipelines.data.readers.READERS`, prepared in that order; None: not given), the readers' own
+    options (``omop_codes=``, ``omop_schema=``, ``omop_vocabulary=``; None: the default) and the fields of
     :class:`~pipelines.data.config.PrepareConfig` that replace ``config``'s (``out=``, ``max_len=``, ...).
     """
-    sources = [(r.name, given.pop(r.param)) for r in READERS.values() if r.param in given]
-    sources = [(kind, path) for kind, path in sources if path is not None]
+    sources = []
+    for r in READERS.values():
+        path = given.pop(r.param, None)
+        opts = {o.name: given.pop(r.option_param(o)) for o in r.options if r.option_param(o) in given}
+        chosen = [r.option_flag(o) for o in r.options if opts.get(o.name) not in (None, o.default)]
+        if path is None and chosen:
+            raise PipelineError(f"{', '.join(chosen)} given without {r.option}")
+        if path is not None:
+            sources.append((r.name, path, opts))
     config = replace(config or PrepareConfig(), **given)
     if not sources:
         raise PipelineError(f"nothing to prepare: give {options_text()} (or --demo)")
@@ -426,7 +444,10 @@ def prepare(
     if config.name is not None and len(sources) > 1:
         raise PipelineError("--name names one dataset; give one source at a time with --name")
     splits = splits or SplitOptions(seed=seed)
-    return [prepare_source(k, p, program, config, splits=splits, threads=threads) for k, p in sources]
+    return [
+        prepare_source(k, p, program, config, splits=splits, threads=threads, source_options=o)
+        for k, p, o in sources
+    ]
 
 
 def _nonzero(counts: dict) -> dict:

@@ -1,13 +1,15 @@
 """What every EHR reader shares: the common output tables, CSV loading and checks, findings, labels.
 
-Each reader (``mimic``, ``eicu``, ``meds``; ``docs/input-formats.md``) returns a :class:`ReadResult`:
+Each reader (``mimic``, ``eicu``, ``meds``, ``omop``; ``docs/input-formats.md``) returns a
+:class:`ReadResult`:
 
 - ``events``: one row per diagnosis code, ``subject_id`` int64, ``visit_index`` int32 (0 = first visit
   with codes), ``visit_time`` timestamp (null where the source has none), ``known_time`` timestamp (when
   the visit's codes are known, where MEDS semantics cut a label's input: MIMIC-IV ``dischtime``, a MEDS
-  event's own time; one value per visit; null where the source has none), ``seq`` int32 (order within
-  the visit), ``vocabulary`` (``ICD9CM``/``ICD10CM``; MEDS also ``SNOMED``, resolved against the program
-  by ``prepare``), ``code`` (dotless, upper case); sorted by (``subject_id``, ``visit_index``, ``seq``).
+  event's own time, an OMOP visit's end; one value per visit; null where the source has none), ``seq``
+  int32 (order within the visit), ``vocabulary`` (``ICD9CM``/``ICD10CM``; MEDS and OMOP's standard codes
+  also ``SNOMED``, resolved against the program by ``prepare``), ``code`` (dotless, upper case); sorted
+  by (``subject_id``, ``visit_index``, ``seq``).
 - ``visits``: one row per visit with codes: ``subject_id``, ``visit_index``, ``mortality_6m`` (the
   label this visit gets when it is the patient's labelled visit) and ``given_split`` (a split named by
   the source, e.g. MEDS ``subject_splits``, or null).
@@ -132,7 +134,14 @@ class Findings:
 
 
 def input_record(root: Path, path: Path) -> dict:
-    return {"path": str(path.relative_to(root)), "sha256": sha256_file(path), "bytes": path.stat().st_size}
+    """An input file's record (a dataset id hashes its ``path`` and ``sha256``): its path relative to
+    ``root``; a file outside ``root`` (an OMOP source's separate vocabulary folder) by its name under
+    ``<outside>/``, so that its content, not where it lies, makes the id."""
+    try:
+        rel = str(Path(path).relative_to(root))
+    except ValueError:
+        rel = f"<outside>/{Path(path).name}"
+    return {"path": rel, "sha256": sha256_file(path), "bytes": path.stat().st_size}
 
 
 def find_table(root: Path, rel: str) -> Path:
@@ -537,8 +546,11 @@ def one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) ->
     return rows[0] if rows else ()
 
 
-def connect(threads: int | None = None, memory_limit: str = "3GB") -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
+def connect(
+    threads: int | None = None, memory_limit: str = "3GB", database: Path | None = None
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with the readers' settings: in memory, or ``database`` opened read-only."""
+    con = duckdb.connect() if database is None else duckdb.connect(str(database), read_only=True)
     con.execute(f"SET memory_limit = {quote_literal(memory_limit)}")
     con.execute("SET preserve_insertion_order = true")
     # a timezone-aware time is read as UTC on every machine (DuckDB's default is the machine's own zone)
