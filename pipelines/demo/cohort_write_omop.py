@@ -73,7 +73,8 @@ def write_omop(
     ``death.csv``, ``observation_period.csv``, ``concept.csv``), with the concepts of the Athena folder
     ``vocabulary``. Returns the rows written per table and what the vocabulary lacked
     (``diagnoses_without_source_concept``, ``diagnoses_without_standard_concept``,
-    ``diagnoses_with_several_standard_concepts``). The same arguments give byte-identical files."""
+    ``diagnoses_with_several_standard_concepts``). The same arguments give byte-identical files; files of
+    these names already in ``out`` are replaced (the caller owns the folder, as for ``generate_cohort``)."""
     hosp = Path(mimic)
     hosp = hosp if (hosp / "diagnoses_icd.csv.gz").is_file() else hosp / "hosp"
     out = Path(out)

