@@ -4,7 +4,8 @@ visits, :mod:`.omop`) gets a vocabulary and a dotless code, or is dropped and co
 - ``source`` (the default): the ICD code of ``condition_source_concept_id``, a concept of vocabulary
   ``ICD10CM`` or ``ICD9CM`` whose ``concept_code`` (dotted, ``E11.9``) is made dotless and upper case. A
   row whose source concept id is 0 or empty, or names no concept of the concept table, is read from
-  ``condition_source_value``: the vocabulary whose concept table holds that code (dotless) when exactly
+  ``condition_source_value``: the vocabulary whose concept table holds that code (a dotted value as
+  written, so that ``E87.21`` is not the ICD-9-CM ``E872.1``; a dotless one in any form) when exactly
   one does, else the one whose code shape it has (``docs/input-formats.md``, "eICU-CRD": ICD-9-CM three
   digits, ``V`` + two digits, ``E`` + three digits; ICD-10-CM a letter, a digit, a letter or digit),
   when it has exactly one; a value of both shapes (``V58.89``, dotless ``E119``) is the vocabulary in
@@ -97,11 +98,20 @@ def _one_row_per_source(con: duckdb.DuckDBPyConnection, f: Findings) -> None:
     f.count("rows_of_a_source_mapped_to_another_concept", n0 - one(con, "SELECT count(*) FROM co")[0])
 
 
+# each source value's vocabularies in the concept table: a dotted value (``E87.21``) matches the concept
+# codes written so (the dot's place tells an ICD-10-CM E87.21 from the ICD-9-CM E872.1), a dotless one
+# (``E8721``) every code of those characters
+_CONCEPT_TABLE_VALUES = (
+    "SELECT v.sv, min(k.vocabulary_id) AS vocab, count(DISTINCT k.vocabulary_id) AS n "
+    "FROM (SELECT DISTINCT sv FROM src WHERE sv IS NOT NULL) v JOIN icd_forms k "
+    "ON CASE WHEN contains(v.sv, '.') THEN k.dotted = v.sv ELSE k.dl = v.sv END GROUP BY v.sv"
+)
+
+
 def _source(con: duckdb.DuckDBPyConnection, f: Findings, where: Where) -> None:
     con.execute(
-        "CREATE TEMP TABLE icd_codes AS SELECT replace(upper(concept_code), '.', '') AS dl, "
-        "min(vocabulary_id) AS vocab, count(DISTINCT vocabulary_id) AS n FROM concept1 "
-        f"WHERE vocabulary_id IN {ICD_LIST} GROUP BY 1"
+        "CREATE TEMP TABLE icd_forms AS SELECT DISTINCT upper(concept_code) AS dotted, "
+        f"replace(upper(concept_code), '.', '') AS dl, vocabulary_id FROM concept1 WHERE vocabulary_id IN {ICD_LIST}"
     )
     con.execute(
         "CREATE TEMP TABLE src AS SELECT c.*, coalesce(c.condition_source_concept_id, 0) <> 0 AS has_sid, "
@@ -113,7 +123,7 @@ def _source(con: duckdb.DuckDBPyConnection, f: Findings, where: Where) -> None:
         "CREATE TEMP TABLE src2 AS SELECT s.*, NOT (has_sid AND sid_found) AS by_value, i.n AS vn, "
         f"i.vocab AS v_vocab, regexp_matches(coalesce(sv, ''), '{ICD9_RE}') AS is9, "
         f"regexp_matches(coalesce(sv, ''), '{ICD10_RE}') AS is10, replace(sv, '.', '') AS v_code "
-        "FROM src s LEFT JOIN icd_codes i ON i.dl = replace(s.sv, '.', '')"
+        f"FROM src s LEFT JOIN ({_CONCEPT_TABLE_VALUES}) i USING (sv)"
     )
     _code_lists(con)
     both = "(by_value AND vn IS NULL AND is9 AND is10)"  # of both shapes and not in the concept table

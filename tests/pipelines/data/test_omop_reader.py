@@ -305,6 +305,24 @@ def test_duplicates_and_concept_findings(tmp_path):
     ]  # fmt: skip
 
 
+def test_a_dotted_value_keeps_the_vocabulary_its_dot_gives(tmp_path):
+    """The concept table holds the ICD-9-CM E872.1 only: the value ``E87.21`` (an ICD-10-CM code, dot
+    after three characters) is not read as it, ``E872.1`` is, and dotless ``E8721`` is the table's."""
+    t = _tables(
+        condition_occurrence=[
+            condition(81, 3, 301, "2112-07-01", 0, "E87.21"),
+            condition(82, 3, 301, "2112-07-01", 0, "E872.1"),
+            condition(83, 3, 301, "2112-07-01", 0, "E8721"),
+        ],
+        concept=lambda rows: rows
+        + concept_rows([(2004, "ICD9CM", "E872.1", "", "Condition", "4-dig billing E code", "Sterile")]),
+    )
+    r = read_omop(write_cdm(tmp_path, tables=t))
+    p3 = [(e["vocabulary"], e["code"]) for e in r.events.to_pylist() if e["subject_id"] == 3]
+    assert p3 == [("ICD10CM", "N1830"), ("ICD10CM", "E8721"), ("ICD9CM", "E8721"), ("ICD9CM", "E8721")]
+    assert r.counts["source_values_read_by_code_shape"] == 1 and r.counts["source_values_ambiguous"] == 0
+
+
 def test_conflicting_rows_of_one_id_are_an_error(tmp_path):
     t = _tables(visit_occurrence=[visit(201, 2, "2120-03-02 00:00:00", "2120-03-05 00:00:00")])
     with pytest.raises(InputFileError, match=r"visit_occurrence_id 201 on 2 different rows") as e:
