@@ -1,4 +1,5 @@
-"""The demo's data: the demo release (built once), its program, the synthetic cohort (generated once)
+"""The demo's data: the demo release (built once), its program, the synthetic cohort (generated once, in
+the MIMIC-IV and eICU layouts, and as an OMOP CDM beside them with the program as its Athena vocabulary)
 and the tokenized MIMIC-IV- and eICU-layout datasets: :func:`prepare_demo` (``hrrbert prepare --demo``);
 the cohort as a MEDS dataset: :func:`export_demo_meds` (``hrrbert export-meds --demo``).
 """
@@ -19,9 +20,10 @@ from .defaults import DEMO_PATIENTS, DEMO_RELEASE_SEED, demo_split_sizes
 if TYPE_CHECKING:
     from pipelines.data.export_meds import ExportResult
 
-__all__ = ["ensure_cohort", "ensure_demo_release", "export_demo_meds", "prepare_demo"]
+__all__ = ["ensure_cohort", "ensure_demo_release", "ensure_omop", "export_demo_meds", "prepare_demo"]
 
 RESERVED_CODES = "ground_truth/reserved_codes.parquet"  # the cohort's codes to hold out (ROOD)
+ATHENA, OMOP = "athena", "omop"  # the cohort's Athena vocabulary download and OMOP CDM folders
 
 
 def prepare_demo(
@@ -54,6 +56,7 @@ def prepare_demo(
     )
     program = compile_ontology(release, out=artifacts / "programs").path
     ehr = ensure_cohort(artifacts / "ehr", program, n_patients=n_patients, seed=seed)
+    ensure_omop(ehr, program, seed=seed)
     out = Path(out) if out is not None else artifacts / "datasets"
     if not isinstance(splits, SplitOptions):  # the demo's sizes where none is given
         given = {k: v for k, v in (splits or {}).items() if v is not None}
@@ -100,6 +103,24 @@ def ensure_cohort(parent: Path, program: Path, *, n_patients: int, seed: int) ->
     with folder_written(final, "synthetic cohort", force=True) as tmp:
         generate_cohort(tmp, n_patients=n_patients, seed=seed, codes=program)
     return final
+
+
+def ensure_omop(ehr: Path, program: Path, *, seed: int) -> Path:
+    """The cohort ``ehr`` as an OMOP CDM v5.4 in ``ehr/omop/`` (:func:`~.cohort_write_omop.write_omop`),
+    its concepts those of ``ehr/athena/``, the Athena vocabulary download of ``program``
+    (:func:`~ontology_compiler.api.export_athena`); each written once (atomic rename), the cohort's own
+    files untouched. Returns ``ehr/omop``."""
+    from ontology_compiler.api import export_athena
+
+    from .cohort_write_omop import write_omop
+
+    athena, omop = ehr / ATHENA, ehr / OMOP
+    if not (athena / "CONCEPT.csv").is_file():
+        export_athena(program, athena, force=True)  # a folder there without CONCEPT.csv is unfinished
+    if not (omop / "concept.csv").is_file():
+        with folder_written(omop, "OMOP CDM of the synthetic cohort", force=True) as tmp:
+            write_omop(ehr, athena, tmp, seed=seed)
+    return omop
 
 
 def ensure_demo_release(folder: Path, *, size: str, seed: int) -> Path:

@@ -111,7 +111,8 @@ _CONCEPT_TABLE_VALUES = (
 def _source(con: duckdb.DuckDBPyConnection, f: Findings, where: Where) -> None:
     con.execute(
         "CREATE TEMP TABLE icd_forms AS SELECT DISTINCT upper(concept_code) AS dotted, "
-        f"replace(upper(concept_code), '.', '') AS dl, vocabulary_id FROM concept1 WHERE vocabulary_id IN {ICD_LIST}"
+        "replace(upper(concept_code), '.', '') AS dl, vocabulary_id FROM concept1 "
+        f"WHERE vocabulary_id IN {ICD_LIST}"
     )
     con.execute(
         "CREATE TEMP TABLE src AS SELECT c.*, coalesce(c.condition_source_concept_id, 0) <> 0 AS has_sid, "

@@ -314,8 +314,10 @@ def test_a_dotted_value_keeps_the_vocabulary_its_dot_gives(tmp_path):
             condition(82, 3, 301, "2112-07-01", 0, "E872.1"),
             condition(83, 3, 301, "2112-07-01", 0, "E8721"),
         ],
-        concept=lambda rows: rows
-        + concept_rows([(2004, "ICD9CM", "E872.1", "", "Condition", "4-dig billing E code", "Sterile")]),
+        concept=lambda rows: (
+            rows
+            + concept_rows([(2004, "ICD9CM", "E872.1", "", "Condition", "4-dig billing E code", "Sterile")])
+        ),
     )
     r = read_omop(write_cdm(tmp_path, tables=t))
     p3 = [(e["vocabulary"], e["code"]) for e in r.events.to_pylist() if e["subject_id"] == 3]
