@@ -23,17 +23,21 @@ def rf2_summary(result: CompileResult) -> str:
     m = result.manifest
     c, cov = m["counts"], m["coverage"]
     rel = m["release"]
+    tokens = m["options"].get("tokens", "icd")
     lines = [
         f"release   {rel['name']} ({rel['type']}{', as of ' + rel['as_of'] if rel.get('as_of') else ''}; "
         f"package date {rel['date']}; namespaces {', '.join(rel['namespaces'])})",
-        f"concepts  {c['concepts']:,} tokens ({cov['codes']:,} ICD codes: "
-        + ", ".join(f"{k} {v:,}" for k, v in cov["codes_by_vocabulary"].items())
-        + ")",
+        _tokens_line(m),
         *_table_lines(c),
         "max multiplicity per relation: "
         + ", ".join(f"{k} {v}" for k, v in sorted(c["max_multiplicity"].items(), key=lambda kv: -kv[1])[:12])
         + (" ..." if len(c["max_multiplicity"]) > 12 else ""),
-        f"coverage  {cov['codes']:,} tokens from {cov['codes_in_universe']:,} codes in the universe "
+        (
+            f"coverage  {cov['codes']:,} tokens"
+            if tokens != "snomed"
+            else f"ICD maps  {cov['codes']:,} codes mapped"
+        )
+        + f" from {cov['codes_in_universe']:,} codes in the universe "
         f"({cov['codes_named_by_any_source']:,} named by a mapping source); "
         f"{cov.get('snomed_concepts_mapped', 0):,} SNOMED concepts",
         *coverage_table(cov),
@@ -55,6 +59,17 @@ def rf2_summary(result: CompileResult) -> str:
         )
     lines += release_warnings(c)
     return "\n".join([*lines, *_tail(result)])
+
+
+def _tokens_line(m: dict) -> str:
+    """What the tokens are: ICD codes by vocabulary, SNOMED concepts (``--tokens snomed``), or both."""
+    c, cov, tokens = m["counts"], m["coverage"], m["options"].get("tokens", "icd")
+    icd = f"{cov['codes']:,} ICD codes: " + ", ".join(
+        f"{k} {v:,}" for k, v in cov["codes_by_vocabulary"].items()
+    )
+    snomed = f"{c.get('mapping_snomed_tokens', 0):,} SNOMED concepts"
+    kinds = {"icd": icd, "snomed": snomed, "both": f"{icd}; {snomed}"}[tokens]
+    return f"concepts  {c['concepts']:,} tokens ({kinds})"
 
 
 # Counts of the release step that are printed when not zero: (manifest key, what they count).
