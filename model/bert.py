@@ -294,6 +294,12 @@ class MLMHead(nn.Module):
         h = self.norm(F.gelu(self.dense(h)))  # (M, D)
         return h @ token_matrix.to(h.dtype).t() + self.bias  # (M, N)
 
+    def score(self, h: Tensor, rows: Tensor, ids: Tensor) -> Tensor:
+        """The logits of :meth:`forward` for the concepts ``ids`` only, given their embedding ``rows``
+        (the sampled-softmax decoder). Shapes: h ``(M, D)``, rows ``(K, D)``, ids ``(K,)`` -> ``(M, K)``."""
+        h = self.norm(F.gelu(self.dense(h)))  # (M, D)
+        return h @ rows.to(h.dtype).t() + self.bias.index_select(0, ids)  # (M, K)
+
     def decode(self, h: Tensor, token: HRREmbedding, spectrum: Tensor | None = None) -> Tensor:
         """The same logits as :meth:`forward` with the token embedding's matrix, computed by
         :meth:`hrr_kernel.HRREmbedding.decode` (the HRR part in the spectral domain). ``(M, D) -> (M, N)``."""
@@ -471,12 +477,17 @@ class HRRBert(nn.Module):
         *,
         mlm_mask: Tensor | None = None,
         task: str | None = None,
+        candidates: Tensor | None = None,
     ) -> Tensor:
-        """MLM logits at the masked positions, or pooled task logits.
+        """MLM logits at the masked positions, or pooled task logits. With ``candidates`` (MLM only), the
+        logits of those concepts alone, composing only the rows of the batch's codes and the candidates
+        (the sampled softmax of pretraining, :func:`pipelines.train.mlm.sample_candidates`): a step whose
+        cost does not grow with the vocabulary.
 
         Shapes:
-            - input_ids, segment_ids, attention_mask, mlm_mask: ``(B, T)``
-            - output: ``(M, N)`` with ``mlm_mask`` (M = ``mlm_mask.sum()``, row-major order), else ``(B, L)``
+            - input_ids, segment_ids, attention_mask, mlm_mask: ``(B, T)``; candidates ``(K,)`` concept ids
+            - output: ``(M, N)`` with ``mlm_mask`` (M = ``mlm_mask.sum()``, row-major order), ``(M, K)``
+              with ``candidates`` too, else ``(B, L)``
         """
         if (mlm_mask is None) == (task is None):
             raise ValueError("give exactly one of mlm_mask (MLM) or task (classification)")
@@ -489,6 +500,8 @@ class HRRBert(nn.Module):
             raise ValueError(
                 f"mlm_mask shape {tuple(mlm_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
             )
+        if candidates is not None:
+            return self._candidate_logits(input_ids, segment_ids, attention_mask, mlm_mask, candidates)
         if self.config.uses_spectral_decoder:
             # no full signal-domain matrix: the batch's rows are composed for the input, the tied decoder
             # reads the half spectra (equal logits up to float rounding)
@@ -502,6 +515,26 @@ class HRRBert(nn.Module):
         e = self.token_matrix()  # (N, D), used for the lookup and the decoder
         h = self.encode(input_ids, segment_ids, attention_mask, token_matrix=e)  # (B, T, D)
         return self.mlm(h[mlm_mask.bool()], e)  # (M, D) -> (M, N)
+
+    def _candidate_logits(
+        self,
+        input_ids: Tensor,
+        segment_ids: Tensor,
+        attention_mask: Tensor | None,
+        mlm_mask: Tensor,
+        cand: Tensor,
+    ) -> Tensor:
+        """:meth:`forward` with ``candidates``: one batch-row composition serves the inputs and the decoder.
+        Shapes: ``(B, T)`` inputs, cand ``(K,)`` -> ``(M, K)``."""
+        if cand.dim() != 1:
+            raise ValueError(f"candidates must be 1-D concept ids, got shape {tuple(cand.shape)}")
+        flat = input_ids.long().reshape(-1)  # (B*T,)
+        uniq, inv = torch.unique(torch.cat([flat, cand.long()]), return_inverse=True)  # (U,), (B*T + K,)
+        rows = self.embeddings.token.rows(uniq)  # (U, D): only these are composed
+        tokens = F.embedding(inv[: flat.numel()], rows).view(*input_ids.shape, -1)  # (B, T, D)
+        h = self.encode(input_ids, segment_ids, attention_mask, tokens=tokens)  # (B, T, D)
+        cand_rows = F.embedding(inv[flat.numel() :], rows)  # (K, D)
+        return self.mlm.score(h[mlm_mask.bool()], cand_rows, cand.long())  # (M, K)
 
     def pool_states(self, h: Tensor, attention_mask: Tensor | None) -> Tensor:
         """What the task heads' pooler reads, ``(B, T, D)`` -> ``(B, D)``: the [CLS] state (``pooling``

@@ -11,6 +11,7 @@ __all__ = [
     "LABELS_HEAD",
     "LoopFields",
     "MLM_CACHES",
+    "MLM_SOFTMAXES",
     "MLM_VOCABULARIES",
     "FinetuneConfig",
     "GridFields",
@@ -111,6 +112,17 @@ class PretrainConfig:
         default="all",
         metadata={"help": "codes the MLM softmax trains on: all, or train (those in pretrain_train)"},
     )
+    mlm_softmax: str = field(
+        default="auto",
+        metadata={
+            "help": "MLM training softmax: full (every code), sampled (the batch's codes plus "
+            "--mlm-negatives drawn by smoothed frequency, logQ-corrected; the step does not grow with the "
+            "vocabulary), or auto (sampled above 50,000 concepts); validation is always full"
+        },
+    )
+    mlm_negatives: int = field(
+        default=4096, metadata={"help": "sampled softmax: negatives drawn per step (with replacement)"}
+    )
     mlm_cache: str = field(
         default="auto",
         metadata={"help": "after training: choose the code cache on pretrain_val (model.code_cache), or off"},
@@ -149,6 +161,10 @@ class PretrainConfig:
         self.topk = tuple(int(k) for k in self.topk)
         if self.mlm_vocabulary not in MLM_VOCABULARIES:
             raise ValueError(f"mlm_vocabulary must be one of {MLM_VOCABULARIES}, got {self.mlm_vocabulary!r}")
+        if self.mlm_softmax not in MLM_SOFTMAXES:
+            raise ValueError(f"mlm_softmax must be one of {MLM_SOFTMAXES}, got {self.mlm_softmax!r}")
+        if self.mlm_negatives < 1:
+            raise ValueError(f"mlm_negatives must be >= 1, got {self.mlm_negatives}")
         if self.mlm_cache not in MLM_CACHES:
             raise ValueError(f"mlm_cache must be one of {MLM_CACHES}, got {self.mlm_cache!r}")
         if not 0.0 < self.mask_prob < 1.0:
@@ -163,6 +179,9 @@ class PretrainConfig:
 MODELS = ("bert", "visit-transformer")
 MLM_CACHES = ("auto", "off")  # choose the code cache of masked-code prediction after pretraining, or not
 MLM_VOCABULARIES = ("all", "train")  # the MLM training softmax over every code, or the pretrain_train codes
+# the MLM training softmax: exact over the vocabulary, sampled (pipelines.train.mlm.sample_candidates), or
+# chosen by the program's size (auto: sampled above pipelines.train.mlm.SAMPLED_FROM concepts)
+MLM_SOFTMAXES = ("auto", "full", "sampled")
 
 
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")

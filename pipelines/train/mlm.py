@@ -1,6 +1,17 @@
 """The masked-code-modelling pieces of pretraining: special tokens, one optimizer step, validation.
 
-Dimension legend: B batch, T codes, N concepts, M masked positions.
+The training softmax is exact over the vocabulary (``mlm_softmax`` ``full``) or sampled (``sampled``;
+``auto`` picks it above :data:`SAMPLED_FROM` concepts): each step scores its masked codes against the
+candidates :func:`sample_candidates` draws, the batch's own targets plus ``mlm_negatives`` concepts drawn
+with replacement from a proposal proportional to ``(count + 1) ** PROPOSAL_POWER`` (count: the code's
+occurrences in ``pretrain_train``; the square root and the +1 give a rare or unseen code a real chance to
+be a negative), and subtracts from each candidate's logit the log of its probability of being a
+candidate at all (the logQ correction of sampled softmax: Bengio and Senecal 2008; Jean et al. 2015), so
+that the expected gradient approaches the full softmax's. Only the candidates' and the batch's rows are
+composed (:meth:`model.HRRBert.forward` with ``candidates``), so the step costs the same at 25k and at
+350k concepts. Validation always uses the full softmax.
+
+Dimension legend: B batch, T codes, N concepts, M masked positions, K candidates.
 """
 
 from __future__ import annotations
@@ -24,6 +35,18 @@ from pipelines.errors import PipelineError
 from .loop import StepOutput
 from .runtime import DistContext
 
+SAMPLED_FROM = 50_000  # mlm_softmax auto: the sampled softmax for programs of more concepts than this
+PROPOSAL_POWER = 0.5  # negatives drawn in proportion to (count + 1) ** this
+
+
+@dataclass
+class Sampler:
+    """What the sampled softmax draws from (:func:`sampler_of`)."""
+
+    proposal: Tensor  # (N,) float64: probability of each concept per negative draw (0: never drawn)
+    unigram: Tensor  # (N,) float64: each concept's share of the training codes (what a masked target is)
+    negatives: int  # draws per step, with replacement
+
 
 @dataclass
 class Tokens:
@@ -33,6 +56,7 @@ class Tokens:
     special: Tensor  # (S,)
     candidates: Tensor  # (C,) ids a random replacement draws from
     scored: Tensor | None = None  # (N,) bool on the model's device: codes the softmax trains on (None: all)
+    sampler: Sampler | None = None  # the sampled softmax's proposal (None: the full softmax)
 
     def mask(self, batch: dict[str, Tensor], prob: float, generator: torch.Generator):
         """:func:`mask_tokens` of a batch (``input_ids``, ``attention_mask``) with these tokens."""
@@ -68,6 +92,40 @@ def tokens_of(program, train: Sequences | None = None) -> Tokens:
     if not scored.any():
         raise PipelineError("the pretraining sequences hold no codes; nothing for the MLM softmax to score")
     return Tokens(program.special_id("[MASK]"), special, torch.nonzero(scored).flatten(), scored)
+
+
+def sampler_of(tok: Tokens, train: Sequences, n_concepts: int, negatives: int) -> Sampler:
+    """The sampled softmax's proposal over the codes ``tok`` scores (every non-special code, or
+    ``tok.scored``), by their counts in ``train``."""
+    codes = train.input_ids[train.attention_mask.bool()].long()
+    counts = torch.bincount(codes, minlength=n_concepts).to(torch.float64)  # (N,)
+    counts[tok.special] = 0.0
+    allowed = torch.ones(n_concepts, dtype=torch.bool) if tok.scored is None else tok.scored.cpu()
+    allowed[tok.special] = False
+    weight = (counts + 1.0).pow(PROPOSAL_POWER) * allowed  # (N,)
+    total = counts.sum()
+    if total <= 0:
+        raise PipelineError("the pretraining sequences hold no codes; nothing for the MLM softmax to score")
+    return Sampler(weight / weight.sum(), counts / total, int(negatives))
+
+
+def sample_candidates(targets: Tensor, sampler: Sampler, generator: torch.Generator):
+    """The candidates of one sampled-softmax step: the ``targets`` (each masked code) and
+    ``sampler.negatives`` draws from the proposal, as a sorted set, with each target's place in it and
+    each candidate's log probability of being a candidate (its logQ correction): a concept is left out
+    only if no draw and no masked position picks it, ``1 - (1 - p)^S (1 - f)^M`` (``p`` its proposal
+    probability, ``f`` its unigram share, ``S`` draws, ``M`` targets).
+
+    Shapes: targets ``(M,)`` -> candidates ``(K,)``, target index ``(M,)`` into candidates, log_q ``(K,)``.
+    """
+    drawn = torch.multinomial(sampler.proposal, sampler.negatives, replacement=True, generator=generator)
+    targets = targets.long().cpu()
+    cand = torch.unique(torch.cat([targets, drawn]))  # (K,) sorted
+    where = torch.searchsorted(cand, targets)  # (M,)
+    p, f = sampler.proposal[cand], sampler.unigram[cand]  # (K,)
+    log_missed = sampler.negatives * torch.log1p(-p) + targets.numel() * torch.log1p(-f)  # (K,)
+    log_q = torch.log(-torch.expm1(log_missed))  # (K,) log(1 - missed)
+    return cand, where, log_q.to(torch.float32)
 
 
 def mask_tokens(
@@ -154,15 +212,28 @@ def evaluate_mlm(
 def mlm_step(net, batch, tok: Tokens, cfg, step: int, ctx: DistContext, device) -> StepOutput:
     """The MLM loss of one training batch (mean over its masked codes), with masking and dropout seeded
     from (seed, step, rank) so that a resumed run repeats them."""
-    ids, chosen, targets = tok.mask(batch, cfg.mask_prob, step_generator(cfg.seed, step, ctx.rank))
+    g = step_generator(cfg.seed, step, ctx.rank)
+    ids, chosen, targets = tok.mask(batch, cfg.mask_prob, g)
     torch.manual_seed(step_seed(cfg.seed, step, ctx.rank, salt=SALT_DROPOUT))  # dropout RNG
+    n = int(targets.numel())
+    if tok.sampler is not None:  # sampled softmax: the candidates' rows only, logQ-corrected
+        cand, where, log_q = sample_candidates(targets, tok.sampler, g)
+        logits = net(
+            ids.to(device),
+            batch["segment_ids"].to(device),
+            batch["attention_mask"].to(device),
+            mlm_mask=chosen.to(device),
+            candidates=cand.to(device),
+        ).float()  # (M, K)
+        logits = logits - log_q.to(device)
+        loss_sum = F.cross_entropy(logits, where.to(device), reduction="sum")
+        return StepOutput(loss_sum / max(n, 1), float(n), int(batch["input_ids"].shape[0]))
     logits = net(
         ids.to(device),
         batch["segment_ids"].to(device),
         batch["attention_mask"].to(device),
         mlm_mask=chosen.to(device),
     )  # (M, N)
-    n = int(targets.numel())
     logits = logits.float()
     if tok.scored is not None:  # codes outside the training vocabulary: no logit, hence no gradient
         logits = logits.masked_fill(~tok.scored, float("-inf"))

@@ -37,7 +37,7 @@ from pipelines.errors import PipelineError
 from .checkpoint import latest_checkpoint, list_checkpoints
 from .config import RUNTIME_KEYS, PretrainConfig
 from .loop import METRICS_FILE, LoopOptions, StepOutput, open_run, run_loop
-from .mlm import evaluate_mlm, mlm_step, tokens_of
+from .mlm import SAMPLED_FROM, evaluate_mlm, mlm_step, sampler_of, tokens_of
 from .run_lock import run_locked
 from .runtime import (
     DistContext,
@@ -184,6 +184,11 @@ def _run_record(cfg: PretrainConfig, run_id: str, model, program, ds, task: MLMT
         "n_parameters": model.num_parameters(),
         "n_train": len(task.train),
         "mlm_vocabulary": {"scored": cfg.mlm_vocabulary, "codes": len(task.tok.candidates)},
+        "mlm_softmax": {
+            "asked": cfg.mlm_softmax,
+            "used": "full" if task.tok.sampler is None else "sampled",
+            "negatives": None if task.tok.sampler is None else task.tok.sampler.negatives,
+        },
         "n_val": len(task.val),
         "versions": versions(),
         "created_at": now_iso(),
@@ -226,6 +231,14 @@ def _choose_cache(cfg: PretrainConfig, model, task: MLMTask, run_dir: Path, step
             MetricsLog(run_dir / METRICS_FILE).write({"step": step, **val, "mlm_cache": chosen})
 
 
+def mlm_softmax(cfg, n_concepts: int) -> str:
+    """The training softmax a run uses: ``cfg.mlm_softmax``, ``auto`` resolved by the vocabulary's size
+    (sampled above :data:`~pipelines.train.mlm.SAMPLED_FROM` concepts)."""
+    if cfg.mlm_softmax != "auto":
+        return cfg.mlm_softmax
+    return "sampled" if n_concepts > SAMPLED_FROM else "full"
+
+
 def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -> PretrainResult:
     if cfg.bf16 and device.type != "cuda":
         log.warning("bf16 autocast is CUDA-only; training in float32 on %s", device)
@@ -243,6 +256,8 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     if bs < ctx.world_size:
         raise PipelineError(f"batch size {bs} is smaller than the number of processes {ctx.world_size}")
     tok = tokens_of(program, train if cfg.mlm_vocabulary == "train" else None)
+    if mlm_softmax(cfg, program.n_concepts) == "sampled":
+        tok = replace(tok, sampler=sampler_of(tok, train, program.n_concepts, cfg.mlm_negatives))
     if tok.scored is not None:  # the step masks logits on the device: move the mask there once
         tok = replace(tok, scored=tok.scored.to(device))
     task = MLMTask(cfg, train, val, tok, ctx, device, bs)

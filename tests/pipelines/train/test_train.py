@@ -293,6 +293,27 @@ def test_cli_pretrain(tmp_path, dataset_dir, program_dir):  # noqa: F811
     assert "steps     2" in res.output and (tmp_path / "r1" / "model" / "config.json").is_file()
 
 
+def test_pretrain_with_the_sampled_softmax(tmp_path, dataset_dir, program_dir):  # noqa: F811
+    """``--mlm-softmax sampled`` trains (finite losses, a step per batch), records what it used, and
+    validates with the full softmax; ``auto`` on a program this small is the full softmax."""
+    common = ["pretrain", str(dataset_dir), "--program", str(program_dir), "--out", str(tmp_path)]
+    common += ["--model", "tiny", "--mode", "base", "--batch-size", "8", "--device", "cpu", "-q"]
+    res = CliRunner().invoke(
+        main, [*common, "--max-steps", "12", "--mlm-softmax", "sampled", "--mlm-negatives", "16",
+               "--lr", "3e-3", "--log-every", "1", "--run-id", "s"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    run = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert run["mlm_softmax"] == {"asked": "sampled", "used": "sampled", "negatives": 16}
+    records = [json.loads(line) for line in (tmp_path / "s" / "metrics.jsonl").open()]
+    curve = [r["loss"] for r in records if "loss" in r]
+    assert len(curve) == 12 and all(0 < x < 20 for x in curve)
+    assert any("val_top10" in r for r in records)  # validated (with the full softmax)
+    res = CliRunner().invoke(main, [*common, "--max-steps", "2", "--run-id", "a"])
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["mlm_softmax"]["used"] == "full"
+
+
 def test_bucketed_pretraining_batches_cover_whole_batches_once_and_group_lengths(dataset_dir, program_dir):  # noqa: F811
     from hrr_kernel import load_program
     from pipelines.train.config import PretrainConfig
