@@ -16,12 +16,21 @@ For each (preset, mode) it measures, on a synthetic paper-scale program (25,493 
   relations trained as half spectra as well (``spectral-atoms``: ``HRRBertSettings.spectral_atoms``; no
   ``rfft`` of the atoms either, only the sparse product is left of the composition).
 
-Goal (issue 6): the matrix share at most 15 % for BERT-base at paper scale on the 2-core CPU. Times are
-medians. The default run takes a few minutes on 2 cores::
+Goal (issue 6): the matrix share at most 15 % for BERT-base at paper scale on the 2-core CPU.
+
+``--vocab-sizes N ...`` measures instead the real pretraining step (``pipelines.train.mlm.mlm_step``: masking,
+forward, loss, backward, clipping, AdamW) of one preset and mode on synthetic programs of those sizes, with
+the full softmax and with the sampled one (``--mlm-softmax sampled``: the batch's targets plus
+``--negatives`` drawn, only their rows composed), each (size, softmax) in a fresh process so that its peak
+RSS is its own; ratios against the smallest size's sampled step. Goal (issue 32): the 350k sampled step
+within 1.5x of the 25k one.
+
+Times are medians. The default run takes a few minutes on 2 cores::
 
     python benchmarks/train_step.py                          # tiny, small, bert-base x 5 modes
     python benchmarks/train_step.py --presets bert-base --batch bert-base=16 --steps 5
     python benchmarks/train_step.py --device cuda --bf16 --batch bert-base=256   # on a GPU
+    python benchmarks/train_step.py --vocab-sizes 25493 100000 350000            # the sampled softmax
 """
 
 from __future__ import annotations
@@ -152,6 +161,117 @@ def bench_one(
     }
 
 
+def bench_vocab_step(
+    n_concepts: int, softmax: str, preset: str, mode: str, batch: int, steps: int, warmup: int, negatives: int
+) -> dict:
+    """One (vocabulary size, softmax) point of ``--vocab-sizes``, run in its own process: the pretraining
+    step as ``pretrain`` runs it, on random sequences whose codes follow a Zipf law (so that the proposal
+    has a frequency to smooth)."""
+    import resource
+    from types import SimpleNamespace
+
+    from hrr_kernel import load_program
+    from model import HRRBert
+    from model import preset as make_preset
+    from pipelines.train.mlm import Tokens, mlm_step, sampler_of
+
+    device = torch.device("cpu")
+    t = time.perf_counter()
+    program = load_program(synthetic_program(n_concepts), device=device)
+    load_s = time.perf_counter() - t
+    torch.manual_seed(0)
+    model = HRRBert(make_preset(preset, mode=mode), program).train()
+    model.heads.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    g = torch.Generator().manual_seed(0)
+    rank = torch.arange(1, n_concepts - N_SPECIAL + 1, dtype=torch.float64)
+    zipf = rank.reciprocal()  # (N - S,): code k drawn with probability proportional to 1 / k
+    ids = N_SPECIAL + torch.multinomial(zipf, batch * SEQ, replacement=True, generator=g).view(batch, SEQ)
+    ids[:, 0] = CLS_ID
+    seg = torch.arange(SEQ).div(CODES_PER_VISIT, rounding_mode="floor").clamp(max=LAST_SEGMENT)
+    b = {"input_ids": ids, "segment_ids": seg.expand(batch, SEQ).contiguous(),
+         "attention_mask": torch.ones(batch, SEQ, dtype=torch.bool)}  # fmt: skip
+    # the synthetic program's first N_SPECIAL concepts stand for the special tokens ([MASK] the fourth)
+    tok = Tokens(3, torch.arange(N_SPECIAL), torch.arange(N_SPECIAL, n_concepts))
+    if softmax == "sampled":
+        tok.sampler = sampler_of(tok, SimpleNamespace(**b), n_concepts, negatives)
+    cfg, ctx = SimpleNamespace(seed=0, mask_prob=MASK_PROB), SimpleNamespace(rank=0)
+    counter = iter(range(10**9))
+
+    def step() -> None:
+        out = mlm_step(model, b, tok, cfg, next(counter), ctx, device)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+
+    step_s = median_seconds(step, warmup, steps, device)
+    return {
+        "concepts": n_concepts,
+        "softmax": softmax,
+        "preset": preset,
+        "mode": mode,
+        "batch": batch,
+        "negatives": negatives if softmax == "sampled" else None,
+        "step_ms": 1000 * step_s,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "load_s": load_s,
+    }
+
+
+def vocab_table(rows: list[dict]) -> str:
+    out = [
+        "| concepts | softmax | step (ms) | peak RSS (MB) | vs smallest sampled | vs full, same size |",
+        "|---|---|---|---|---|---|",
+    ]
+    first = min((r for r in rows if r["softmax"] == "sampled"), key=lambda r: r["concepts"], default=None)
+    full = {r["concepts"]: r for r in rows if r["softmax"] == "full"}
+    for r in rows:
+        vs_first = f"{r['step_ms'] / first['step_ms']:.2f}x" if first else "-"
+        f = full.get(r["concepts"])
+        vs_full = f"{r['step_ms'] / f['step_ms']:.2f}x" if f else "-"
+        out.append(
+            f"| {r['concepts']:,} | {r['softmax']} | {r['step_ms']:.0f} | {r['peak_rss_mb']:,.0f} | "
+            f"{vs_first} | {vs_full} |"
+        )
+    return "\n".join(out)
+
+
+def run_vocab_sizes(a) -> int:
+    """``--vocab-sizes``: each (size, softmax) point in a child process of this script."""
+    import subprocess
+
+    preset, mode = a.presets[0], a.modes[0] if a.modes != list(MODES) else "base"
+    batch = parse_map(a.batch, DEFAULT_BATCH)[preset]
+    steps = a.steps or DEFAULT_STEPS[preset]
+    print(
+        f"vocabulary sweep: preset {preset}, mode {mode}, batch {batch} x {SEQ}, {steps} timed steps, "
+        f"{a.negatives} negatives; torch {torch.__version__}, {platform.processor() or platform.machine()}",
+        flush=True,
+    )
+    rows = []
+    t0 = time.perf_counter()
+    for n in a.vocab_sizes:
+        synthetic_program(n)  # generated (and cached) outside the timed children
+        for softmax in a.softmaxes:
+            child = [sys.executable, __file__, "--vocab-child", json.dumps(
+                [n, softmax, preset, mode, batch, steps, a.warmup, a.negatives])]  # fmt: skip
+            res = subprocess.run(child, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise SystemExit(f"{n} concepts, {softmax}: the child failed\n{res.stderr[-3000:]}")
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            rows.append(r)
+            print(
+                f"  {n:>8,} {softmax:8s} step {r['step_ms']:8.0f} ms  peak {r['peak_rss_mb']:8,.0f} MB",
+                flush=True,
+            )
+    print(f"\n{vocab_table(rows)}\n\nwall time {time.perf_counter() - t0:.0f} s")
+    if a.json:
+        a.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
 def table(rows: list[dict]) -> str:
     head = (
         "| preset | mode | decoder | batch | params (M) | step (ms) | tokens/s | seq/s | "
@@ -209,7 +329,23 @@ def main(argv: list[str] | None = None) -> int:
         help="tied decoder of the HRR modes: on the signal-domain matrix, in the spectral domain, and in "
         "the spectral domain with the atoms and relations trained as half spectra",
     )
+    ap.add_argument(
+        "--vocab-sizes",
+        nargs="+",
+        type=int,
+        default=None,
+        help="instead: the pretraining step on synthetic programs of these sizes, full and sampled softmax "
+        "(first --presets, base unless --modes names one)",
+    )
+    ap.add_argument("--softmaxes", nargs="+", default=["full", "sampled"], choices=["full", "sampled"])
+    ap.add_argument("--negatives", type=int, default=4096, help="--vocab-sizes: sampled softmax negatives")
+    ap.add_argument("--vocab-child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.vocab_child is not None:
+        print(json.dumps(bench_vocab_step(*json.loads(a.vocab_child))))
+        return 0
+    if a.vocab_sizes:
+        return run_vocab_sizes(a)
 
     from hrr_kernel import load_program
 

@@ -38,6 +38,7 @@ from pipelines.qa.config import MODELS as QA_MODELS
 from pipelines.qa.config import QATrainConfig
 from pipelines.train.config import (
     MLM_CACHES,
+    MLM_SOFTMAXES,
     MLM_VOCABULARIES,
     POOLINGS,
     SELECT_BY,
@@ -108,6 +109,7 @@ _PER_CONFIG: dict[tuple[type, str], click.Choice] = {
     (EvaluateConfig, "labels_split"): click.Choice(LABEL_SPLITS),
     (PretrainConfig, "mlm_vocabulary"): click.Choice(MLM_VOCABULARIES),
     (PretrainConfig, "mlm_cache"): click.Choice(MLM_CACHES),
+    (PretrainConfig, "mlm_softmax"): click.Choice(MLM_SOFTMAXES),
     (DemoConfig, "size"): click.Choice(DEMO_SIZES),
 }
 INPUT_DIR = click.Path(exists=True, file_okay=False)  # an input folder argument: it must exist
