@@ -21,7 +21,8 @@ Goal (issue 6): the matrix share at most 15 % for BERT-base at paper scale on th
 ``--vocab-sizes N ...`` measures instead the real pretraining step (``pipelines.train.mlm.mlm_step``: masking,
 forward, loss, backward, clipping, AdamW) of one preset and mode on synthetic programs of those sizes, with
 the full softmax and with the sampled one (``--mlm-softmax sampled``: the batch's targets plus
-``--negatives`` drawn, only their rows composed), each (size, softmax) in a fresh process so that its peak
+``--negatives`` drawn, only their rows composed, the atoms' and table's gradients sparse and updated by
+``LazyAdamW``, as ``pretrain`` runs it), each (size, softmax) in a fresh process so that its peak
 RSS is its own; ratios against the smallest size's sampled step. Goal (issue 32): the 350k sampled step
 within 1.5x of the 25k one.
 
@@ -174,6 +175,7 @@ def bench_vocab_step(
     from model import HRRBert
     from model import preset as make_preset
     from pipelines.train.mlm import Tokens, mlm_step, sampler_of
+    from pipelines.train.sparse import LazyAdamW, clip_grad_norm
 
     device = torch.device("cpu")
     t = time.perf_counter()
@@ -183,7 +185,9 @@ def bench_vocab_step(
     model = HRRBert(make_preset(preset, mode=mode), program).train()
     model.heads.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4)
+    # as pretrain does: the sampled softmax trains sparse atom and table gradients with LazyAdamW
+    model.embeddings.token.sparse_grads = softmax == "sampled"
+    opt = (LazyAdamW if softmax == "sampled" else torch.optim.AdamW)(params, lr=1e-4)
     g = torch.Generator().manual_seed(0)
     rank = torch.arange(1, n_concepts - N_SPECIAL + 1, dtype=torch.float64)
     zipf = rank.reciprocal()  # (N - S,): code k drawn with probability proportional to 1 / k
@@ -203,7 +207,7 @@ def bench_vocab_step(
         out = mlm_step(model, b, tok, cfg, next(counter), ctx, device)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        clip_grad_norm(params, 1.0)
         opt.step()
 
     step_s = median_seconds(step, warmup, steps, device)

@@ -26,6 +26,11 @@ for a loss of ``C = irfft(C_hat)`` (``w_k`` = 1 at the DC and, for even ``D``, t
 the backward above runs unchanged on ``G_hat = dL/dC_hat · D / w_k`` (:func:`bin_weights`), and the
 ``rfft`` of the gradient disappears with the forward's ``irfft``.
 
+Sparse atom gradients (``sparse_grad=True``, for a plan of selected rows): the atoms' gradient is a
+coalesced sparse COO tensor holding only the rows of the atoms those rows read (``plan.atoms_used``), so a
+batch's backward writes no dense ``(A, D)`` gradient, and an optimizer that updates only those rows
+(:class:`pipelines.train.sparse.LazyAdamW`) leaves the rest alone. The relations' gradient stays dense.
+
 Dimension legend: N output rows, U distinct computed rows, P (relation, atom) pairs, A atoms,
 R relations, D dimension, F = D // 2 + 1 frequencies.
 """
@@ -160,6 +165,7 @@ class _Compose(torch.autograd.Function):
         spectral: bool = False,
         spectral_inputs: bool = False,
         dim: int = 0,
+        sparse_grad: bool = False,
     ) -> Tensor:
         d = dim if spectral_inputs else atoms.shape[1]
         f = d // 2 + 1
@@ -204,7 +210,7 @@ class _Compose(torch.autograd.Function):
         if need_a or need_r:
             ctx.save_for_backward(atoms)  # version-checked; a_hat is recomputed from it if reclaimed
             ctx.plan, ctx.ws, ctx.d, ctx.spectral = plan, ws, d, spectral
-            ctx.spectral_inputs = spectral_inputs
+            ctx.spectral_inputs, ctx.sparse_grad = spectral_inputs, sparse_grad
             ctx.a_hat, ctx.r_hat = a_hat, r_hat
             # the spectrum goes back to the pool after the first backward, or when the graph is freed
             ctx.held = {"given": spectral_inputs, "takes": 0}
@@ -285,6 +291,15 @@ class _Compose(torch.autograd.Function):
             width = 2 * f if spectral_in else d
             if plan.atoms_used is None:  # a fresh irfft, or (own) the adjoint itself
                 grad_a = _to_input(ga_hat, d, spectral_in, scale)  # (A, D) or (A, 2F)
+            elif ctx.sparse_grad:  # only the rows read: (A', D) values of a sparse (A, D) gradient
+                values = _to_input(ga_hat, d, spectral_in, scale)  # (A', D) fresh, or (A', 2F) pooled
+                grad_a = torch.sparse_coo_tensor(
+                    plan.atoms_used.unsqueeze(0),
+                    values.clone() if spectral_in else values,
+                    (plan.n_atoms, width),
+                    is_coalesced=True,  # atoms_used is sorted and distinct
+                    check_invariants=False,
+                )
             else:  # copied out of the pooled adjoint
                 grad_a = torch.zeros((plan.n_atoms, width), dtype=dtype, device=dev)  # (A, D) or (A, 2F)
                 if ga_hat.shape[0]:
@@ -292,7 +307,7 @@ class _Compose(torch.autograd.Function):
             if not own:
                 ws.give("atoms_hat", ga_hat)
         ws.give("pairs", gb)
-        return grad_a, grad_r, None, None, None, None, None
+        return grad_a, grad_r, None, None, None, None, None, None
 
 
 def _validate(plan: ComposePlan, atoms: Tensor, relations: Tensor, dim: int | None) -> None:
@@ -337,20 +352,30 @@ def compose_plan(
     *,
     spectral: bool = False,
     dim: int | None = None,
+    sparse_grad: bool = False,
 ) -> Tensor:
     """Compose the rows a plan describes (see :func:`compose`; ``spectral``: :func:`compose_spectrum`;
-    ``dim``: the inputs are half spectra of signals of this dimension, see :func:`compose`)."""
+    ``dim``: the inputs are half spectra of signals of this dimension, see :func:`compose`;
+    ``sparse_grad``: a plan of selected rows gives the atoms a sparse gradient, module docstring)."""
     _validate(plan, atoms, relations, dim)
     ws = workspace if workspace is not None else Workspace()
     d = atoms.shape[1] if dim is None else dim
     if plan.n_out == 0:
         width = 2 * (d // 2 + 1) if spectral else d
         return atoms.new_zeros((0, width)) + atoms.sum() * 0  # (0, width), still attached to the graph
-    return _Compose.apply(atoms.contiguous(), relations.contiguous(), plan, ws, spectral, dim is not None, d)
+    return _Compose.apply(
+        atoms.contiguous(), relations.contiguous(), plan, ws, spectral, dim is not None, d, sparse_grad
+    )
 
 
 def compose(
-    program, atoms: Tensor, relations: Tensor, rows: Tensor | None = None, *, dim: int | None = None
+    program,
+    atoms: Tensor,
+    relations: Tensor,
+    rows: Tensor | None = None,
+    *,
+    dim: int | None = None,
+    sparse_grad: bool = False,
 ) -> Tensor:
     """The HRR concept matrix ``C[i] = Σ_{(j,k) ∈ G_i} r_j ⊛ a_k`` of a loaded program.
 
@@ -364,13 +389,16 @@ def compose(
     ``D``) Nyquist bins of a real signal are zero; inputs that keep them zero give the composition of
     the signals ``irfft(x)``, and the gradient keeps them zero.
 
+    ``sparse_grad``: with ``rows``, the atoms' gradient is sparse, holding only the atoms those rows read
+    (module docstring); the full matrix (``rows`` None) reads every atom and keeps a dense gradient.
+
     Shapes:
         - atoms: ``(A, D)`` or, with ``dim``, ``(A, 2F)``; relations: ``(R, D)`` or ``(R, 2F)``
         - rows: ``(N,)`` concept ids (any order, repeats allowed) or None for all concepts
         - output: ``(N, D)`` (``N = n_concepts`` when ``rows`` is None)
     """
     plan = program.plan_for(rows)
-    return compose_plan(plan, atoms, relations, program.workspace, dim=dim)
+    return compose_plan(plan, atoms, relations, program.workspace, dim=dim, sparse_grad=sparse_grad)
 
 
 def compose_spectrum(

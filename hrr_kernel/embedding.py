@@ -104,6 +104,12 @@ class HRREmbedding(nn.Module):
 
     In eval mode with gradients disabled the full matrix is cached until a parameter changes
     (tracked by each parameter's in-place version counter and storage).
+
+    ``sparse_grads`` (an attribute, False by default; a training choice, not part of the model): rows
+    composed or looked up for a batch give the atoms and the table sparse gradients holding only the
+    rows they read (:func:`~hrr_kernel.composer.compose` ``sparse_grad``; ``embedding(sparse=True)``),
+    for an optimizer that updates only those (``pipelines.train.sparse.LazyAdamW``). The full matrix
+    still gives dense ones; ``gram`` and ``ancestors`` keep dense gradients.
     """
 
     def __init__(
@@ -126,6 +132,7 @@ class HRREmbedding(nn.Module):
         self.mode = spec.name
         self.dim = dim
         self.normalize = normalize
+        self.sparse_grads = False
         n, dev = program.n_concepts, program.device
         self.hrr_dim = spec.hrr_dim(dim)
         table_dim = spec.table_dim(dim)
@@ -207,7 +214,7 @@ class HRREmbedding(nn.Module):
         Shapes: rows ``(U,)`` -> ``(U, H)``.
         """
         a, r, dim = self._inputs()
-        return compose(self.program, a, r, rows, dim=dim)
+        return compose(self.program, a, r, rows, dim=dim, sparse_grad=self.sparse_grads and rows is not None)
 
     def _build(self, rows: Tensor | None) -> Tensor:
         """Embedding rows (all when ``rows`` is None), as the mode builds them.

@@ -168,7 +168,7 @@ class EmbeddingMode:
     def build(self, emb, rows: Tensor | None) -> Tensor:
         """Embedding rows (all when ``rows`` is None). Shapes: rows ``(U,)`` -> ``(U, D)``."""
         if not self.composes:
-            return emb.table if rows is None else F.embedding(rows, emb.table)
+            return emb.table if rows is None else F.embedding(rows, emb.table, sparse=emb.sparse_grads)
         return self.finish(emb, emb.compose_rows(rows), rows)
 
     def finish(self, emb, c: Tensor, rows: Tensor | None) -> Tensor:
@@ -180,7 +180,7 @@ class EmbeddingMode:
             c = c + (emb.freq_encoding if rows is None else emb.freq_encoding[rows])
         if self.table == "none":
             return c
-        w = emb.table if rows is None else F.embedding(rows, emb.table)  # (U, D) or (U, D - H)
+        w = emb.table if rows is None else F.embedding(rows, emb.table, sparse=emb.sparse_grads)  # (U, D|D-H)
         return c + w if self.table == "full" else torch.cat([c, w], dim=1)
 
     def decode_extra(self, emb, h: Tensor) -> Tensor | None:

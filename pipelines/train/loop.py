@@ -54,6 +54,7 @@ from .checkpoint import (
 )
 from .run_lock import lock_run
 from .runtime import DistContext, MetricsLog, progress, redirect_logging, write_json
+from .sparse import clip_grad_norm
 
 log = logging.getLogger(__name__)
 
@@ -294,9 +295,7 @@ class _Loop:
             out = self.task.step(self.net, batch, self.s.step)
         self.opt.zero_grad(set_to_none=True)
         out.loss.float().backward()
-        gnorm = (
-            torch.nn.utils.clip_grad_norm_(self.params, self.o.clip) if self.o.clip > 0 else torch.zeros(())
-        )
+        gnorm = clip_grad_norm(self.params, self.o.clip) if self.o.clip > 0 else torch.zeros(())
         self.opt.step()
         if self.sched is not None:
             self.sched.step()

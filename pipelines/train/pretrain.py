@@ -50,6 +50,7 @@ from .runtime import (
     warmup_cosine,
     write_json,
 )
+from .sparse import LazyAdamW
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +189,7 @@ def _run_record(cfg: PretrainConfig, run_id: str, model, program, ds, task: MLMT
             "asked": cfg.mlm_softmax,
             "used": "full" if task.tok.sampler is None else "sampled",
             "negatives": None if task.tok.sampler is None else task.tok.sampler.negatives,
+            "sparse_gradients": bool(model.embeddings.token.sparse_grads),
         },
         "n_val": len(task.val),
         "versions": versions(),
@@ -263,7 +265,12 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     task = MLMTask(cfg, train, val, tok, ctx, device, bs)
     total = cfg.max_steps or cfg.epochs * task.per_epoch
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    # the sampled softmax composes a batch's rows only: their atoms and table rows get sparse gradients and
+    # the optimizer updates just those (lazy AdamW, pipelines.train.sparse); one process (DDP reduces dense)
+    sparse = tok.sampler is not None and ctx.world_size == 1
+    model.embeddings.token.sparse_grads = sparse
+    adam = LazyAdamW if sparse else torch.optim.AdamW
+    opt = adam(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(total, cfg.warmup))
     run_dir = out / run_id
     record = _run_record(cfg, run_id, model, program, ds, task, total, ctx)

@@ -247,8 +247,12 @@ def test_pretrain_freq_mode_loss_falls(tmp_path, dataset_dir, program_dir):  # n
         torch.testing.assert_close(tok.decode(h), h @ (c + pe).t(), rtol=1e-4, atol=1e-5)
 
 
-def test_resume_after_kill_gives_the_same_loss_curve(tmp_path, dataset_dir, program_dir):  # noqa: F811
-    kw = dict(mode="add", max_steps=10, save_every=3, val_every=5, **TINY)
+@pytest.mark.parametrize("softmax", ["full", "sampled"])
+def test_resume_after_kill_gives_the_same_loss_curve(tmp_path, dataset_dir, program_dir, softmax):  # noqa: F811
+    """Also with the sampled softmax, whose sparse gradients train with LazyAdamW (its state resumes)."""
+    kw = dict(
+        mode="add", max_steps=10, save_every=3, val_every=5, mlm_softmax=softmax, mlm_negatives=8, **TINY
+    )
     full = pretrain(dataset_dir, program_dir, out=tmp_path / "a", **kw)
     # "killed" after step 7: the last checkpoint is step 6, step 7 was logged but is lost
     part = pretrain(dataset_dir, program_dir, out=tmp_path / "b", stop_after=7, **kw)
@@ -304,7 +308,12 @@ def test_pretrain_with_the_sampled_softmax(tmp_path, dataset_dir, program_dir): 
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     run = json.loads((tmp_path / "s" / "config.json").read_text())
-    assert run["mlm_softmax"] == {"asked": "sampled", "used": "sampled", "negatives": 16}
+    assert run["mlm_softmax"] == {
+        "asked": "sampled",
+        "used": "sampled",
+        "negatives": 16,
+        "sparse_gradients": True,
+    }
     records = [json.loads(line) for line in (tmp_path / "s" / "metrics.jsonl").open()]
     curve = [r["loss"] for r in records if "loss" in r]
     assert len(curve) == 12 and all(0 < x < 20 for x in curve)
