@@ -9,6 +9,8 @@ step on the spectral path (``HRRBertSettings.spectral_decoder``).
 (e) ``batch_rows``: the rows of one fine-tuning batch of ``BATCH x SEQ`` codes, as
 ``HRREmbedding.forward`` composes them: ``torch.unique`` of the ids, ``compose(rows=unique)``, then
 ``embedding(inverse)`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).
+(e') ``batch_rows_sparse``: (e) with the atoms' gradient sparse (only the atoms the batch reads, as
+``HRREmbedding.sparse_grads`` trains them): no dense ``(A, D)`` gradient is zeroed and written.
 (f) ``spectral_atoms``: (d) with the atoms and relations given as half spectra (``--spectral-atoms``):
 no Fourier transform left, forward or backward, only the pair table and the sparse product.
 ``fft_floor``: only the unavoidable transforms, rfft of the atoms and irfft of the concepts, into reused
@@ -133,16 +135,23 @@ def batch_ids(n_concepts: int, n: int = BATCH * SEQ, seed: int = 0, s: float = Z
     return torch.from_numpy(rng.permutation(n_concepts)[ranks].astype(np.int64))
 
 
-def batch_rows_method(program: Program, dim: int, seed: int = 0):
-    """One batch's rows, the way ``HRREmbedding.forward`` composes them (unique, compose, inverse)."""
+def batch_rows_method(program: Program, dim: int, seed: int = 0, sparse: bool = False):
+    """One batch's rows, the way ``HRREmbedding.forward`` composes them (unique, compose, inverse);
+    ``sparse``: the atoms' gradient sparse, only the rows read (``HRREmbedding.sparse_grads``)."""
     ids = batch_ids(program.n_concepts, seed=seed).to(program.device)  # (B,)
 
     def run(atoms, relations):
         uniq, inv = torch.unique(ids, return_inverse=True)  # (U,), (B,)
-        return torch.nn.functional.embedding(inv, compose(program, atoms, relations, rows=uniq))  # (B, D)
+        rows = compose(program, atoms, relations, rows=uniq, sparse_grad=sparse)  # (U, D)
+        return torch.nn.functional.embedding(inv, rows)  # (B, D)
 
     run.ids = ids
     return run
+
+
+def batch_rows_sparse_method(program: Program, dim: int, seed: int = 0):
+    """:func:`batch_rows_method` with the sparse atom gradient."""
+    return batch_rows_method(program, dim, seed, sparse=True)
 
 
 def fft_floor_method(program: Program, dim: int):
@@ -193,13 +202,14 @@ METHODS = {
     "spectral": spectral_method,
     "spectral_atoms": spectral_atoms_method,
     "batch_rows": batch_rows_method,
+    "batch_rows_sparse": batch_rows_sparse_method,
     "fft_floor": fft_floor_method,
 }
 
 
 def output_shape(program: Program, method: str, dim: int) -> tuple[int, int]:
     """The shape of a method's output (and so of the gradient fed to its backward)."""
-    rows = BATCH * SEQ if method == "batch_rows" else program.n_concepts
+    rows = BATCH * SEQ if method.startswith("batch_rows") else program.n_concepts
     return rows, 2 * (dim // 2 + 1) if method in ("spectral", "spectral_atoms") else dim
 
 
@@ -296,7 +306,7 @@ def measure(
         "output_shape": list(grad_out.shape),
         "grad_shapes": [None if x.grad is None else list(x.grad.shape) for x in (atoms, relations)],
     }
-    if method == "batch_rows":
+    if method.startswith("batch_rows"):
         out["rows"] = int(run.ids.numel())
         out["distinct_rows"] = int(torch.unique(run.ids).numel())
     if cuda:

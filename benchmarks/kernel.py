@@ -36,12 +36,29 @@ CACHE = ROOT / "benchmarks" / "_cache"
 PAPER_CONCEPTS = 25_493  # tests.helpers.synthetic_program.PAPER["n_concepts"]
 SWEEP = (5_000, 25_000, 100_000, 350_000)
 QUICK_SWEEP = (2_000, 5_000)
-WORKER_METHODS = ("paper", "torchhd", "ours", "spectral", "spectral_atoms", "batch_rows", "fft_floor")
+WORKER_METHODS = (
+    "paper",
+    "torchhd",
+    "ours",
+    "spectral",
+    "spectral_atoms",
+    "batch_rows",
+    "batch_rows_sparse",
+    "fft_floor",
+)
 BATCH_LABEL = "32 x 128 codes"  # _kernel_methods.BATCH x SEQ
 # issue #15: (method, measured key, limit, unit, devices the goal is stated for, what it says)
 GOALS = (
     ("spectral", "forward_backward", 100.0, "ms", ("cpu",), "(d) spectral fwd+bwd (2 cores)"),
     ("batch_rows", "forward_backward", 10.0, "ms", ("cpu", "cuda"), "(e) batch rows fwd+bwd"),
+    (
+        "batch_rows_sparse",
+        "forward_backward",
+        10.0,
+        "ms",
+        ("cpu", "cuda"),
+        "(e') batch rows fwd+bwd, sparse atom gradient (issue 32)",
+    ),
     ("ours", "peak_extra_mib", 512.0, "MiB", ("cpu", "cuda"), "(c) peak extra memory"),
     ("spectral", "peak_extra_mib", 150.0, "MiB", ("cpu", "cuda"), "(d) peak extra memory"),
     ("ours", "forward", 1.0, "ms", ("cuda",), "(c) full forward"),
@@ -117,7 +134,7 @@ def table(rows: list[dict], ref: dict | None, device: str = "cpu") -> list[str]:
             out.append(f"| {r['label']} | {r['error']} | | | | | |")
             continue
         f, fb = r["forward"], r["forward_backward"]
-        comparable = ref and r["method"] != "batch_rows"  # (e) computes a batch's rows, not the matrix
+        comparable = ref and not r["method"].startswith("batch_rows")  # (e): a batch's rows, not the matrix
         ratio_f = ref["forward"] / f if comparable else None
         ratio_fb = ref["forward_backward"] / fb if comparable else None
         out.append(
@@ -163,6 +180,14 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
         (
             f"(e) ours, batch rows ({BATCH_LABEL}, Zipf): unique + compose(rows) + embedding(inverse)",
             "batch_rows",
+            args.reps,
+            args.warmup,
+        )
+    )
+    plan.append(
+        (
+            f"(e') ours, batch rows ({BATCH_LABEL}, Zipf), sparse atom gradient: compose(sparse_grad=True)",
+            "batch_rows_sparse",
             args.reps,
             args.warmup,
         )

@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         "(first --presets, base unless --modes names one)",
     )
     ap.add_argument("--softmaxes", nargs="+", default=["full", "sampled"], choices=["full", "sampled"])
-    ap.add_argument("--negatives", type=int, default=4096, help="--vocab-sizes: sampled softmax negatives")
+    ap.add_argument("--negatives", type=int, default=8192, help="--vocab-sizes: sampled softmax negatives")
     ap.add_argument("--vocab-child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.vocab_child is not None:

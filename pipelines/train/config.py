@@ -121,7 +121,7 @@ class PretrainConfig:
         },
     )
     mlm_negatives: int = field(
-        default=4096, metadata={"help": "sampled softmax: negatives drawn per step (with replacement)"}
+        default=8192, metadata={"help": "sampled softmax: negatives drawn per step (with replacement)"}
     )
     mlm_cache: str = field(
         default="auto",
