@@ -49,6 +49,22 @@ QUERIES: dict[str, str] = {
         "FROM (SELECT concept_id, relation_id, count(*) AS m FROM edges GROUP BY ALL) "
         "JOIN relations r USING (relation_id) GROUP BY ALL ORDER BY relation, multiplicity"
     ),
+    # the share of ICD codes whose OMOP Maps to target is an ancestor of the RF2 (ICD-10) / NLM (ICD-9) map's:
+    # what the Athena path coarsens (README "OMOP / OHDSI")
+    "ICD codes OMOP maps to a coarser SNOMED concept than the RF2 and NLM maps": (
+        "WITH RECURSIVE up(d, a) AS (SELECT source_id, destination_id FROM snomed_relationships WHERE "
+        "type_id = 116680003 UNION SELECT u.d, r.destination_id FROM up u JOIN snomed_relationships r ON "
+        "r.source_id = u.a AND r.type_id = 116680003), rf2 AS (SELECT vocabulary, code, list(DISTINCT "
+        "sctid) AS t FROM icd_map WHERE chosen AND source <> 'omop' AND sctid IS NOT NULL GROUP BY ALL), "
+        "omop AS (SELECT vocabulary, code, list(DISTINCT sctid) AS t FROM icd_map WHERE source = 'omop' "
+        "AND sctid IS NOT NULL GROUP BY ALL), cmp AS (SELECT vocabulary, CASE WHEN list_sort(o.t) = "
+        "list_sort(r.t) THEN 'the same concepts' WHEN EXISTS (SELECT 1 FROM up WHERE list_contains(r.t, "
+        "up.d) AND list_contains(o.t, up.a)) THEN 'coarser: an ancestor of the RF2 map''s' WHEN EXISTS "
+        "(SELECT 1 FROM up WHERE list_contains(o.t, up.d) AND list_contains(r.t, up.a)) THEN 'finer' "
+        "ELSE 'unrelated' END AS maps_to FROM rf2 r JOIN omop o USING (vocabulary, code)) SELECT "
+        "vocabulary, maps_to, count(*) AS codes, round(100.0 * count(*) / sum(count(*)) OVER (PARTITION "
+        "BY vocabulary), 1) AS pct FROM cmp GROUP BY 1, 2 ORDER BY vocabulary, codes DESC"
+    ),
 }
 
 

@@ -25,11 +25,14 @@ SECRET = "s3cr3t-line-that-must-not-leak"
 
 @pytest.fixture(scope="module")
 def compiled_program(tmp_path_factory) -> Path:
-    """The fixture release compiled once, under a folder whose name needs quoting in SQL."""
+    """The fixture release compiled once with its OMOP and NLM map files (as the README's mapping example
+    does, so that the README's OMOP query has codes both sources map), under a folder whose name needs
+    quoting in SQL."""
     from ontology_compiler import compile_ontology
 
     out = tmp_path_factory.mktemp("programs") / 'O\'Brien "x"; {y}'
-    return compile_ontology(FIXTURE, out=out).path
+    maps = ROOT / "tests" / "data" / "mapping_sources"
+    return compile_ontology(FIXTURE, out=out, omop=maps / "omop", nlm_icd9=maps / "nlm").path
 
 
 @pytest.fixture

@@ -73,9 +73,15 @@ def _readme_sql_commands() -> list[list[str]]:
     return cmds
 
 
-def test_readme_queries_run_as_written(compiled, tmp_path):
+def test_readme_queries_run_as_written(fixture_release, tmp_path):
+    """Every README query answers rows on the fixture compiled with its OMOP and NLM maps (the OMOP query
+    reads codes both sources map)."""
+    from ontology_compiler import compile_ontology
+
+    maps = Path(__file__).resolve().parents[1] / "data" / "mapping_sources"
+    compiled = compile_ontology(fixture_release, out=tmp_path, omop=maps / "omop", nlm_icd9=maps / "nlm")
     cmds = _readme_sql_commands()
-    assert len(cmds) >= 3
+    assert len(cmds) >= 4
     runner = CliRunner()
     for argv in cmds:
         assert argv[0] == "sql" and argv[1] == "artifacts/programs/demo_icd10cm_default"
