@@ -163,12 +163,27 @@ def bench_one(
 
 
 def bench_vocab_step(
-    n_concepts: int, softmax: str, preset: str, mode: str, batch: int, steps: int, warmup: int, negatives: int
+    n_concepts: int,
+    softmax: str,
+    preset: str,
+    mode: str,
+    batch: int,
+    steps: int,
+    warmup: int,
+    negatives: int,
+    allocator: str = "default",
 ) -> dict:
-    """One (vocabulary size, softmax) point of ``--vocab-sizes``, run in its own process: the pretraining
-    step as ``pretrain`` runs it, on random sequences whose codes follow a Zipf law (so that the proposal
-    has a frequency to smooth)."""
+    """One (vocabulary size, softmax, allocator) point of ``--vocab-sizes``, run in its own process: the
+    pretraining step as ``pretrain`` runs it, on random sequences whose codes follow a Zipf law (so that
+    the proposal has a frequency to smooth); ``allocator`` ``keep``: what the ``hrrbert`` command does
+    first (:func:`pipelines.cli.allocator.keep_freed_memory`)."""
     import resource
+
+    if allocator == "keep":
+        from pipelines.cli.allocator import keep_freed_memory
+
+        if keep_freed_memory() != "keep":
+            raise SystemExit("could not keep freed memory (HRRBERT_MALLOC, MALLOC_* set, or no glibc)")
     from types import SimpleNamespace
 
     from hrr_kernel import load_program
@@ -225,19 +240,26 @@ def bench_vocab_step(
 
 
 def vocab_table(rows: list[dict]) -> str:
+    """Ratios within one allocator setting: against its smallest sampled point and its full softmax of the
+    same size; with two settings, ``keep`` against ``default`` for the same point."""
     out = [
-        "| concepts | softmax | step (ms) | peak RSS (MB) | vs smallest sampled | vs full, same size |",
-        "|---|---|---|---|---|---|",
+        "| concepts | softmax | allocator | step (ms) | peak RSS (MB) | vs smallest sampled | "
+        "vs full, same size | keep vs default |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    first = min((r for r in rows if r["softmax"] == "sampled"), key=lambda r: r["concepts"], default=None)
-    full = {r["concepts"]: r for r in rows if r["softmax"] == "full"}
+    key = {(r["concepts"], r["softmax"], r.get("allocator", "default")): r for r in rows}
     for r in rows:
+        alloc = r.get("allocator", "default")
+        sampled = [x for x in rows if x["softmax"] == "sampled" and x.get("allocator", "default") == alloc]
+        first = min(sampled, key=lambda x: x["concepts"], default=None)
         vs_first = f"{r['step_ms'] / first['step_ms']:.2f}x" if first else "-"
-        f = full.get(r["concepts"])
+        f = key.get((r["concepts"], "full", alloc))
         vs_full = f"{r['step_ms'] / f['step_ms']:.2f}x" if f else "-"
+        d = key.get((r["concepts"], r["softmax"], "default"))
+        vs_default = f"{r['step_ms'] / d['step_ms']:.2f}x" if d and alloc == "keep" else "-"
         out.append(
-            f"| {r['concepts']:,} | {r['softmax']} | {r['step_ms']:.0f} | {r['peak_rss_mb']:,.0f} | "
-            f"{vs_first} | {vs_full} |"
+            f"| {r['concepts']:,} | {r['softmax']} | {alloc} | {r['step_ms']:.0f} | "
+            f"{r['peak_rss_mb']:,.0f} | {vs_first} | {vs_full} | {vs_default} |"
         )
     return "\n".join(out)
 
@@ -259,17 +281,19 @@ def run_vocab_sizes(a) -> int:
     for n in a.vocab_sizes:
         synthetic_program(n)  # generated (and cached) outside the timed children
         for softmax in a.softmaxes:
-            child = [sys.executable, __file__, "--vocab-child", json.dumps(
-                [n, softmax, preset, mode, batch, steps, a.warmup, a.negatives])]  # fmt: skip
-            res = subprocess.run(child, capture_output=True, text=True, check=False)
-            if res.returncode != 0:
-                raise SystemExit(f"{n} concepts, {softmax}: the child failed\n{res.stderr[-3000:]}")
-            r = json.loads(res.stdout.strip().splitlines()[-1])
-            rows.append(r)
-            print(
-                f"  {n:>8,} {softmax:8s} step {r['step_ms']:8.0f} ms  peak {r['peak_rss_mb']:8,.0f} MB",
-                flush=True,
-            )
+            for allocator in a.allocators:
+                child = [sys.executable, __file__, "--vocab-child", json.dumps(
+                    [n, softmax, preset, mode, batch, steps, a.warmup, a.negatives, allocator])]  # fmt: skip
+                res = subprocess.run(child, capture_output=True, text=True, check=False)
+                if res.returncode != 0:
+                    raise SystemExit(f"{n} concepts, {softmax}: the child failed\n{res.stderr[-3000:]}")
+                r = {**json.loads(res.stdout.strip().splitlines()[-1]), "allocator": allocator}
+                rows.append(r)
+                print(
+                    f"  {n:>8,} {softmax:8s} {allocator:8s} step {r['step_ms']:8.0f} ms  "
+                    f"peak {r['peak_rss_mb']:8,.0f} MB",
+                    flush=True,
+                )
     print(f"\n{vocab_table(rows)}\n\nwall time {time.perf_counter() - t0:.0f} s")
     if a.json:
         a.json.write_text(json.dumps(rows, indent=2))
@@ -343,6 +367,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--softmaxes", nargs="+", default=["full", "sampled"], choices=["full", "sampled"])
     ap.add_argument("--negatives", type=int, default=8192, help="--vocab-sizes: sampled softmax negatives")
+    ap.add_argument(
+        "--allocators",
+        nargs="+",
+        default=["default"],
+        choices=["default", "keep"],
+        help="--vocab-sizes: glibc as it is, and/or keeping freed memory in the process as the hrrbert "
+        "command does (keep: pipelines.cli.allocator.keep_freed_memory)",
+    )
     ap.add_argument("--vocab-child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.vocab_child is not None:

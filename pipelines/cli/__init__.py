@@ -14,13 +14,25 @@ import click
 
 from . import carry, data, demo, diff, doctor2vec, eval, explain, export, mlm_cache, qa, train
 
-__all__ = ["main"]
+__all__ = ["entry", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="hrrbert", prog_name="hrrbert")
 def main() -> None:
     """hrrbert: ontology-structured (HRR) embeddings for transformers over ICD codes."""
+
+
+def entry() -> None:
+    """The ``hrrbert`` console script: keep freed memory in the process (:mod:`.allocator`; off with
+    ``HRRBERT_MALLOC=default``), then :func:`main`."""
+    from .allocator import keep_freed_memory
+
+    try:
+        keep_freed_memory()
+    except ValueError as e:
+        raise SystemExit(f"Error: {e}") from None
+    main()
 
 
 _GROUPS = (data, demo, train, mlm_cache, eval, export, carry, explain, diff)
