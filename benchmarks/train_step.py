@@ -190,7 +190,7 @@ def bench_vocab_step(
     from model import HRRBert
     from model import preset as make_preset
     from pipelines.train.mlm import Tokens, mlm_step, sampler_of
-    from pipelines.train.sparse import LazyAdamW, clip_grad_norm
+    from pipelines.train.sparse import adamw_for, clip_grad_norm
 
     device = torch.device("cpu")
     t = time.perf_counter()
@@ -201,8 +201,7 @@ def bench_vocab_step(
     model.heads.requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
     # as pretrain does: the sampled softmax trains sparse atom and table gradients with LazyAdamW
-    model.embeddings.token.sparse_grads = softmax == "sampled"
-    opt = (LazyAdamW if softmax == "sampled" else torch.optim.AdamW)(params, lr=1e-4)
+    opt = adamw_for(model, params, sparse=softmax == "sampled", lr=1e-4)
     g = torch.Generator().manual_seed(0)
     rank = torch.arange(1, n_concepts - N_SPECIAL + 1, dtype=torch.float64)
     zipf = rank.reciprocal()  # (N - S,): code k drawn with probability proportional to 1 / k
@@ -294,9 +293,14 @@ def run_vocab_sizes(a) -> int:
                     f"peak {r['peak_rss_mb']:8,.0f} MB",
                     flush=True,
                 )
-    print(f"\n{vocab_table(rows)}\n\nwall time {time.perf_counter() - t0:.0f} s")
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=2))
+    return report(vocab_table(rows), rows, t0, a.json)
+
+
+def report(text: str, rows: list[dict], t0: float, json_path: Path | None) -> int:
+    """Print a run's table and wall time; write its rows as JSON when asked."""
+    print(f"\n{text}\n\nwall time {time.perf_counter() - t0:.0f} s")
+    if json_path:
+        json_path.write_text(json.dumps(rows, indent=2))
     return 0
 
 
@@ -411,10 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"matrix {100 * r['embed_share']:5.1f} %",
                     flush=True,
                 )
-    print(f"\n{table(rows)}\n\nwall time {time.perf_counter() - t0:.0f} s")
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=2))
-    return 0
+    return report(table(rows), rows, t0, a.json)
 
 
 if __name__ == "__main__":

@@ -216,26 +216,20 @@ def mlm_step(net, batch, tok: Tokens, cfg, step: int, ctx: DistContext, device) 
     ids, chosen, targets = tok.mask(batch, cfg.mask_prob, g)
     torch.manual_seed(step_seed(cfg.seed, step, ctx.rank, salt=SALT_DROPOUT))  # dropout RNG
     n = int(targets.numel())
+    extra = {}
     if tok.sampler is not None:  # sampled softmax: the candidates' rows only, logQ-corrected
         cand, where, log_q = sample_candidates(targets, tok.sampler, g)
-        logits = net(
-            ids.to(device),
-            batch["segment_ids"].to(device),
-            batch["attention_mask"].to(device),
-            mlm_mask=chosen.to(device),
-            candidates=cand.to(device),
-        ).float()  # (M, K)
-        logits = logits - log_q.to(device)
-        loss_sum = F.cross_entropy(logits, where.to(device), reduction="sum")
-        return StepOutput(loss_sum / max(n, 1), float(n), int(batch["input_ids"].shape[0]))
+        extra["candidates"] = cand.to(device)
     logits = net(
         ids.to(device),
         batch["segment_ids"].to(device),
         batch["attention_mask"].to(device),
         mlm_mask=chosen.to(device),
-    )  # (M, N)
-    logits = logits.float()
-    if tok.scored is not None:  # codes outside the training vocabulary: no logit, hence no gradient
+        **extra,
+    ).float()  # (M, K) sampled, else (M, N)
+    if tok.sampler is not None:  # the targets as places among the candidates
+        logits, targets = logits - log_q.to(device), where
+    elif tok.scored is not None:  # codes outside the training vocabulary: no logit, hence no gradient
         logits = logits.masked_fill(~tok.scored, float("-inf"))
     loss_sum = F.cross_entropy(logits, targets.to(device), reduction="sum")
     return StepOutput(loss_sum / max(n, 1), float(n), int(batch["input_ids"].shape[0]))

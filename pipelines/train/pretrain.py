@@ -50,7 +50,7 @@ from .runtime import (
     warmup_cosine,
     write_json,
 )
-from .sparse import LazyAdamW
+from .sparse import adamw_for
 
 log = logging.getLogger(__name__)
 
@@ -268,9 +268,8 @@ def _pretrain(cfg, ctx, device, out, run_id, resume, stop_after, load_program) -
     # the sampled softmax composes a batch's rows only: their atoms and table rows get sparse gradients and
     # the optimizer updates just those (lazy AdamW, pipelines.train.sparse); one process (DDP reduces dense)
     sparse = tok.sampler is not None and ctx.world_size == 1
-    model.embeddings.token.sparse_grads = sparse
-    adam = LazyAdamW if sparse else torch.optim.AdamW
-    opt = adam(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
+    adam = {"lr": cfg.lr, "betas": (cfg.beta1, cfg.beta2), "weight_decay": cfg.weight_decay}
+    opt = adamw_for(model, params, sparse=sparse, **adam)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine(total, cfg.warmup))
     run_dir = out / run_id
     record = _run_record(cfg, run_id, model, program, ds, task, total, ctx)

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-__all__ = ["LazyAdamW", "clip_grad_norm"]
+__all__ = ["LazyAdamW", "adamw_for", "clip_grad_norm"]
 
 
 class LazyAdamW(torch.optim.Optimizer):
@@ -74,6 +74,14 @@ class LazyAdamW(torch.optim.Optimizer):
                 v.mul_(b2).addcmul_(g, g, value=1 - b2)
                 p.addcdiv_(m, (v.sqrt() / bc2_sqrt).add_(eps), value=-step_size)
         return loss
+
+
+def adamw_for(model, params: list[Tensor], *, sparse: bool, **kwargs) -> torch.optim.Optimizer:
+    """The optimizer of ``params`` (``kwargs``: AdamW's): with ``sparse``, ``model``'s token embedding
+    gives batch rows sparse gradients (``HRREmbedding.sparse_grads``) and :class:`LazyAdamW` updates them;
+    else ``torch.optim.AdamW`` and dense gradients."""
+    model.embeddings.token.sparse_grads = sparse
+    return (LazyAdamW if sparse else torch.optim.AdamW)(params, **kwargs)
 
 
 def _lazy_rows(
