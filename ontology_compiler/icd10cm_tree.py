@@ -1,9 +1,10 @@
 """ICD-10-CM classification above the code: chapter -> block -> category -> subcategory(ies) -> code.
 
 The tree is the public ICD-10-CM tabular list (FY2026, April 1 2026) that the ``simple-icd-10-cm``
-package ships (:data:`PACKAGE`). Importing that package parses the whole tabular XML (about 2 s), so
-:func:`data_files` finds its files without importing it (their hashes enter the program id), and
-:func:`icd10cm_ancestors` imports it only when a program has ICD-10-CM tokens.
+package ships (:data:`PACKAGE`). :func:`data_files` finds its files without importing the package (their
+hashes enter the program id), and :func:`tabular` reads them with the package's rules
+(:mod:`ontology_compiler.icd10cm_tabular`; importing the package would build every note of every node,
+about 2 s), once per process and only when a program has ICD-10-CM tokens.
 
 A code's ancestors come from the tree, nearest first, ending with the block and the chapter; the ones
 before the block are the category (3 characters) and, before it, the subcategories. A code the tree does
@@ -18,13 +19,14 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
 
 from . import icd
 from .errors import MissingInputError
-from .extras import require
+from .icd10cm_tabular import Tabular, load_tabular
 
 PACKAGE = "simple_icd_10_cm"
 DATA_SUFFIXES = (".xml", ".txt")  # the tabular XML and the code list the package reads
@@ -54,6 +56,20 @@ def data_files() -> list[Path]:
     return files
 
 
+@lru_cache(maxsize=1)
+def tabular() -> Tabular:
+    """The tabular list of :data:`PACKAGE` (read once per process)."""
+    files = data_files()
+    xml = [f for f in files if f.suffix == ".xml"]
+    codes = [f for f in files if f.suffix == ".txt"]
+    if len(xml) != 1 or len(codes) != 1:
+        raise MissingInputError(
+            f"the {PACKAGE.replace('_', '-')} package should ship one tabular XML and one code list, found "
+            + ", ".join(f.name for f in files)
+        )
+    return load_tabular(xml[0], codes[0])
+
+
 @dataclass
 class Icd10Ancestors:
     """The ancestor nodes of each code, as rows: ``code`` (as given), ``level`` (``chapter``, ``block``,
@@ -74,7 +90,7 @@ def icd10cm_ancestors(codes: Sequence[str]) -> Icd10Ancestors:
     out = Icd10Ancestors()
     if not codes:
         return out
-    cm = require(PACKAGE)
+    cm = tabular()
     by_range = icd.chapters(pa.array(codes, pa.string()), icd.ICD10CM).to_pylist()
     titles = out.titles
     for code, chapter in zip(codes, by_range, strict=True):
@@ -89,23 +105,23 @@ def icd10cm_ancestors(codes: Sequence[str]) -> Icd10Ancestors:
             out.level.append(key[0])
             out.node.append(key[1])
             if key not in titles:
-                titles[key] = cm.get_description(key[1], prioritize_blocks=key[0] == "block")
+                titles[key] = cm.description(key[1], prioritize_blocks=key[0] == "block")
     return out
 
 
-def _chain(cm, code: str) -> tuple[list[str] | None, str]:
+def _chain(cm: Tabular, code: str) -> tuple[list[str] | None, str]:
     """The code's ancestors nearest first (to the chapter), or its nearest known prefix and that prefix's;
     ``(None, NONE)`` when neither is in the tree."""
     if not _is_code(code):
         return None, NONE
     try:
-        return cm.get_ancestors(code), TABULAR
+        return cm.ancestors(code), TABULAR
     except ValueError:  # not in the tabular list
         pass
     for n in range(len(code) - 1, 2, -1):
         prefix = code[:n]
         if cm.is_valid_item(prefix):
-            return [icd.dotted_code(prefix, icd.ICD10CM), *cm.get_ancestors(prefix)], NEAREST
+            return [icd.dotted_code(prefix, icd.ICD10CM), *cm.ancestors(prefix)], NEAREST
     return None, NONE
 
 

@@ -26,7 +26,7 @@ from .errors import AsOfError, OptionError
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
 from .rf2_read import ReadReport, read_rf2_file
 from .rf2_schema import is_calendar_date
-from .snapshot import SOURCE_COLUMNS, active, concat, drop_duplicates, latest_per_id
+from .snapshot import SOURCE_COLUMNS, active, all_distinct, concat, drop_duplicates, latest_per_id
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,9 @@ class _Reader:
             self.counts["ids_bad_check_digit"] += report.bad_check_digit
             self.counts["rows_effective_after_package_date"] += _after_package_date(f, table, report)
             tables.append(table.append_column("_src", pa.array(np.full(table.num_rows, i, dtype=np.int32))))
-        merged, dropped = drop_duplicates(concat(tables), [f.path for f in fs])
+        merged = concat(tables)
+        distinct = all_distinct(merged["id"])
+        merged, dropped = drop_duplicates(merged, [f.path for f in fs], distinct=distinct)
         if dropped:
             self.counts[f"rows_duplicate_dropped_{kind}"] = dropped
             log.warning(
@@ -160,7 +162,7 @@ class _Reader:
                 dropped,
             )
         if resolve:
-            merged = latest_per_id(merged, self.as_of)
+            merged = latest_per_id(merged, self.as_of, distinct=distinct or None)
         if kind == "ExtendedMap":  # map rows keep where they came from, for findings
             paths = pa.array([str(f.path) for f in fs], pa.string())
             file_of_row = pc.take(paths, merged["_src"])

@@ -212,50 +212,76 @@ def _first_bad(mask_bad: np.ndarray, line_no: np.ndarray, col: pa.ChunkedArray) 
     return int(line_no[i]), col[i].as_py()
 
 
+def _encoded(col: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
+    """The column dictionary-encoded in one chunk: few distinct values are then checked and cast once."""
+    d = pc.dictionary_encode(col)
+    return d.combine_chunks() if isinstance(d, pa.ChunkedArray) else d
+
+
+def _rows_with(d: pa.DictionaryArray, bad: np.ndarray) -> np.ndarray:
+    """Bool mask of the rows whose dictionary entry is one of ``bad`` (dictionary positions)."""
+    return pc.is_in(d.indices, value_set=pa.array(bad, d.indices.type)).to_numpy(zero_copy_only=False)
+
+
 def _int_column(path: Path, name: str, col: pa.ChunkedArray, line_no: np.ndarray) -> pa.Array:
+    """A small-integer column (dates, flags, groups, priorities): its distinct values are checked and cast,
+    then spread to the rows."""
     digits = r"^\d{8}$" if name == "effectiveTime" else (r"^[01]$" if name == "active" else r"^\d{1,9}$")
-    ok = pc.match_substring_regex(col, digits)
-    if not pc.all(ok).as_py() and col.length():
-        bad = ~ok.to_numpy(zero_copy_only=False)
-        line, value = _first_bad(bad, line_no, col)
+    d = _encoded(col)
+    ok = pc.match_substring_regex(d.dictionary, digits).to_numpy(zero_copy_only=False)
+    if not ok.all():
+        line, value = _first_bad(_rows_with(d, np.flatnonzero(~ok)), line_no, col)
         expected = {"effectiveTime": "YYYYMMDD", "active": "0 or 1"}.get(name, "a non-negative integer")
         raise InputFileError(
             path, f"bad value in column {name}", line=line, expected=expected, found=repr(value)
         )
     dtype = pa.int8() if name == "active" else pa.int32()
-    values = pc.cast(col, dtype).combine_chunks()
-    if name == "effectiveTime" and len(values):
-        _check_calendar_dates(path, values, col, line_no)
-    return values
-
-
-def _check_calendar_dates(path: Path, values: pa.Array, col: pa.ChunkedArray, line_no: np.ndarray) -> None:
-    """Every effectiveTime is a calendar date (checked on the few distinct values)."""
-    bad = [v for v in pc.unique(values).to_pylist() if not is_calendar_date(f"{v:08d}")]
-    if bad:
-        mask = pc.is_in(values, value_set=pa.array(bad, values.type)).to_numpy(zero_copy_only=False)
-        line, value = _first_bad(mask, line_no, col)
-        raise InputFileError(
-            path,
-            "bad value in column effectiveTime: not a calendar date",
-            line=line,
-            expected="a date YYYYMMDD (month 01-12, a day that month has)",
-            found=repr(value),
-        )
+    if name == "effectiveTime":
+        bad = [i for i, v in enumerate(d.dictionary.to_pylist()) if not is_calendar_date(v)]
+        if bad:
+            line, value = _first_bad(_rows_with(d, np.array(bad)), line_no, col)
+            raise InputFileError(
+                path,
+                "bad value in column effectiveTime: not a calendar date",
+                line=line,
+                expected="a date YYYYMMDD (month 01-12, a day that month has)",
+                found=repr(value),
+            )
+    return pc.take(pc.cast(d.dictionary, dtype), d.indices)
 
 
 def _sctid_column(
     path: Path, name: str, col: pa.ChunkedArray, line_no: np.ndarray, strict: bool, report: ReadReport
 ) -> tuple[pa.Array, np.ndarray | None]:
-    keep = None
-    try:  # fast path: every value casts (sign, length and check digit are checked below)
-        ints = pc.cast(col, pa.int64()).combine_chunks()
-        numeric = None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        numeric = pc.match_substring_regex(col, r"^\d{6,18}$")
-        ints = None
-    if numeric is not None:
-        bad = ~numeric.to_numpy(zero_copy_only=False)
+    """An SCTID column as int64, and the rows to keep (None: all). A column of few distinct values
+    (:data:`_LOW_CARDINALITY`) is checked on its dictionary."""
+    if name in _LOW_CARDINALITY:
+        d = _encoded(col)
+        try:  # as the column path below: a column that casts is numeric throughout
+            dict_ints = pc.cast(d.dictionary, pa.int64()).to_numpy()
+            numeric = np.ones(len(dict_ints), dtype=bool)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            numeric = pc.match_substring_regex(d.dictionary, r"^\d{6,18}$").to_numpy(zero_copy_only=False)
+            words = pc.if_else(pa.array(numeric), d.dictionary, pa.scalar("0"))
+            dict_ints = pc.cast(words, pa.int64()).to_numpy()
+        dict_valid = verhoeff_valid(dict_ints) | ~numeric
+        keep = None if numeric.all() else ~_rows_with(d, np.flatnonzero(~numeric))
+        ints = pc.take(pa.array(dict_ints), d.indices)
+        invalid = None if dict_valid.all() else _rows_with(d, np.flatnonzero(~dict_valid))
+    else:
+        keep = None
+        try:  # fast path: every value casts (sign, length and check digit are checked below)
+            ints = pc.cast(col, pa.int64()).combine_chunks()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            numeric_rows = pc.match_substring_regex(col, r"^\d{6,18}$")
+            keep = numeric_rows.to_numpy(zero_copy_only=False)
+            ints = pc.cast(pc.if_else(numeric_rows, col, pa.scalar("0")), pa.int64()).combine_chunks()
+        valid = verhoeff_valid(ints.to_numpy())
+        if keep is not None:
+            valid |= ~keep
+        invalid = None if valid.all() else ~valid
+    if keep is not None:
+        bad = ~keep
         line, value = _first_bad(bad, line_no, col)
         n = int(bad.sum())
         _bad_sctid(
@@ -270,25 +296,14 @@ def _sctid_column(
             expected="6-18 digits",
         )
         report.dropped_non_numeric_id += n
-        keep = ~bad
-        col = pc.if_else(numeric, col, pa.scalar("0"))
-        ints = pc.cast(col, pa.int64()).combine_chunks()
-    values = ints.to_numpy()
-    if name in _LOW_CARDINALITY:
-        uniq, inv = np.unique(values, return_inverse=True)
-        valid = verhoeff_valid(uniq)[inv]
-    else:
-        valid = verhoeff_valid(values)
-    if keep is not None:
-        valid |= ~keep
-    if not valid.all():
-        i = int(np.flatnonzero(~valid)[0])
-        n = int((~valid).sum())
+    if invalid is not None:
+        i = int(np.flatnonzero(invalid)[0])
+        n = int(invalid.sum())
         _bad_sctid(
             path,
             f"SCTID with a bad Verhoeff check digit in column {name}",
             int(line_no[i]),
-            str(values[i]),
+            str(ints[i].as_py()),
             n,
             "value(s); kept",
             strict,

@@ -74,17 +74,41 @@ def make_sctid(item: int, partition: str = PARTITION_CONCEPT, namespace: str = "
 def verhoeff_valid(ids: np.ndarray) -> np.ndarray:
     """Vectorised :func:`is_valid` over a non-negative int64 array; returns a bool array.
 
-    Shapes: ids (N,) int64 -> (N,) bool. Ids outside 6-18 digits are invalid.
+    Shapes: ids (N,) int64 -> (N,) bool. Ids outside 6-18 digits are invalid. Three digits a step, through
+    a table of the checksum state after them (:func:`_chunk_table`): six gathers instead of eighteen.
     """
-    x = np.asarray(ids, dtype=np.int64).copy()
+    x = np.asarray(ids, dtype=np.int64)
     ok_len = (x >= 100_000) & (x < 10**18)
-    c = np.zeros(x.shape, dtype=np.int8)
-    for i in range(18):  # at most 18 digits; position i counts from the rightmost digit
-        live = x > 0  # leading zeros are not digits of the id
-        digit = (x % 10).astype(np.int8)
-        c = np.where(live, _D[c, _P[i % 8, digit]], c)
-        x //= 10
+    table = _chunk_table()
+    r = np.where(ok_len, x, 0)
+    c = np.zeros(x.shape, dtype=np.int64)
+    for g in range(6):  # digits 3g, 3g+1, 3g+2 counted from the right
+        live = (r >= 1).astype(np.int64) + (r >= 10) + (r >= 100)  # leading zeros are not digits
+        c = table[((g * 4 + live) * 10 + c) * 1000 + r % 1000]
+        r = r // 1000
     return ok_len & (c == 0)
+
+
+_CHUNK_TABLE: np.ndarray | None = None
+
+
+def _chunk_table() -> np.ndarray:
+    """Flat int64 table, index ``((g * 4 + live) * 10 + c) * 1000 + v``: the Verhoeff state after state
+    ``c`` reads the last ``live`` (0-3) digits of the three-digit group ``v`` at digits 3g..3g+2 (from the
+    right), the lowest first."""
+    global _CHUNK_TABLE
+    if _CHUNK_TABLE is None:
+        t = np.empty((6, 4, 10, 1000), dtype=np.int64)
+        v = np.arange(1000)
+        for g in range(6):
+            for live in range(4):
+                c = np.repeat(np.arange(10)[:, None], 1000, axis=1)
+                for k in range(live):
+                    digit = (v // 10**k) % 10
+                    c = _D[c, _P[(3 * g + k) % 8, digit][None, :]].astype(np.int64)
+                t[g, live] = c
+        _CHUNK_TABLE = t.ravel()
+    return _CHUNK_TABLE
 
 
 def make_sctids(items: np.ndarray, partition: str = PARTITION_CONCEPT, namespace: str = "") -> np.ndarray:

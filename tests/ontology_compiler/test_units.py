@@ -29,9 +29,27 @@ def test_vectorised_verhoeff_matches_scalar():
             rng.integers(100_000, 10**18, size=3000, dtype=np.int64),
             np.array([make_sctid(int(i)) for i in rng.integers(1, 10**9, size=500)], dtype=np.int64),
             np.array([S.ROOT, S.US_ENGLISH, S.ICD10CM_MAP_REFSET, 12, 99999], dtype=np.int64),
+            # every length 6-18 with every digit count in the top group of three, and the edges
+            np.array([make_sctid(int(i)) for i in (10 ** np.arange(3, 16)).tolist()], dtype=np.int64),
+            np.array([100_000, 10**17, 10**18 - 1, 0, -138875005], dtype=np.int64),
         ]
     )
-    assert verhoeff_valid(ids).tolist() == [is_valid(int(x)) for x in ids]
+    assert verhoeff_valid(ids).tolist() == [x >= 0 and is_valid(int(x)) for x in ids]
+
+
+def test_all_distinct_ids(monkeypatch):
+    import uuid
+
+    from ontology_compiler import snapshot
+
+    u = [str(uuid.UUID(int=int(i))) for i in np.random.default_rng(1).integers(0, 2**62, size=500)]
+    assert snapshot.all_distinct(pa.array(u)) and not snapshot.all_distinct(pa.array(u + [u[7]]))
+    assert snapshot.all_distinct(pa.array(u).slice(3))  # a slice keeps its own offsets
+    assert snapshot.all_distinct(pa.array(u + [u[7].upper()]))  # not a lowercase UUID: compared as text
+    assert not snapshot.all_distinct(pa.chunked_array([pa.array([5, 6]), pa.array([7, 5])]))
+    # digests that collide are settled on the strings themselves
+    monkeypatch.setattr(snapshot, "_uuid_digest", lambda arr: np.zeros(len(arr), dtype=np.uint64))
+    assert snapshot.all_distinct(pa.array(u)) and not snapshot.all_distinct(pa.array(u + [u[0]]))
 
 
 def test_words_rule():
