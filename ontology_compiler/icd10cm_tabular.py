@@ -98,7 +98,9 @@ def load_tabular(xml: str | Path, code_list: str | Path) -> Tabular:
     t = Tabular()
     top = list(root)[2:]  # after <version> and <introduction>, as the package reads it
     if not top:
-        raise InputFileError(xml, "no chapters after <version> and <introduction>", expected="ICD10CM.tabular")
+        raise InputFileError(
+            xml, "no chapters after <version> and <introduction>", expected="ICD10CM.tabular"
+        )
     for chapter in top:
         _walk(t, chapter, -1, None, confirmed)
     return t
@@ -124,7 +126,9 @@ def _walk(t: Tabular, el: ET.Element, parent: int, seven: dict[str, str] | None,
             n_children += 1
         elif tag == "name":
             if sub.text is None:
-                raise ValueError(f"a <name> without text below {t.name[parent] if parent >= 0 else 'the root'}")
+                raise ValueError(
+                    f"a <name> without text below {t.name[parent] if parent >= 0 else 'the root'}"
+                )
             t.name[i] = sub.text
         elif tag == "desc":
             if sub.text is not None:

@@ -80,7 +80,9 @@ def _uuid_digest(arr: pa.Array) -> np.ndarray | None:
     return packed[:, 0] ^ (packed[:, 1] * np.uint64(0x9E3779B97F4A7C15))
 
 
-def drop_duplicates(table: pa.Table, files: list[Path], *, distinct: bool | None = None) -> tuple[pa.Table, int]:
+def drop_duplicates(
+    table: pa.Table, files: list[Path], *, distinct: bool | None = None
+) -> tuple[pa.Table, int]:
     """Drop repeated rows (same ``id`` and ``effectiveTime``, identical content); ``(table, dropped)``.
 
     ``table`` carries ``_src`` (index into ``files``) and ``_line``. Two rows with the same id and

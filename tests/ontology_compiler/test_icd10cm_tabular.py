@@ -51,6 +51,8 @@ def test_a_broken_file_is_named(tmp_path):
     codes.write_text("A00 Cholera\n", encoding="utf-8")
     with pytest.raises(InputFileError, match="tabular.xml.*not well-formed XML"):
         load_tabular(xml, codes)
-    xml.write_text("<ICD10CM.tabular><version>2026</version><introduction/></ICD10CM.tabular>", encoding="utf-8")
+    xml.write_text(
+        "<ICD10CM.tabular><version>2026</version><introduction/></ICD10CM.tabular>", encoding="utf-8"
+    )
     with pytest.raises(InputFileError, match="no chapters"):
         load_tabular(xml, codes)
