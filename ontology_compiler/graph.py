@@ -102,17 +102,41 @@ def description_terms(descriptions: pa.Table, language: pa.Table, sctids: pa.Arr
 
 
 def word_edges(terms: pa.Table, stopwords: list[str]) -> pa.Table:
-    """Distinct ``(sctid, word)`` pairs with the kind of description that first gave the word."""
+    """Distinct ``(sctid, word)`` pairs, sorted, with the least provenance (``type``) that gave the word
+    (``fsn`` before ``synonym``). Columnar: one sort of packed integer keys."""
     owner = pa.array(np.arange(terms.num_rows))
     w = explode_words(owner, terms["term"], stopwords)
-    idx = w["owner"]
-    t = pa.table(
-        {"sctid": pc.take(terms["sctid"], idx), "word": w["word"], "provenance": pc.take(terms["type"], idx)}
+    if w.num_rows == 0:
+        empty = pa.array([], pa.string())
+        return pa.table({"sctid": pa.array([], pa.int64()), "word": empty, "provenance": empty})
+    idx = w["owner"].to_numpy()
+    sctids, sctid_rank = np.unique(terms["sctid"].to_numpy(), return_inverse=True)
+    words, word_rank = _sorted_codes(w["word"])
+    provs, prov_rank = _sorted_codes(terms["type"])
+    n_w, n_p = len(words), len(provs)
+    key = np.sort((sctid_rank[idx].astype(np.int64) * n_w + word_rank) * n_p + prov_rank[idx])
+    pair = key // n_p
+    start = np.ones(len(key), dtype=bool)
+    start[1:] = pair[1:] != pair[:-1]
+    key = key[start]
+    pair = key // n_p
+    return pa.table(
+        {
+            "sctid": pa.array(sctids[pair // n_w], pa.int64()),
+            "word": pc.take(words, pa.array(pair % n_w)),
+            "provenance": pc.take(provs, pa.array(key % n_p)),
+        }
     )
-    # FSN before synonym so the kept provenance is the FSN's when both have the word
-    t = t.sort_by([("sctid", "ascending"), ("word", "ascending"), ("provenance", "ascending")])
-    g = t.group_by(["sctid", "word"], use_threads=False).aggregate([("provenance", "first")])
-    return g.rename_columns(["sctid", "word", "provenance"])
+
+
+def _sorted_codes(values: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
+    """``(distinct values in byte order, each value's position among them)``."""
+    d = pc.dictionary_encode(values)
+    d = d.combine_chunks() if isinstance(d, pa.ChunkedArray) else d
+    order = pc.array_sort_indices(d.dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return pc.take(d.dictionary, pa.array(order)), rank[d.indices.to_numpy()]
 
 
 def preferred_terms(descriptions: pa.Table, language: pa.Table, language_refset: int) -> pa.Table:
@@ -129,23 +153,36 @@ def preferred_terms(descriptions: pa.Table, language: pa.Table, language_refset:
         pc.and_(is_pref, pc.equal(descriptions["typeId"], pa.scalar(S.SYNONYM, pa.int64())))
     )
     fsn = descriptions.filter(pc.equal(descriptions["typeId"], pa.scalar(S.FSN, pa.int64())))
-    fsn_pref = pc.is_in(fsn["id"], value_set=pref_ids)
+    fsn_pref = pc.is_in(fsn["id"], value_set=pref_ids).to_numpy(zero_copy_only=False)
     # preferred FSN first, then any FSN; ties broken by description id for determinism
-    fsn = fsn.append_column("_rank", pc.if_else(fsn_pref, 0, 1)).sort_by(
-        [("conceptId", "ascending"), ("_rank", "ascending"), ("id", "ascending")]
+    f_ids, f_rows = _first_per_concept(fsn, (fsn["id"].to_numpy(), ~fsn_pref))
+    p_ids, p_rows = _first_per_concept(syn, (syn["id"].to_numpy(),))
+    ids = np.union1d(f_ids, p_ids)
+    return pa.table(
+        {
+            "sctid": pa.array(ids, pa.int64()),
+            "fsn": _spread(fsn["term"], f_rows, f_ids, ids),
+            "preferred": _spread(syn["term"], p_rows, p_ids, ids),
+        }
     )
-    syn = syn.sort_by([("conceptId", "ascending"), ("id", "ascending")])
-    f = (
-        fsn.group_by("conceptId", use_threads=False)
-        .aggregate([("term", "first")])
-        .rename_columns(["sctid", "fsn"])
-    )
-    p = (
-        syn.group_by("conceptId", use_threads=False)
-        .aggregate([("term", "first")])
-        .rename_columns(["sctid", "preferred"])
-    )
-    return f.join(p, keys="sctid", join_type="full outer").sort_by("sctid")
+
+
+def _first_per_concept(t: pa.Table, tie: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``(conceptIds in order, the row of each)``: per concept the row least by ``tie`` (``np.lexsort``
+    keys, least significant first)."""
+    c = t["conceptId"].to_numpy()
+    order = np.lexsort((*tie, c))
+    cs = c[order]
+    start = np.ones(len(cs), dtype=bool)
+    start[1:] = cs[1:] != cs[:-1]
+    return cs[start], order[start]
+
+
+def _spread(values: pa.ChunkedArray, rows: np.ndarray, keys: np.ndarray, all_keys: np.ndarray) -> pa.Array:
+    """``values[rows]`` placed at the positions of ``keys`` among the sorted ``all_keys``; null elsewhere."""
+    at = np.full(len(all_keys), -1, dtype=np.int64)
+    at[np.searchsorted(all_keys, keys)] = rows
+    return pc.take(values, pa.array(at, mask=at < 0))
 
 
 def token_word_edges(token_terms: pa.Table, stopwords: list[str]) -> pa.Table:

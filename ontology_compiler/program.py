@@ -198,36 +198,70 @@ def _edges_per_sctid(rel_edges: pa.Table, word_edges: pa.Table, ids: _AtomIds) -
 def _token_edges(
     concepts: pa.Table, token_snomed: pa.Table, per_sctid: pa.Table, token_words: pa.Table, ids: _AtomIds
 ) -> pa.Table:
-    """Edges of every concept: specials' identity, the SNOMED concepts' edges, fallback title words."""
+    """Edges of every concept: specials' identity, the SNOMED concepts' edges, fallback title words.
+
+    An edge that several of a token's SNOMED concepts give is kept once, from the lowest role group, then
+    the lowest SCTID. Columnar: the (concept, SCTID) pairs expand into each SCTID's run of edges."""
     tok_index = concepts.select(["concept_id", "vocabulary", "code"])
     ts = token_snomed.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
-    joined = ts.select(["concept_id", "sctid"]).join(per_sctid, keys="sctid", join_type="inner")
-    joined = joined.sort_by(
-        [
-            ("concept_id", "ascending"),
-            ("relation_id", "ascending"),
-            ("atom_id", "ascending"),
-            ("role_group", "ascending"),
-            ("sctid", "ascending"),
-        ]
-    )
-    e = joined.group_by(EDGE_KEY, use_threads=False).aggregate(
-        [("role_group", "first"), ("provenance", "first"), ("sctid", "first")]
-    )
-    e = e.rename_columns([*EDGE_KEY, "role_group", "provenance", "source_sctid"])
+    pair_concept, pair_sctid = ts["concept_id"].to_numpy(), ts["sctid"].to_numpy()
+    sctid = per_sctid["sctid"].to_numpy()
+    by_sctid = np.argsort(sctid, kind="stable")
+    sorted_sctid = sctid[by_sctid]
+    lo = np.searchsorted(sorted_sctid, pair_sctid, side="left")
+    n_each = np.searchsorted(sorted_sctid, pair_sctid, side="right") - lo
+    total = int(n_each.sum())
+    run_start = np.repeat(lo - np.concatenate([[0], np.cumsum(n_each)[:-1]]), n_each)
+    rows = by_sctid[run_start + np.arange(total)]  # rows of per_sctid, pair by pair
+    c = np.repeat(pair_concept, n_each).astype(np.int32)
+    r = per_sctid["relation_id"].to_numpy()[rows]
+    a = per_sctid["atom_id"].to_numpy()[rows]
+    g = per_sctid["role_group"].to_numpy()[rows]
+    src = sctid[rows]
+    first = _first_per_edge(c, r, a, tie=(src, g))
     n_special = len(SPECIAL_TOKENS)
     specials = _edge_table(np.arange(n_special), 0, np.arange(n_special), pa.array(["special"] * n_special))
+    e = pa.table(
+        {
+            "concept_id": pa.array(c[first]),
+            "relation_id": pa.array(r[first].astype(np.int32)),
+            "atom_id": pa.array(a[first].astype(np.int32)),
+            "role_group": pa.array(g[first].astype(np.int32)),
+            "provenance": pc.take(per_sctid["provenance"], pa.array(rows[first])),
+            "source_sctid": pa.array(src[first], pa.int64()),
+        }
+    )
     tw = token_words.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
     title_words = _edge_table(
         tw["concept_id"], 1, ids.word(tw["word"]), pa.array(["fallback_title"] * tw.num_rows, pa.string())
     )
     e = pa.concat_tables([specials, e.cast(specials.schema), title_words])
-    # a title word the ancestor's concepts also give stays once (the concept's edge wins)
-    return (
-        e.group_by(EDGE_KEY, use_threads=False)
-        .aggregate([("role_group", "first"), ("provenance", "first"), ("source_sctid", "first")])
-        .rename_columns(specials.column_names)
-    )
+    # a title word the ancestor's concepts also give stays once (the concept's edge wins: it comes first)
+    keep = _first_per_edge(e["concept_id"].to_numpy(), e["relation_id"].to_numpy(), e["atom_id"].to_numpy())
+    return e.take(pa.array(keep))
+
+
+def _first_per_edge(
+    c: np.ndarray, r: np.ndarray, a: np.ndarray, tie: tuple[np.ndarray, ...] = ()
+) -> np.ndarray:
+    """The row of each distinct (concept, relation, atom), in key order: the one least by ``tie`` (keys
+    from the least significant, as ``np.lexsort``), else the first."""
+    c, r, a = (np.asarray(x, dtype=np.int64) for x in (c, r, a))
+    if not len(c):
+        return np.zeros(0, dtype=np.int64)
+    span_r, span_a = int(r.max()) + 1, int(a.max()) + 1
+    if (int(c.max()) + 1) * span_r * span_a < 2**62:  # one packed key
+        key = (c * span_r + r) * span_a + a
+        order = np.lexsort((*tie, key)) if tie else np.argsort(key, kind="stable")
+        k = key[order]
+        start = np.ones(len(k), dtype=bool)
+        start[1:] = k[1:] != k[:-1]
+    else:
+        order = np.lexsort((*tie, a, r, c))
+        cs, rs, as_ = c[order], r[order], a[order]
+        start = np.ones(len(order), dtype=bool)
+        start[1:] = (cs[1:] != cs[:-1]) | (rs[1:] != rs[:-1]) | (as_[1:] != as_[:-1])
+    return order[start]
 
 
 def _icd_token_edges(concepts: pa.Table, icd_edges: pa.Table, ids: _AtomIds) -> pa.Table:
