@@ -368,32 +368,42 @@ def _description_table(rel: Release) -> pa.Table:
         else rel.descriptions
     )
     lang = rel.language
-    acc = pa.table(
-        {
-            "id": lang["referencedComponentId"],
-            "language_refset_id": lang["refsetId"],
-            "acceptability_id": lang["acceptabilityId"],
-        }
-    )
+    # one row per (description, language row), the description's rows by refset; none: one row of nulls
+    ids = d["id"].to_numpy()
+    lang_desc, lang_refset = lang["referencedComponentId"].to_numpy(), lang["refsetId"].to_numpy()
+    lang_order = np.lexsort((lang_refset, lang_desc))
+    lang_sorted = lang_desc[lang_order]
+    desc_order = np.argsort(ids, kind="stable")
+    lo = np.searchsorted(lang_sorted, ids[desc_order], side="left")
+    n_lang = np.searchsorted(lang_sorted, ids[desc_order], side="right") - lo
+    n_rows = np.maximum(n_lang, 1)
+    rows = np.repeat(desc_order, n_rows)
+    within = np.arange(int(n_rows.sum())) - np.repeat(np.cumsum(n_rows) - n_rows, n_rows)
+    has = np.repeat(n_lang > 0, n_rows)
+    at = np.minimum(np.repeat(lo, n_rows) + within, max(len(lang_order) - 1, 0))
+    lang_rows = pa.array(lang_order[at] if len(lang_order) else np.zeros(len(rows), np.int64), mask=~has)
+    d_rows = pa.array(rows)
+    type_id = pc.take(d["typeId"], d_rows)
+    acceptability_id = pc.take(lang["acceptabilityId"], lang_rows)
     desc = pa.table(
         {
-            "id": d["id"],
-            "concept_id": d["conceptId"],
-            "effective_time": d["effectiveTime"],
-            "language_code": d["languageCode"],
-            "type_id": d["typeId"],
-            "type": _named(d["typeId"], {S.FSN: "fsn", S.SYNONYM: "synonym"}, "definition"),
-            "term": d["term"],
+            "id": pc.take(d["id"], d_rows),
+            "concept_id": pc.take(d["conceptId"], d_rows),
+            "effective_time": pc.take(d["effectiveTime"], d_rows),
+            "language_code": pc.take(d["languageCode"], d_rows),
+            "type_id": type_id,
+            "type": _named(type_id, {S.FSN: "fsn", S.SYNONYM: "synonym"}, "definition"),
+            "term": pc.take(d["term"], d_rows),
+            "language_refset_id": pc.take(lang["refsetId"], lang_rows),
+            "acceptability_id": acceptability_id,
         }
-    ).join(acc, keys="id", join_type="left outer")
+    )
     acceptability = _named(
-        desc["acceptability_id"],
+        acceptability_id,
         {S.PREFERRED: "preferred", S.ACCEPTABLE: "acceptable"},
         pa.scalar(None, pa.string()),
     )
-    return desc.append_column("acceptability", acceptability).sort_by(
-        [("id", "ascending"), ("language_refset_id", "ascending")]
-    )
+    return desc.append_column("acceptability", acceptability)
 
 
 def _named(ids: pa.ChunkedArray, names: dict[int, str], other) -> pa.Array:
