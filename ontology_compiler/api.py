@@ -19,7 +19,9 @@ more than the package itself (no pyarrow, DuckDB or owlready2 until a name that 
   for DuckDB); ``resolve_program``, ``format_result`` (``sql``, beside ``run_sql``); ``SQL_DEFAULT_TIMEOUT``,
   ``SQL_DEFAULT_MEMORY_LIMIT``, ``SQL_DEFAULT_THREADS`` (``sql_limits``: run_sql's default bounds).
 - ICD codes (``icd``): ``ICD9CM``, ``ICD10CM`` (vocabulary names), ``ICD10_CHAPTERS``, ``dotless``,
-  ``dotted`` (Arrow arrays), ``dotted_code`` (one code).
+  ``dotted`` (Arrow arrays), ``dotted_code`` (one code); ``icd10cm_tabular`` (``icd10cm_tree``: the
+  ICD-10-CM tabular list ``simple-icd-10-cm`` ships, read once per process: ``is_valid_item``,
+  ``is_leaf``, ``ancestors``, ``description``).
 - Commands: ``setup_logging``, ``FORMAT``, ``DATE_FORMAT`` (``logs``: the commands' logging);
   ``summary`` (the text printed after a compile); ``printable`` (``printable``: data text made safe to
   print on a terminal, control characters escaped); ``require``, ``MissingExtraError`` (``extras``: an
@@ -66,6 +68,7 @@ _LAZY = {
     "ICD10_CHAPTERS": "ontology_compiler.icd",
     "dotless": "ontology_compiler.icd",
     "dotted": "ontology_compiler.icd",
+    "icd10cm_tabular": "ontology_compiler.icd10cm_tree",
     # commands
     "setup_logging": "ontology_compiler.logs",
     "FORMAT": "ontology_compiler.logs",

@@ -136,7 +136,7 @@ def compile_athena(
         )
     mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)
     tables, graph_tables, coverage, hierarchy = _program_tables(
-        rel, mres, stop_words, US_ENGLISH, icd_hierarchy
+        rel, mres, stop_words, US_ENGLISH, icd_hierarchy, pid
     )
     manifest = {
         **manifest_head(pid),

@@ -46,7 +46,7 @@ from .manifest import (
 from .map_codes import MappingResult, map_codes
 from .map_policy import MapPolicy, load_policy
 from .map_sources import find_sources
-from .program import build_tables, table_counts
+from .program import BackgroundEncoder, build_tables, table_counts
 from .release import Release, load_release, parse_as_of
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
 from .snomed_tokens import token_options, with_snomed_tokens
@@ -149,7 +149,7 @@ def compile_ontology(
     mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)
     # ---- graph and program tables
     tables, graph_tables, coverage, hierarchy = _program_tables(
-        rel, mres, stop_words, languages[0], icd_hierarchy
+        rel, mres, stop_words, languages[0], icd_hierarchy, pid
     )
     manifest = {
         **manifest_head(pid),
@@ -227,19 +227,36 @@ def _inputs(
 
 
 def _program_tables(
-    rel: Release, mres: MappingResult, stop_words: list[str], label_language: int, icd_hierarchy: bool
-) -> tuple[dict[str, pa.Table], dict[str, pa.Table], dict, IcdHierarchy | None]:
-    """``(tables, graph tables, coverage, ICD hierarchy)``: the graph of the mapped concepts, the ICD
-    hierarchy of the tokens (None when off), then the program's tables."""
+    rel: Release,
+    mres: MappingResult,
+    stop_words: list[str],
+    label_language: int,
+    icd_hierarchy: bool,
+    program_id: str | None = None,
+) -> tuple[dict[str, pa.Table], dict, dict, IcdHierarchy | None]:
+    """``(tables, graph tables, coverage, ICD hierarchy)``: the graph of the mapped concepts, the release as
+    read (``graph/``), the ICD hierarchy of the tokens (None when off), then the program's tables.
+
+    With ``program_id`` the graph tables are encoded in the background as soon as they are built (futures
+    :func:`program.write_program` takes) and the release's descriptions, language rows and relationships
+    are dropped from ``rel``: the rest of the compile runs beside the encoder in a fraction of the memory."""
     token_snomed = mres.token_snomed
     sctids = pc.unique(token_snomed["sctid"]) if token_snomed.num_rows else pa.array([], pa.int64())
     with timed(rel.timings, "graph"):
         rel_edges = relationship_edges(rel.relationships, sctids)
         terms = description_terms(rel.descriptions, rel.language, sctids)
         wedges = word_edges(terms, stop_words)
+        del terms
         labels = preferred_terms(rel.descriptions, rel.language, label_language)
         tokens = _tokens(mres.tokens, token_snomed, labels)
         twords = token_word_edges(mres.token_terms, stop_words)
+    with timed(rel.timings, "graph_tables"):
+        if program_id is None:
+            graph_tables: dict = _graph_tables(rel, labels, mres.candidates)
+        else:
+            encoder = BackgroundEncoder(program_id)
+            _graph_tables(rel, labels, mres.candidates, encoder)
+            graph_tables = encoder.close()
     hierarchy = None
     if icd_hierarchy:
         with timed(rel.timings, "icd_hierarchy"):
@@ -247,7 +264,6 @@ def _program_tables(
     with timed(rel.timings, "program_tables"):
         icd_edges = hierarchy.edges if hierarchy is not None else None
         tables = build_tables(tokens, rel_edges, wedges, token_snomed, labels, twords, icd_edges)
-        graph_tables = _graph_tables(rel, labels, mres.candidates)
     coverage = mres.coverage
     coverage["snomed_concepts_mapped"] = int(len(sctids))
     coverage["snomed_concepts_without_edges"] = _without_edges(sctids, rel_edges, wedges)
@@ -314,16 +330,34 @@ def _tokens(tokens: pa.Table, token_snomed: pa.Table, labels: pa.Table) -> pa.Ta
     )
 
 
-def _graph_tables(rel: Release, labels: pa.Table, candidates: pa.Table) -> dict[str, pa.Table]:
-    """The release as read (``graph/``): concepts, relationships, descriptions, concrete values, ICD map."""
-    out = {
-        "snomed_concepts": _concept_table(rel.concepts, labels),
-        "snomed_relationships": _renamed(rel.relationships, RELATIONSHIP_COLUMNS),
-        "snomed_descriptions": _description_table(rel),
-        "icd_map": candidates,
-    }
+def _graph_tables(
+    rel: Release, labels: pa.Table, candidates: pa.Table, encoder: BackgroundEncoder | None = None
+) -> dict[str, pa.Table]:
+    """The release as read (``graph/``): concepts, relationships, descriptions, concrete values, ICD map.
+
+    With an ``encoder`` each table goes to it as soon as it is built, and the release tables it came from
+    are dropped from ``rel`` (:meth:`Release.drop_graph_inputs`); the dict returned is then empty."""
+    out: dict[str, pa.Table] = {}
+
+    def emit(name: str, table: pa.Table) -> None:
+        if encoder is None:
+            out[name] = table
+        else:
+            encoder.submit(name, table)
+
+    emit("snomed_concepts", _concept_table(rel.concepts, labels))
+    emit("snomed_relationships", _renamed(rel.relationships, RELATIONSHIP_COLUMNS))
+    if encoder is not None:
+        rel.drop_graph_inputs("relationships")
+    emit("snomed_descriptions", _description_table(rel))
+    if encoder is not None:
+        rel.drop_graph_inputs("descriptions", "text_definitions", "language")
+    emit("icd_map", candidates)
     if rel.concrete_values.num_rows:
-        out["snomed_concrete_values"] = _renamed(rel.concrete_values, CONCRETE_VALUE_COLUMNS)
+        emit("snomed_concrete_values", _renamed(rel.concrete_values, CONCRETE_VALUE_COLUMNS))
+    if encoder is not None:
+        rel.drop_graph_inputs("concrete_values")
+        pa.default_memory_pool().release_unused()
     return out
 
 

@@ -2,7 +2,7 @@
 
 The tree is the public ICD-10-CM tabular list (FY2026, April 1 2026) that the ``simple-icd-10-cm``
 package ships (:data:`PACKAGE`). :func:`data_files` finds its files without importing the package (their
-hashes enter the program id), and :func:`tabular` reads them with the package's rules
+hashes enter the program id), and :func:`icd10cm_tabular` reads them with the package's rules
 (:mod:`ontology_compiler.icd10cm_tabular`; importing the package would build every note of every node,
 about 2 s), once per process and only when a program has ICD-10-CM tokens.
 
@@ -57,7 +57,7 @@ def data_files() -> list[Path]:
 
 
 @lru_cache(maxsize=1)
-def tabular() -> Tabular:
+def icd10cm_tabular() -> Tabular:
     """The tabular list of :data:`PACKAGE` (read once per process)."""
     files = data_files()
     xml = [f for f in files if f.suffix == ".xml"]
@@ -90,7 +90,7 @@ def icd10cm_ancestors(codes: Sequence[str]) -> Icd10Ancestors:
     out = Icd10Ancestors()
     if not codes:
         return out
-    cm = tabular()
+    cm = icd10cm_tabular()
     by_range = icd.chapters(pa.array(codes, pa.string()), icd.ICD10CM).to_pylist()
     titles = out.titles
     for code, chapter in zip(codes, by_range, strict=True):

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from .artifact import sha256_file
 from .errors import MissingInputError
-from .program import FORMAT_VERSION, sha256_file, verify_program, write_program
+from .program import FORMAT_VERSION, verify_program, write_program
 from .words import default_stopwords_path, load_stopwords
 
 log = logging.getLogger(__name__)

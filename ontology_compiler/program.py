@@ -10,8 +10,10 @@ tokens first, then by (vocabulary, code). Edges are stored sorted by (relation_i
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import rf2_schema as S
-from .artifact import FORMAT_VERSION, publish, read_json_manifest, sha256_file, verify_manifest_files
+from .artifact import FORMAT_VERSION, publish, read_json_manifest, verify_manifest_files
 from .errors import OntologyCompilerError, OutputExistsError, ProgramFormatError, ProgramWriteError
 from .graph import DESCRIPTION_KEY, IDENTITY_KEY, TOKEN_WORDS_SCHEMA
 from .icd_hierarchy import ATOM_KIND as ICD_ATOM_KIND
@@ -32,7 +34,7 @@ log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 EDGE_KEY = ["concept_id", "relation_id", "atom_id"]  # an edge is unique by these
-WRITE_THREADS = 2  # tables written at once
+WRITE_THREADS = 2  # tables encoded at once
 
 
 def build_tables(
@@ -385,51 +387,89 @@ def table_counts(tables: dict[str, pa.Table]) -> dict:
     return out
 
 
-def write_parquet(table: pa.Table, path: Path, program_id: str) -> dict:
+@dataclass(frozen=True)
+class Encoded:
+    """One table as the bytes of its Parquet file: ``data``, its ``rows`` and ``sha256``."""
+
+    data: pa.Buffer
+    rows: int
+    sha256: str
+
+
+def encode_parquet(table: pa.Table, program_id: str) -> Encoded:
+    """The Parquet file of ``table`` (zstd), stamped with the program id and format version, in memory."""
     meta = dict(table.schema.metadata or {})
     meta.update({b"program_id": program_id.encode(), b"format_version": str(FORMAT_VERSION).encode()})
-    table = table.replace_schema_metadata(meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(table, path, compression="zstd")
-    return {"rows": table.num_rows}
+    sink = pa.BufferOutputStream()
+    pq.write_table(table.replace_schema_metadata(meta), sink, compression="zstd")
+    data = sink.getvalue()
+    return Encoded(data, table.num_rows, hashlib.sha256(data).hexdigest())
+
+
+def write_encoded(path: Path, enc: Encoded) -> None:
+    """Write the bytes of one encoded table to ``path``."""
+    with open(path, "wb") as out:
+        out.write(enc.data)
+
+
+class BackgroundEncoder:
+    """Encodes tables (:func:`encode_parquet`) on :data:`WRITE_THREADS` threads as they are handed over;
+    the encoder leaves Python's lock, so the compile goes on beside it, and a table is freed once encoded
+    when the caller keeps no other reference. ``futures`` (name -> future) go to :func:`write_program`."""
+
+    def __init__(self, program_id: str) -> None:
+        self.program_id = program_id
+        self.futures: dict[str, Future] = {}
+        self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="encode")
+
+    def submit(self, name: str, table: pa.Table) -> None:
+        self.futures[name] = self._pool.submit(encode_parquet, table, self.program_id)
+
+    def close(self) -> dict[str, Future]:
+        """No more tables; the submitted ones still run. Returns ``futures``."""
+        self._pool.shutdown(wait=False)
+        return self.futures
+
+
+TableLike = pa.Table | Encoded | Future
 
 
 def write_program(
     out_dir: Path,
     program_id: str,
-    tables: dict[str, pa.Table],
-    graph_tables: dict[str, pa.Table],
+    tables: dict[str, TableLike],
+    graph_tables: dict[str, TableLike],
     manifest: dict,
 ) -> tuple[Path, bool]:
     """Write into a temporary folder beside the target, then rename into place.
 
-    Returns ``(path, written)``; ``written`` is False when an identical program was already there.
-    Raises :class:`OutputExistsError` when the target holds anything else, and
+    A table may come as a ``pa.Table``, as :class:`Encoded` bytes or as a future of them
+    (:class:`BackgroundEncoder`). Returns ``(path, written)``; ``written`` is False when an identical
+    program was already there. Raises :class:`OutputExistsError` when the target holds anything else, and
     :class:`ProgramWriteError` (naming the target and the file) when writing fails — disk full, no
     permission, a Parquet writer error; the temporary folder is then gone and nothing is published.
     """
     final = out_dir / program_id
     current: list[str] = []  # the file being written, for the error
 
-    def write_one(tmp: Path, rel_path: str, t: pa.Table) -> dict:
-        p = tmp / rel_path
-        info = write_parquet(t, p, program_id)
-        return {"path": rel_path, "sha256": sha256_file(p), "rows": info["rows"], "bytes": p.stat().st_size}
-
     def write_files(tmp: Path) -> list[dict]:
-        """Every table, two at a time (the Parquet writer and the hash leave Python's lock)."""
+        """Every table encoded, two at a time (the encoder leaves Python's lock), then written in order."""
         jobs = [(f"{folder}{name}.parquet", t) for folder, group in (("", tables), ("graph/", graph_tables))
                 for name, t in group.items()]  # fmt: skip
         (tmp / "graph").mkdir(exist_ok=True)
         with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
-            futures = [pool.submit(write_one, tmp, rel_path, t) for rel_path, t in jobs]
+            pending = [
+                t if isinstance(t, Future | Encoded) else pool.submit(encode_parquet, t, program_id)
+                for _path, t in jobs
+            ]
             files = []
-            for (rel_path, _t), f in zip(jobs, futures, strict=True):
-                try:
-                    files.append(f.result())
-                except BaseException:
-                    current[:] = [rel_path]
-                    raise
+            for (rel_path, _t), f in zip(jobs, pending, strict=True):
+                current[:] = [rel_path]
+                enc = f if isinstance(f, Encoded) else f.result()
+                write_encoded(tmp / rel_path, enc)
+                files.append(
+                    {"path": rel_path, "sha256": enc.sha256, "rows": enc.rows, "bytes": enc.data.size}
+                )
         current[:] = ["manifest.json"]
         return files
 

@@ -31,6 +31,18 @@ from .snapshot import SOURCE_COLUMNS, active, all_distinct, concat, drop_duplica
 log = logging.getLogger(__name__)
 
 
+# The columns a Release keeps of the big tables (all are read and checked; these are used afterwards).
+KEPT = {
+    "Description": ["id", "effectiveTime", "conceptId", "languageCode", "typeId", "term"],
+    "Language": ["referencedComponentId", "refsetId", "acceptabilityId"],
+    "Relationship": [
+        "id", "effectiveTime", "moduleId", "sourceId", "destinationId", "relationshipGroup", "typeId",
+        "characteristicTypeId",
+    ],
+}  # fmt: skip
+_GRAPH_INPUTS = ("descriptions", "text_definitions", "language", "relationships", "concrete_values")
+
+
 @dataclass
 class Release:
     """The resolved active state of a release, plus what was read and counted on the way."""
@@ -40,11 +52,11 @@ class Release:
     as_of: int | None
     files: dict[str, list[RF2File]]
     concepts: pa.Table  # active concepts
-    descriptions: pa.Table  # active descriptions of active concepts
-    text_definitions: pa.Table
-    relationships: pa.Table  # active relationships, source, destination and type active
+    descriptions: pa.Table  # active descriptions of active concepts (columns: KEPT["Description"])
+    text_definitions: pa.Table  # as descriptions
+    relationships: pa.Table  # active relationships, source, destination and type active (KEPT)
     concrete_values: pa.Table
-    language: pa.Table  # active rows of the chosen language refsets, on active descriptions
+    language: pa.Table  # active rows of the chosen language refsets, on active descriptions (KEPT)
     maps: pa.Table  # active ExtendedMap rows (with _file, _line)
     associations: pa.Table  # active historical association rows
     inactive_concepts: pa.Table  # id of concepts present but inactive at the date
@@ -52,6 +64,15 @@ class Release:
     counts: Counter = field(default_factory=Counter)
     reports: list[ReadReport] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+
+    def drop_graph_inputs(self, *names: str) -> None:
+        """Free the named tables (descriptions, text_definitions, language, relationships,
+        concrete_values), replaced by empty tables of their schemas, once the graph and the ``graph/``
+        tables are built from them."""
+        for name in names:
+            if name not in _GRAPH_INPUTS:
+                raise ValueError(f"{name!r} is not one of {', '.join(_GRAPH_INPUTS)}")
+            setattr(self, name, getattr(self, name).schema.empty_table())
 
     @property
     def release_date(self) -> str:
@@ -105,6 +126,14 @@ def load_release(
         pc.invert(pc.is_in(maps["referencedComponentId"], value_set=live))
     )
     assoc = r.load("Association")
+    # what the compile reads of them from here on (the rest is checked, then freed)
+    desc, lang, rel = (
+        desc.select(KEPT["Description"]),
+        lang.select(KEPT["Language"]),
+        rel.select(KEPT["Relationship"]),
+    )
+    tdef = tdef.select(KEPT["Description"]) if tdef is not None else None
+    pa.default_memory_pool().release_unused()
     r.timings["load_release"] = round(time.perf_counter() - t0, 3)
     return Release(
         src=src,
@@ -170,6 +199,7 @@ class _Reader:
         else:
             merged = merged.drop_columns(list(SOURCE_COLUMNS))
         self.timings[f"read_{kind}"] = round(time.perf_counter() - t, 3)
+        pa.default_memory_pool().release_unused()  # the file's text columns are gone: give their pages back
         return merged
 
 

@@ -33,7 +33,24 @@ FIXTURE = DATA / "snomed_mini_20220531"
 
 
 def _full_disk_after(monkeypatch, n_ok: int, exc: BaseException | None = None) -> None:
-    """The Parquet writer writes ``n_ok`` files, then a partial file and raises ``exc`` (ENOSPC)."""
+    """The program's files are written: ``n_ok`` of them, then a partial file and ``exc`` (ENOSPC)."""
+    import ontology_compiler.program as P
+
+    real = P.write_encoded
+    calls = []
+
+    def write_encoded(path, enc):
+        calls.append(path)
+        if len(calls) <= n_ok:
+            return real(path, enc)
+        Path(path).write_bytes(b"PAR1 partial")
+        raise exc or OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(P, "write_encoded", write_encoded)
+
+
+def _encoder_fails_after(monkeypatch, n_ok: int, exc: BaseException) -> None:
+    """The Parquet encoder (in the background for the graph tables) raises ``exc`` after ``n_ok`` tables."""
     import pyarrow.parquet as pq
 
     real = pq.write_table
@@ -43,8 +60,7 @@ def _full_disk_after(monkeypatch, n_ok: int, exc: BaseException | None = None) -
         calls.append(where)
         if len(calls) <= n_ok:
             return real(table, where, *args, **kwargs)
-        Path(where).write_bytes(b"PAR1 partial")
-        raise exc or OSError(errno.ENOSPC, "No space left on device", str(where))
+        raise exc
 
     monkeypatch.setattr(pq, "write_table", write_table)
 
@@ -91,6 +107,16 @@ def test_writer_errors_name_the_target(tmp_path, monkeypatch, exc):
     with pytest.raises(ProgramWriteError) as e:
         compile_ontology(FIXTURE, out=tmp_path / "out")
     assert e.value.__cause__ is not None and str(exc) in str(e.value)
+    assert _leftovers(tmp_path) == [] and not e.value.path.exists()
+
+
+@pytest.mark.parametrize("n_ok", [0, 4])
+def test_encoder_errors_name_the_file(tmp_path, monkeypatch, n_ok):
+    """A table that fails to encode (in the background or in the write step) is named like a write."""
+    _encoder_fails_after(monkeypatch, n_ok, pa.ArrowInvalid("encoder failed"))
+    with pytest.raises(ProgramWriteError) as e:
+        compile_ontology(FIXTURE, out=tmp_path / "out")
+    assert "encoder failed" in str(e.value) and e.value.file.endswith(".parquet")
     assert _leftovers(tmp_path) == [] and not e.value.path.exists()
 
 

@@ -158,13 +158,13 @@ def test_killed_compile_leaves_no_program(fixture_release, tmp_path):
     code = (
         "import os, signal, sys\n"
         "import ontology_compiler.program as P\n"
-        "orig = P.write_parquet\n"
+        "orig = P.write_encoded\n"
         "n = [0]\n"
         "def slow(*a, **k):\n"
         "    r = orig(*a, **k); n[0] += 1\n"
         "    if n[0] == 3: os.kill(os.getpid(), signal.SIGKILL)\n"
         "    return r\n"
-        "P.write_parquet = slow\n"
+        "P.write_encoded = slow\n"
         "from ontology_compiler import compile_ontology\n"
         f"compile_ontology({str(fixture_release)!r}, out={str(out)!r})\n"
     )

@@ -6,7 +6,7 @@ import pytest
 
 from ontology_compiler.errors import InputFileError
 from ontology_compiler.icd10cm_tabular import load_tabular
-from ontology_compiler.icd10cm_tree import tabular
+from ontology_compiler.icd10cm_tree import icd10cm_tabular as tabular
 
 cm = pytest.importorskip("simple_icd_10_cm")
 

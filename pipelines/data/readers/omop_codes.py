@@ -208,9 +208,9 @@ def _is_icd10cm(code: str) -> bool:
     """Whether ``code`` is a complete ICD-10-CM code (a leaf of the FY2026 tree ``simple-icd-10-cm``
     ships, a seventh character included), not a category above codes. The tree is read by the compiler's
     reader of the package's files (half a second, against two for importing the package)."""
-    from ontology_compiler.icd10cm_tree import tabular
+    from ontology_compiler.api import icd10cm_tabular
 
-    cm = tabular()
+    cm = icd10cm_tabular()
     return cm.is_valid_item(code) and cm.is_leaf(code)
 
 
