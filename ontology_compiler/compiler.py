@@ -30,13 +30,17 @@ from .graph import (
     token_word_edges,
     word_edges,
 )
+from .icd10cm_tree import prefetch_tabular
 from .icd_hierarchy import IcdHierarchy, hierarchy_inputs
 from .icd_hierarchy import icd_hierarchy as build_icd_hierarchy
 from .manifest import (
     CompileResult,
+    Hashing,
+    holds_programs,
     input_entry,
     manifest_head,
     option_file_input,
+    option_file_input_exists,
     program_id,
     publish_program,
     stopwords_input,
@@ -114,9 +118,16 @@ def compile_ontology(
         raise ValueError(f"fallback must be one of {', '.join(FALLBACKS)}, got {fallback!r}")
     policy = load_policy(map_policy)
     map_sources = _mapping_sources(src, [omop, nlm_icd9, gem, icd10cm_map])
-    inputs = _inputs(src, selected, stop_input, map_sources, policy, codes=codes, code_counts=code_counts)
-    inputs += hierarchy_inputs() if icd_hierarchy else []
-    inputs += [option_file_input("concept_set", concept_set)] if concept_set is not None else []
+    for role, f in (("codes", codes), ("code_counts", code_counts), ("concept_set", concept_set)):
+        if f is not None:
+            option_file_input_exists(role, f)
+
+    def hash_inputs() -> list[dict]:
+        inputs = _inputs(src, selected, stop_input, map_sources, policy, codes=codes, code_counts=code_counts)
+        inputs += hierarchy_inputs() if icd_hierarchy else []
+        inputs += [option_file_input("concept_set", concept_set)] if concept_set is not None else []
+        return inputs
+
     options = {
         "release": rtype,
         "as_of": None if as_of is None else str(as_of),
@@ -128,10 +139,17 @@ def compile_ontology(
         "icd_hierarchy": bool(icd_hierarchy),
         **token_options(tokens, tuple(snomed_roots), concept_set),
     }
-    pid = program_id(inputs, options)
-    if (done := up_to_date(out_dir, pid)) is not None:
-        return done
-    t_hash = time.perf_counter() - t_start
+    if icd_hierarchy:
+        prefetch_tabular()
+    hashing = None
+    if holds_programs(out_dir):  # the program may be there already: hash first, a recompile is a no-op
+        inputs = hash_inputs()
+        pid = program_id(inputs, options)
+        if (done := up_to_date(out_dir, pid)) is not None:
+            return done
+        t_hash = time.perf_counter() - t_start
+    else:  # nothing to be up to date with: hash on a thread beside the reading (hashlib leaves the lock)
+        hashing = Hashing(hash_inputs)
     # ---- read and resolve
     rel = load_release(
         src,
@@ -144,6 +162,9 @@ def compile_ontology(
     )
     with timed(rel.timings, "is_a_check"):
         check_is_a_acyclic(rel.relationships)
+    if hashing is not None:
+        inputs, t_hash = hashing.result()
+        pid = program_id(inputs, options)
     # ---- mapping
     mres = _map(rel, map_sources, policy, codes, code_counts, fallback)
     mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)

@@ -91,82 +91,112 @@ def load_tabular(xml: str | Path, code_list: str | Path) -> Tabular:
     confirmed = {
         line.split(" ", 1)[0].replace(".", "") for line in code_list.read_text(encoding="utf-8").split("\n")
     }
+    t = Tabular()
     try:
-        root = ET.parse(xml).getroot()
+        _read(t, xml, confirmed)
     except ET.ParseError as e:
         raise InputFileError(xml, f"not well-formed XML: {e}", line=e.position[0]) from e
-    t = Tabular()
-    top = list(root)[2:]  # after <version> and <introduction>, as the package reads it
-    if not top:
+    if not t.name:
         raise InputFileError(
             xml, "no chapters after <version> and <introduction>", expected="ICD10CM.tabular"
         )
-    for chapter in top:
-        _walk(t, chapter, -1, None, confirmed)
     return t
 
 
-def _walk(t: Tabular, el: ET.Element, parent: int, seven: dict[str, str] | None, confirmed: set[str]) -> int:
-    """Add ``el`` and everything below it; returns its index. ``seven``: the seventh characters of the
-    nearest ancestor that defines them (None when none does)."""
-    i = len(t.name)
-    t.name.append(el.get("id", ""))
-    t.title.append("")
-    t.kind.append("")
-    t.parent.append(parent)
-    t.children.append(0)
-    own: dict[str, str] = {}
-    inherited = seven
-    below = seven
-    n_children = 0
-    for sub in el:
-        tag = sub.tag
-        if tag == "section" or tag == "diag":
-            _walk(t, sub, i, below, confirmed)
-            n_children += 1
-        elif tag == "name":
-            if sub.text is None:
-                raise ValueError(
-                    f"a <name> without text below {t.name[parent] if parent >= 0 else 'the root'}"
-                )
-            t.name[i] = sub.text
-        elif tag == "desc":
-            if sub.text is not None:
-                t.title[i] = sub.text
-        elif tag == "sevenChrDef":
-            last = None
-            for ext in sub:
-                if ext.tag == "extension":
-                    last = ext.get("char", "")
-                    own[last] = ext.text or ""
-                elif ext.tag == "note" and last is not None and ext.text is not None:
-                    own[last] += "/" + ext.text
-            below = own
-    name = t.name[i]
-    tag = el.tag
+@dataclass
+class _Open:
+    """A node being read: its index, depth in the document, seventh characters (its own, those it
+    inherits, those its children inherit), node children so far, the last seventh character read."""
+
+    i: int
+    depth: int
+    inherited: dict[str, str] | None
+    own: dict[str, str] = field(default_factory=dict)
+    below: dict[str, str] | None = None
+    children: int = 0
+    last_char: str | None = None
+
+
+def _read(t: Tabular, xml: Path, confirmed: set[str]) -> None:
+    """Stream the XML, each element cleared at its end (the document is never whole in memory); a node is
+    finished at its end tag, so children before parents, as the package registers them."""
+    path: list[str] = []  # tags from the root to the current element
+    stack: list[_Open] = []
+    top_seen = 0  # elements under the root so far: the first two are <version> and <introduction>
+    for event, el in ET.iterparse(xml, events=("start", "end")):
+        if event == "start":
+            path.append(el.tag)
+            depth = len(path)
+            opens = False
+            if depth == 2:
+                top_seen += 1
+                opens = top_seen > 2
+            elif stack and depth == stack[-1].depth + 1 and el.tag in ("section", "diag"):
+                opens = True
+            if opens:
+                parent = stack[-1] if stack else None
+                inherited = parent.below if parent else None
+                stack.append(_Open(len(t.name), depth, inherited, below=inherited))
+                t.name.append(el.get("id", ""))
+                t.title.append("")
+                t.kind.append(el.tag)
+                t.parent.append(parent.i if parent else -1)
+                t.children.append(0)
+                if parent:
+                    parent.children += 1
+            continue
+        depth = len(path)
+        node = stack[-1] if stack else None
+        if node is not None:
+            if depth == node.depth + 1:  # a direct child of the open node
+                if el.tag == "name":
+                    if el.text is None:
+                        raise InputFileError(xml, "a <name> element without text", expected="a code")
+                    t.name[node.i] = el.text
+                elif el.tag == "desc" and el.text is not None:
+                    t.title[node.i] = el.text
+                elif el.tag == "sevenChrDef":
+                    node.below = node.own  # the children after it inherit it
+            elif depth == node.depth + 2 and path[-2] == "sevenChrDef":
+                if el.tag == "extension":
+                    node.last_char = el.get("char", "")
+                    node.own[node.last_char] = el.text or ""
+                elif el.tag == "note" and node.last_char is not None and el.text is not None:
+                    node.own[node.last_char] += "/" + el.text
+            elif depth == node.depth:
+                _finish(t, stack.pop(), confirmed)
+        path.pop()
+        if depth > 1:
+            el.clear()
+
+
+def _finish(t: Tabular, node: _Open, confirmed: set[str]) -> None:
+    """Name the node's kind, register its name (the first finished keeps it) and, for a leaf with seventh
+    characters, add the extended codes the code list holds."""
+    i = node.i
+    name, tag = t.name[i], t.kind[i]
     if tag == "chapter":
-        kind = CHAPTER
+        t.kind[i] = CHAPTER
     elif tag == "section":
-        kind = SECTION
+        t.kind[i] = SECTION
     elif tag == "diag" and len(name) == 3:
-        kind = CATEGORY
+        t.kind[i] = CATEGORY
     else:
-        kind = SUBCATEGORY
-    t.kind[i] = kind
+        t.kind[i] = SUBCATEGORY
     t.index.setdefault(name, i)
-    if n_children == 0 and (own or inherited is not None):
-        chars = own or inherited or {}
+    n_children = node.children
+    if n_children == 0 and (node.own or node.inherited is not None):
+        chars = node.own or node.inherited or {}
         extended = name + "." if len(name) == 3 else name
         extended = extended + "X" * max(0, 7 - len(extended))
-        for ch in chars:
+        for ch, text in chars.items():
             if extended[:3] + extended[4:] + ch in confirmed:
                 j = len(t.name)
                 t.name.append(extended + ch)
-                t.title.append(f"{t.title[i]}, {chars[ch]}")
+                t.title.append(f"{t.title[i]}, {text}")
                 t.kind.append(EXTENDED)
                 t.parent.append(i)
                 t.children.append(0)
                 t.index.setdefault(extended + ch, j)
                 n_children += 1
     t.children[i] = n_children
-    return i

@@ -17,9 +17,10 @@ chapter); with no such prefix, the chapter by range (:data:`ontology_compiler.ic
 from __future__ import annotations
 
 import importlib.util
+import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
@@ -56,18 +57,55 @@ def data_files() -> list[Path]:
     return files
 
 
-@lru_cache(maxsize=1)
+_TABULAR_LOCK = threading.Lock()
+_TABULAR: Future | None = None  # the tabular list of this process, read or being read
+
+
 def icd10cm_tabular() -> Tabular:
-    """The tabular list of :data:`PACKAGE` (read once per process)."""
-    files = data_files()
-    xml = [f for f in files if f.suffix == ".xml"]
-    codes = [f for f in files if f.suffix == ".txt"]
-    if len(xml) != 1 or len(codes) != 1:
-        raise MissingInputError(
-            f"the {PACKAGE.replace('_', '-')} package should ship one tabular XML and one code list, found "
-            + ", ".join(f.name for f in files)
-        )
-    return load_tabular(xml[0], codes[0])
+    """The tabular list of :data:`PACKAGE` (read once per process; waits for :func:`prefetch_tabular`)."""
+    global _TABULAR
+    with _TABULAR_LOCK:
+        if _TABULAR is None:
+            _TABULAR = Future()
+            mine = True
+        else:
+            mine = False
+        f = _TABULAR
+    if mine:
+        _fill(f)
+    try:
+        return f.result()
+    except BaseException:
+        with _TABULAR_LOCK:  # a failed read is not kept: the next call tries again
+            if _TABULAR is f:
+                _TABULAR = None
+        raise
+
+
+def prefetch_tabular() -> None:
+    """Start reading the tabular list on a background thread (a compile does it while it reads the
+    release: the reader is Python, the release reading mostly not) unless it is read or being read."""
+    global _TABULAR
+    with _TABULAR_LOCK:
+        if _TABULAR is not None:
+            return
+        _TABULAR = f = Future()
+    threading.Thread(target=_fill, args=(f,), name="icd10cm-tabular", daemon=True).start()
+
+
+def _fill(f: Future) -> None:
+    try:
+        files = data_files()
+        xml = [p for p in files if p.suffix == ".xml"]
+        codes = [p for p in files if p.suffix == ".txt"]
+        if len(xml) != 1 or len(codes) != 1:
+            raise MissingInputError(
+                f"the {PACKAGE.replace('_', '-')} package should ship one tabular XML and one code list, "
+                "found " + ", ".join(p.name for p in files)
+            )
+        f.set_result(load_tabular(xml[0], codes[0]))
+    except BaseException as e:
+        f.set_exception(e)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -96,10 +97,51 @@ def input_entry(role: str, path: Path, shown: str | None = None) -> dict:
 
 def option_file_input(role: str, path: str | Path) -> dict:
     """The ``inputs`` entry of a file given by an option (``--codes``, ...); it must exist."""
+    return input_entry(role, option_file_input_exists(role, path))
+
+
+def option_file_input_exists(role: str, path: str | Path) -> Path:
+    """``path`` of the option ``--<role>``, a :class:`MissingInputError` when it is not a file."""
     p = Path(path)
     if not p.is_file():
         raise MissingInputError(f"{p}: --{role.replace('_', '-')} file not found")
-    return input_entry(role, p)
+    return p
+
+
+def holds_programs(out_dir: Path) -> bool:
+    """Whether ``out_dir`` holds anything but hidden temporary folders: a program there may be the one a
+    compile would write (then the inputs are hashed before anything is read)."""
+    try:
+        return any(not p.name.startswith(".") for p in out_dir.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+class Hashing:
+    """``hash_inputs()`` run on a thread (hashlib leaves Python's lock on large buffers), beside the
+    reading of a compile that cannot be a no-op; :meth:`result` gives ``(inputs, seconds)``."""
+
+    def __init__(self, hash_inputs) -> None:
+        self._out: list = []
+        self._thread = threading.Thread(
+            target=self._run, args=(hash_inputs,), name="hash-inputs", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, hash_inputs) -> None:
+        t = time.perf_counter()
+        try:
+            self._out[:] = [hash_inputs(), None]
+        except BaseException as e:  # raised again by result()
+            self._out[:] = [None, e]
+        self._out.append(round(time.perf_counter() - t, 3))
+
+    def result(self) -> tuple[list[dict], float]:
+        self._thread.join()
+        inputs, error, seconds = self._out
+        if error is not None:
+            raise error
+        return inputs, seconds
 
 
 def stopwords_input(stopwords: str | Path | None) -> tuple[list[str], dict]:

@@ -153,7 +153,11 @@ def _read_strings(path: Path, cols: tuple[str, ...]) -> pa.Table:
     try:
         return pacsv.read_csv(
             path,
-            read_options=pacsv.ReadOptions(column_names=list(cols), skip_rows=1, block_size=1 << 24),
+            # one thread: as fast on two cores, and its memory stays in this thread's heap, which the pool can
+            # give back (pages freed by reader threads stay with them)
+            read_options=pacsv.ReadOptions(
+                column_names=list(cols), skip_rows=1, block_size=1 << 24, use_threads=False
+            ),
             parse_options=pacsv.ParseOptions(
                 delimiter="\t",
                 quote_char=False,
