@@ -50,7 +50,7 @@ from .manifest import (
 from .map_codes import MappingResult, map_codes
 from .map_policy import MapPolicy, load_policy
 from .map_sources import find_sources
-from .program import BackgroundEncoder, build_tables, table_counts
+from .program import BackgroundEncoder, Chunks, build_tables, table_counts
 from .release import Release, load_release, parse_as_of
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
 from .snomed_tokens import token_options, with_snomed_tokens
@@ -360,24 +360,22 @@ def _graph_tables(
     are dropped from ``rel`` (:meth:`Release.drop_graph_inputs`); the dict returned is then empty."""
     out: dict[str, pa.Table] = {}
 
-    def emit(name: str, table: pa.Table) -> None:
+    def emit(name: str, table: pa.Table | Chunks) -> None:
         if encoder is None:
-            out[name] = table
+            out[name] = table.table() if isinstance(table, Chunks) else table
         else:
             encoder.submit(name, table)
 
     emit("snomed_concepts", _concept_table(rel.concepts, labels))
     emit("snomed_relationships", _renamed(rel.relationships, RELATIONSHIP_COLUMNS))
-    if encoder is not None:
-        rel.drop_graph_inputs("relationships")
     emit("snomed_descriptions", _description_table(rel))
-    if encoder is not None:
-        rel.drop_graph_inputs("descriptions", "text_definitions", "language")
     emit("icd_map", candidates)
     if rel.concrete_values.num_rows:
-        emit("snomed_concrete_values", _renamed(rel.concrete_values, CONCRETE_VALUE_COLUMNS))
-    if encoder is not None:
-        rel.drop_graph_inputs("concrete_values")
+        emit("snomed_concrete_values", _renamed(rel.concrete_values, CONCRETE_VALUE_COLUMNS).table())
+    if encoder is not None:  # the encoder holds what it still needs; the release lets go
+        rel.drop_graph_inputs(
+            "relationships", "descriptions", "text_definitions", "language", "concrete_values"
+        )
         pa.default_memory_pool().release_unused()
     return out
 
@@ -394,8 +392,14 @@ CONCRETE_VALUE_COLUMNS = {
 }  # fmt: skip
 
 
-def _renamed(t: pa.Table, columns: dict[str, str]) -> pa.Table:
-    return pa.table({new: t[old] for new, old in columns.items()}).sort_by("id")
+def _renamed(t: pa.Table, columns: dict[str, str]) -> Chunks:
+    """``t``'s ``columns`` renamed, rows by id (slices of ``t`` when it is in id order already)."""
+    t = pa.table({new: t[old] for new, old in columns.items()})
+    ids = t["id"].to_numpy()
+    if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
+        return Chunks(t.num_rows, lambda start, stop: t.slice(start, stop - start))
+    order = np.argsort(ids, kind="stable")
+    return Chunks(t.num_rows, lambda start, stop: t.take(pa.array(order[start:stop])))
 
 
 def _concept_table(c: pa.Table, labels: pa.Table) -> pa.Table:
@@ -415,8 +419,9 @@ def _concept_table(c: pa.Table, labels: pa.Table) -> pa.Table:
     )
 
 
-def _description_table(rel: Release) -> pa.Table:
-    """Descriptions and text definitions, one row per (description, language refset) with acceptability."""
+def _description_table(rel: Release) -> Chunks:
+    """Descriptions and text definitions, one row per (description, language refset) with acceptability,
+    by description id then refset (built a row group at a time)."""
     d = (
         pa.concat_tables([rel.descriptions, rel.text_definitions])
         if rel.text_definitions.num_rows
@@ -437,28 +442,32 @@ def _description_table(rel: Release) -> pa.Table:
     has = np.repeat(n_lang > 0, n_rows)
     at = np.minimum(np.repeat(lo, n_rows) + within, max(len(lang_order) - 1, 0))
     lang_rows = pa.array(lang_order[at] if len(lang_order) else np.zeros(len(rows), np.int64), mask=~has)
-    d_rows = pa.array(rows)
-    type_id = pc.take(d["typeId"], d_rows)
-    acceptability_id = pc.take(lang["acceptabilityId"], lang_rows)
-    desc = pa.table(
-        {
-            "id": pc.take(d["id"], d_rows),
-            "concept_id": pc.take(d["conceptId"], d_rows),
-            "effective_time": pc.take(d["effectiveTime"], d_rows),
-            "language_code": pc.take(d["languageCode"], d_rows),
-            "type_id": type_id,
-            "type": _named(type_id, {S.FSN: "fsn", S.SYNONYM: "synonym"}, "definition"),
-            "term": pc.take(d["term"], d_rows),
-            "language_refset_id": pc.take(lang["refsetId"], lang_rows),
-            "acceptability_id": acceptability_id,
-        }
-    )
-    acceptability = _named(
-        acceptability_id,
-        {S.PREFERRED: "preferred", S.ACCEPTABLE: "acceptable"},
-        pa.scalar(None, pa.string()),
-    )
-    return desc.append_column("acceptability", acceptability)
+    del lang_order, lang_sorted, desc_order, lo, n_lang, n_rows, within, has, at
+
+    def build(start: int, stop: int) -> pa.Table:
+        d_rows, l_rows = pa.array(rows[start:stop]), lang_rows.slice(start, stop - start)
+        type_id = pc.take(d["typeId"], d_rows)
+        acceptability_id = pc.take(lang["acceptabilityId"], l_rows)
+        return pa.table(
+            {
+                "id": pc.take(d["id"], d_rows),
+                "concept_id": pc.take(d["conceptId"], d_rows),
+                "effective_time": pc.take(d["effectiveTime"], d_rows),
+                "language_code": pc.take(d["languageCode"], d_rows),
+                "type_id": type_id,
+                "type": _named(type_id, {S.FSN: "fsn", S.SYNONYM: "synonym"}, "definition"),
+                "term": pc.take(d["term"], d_rows),
+                "language_refset_id": pc.take(lang["refsetId"], l_rows),
+                "acceptability_id": acceptability_id,
+                "acceptability": _named(
+                    acceptability_id,
+                    {S.PREFERRED: "preferred", S.ACCEPTABLE: "acceptable"},
+                    pa.scalar(None, pa.string()),
+                ),
+            }
+        )
+
+    return Chunks(len(rows), build)
 
 
 def _named(ids: pa.ChunkedArray, names: dict[int, str], other) -> pa.Array:

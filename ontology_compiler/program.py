@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,25 +215,29 @@ def _token_edges(
     sorted_sctid = sctid[by_sctid]
     lo = np.searchsorted(sorted_sctid, pair_sctid, side="left")
     n_each = np.searchsorted(sorted_sctid, pair_sctid, side="right") - lo
-    total = int(n_each.sum())
-    run_start = np.repeat(lo - np.concatenate([[0], np.cumsum(n_each)[:-1]]), n_each)
-    rows = by_sctid[run_start + np.arange(total)]  # rows of per_sctid, pair by pair
+    del sorted_sctid
+    # pos: each expanded edge's place in the SCTID order of per_sctid (so its rank by SCTID)
+    pos = np.repeat(lo - np.concatenate([[0], np.cumsum(n_each)[:-1]]), n_each)
+    pos += np.arange(len(pos))
     c = np.repeat(pair_concept, n_each).astype(np.int32)
+    rows = by_sctid[pos]  # rows of per_sctid, pair by pair
+    del by_sctid
     r = per_sctid["relation_id"].to_numpy()[rows]
     a = per_sctid["atom_id"].to_numpy()[rows]
     g = per_sctid["role_group"].to_numpy()[rows]
-    src = sctid[rows]
-    first = _first_per_edge(c, r, a, tie=(src, g))
+    first = _first_per_edge(c, r, a, tie=(pos, g))  # least role group, then least SCTID
+    del pos
+    rows, c, r, a, g = rows[first], c[first], r[first], a[first], g[first]
     n_special = len(SPECIAL_TOKENS)
     specials = _edge_table(np.arange(n_special), 0, np.arange(n_special), pa.array(["special"] * n_special))
     e = pa.table(
         {
-            "concept_id": pa.array(c[first]),
-            "relation_id": pa.array(r[first].astype(np.int32)),
-            "atom_id": pa.array(a[first].astype(np.int32)),
-            "role_group": pa.array(g[first].astype(np.int32)),
-            "provenance": pc.take(per_sctid["provenance"], pa.array(rows[first])),
-            "source_sctid": pa.array(src[first], pa.int64()),
+            "concept_id": pa.array(c),
+            "relation_id": pa.array(r.astype(np.int32)),
+            "atom_id": pa.array(a.astype(np.int32)),
+            "role_group": pa.array(g.astype(np.int32)),
+            "provenance": pc.take(per_sctid["provenance"], pa.array(rows)),
+            "source_sctid": pa.array(sctid[rows], pa.int64()),
         }
     )
     tw = token_words.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
@@ -250,16 +255,20 @@ def _first_per_edge(
 ) -> np.ndarray:
     """The row of each distinct (concept, relation, atom), in key order: the one least by ``tie`` (keys
     from the least significant, as ``np.lexsort``), else the first."""
-    c, r, a = (np.asarray(x, dtype=np.int64) for x in (c, r, a))
     if not len(c):
         return np.zeros(0, dtype=np.int64)
     span_r, span_a = int(r.max()) + 1, int(a.max()) + 1
     if (int(c.max()) + 1) * span_r * span_a < 2**62:  # one packed key
-        key = (c * span_r + r) * span_a + a
+        key = c.astype(np.int64)
+        key *= span_r
+        key += r
+        key *= span_a
+        key += a
         order = np.lexsort((*tie, key)) if tie else np.argsort(key, kind="stable")
         k = key[order]
+        del key
         start = np.ones(len(k), dtype=bool)
-        start[1:] = k[1:] != k[:-1]
+        np.not_equal(k[1:], k[:-1], out=start[1:])
     else:
         order = np.lexsort((*tie, a, r, c))
         cs, rs, as_ = c[order], r[order], a[order]
@@ -396,14 +405,48 @@ class Encoded:
     sha256: str
 
 
-def encode_parquet(table: pa.Table, program_id: str) -> Encoded:
-    """The Parquet file of ``table`` (zstd), stamped with the program id and format version, in memory."""
+@dataclass(frozen=True)
+class Chunks:
+    """A table built a row group at a time: ``rows`` rows, ``build(start, stop)`` the table of rows
+    ``start``..``stop`` (fresh and small each time: the whole table never exists at once)."""
+
+    rows: int
+    build: Callable[[int, int], pa.Table]
+
+    def table(self) -> pa.Table:
+        return self.build(0, self.rows)
+
+
+ROW_GROUP_ROWS = 1 << 18  # rows per row group of a table encoded from Chunks
+
+
+def encode_parquet(table: pa.Table | Chunks, program_id: str) -> Encoded:
+    """The Parquet file of ``table`` (zstd), stamped with the program id and format version, in memory;
+    :class:`Chunks` are written a row group of :data:`ROW_GROUP_ROWS` at a time."""
+    sink = pa.BufferOutputStream()
+    if isinstance(table, Chunks) and table.rows > 0:
+        rows = table.rows
+        writer = None
+        for start in range(0, rows, ROW_GROUP_ROWS):
+            part = table.build(start, min(rows, start + ROW_GROUP_ROWS))
+            part = part.replace_schema_metadata(_stamp(part, program_id))
+            if writer is None:
+                writer = pq.ParquetWriter(sink, part.schema, compression="zstd")
+            writer.write_table(part)
+            del part
+        writer.close()
+    else:
+        t = table.table() if isinstance(table, Chunks) else table
+        rows = t.num_rows
+        pq.write_table(t.replace_schema_metadata(_stamp(t, program_id)), sink, compression="zstd")
+    data = sink.getvalue()
+    return Encoded(data, rows, hashlib.sha256(data).hexdigest())
+
+
+def _stamp(table: pa.Table, program_id: str) -> dict:
     meta = dict(table.schema.metadata or {})
     meta.update({b"program_id": program_id.encode(), b"format_version": str(FORMAT_VERSION).encode()})
-    sink = pa.BufferOutputStream()
-    pq.write_table(table.replace_schema_metadata(meta), sink, compression="zstd")
-    data = sink.getvalue()
-    return Encoded(data, table.num_rows, hashlib.sha256(data).hexdigest())
+    return meta
 
 
 def write_encoded(path: Path, enc: Encoded) -> None:
@@ -422,7 +465,7 @@ class BackgroundEncoder:
         self.futures: dict[str, Future] = {}
         self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="encode")
 
-    def submit(self, name: str, table: pa.Table) -> None:
+    def submit(self, name: str, table: pa.Table | Chunks) -> None:
         self.futures[name] = self._pool.submit(encode_parquet, table, self.program_id)
 
     def close(self) -> dict[str, Future]:
@@ -431,7 +474,7 @@ class BackgroundEncoder:
         return self.futures
 
 
-TableLike = pa.Table | Encoded | Future
+TableLike = pa.Table | Chunks | Encoded | Future
 
 
 def write_program(

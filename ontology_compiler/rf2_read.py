@@ -14,6 +14,7 @@ Only the error path scans a file line by line, to name the exact line.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,19 +107,31 @@ def type_rf2_table(
     """Validate and type the string columns of an RF2 kind; see :func:`read_rf2_file`."""
     cols = COLUMNS[content]
     report = ReadReport(path=str(path), rows=table.num_rows)
+
+    def typed_column(name: str) -> tuple[pa.Array, np.ndarray | None, ReadReport]:
+        col = table.column(name)
+        found = ReadReport(path=str(path))
+        if name in INT_COLUMNS:
+            return _int_column(path, name, col, line_no), None, found
+        if name in SCTID_COLUMNS.get(content, ()):
+            arr, ok = _sctid_column(path, name, col, line_no, strict, found)
+            return arr, ok, found
+        return (col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col), None, found
+
+    # the columns two at a time (numpy and Arrow leave Python's lock); results, findings and the first
+    # error are taken in column order, so they do not depend on which thread finished first
+    futures = [_column_pool().submit(typed_column, name) for name in cols]
     out: dict[str, pa.Array] = {}
     keep = None  # bool mask of rows kept (non-numeric SCTIDs dropped when not strict)
-    for name in cols:
-        col = table.column(name)
-        if name in INT_COLUMNS:
-            out[name] = _int_column(path, name, col, line_no)
-        elif name in SCTID_COLUMNS.get(content, ()):
-            arr, ok = _sctid_column(path, name, col, line_no, strict, report)
-            out[name] = arr
-            if ok is not None:
-                keep = ok if keep is None else (keep & ok)
-        else:
-            out[name] = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    for name, f in zip(cols, futures, strict=True):
+        arr, ok, found = f.result()
+        out[name] = arr
+        if ok is not None:
+            keep = ok if keep is None else (keep & ok)
+        report.dropped_non_numeric_id += found.dropped_non_numeric_id
+        report.bad_check_digit += found.bad_check_digit
+        for e in found.examples:
+            report.note(e)
     typed = pa.table(out)
     if keep is not None:
         typed = typed.filter(pa.array(keep))
@@ -126,6 +139,17 @@ def type_rf2_table(
         line_no = line_no[keep]
     typed = typed.append_column("_line", pa.array(line_no.astype(np.int64)))
     return typed, report
+
+
+_POOL: ThreadPoolExecutor | None = None
+COLUMN_THREADS = 2
+
+
+def _column_pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=COLUMN_THREADS, thread_name_prefix="rf2-columns")
+    return _POOL
 
 
 def read_tsv(
