@@ -50,6 +50,7 @@ from .manifest import (
 from .map_codes import MappingResult, map_codes
 from .map_policy import MapPolicy, load_policy
 from .map_sources import find_sources
+from .memory import give_back
 from .program import BackgroundEncoder, Chunks, build_tables, table_counts
 from .release import Release, load_release, parse_as_of
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
@@ -376,7 +377,7 @@ def _graph_tables(
         rel.drop_graph_inputs(
             "relationships", "descriptions", "text_definitions", "language", "concrete_values"
         )
-        pa.default_memory_pool().release_unused()
+        give_back()
     return out
 
 

@@ -29,6 +29,7 @@ from .graph import DESCRIPTION_KEY, IDENTITY_KEY, TOKEN_WORDS_SCHEMA
 from .icd_hierarchy import ATOM_KIND as ICD_ATOM_KIND
 from .icd_hierarchy import RELATION_KIND as ICD_RELATION_KIND
 from .icd_hierarchy import RELATION_LABELS as ICD_RELATION_LABELS
+from .memory import give_back
 from .words import strip_semantic_tag
 
 log = logging.getLogger(__name__)
@@ -434,6 +435,7 @@ def encode_parquet(table: pa.Table | Chunks, program_id: str) -> Encoded:
                 writer = pq.ParquetWriter(sink, part.schema, compression="zstd")
             writer.write_table(part)
             del part
+            give_back()  # this thread's heap: the part is written
         writer.close()
     else:
         t = table.table() if isinstance(table, Chunks) else table

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from . import rf2_schema as S
 from .errors import AsOfError, OptionError
+from .memory import give_back
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
 from .rf2_read import ReadReport, read_rf2_file
 from .rf2_schema import is_calendar_date
@@ -133,7 +134,7 @@ def load_release(
         rel.select(KEPT["Relationship"]),
     )
     tdef = tdef.select(KEPT["Description"]) if tdef is not None else None
-    pa.default_memory_pool().release_unused()
+    give_back()
     r.timings["load_release"] = round(time.perf_counter() - t0, 3)
     return Release(
         src=src,
@@ -199,7 +200,7 @@ class _Reader:
         else:
             merged = merged.drop_columns(list(SOURCE_COLUMNS))
         self.timings[f"read_{kind}"] = round(time.perf_counter() - t, 3)
-        pa.default_memory_pool().release_unused()  # the file's text columns are gone: give their pages back
+        give_back()  # the file's text columns are gone: give their pages back
         return merged
 
 

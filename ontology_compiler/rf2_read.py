@@ -14,6 +14,7 @@ Only the error path scans a file line by line, to name the exact line.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,30 +109,32 @@ def type_rf2_table(
     cols = COLUMNS[content]
     report = ReadReport(path=str(path), rows=table.num_rows)
 
-    def typed_column(name: str) -> tuple[pa.Array, np.ndarray | None, ReadReport]:
+    def typed_column(name: str) -> Callable[[], tuple[pa.Array, np.ndarray | None]]:
         col = table.column(name)
-        found = ReadReport(path=str(path))
         if name in INT_COLUMNS:
-            return _int_column(path, name, col, line_no), None, found
+            arr = _int_column(path, name, col, line_no)
+            return lambda: (arr, None)
         if name in SCTID_COLUMNS.get(content, ()):
-            arr, ok = _sctid_column(path, name, col, line_no, strict, found)
-            return arr, ok, found
-        return (col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col), None, found
+            return _sctid_column(path, name, col, line_no, strict, report)
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        return lambda: (arr, None)
 
-    # the columns two at a time (numpy and Arrow leave Python's lock); results, findings and the first
-    # error are taken in column order, so they do not depend on which thread finished first
-    futures = [_column_pool().submit(typed_column, name) for name in cols]
+    # Arrow work here, the check digits of large columns two at a time on worker threads (numpy leaves
+    # Python's lock; workers allocate no Arrow memory, which a worker's heap would keep); results, findings
+    # and the first error are taken in column order, whichever thread finished first
+    finishers = []
+    for name in cols:
+        try:
+            finishers.append(typed_column(name))
+        except InputFileError as e:
+            finishers.append(_raiser(e))
     out: dict[str, pa.Array] = {}
     keep = None  # bool mask of rows kept (non-numeric SCTIDs dropped when not strict)
-    for name, f in zip(cols, futures, strict=True):
-        arr, ok, found = f.result()
+    for name, finish in zip(cols, finishers, strict=True):
+        arr, ok = finish()
         out[name] = arr
         if ok is not None:
             keep = ok if keep is None else (keep & ok)
-        report.dropped_non_numeric_id += found.dropped_non_numeric_id
-        report.bad_check_digit += found.bad_check_digit
-        for e in found.examples:
-            report.note(e)
     typed = pa.table(out)
     if keep is not None:
         typed = typed.filter(pa.array(keep))
@@ -278,11 +281,19 @@ def _int_column(path: Path, name: str, col: pa.ChunkedArray, line_no: np.ndarray
     return pc.take(pc.cast(d.dictionary, dtype), d.indices)
 
 
+def _raiser(e: BaseException) -> Callable[[], tuple[pa.Array, np.ndarray | None]]:
+    def raise_it() -> tuple[pa.Array, np.ndarray | None]:
+        raise e
+
+    return raise_it
+
+
 def _sctid_column(
     path: Path, name: str, col: pa.ChunkedArray, line_no: np.ndarray, strict: bool, report: ReadReport
-) -> tuple[pa.Array, np.ndarray | None]:
-    """An SCTID column as int64, and the rows to keep (None: all). A column of few distinct values
-    (:data:`_LOW_CARDINALITY`) is checked on its dictionary."""
+) -> Callable[[], tuple[pa.Array, np.ndarray | None]]:
+    """An SCTID column as int64, and the rows to keep (None: all), from the function returned (call it in
+    column order: it reports and, with ``strict``, raises). A column of few distinct values
+    (:data:`_LOW_CARDINALITY`) is checked on its dictionary here; a large one's check digits on a worker."""
     if name in _LOW_CARDINALITY:
         d = _encoded(col)
         try:  # as the column path below: a column that casts is numeric throughout
@@ -304,10 +315,34 @@ def _sctid_column(
             numeric_rows = pc.match_substring_regex(col, r"^\d{6,18}$")
             keep = numeric_rows.to_numpy(zero_copy_only=False)
             ints = pc.cast(pc.if_else(numeric_rows, col, pa.scalar("0")), pa.int64()).combine_chunks()
-        valid = verhoeff_valid(ints.to_numpy())
-        if keep is not None:
-            valid |= ~keep
-        invalid = None if valid.all() else ~valid
+        checking = _column_pool().submit(verhoeff_valid, ints.to_numpy())
+        invalid = None
+
+    def finish() -> tuple[pa.Array, np.ndarray | None]:
+        bad_digits = invalid
+        if bad_digits is None and name not in _LOW_CARDINALITY:
+            valid = checking.result()
+            if keep is not None:
+                valid |= ~keep
+            bad_digits = None if valid.all() else ~valid
+        _report_sctids(path, name, col, line_no, strict, report, ints, keep, bad_digits)
+        return ints, keep
+
+    return finish
+
+
+def _report_sctids(
+    path: Path,
+    name: str,
+    col: pa.ChunkedArray,
+    line_no: np.ndarray,
+    strict: bool,
+    report: ReadReport,
+    ints: pa.Array,
+    keep: np.ndarray | None,
+    invalid: np.ndarray | None,
+) -> None:
+    """Count, log and (``strict``) raise the non-numeric and bad-check-digit SCTIDs of a column."""
     if keep is not None:
         bad = ~keep
         line, value = _first_bad(bad, line_no, col)
@@ -338,7 +373,6 @@ def _sctid_column(
             report,
         )
         report.bad_check_digit += n
-    return ints, keep
 
 
 def _bad_sctid(

@@ -45,10 +45,14 @@ def test_all_distinct_ids(monkeypatch):
     u = [str(uuid.UUID(int=int(i))) for i in np.random.default_rng(1).integers(0, 2**62, size=500)]
     assert snapshot.all_distinct(pa.array(u)) and not snapshot.all_distinct(pa.array(u + [u[7]]))
     assert snapshot.all_distinct(pa.array(u).slice(3))  # a slice keeps its own offsets
-    assert snapshot.all_distinct(pa.array(u + [u[7].upper()]))  # not a lowercase UUID: compared as text
+    assert snapshot.all_distinct(pa.array(u + [u[7].upper()]))  # compared as text
+    assert not snapshot.all_distinct(pa.array(["a1", "b2", "a1"]))  # any one width
+    assert snapshot.all_distinct(pa.array(["a", "bb", "a "])) and not snapshot.all_distinct(
+        pa.array(["a", "bb", "a"])
+    )
     assert not snapshot.all_distinct(pa.chunked_array([pa.array([5, 6]), pa.array([7, 5])]))
     # digests that collide are settled on the strings themselves
-    monkeypatch.setattr(snapshot, "_uuid_digest", lambda arr: np.zeros(len(arr), dtype=np.uint64))
+    monkeypatch.setattr(snapshot, "_digest", lambda arr: np.zeros(len(arr), dtype=np.uint64))
     assert snapshot.all_distinct(pa.array(u)) and not snapshot.all_distinct(pa.array(u + [u[0]]))
 
 
