@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .athena_read import find_athena, load_athena
 from .codes import read_code_counts, read_code_universe
-from .compiler import _counts, _mapping_sources, _program_tables
+from .compiler import _counts, _mapping_sources, _program_tables, encode_release_tables
 from .front import DEFAULT_OUT, FALLBACKS
 from .graph import check_is_a_acyclic
 from .manifest import (
@@ -36,6 +36,7 @@ from .manifest import (
 from .map_codes import map_codes
 from .map_policy import load_policy
 from .map_sources import OmopValidity
+from .program import BackgroundEncoder
 from .release import parse_as_of
 from .rf2_schema import US_ENGLISH
 from .snomed_tokens import token_options, with_snomed_tokens
@@ -135,8 +136,10 @@ def compile_athena(
             omop_validity=OmopValidity(at),
         )
     mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)
+    encoder = BackgroundEncoder(pid)
+    encode_release_tables(rel, encoder)
     tables, graph_tables, coverage, hierarchy = _program_tables(
-        rel, mres, stop_words, US_ENGLISH, icd_hierarchy, pid
+        rel, mres, stop_words, US_ENGLISH, icd_hierarchy, encoder
     )
     manifest = {
         **manifest_head(pid),

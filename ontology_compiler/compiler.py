@@ -34,6 +34,7 @@ from .icd10cm_tree import prefetch_tabular
 from .icd_hierarchy import IcdHierarchy, hierarchy_inputs
 from .icd_hierarchy import icd_hierarchy as build_icd_hierarchy
 from .manifest import (
+    Beside,
     CompileResult,
     Hashing,
     holds_programs,
@@ -167,11 +168,16 @@ def compile_ontology(
         inputs, t_hash = hashing.result()
         pid = program_id(inputs, options)
     # ---- mapping
+    # the release as read (graph/) goes to the encoder now: it is encoded beside the rest of the compile
+    encoder = BackgroundEncoder(pid)
+    encode_release_tables(rel, encoder)
+    # the concepts' labels (descriptions, language rows) on a thread beside the mapping (maps, concepts)
+    labels = Beside(preferred_terms, rel.descriptions, rel.language, languages[0])
     mres = _map(rel, map_sources, policy, codes, code_counts, fallback)
     mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)
     # ---- graph and program tables
     tables, graph_tables, coverage, hierarchy = _program_tables(
-        rel, mres, stop_words, languages[0], icd_hierarchy, pid
+        rel, mres, stop_words, languages[0], icd_hierarchy, encoder, labels
     )
     manifest = {
         **manifest_head(pid),
@@ -254,31 +260,37 @@ def _program_tables(
     stop_words: list[str],
     label_language: int,
     icd_hierarchy: bool,
-    program_id: str | None = None,
+    encoder: BackgroundEncoder | None = None,
+    labels: Beside | None = None,
 ) -> tuple[dict[str, pa.Table], dict, dict, IcdHierarchy | None]:
     """``(tables, graph tables, coverage, ICD hierarchy)``: the graph of the mapped concepts, the release as
     read (``graph/``), the ICD hierarchy of the tokens (None when off), then the program's tables.
 
-    With ``program_id`` the graph tables are encoded in the background as soon as they are built (futures
-    :func:`program.write_program` takes) and the release's descriptions, language rows and relationships
-    are dropped from ``rel``: the rest of the compile runs beside the encoder in a fraction of the memory."""
+    With an ``encoder`` (given the release's tables by :func:`encode_release_tables`) the concepts and the
+    ICD map go to it too and the graph tables returned are its futures (:func:`program.write_program`
+    takes them); the release's descriptions, language rows and relationships are then dropped from
+    ``rel``, and the program's tables are built in a fraction of the memory. ``labels``: the
+    :func:`graph.preferred_terms` being computed (computed here when None)."""
     token_snomed = mres.token_snomed
     sctids = pc.unique(token_snomed["sctid"]) if token_snomed.num_rows else pa.array([], pa.int64())
     with timed(rel.timings, "graph"):
+        if labels is None:
+            labels = Beside(preferred_terms, rel.descriptions, rel.language, label_language)
+        # the description words of the mapped concepts on a thread, the rest here
+        wedges = Beside(_description_words, rel.descriptions, rel.language, sctids, stop_words)
+        label_table = labels.result()
+        graph_tables: dict = _graph_tables(rel, label_table, mres.candidates, encoder)
         rel_edges = relationship_edges(rel.relationships, sctids)
-        terms = description_terms(rel.descriptions, rel.language, sctids)
-        wedges = word_edges(terms, stop_words)
-        del terms
-        labels = preferred_terms(rel.descriptions, rel.language, label_language)
-        tokens = _tokens(mres.tokens, token_snomed, labels)
+        tokens = _tokens(mres.tokens, token_snomed, label_table)
         twords = token_word_edges(mres.token_terms, stop_words)
-    with timed(rel.timings, "graph_tables"):
-        if program_id is None:
-            graph_tables: dict = _graph_tables(rel, labels, mres.candidates)
-        else:
-            encoder = BackgroundEncoder(program_id)
-            _graph_tables(rel, labels, mres.candidates, encoder)
+        wedges = wedges.result()
+        labels = label_table
+        if encoder is not None:  # the encoder holds what it still needs of the release; the release lets go
             graph_tables = encoder.close()
+            rel.drop_graph_inputs(
+                "relationships", "descriptions", "text_definitions", "language", "concrete_values"
+            )
+            give_back()
     hierarchy = None
     if icd_hierarchy:
         with timed(rel.timings, "icd_hierarchy"):
@@ -290,6 +302,14 @@ def _program_tables(
     coverage["snomed_concepts_mapped"] = int(len(sctids))
     coverage["snomed_concepts_without_edges"] = _without_edges(sctids, rel_edges, wedges)
     return tables, graph_tables, coverage, hierarchy
+
+
+def _description_words(
+    descriptions: pa.Table, language: pa.Table, sctids: pa.Array, stop_words: list[str]
+) -> pa.Table:
+    """The word edges of the concepts ``sctids`` (:func:`graph.description_terms`, then
+    :func:`graph.word_edges`)."""
+    return word_edges(description_terms(descriptions, language, sctids), stop_words)
 
 
 def _release_entry(rel: Release, name: str, as_of: str | None, rtype: str) -> dict:
@@ -352,33 +372,42 @@ def _tokens(tokens: pa.Table, token_snomed: pa.Table, labels: pa.Table) -> pa.Ta
     )
 
 
+def encode_release_tables(rel: Release, encoder: BackgroundEncoder) -> None:
+    """Hand the release's relationships, descriptions and concrete values (``graph/``) to ``encoder`` as
+    :class:`Chunks`, which build them a row group at a time and hold the release's tables until encoded."""
+    encoder.submit("snomed_descriptions", _description_table(rel))
+    encoder.submit("snomed_relationships", _renamed(rel.relationships, RELATIONSHIP_COLUMNS))
+    if rel.concrete_values.num_rows:
+        encoder.submit("snomed_concrete_values", _renamed(rel.concrete_values, CONCRETE_VALUE_COLUMNS))
+
+
 def _graph_tables(
     rel: Release, labels: pa.Table, candidates: pa.Table, encoder: BackgroundEncoder | None = None
 ) -> dict[str, pa.Table]:
     """The release as read (``graph/``): concepts, relationships, descriptions, concrete values, ICD map.
 
-    With an ``encoder`` each table goes to it as soon as it is built, and the release tables it came from
-    are dropped from ``rel`` (:meth:`Release.drop_graph_inputs`); the dict returned is then empty."""
-    out: dict[str, pa.Table] = {}
-
-    def emit(name: str, table: pa.Table | Chunks) -> None:
-        if encoder is None:
-            out[name] = table.table() if isinstance(table, Chunks) else table
-        else:
-            encoder.submit(name, table)
-
-    emit("snomed_concepts", _concept_table(rel.concepts, labels))
-    emit("snomed_relationships", _renamed(rel.relationships, RELATIONSHIP_COLUMNS))
-    emit("snomed_descriptions", _description_table(rel))
-    emit("icd_map", candidates)
+    With an ``encoder`` (which has the release's tables already, :func:`encode_release_tables`) the
+    concepts and the ICD map go to it, its futures are put in the program's file order, and the dict
+    returned is empty."""
+    if encoder is not None:
+        encoder.submit("snomed_concepts", _concept_table(rel.concepts, labels))
+        encoder.submit("icd_map", candidates)
+        encoder.futures = {k: encoder.futures[k] for k in GRAPH_TABLES if k in encoder.futures}
+        return {}
+    out = {
+        "snomed_concepts": _concept_table(rel.concepts, labels),
+        "snomed_relationships": _renamed(rel.relationships, RELATIONSHIP_COLUMNS).table(),
+        "snomed_descriptions": _description_table(rel).table(),
+        "icd_map": candidates,
+    }
     if rel.concrete_values.num_rows:
-        emit("snomed_concrete_values", _renamed(rel.concrete_values, CONCRETE_VALUE_COLUMNS).table())
-    if encoder is not None:  # the encoder holds what it still needs; the release lets go
-        rel.drop_graph_inputs(
-            "relationships", "descriptions", "text_definitions", "language", "concrete_values"
-        )
-        give_back()
+        out["snomed_concrete_values"] = _renamed(rel.concrete_values, CONCRETE_VALUE_COLUMNS).table()
     return out
+
+
+GRAPH_TABLES = (
+    "snomed_concepts", "snomed_relationships", "snomed_descriptions", "icd_map", "snomed_concrete_values",
+)  # fmt: skip
 
 
 # graph/ column -> RF2 column (rows sorted by id)
@@ -404,19 +433,29 @@ def _renamed(t: pa.Table, columns: dict[str, str]) -> Chunks:
 
 
 def _concept_table(c: pa.Table, labels: pa.Table) -> pa.Table:
-    fsn_tag = labels.append_column("semantic_tag", semantic_tag(labels["fsn"]))
-    return (
-        pa.table(
-            {
-                "id": c["id"],
-                "effective_time": c["effectiveTime"],
-                "module_id": c["moduleId"],
-                "definition_status_id": c["definitionStatusId"],
-                "primitive": pc.equal(c["definitionStatusId"], pa.scalar(S.PRIMITIVE, pa.int64())),
-            }
-        )
-        .join(fsn_tag.rename_columns(["id", "fsn", "preferred_term", "semantic_tag"]), keys="id")
-        .sort_by("id")
+    """The concepts by id, each with its FSN, preferred term and semantic tag (null where it has none);
+    ``labels`` is sorted by ``sctid`` (:func:`graph.preferred_terms`)."""
+    ids = c["id"].to_numpy()
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    label_ids = labels["sctid"].to_numpy()
+    at = np.minimum(np.searchsorted(label_ids, sorted_ids), max(len(label_ids) - 1, 0))
+    found = label_ids[at] == sorted_ids if len(label_ids) else np.zeros(len(ids), dtype=bool)
+    lab = pa.array(at, mask=~found)
+    rows = pa.array(order)
+    fsn = pc.take(labels["fsn"], lab)
+    status = pc.take(c["definitionStatusId"], rows)
+    return pa.table(
+        {
+            "id": pc.take(c["id"], rows),
+            "effective_time": pc.take(c["effectiveTime"], rows),
+            "module_id": pc.take(c["moduleId"], rows),
+            "definition_status_id": status,
+            "primitive": pc.equal(status, pa.scalar(S.PRIMITIVE, pa.int64())),
+            "fsn": fsn,
+            "preferred_term": pc.take(labels["preferred"], lab),
+            "semantic_tag": semantic_tag(fsn),
+        }
     )
 
 

@@ -117,6 +117,31 @@ def holds_programs(out_dir: Path) -> bool:
         return False
 
 
+class Beside:
+    """``fn(*args)`` run on a thread beside the caller (for work in numpy and Arrow, which leave Python's
+    lock); :meth:`result` waits for it and returns its value or raises its error."""
+
+    def __init__(self, fn, *args) -> None:
+        self._out: list = []
+        self._thread = threading.Thread(
+            target=self._run, args=(fn, args), name=f"beside-{fn.__name__}", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, fn, args) -> None:
+        try:
+            self._out[:] = [fn(*args), None]
+        except BaseException as e:  # raised again by result()
+            self._out[:] = [None, e]
+
+    def result(self):
+        self._thread.join()
+        value, error = self._out
+        if error is not None:
+            raise error
+        return value
+
+
 class Hashing:
     """``hash_inputs()`` run on a thread (hashlib leaves Python's lock on large buffers), beside the
     reading of a compile that cannot be a no-op; :meth:`result` gives ``(inputs, seconds)``."""

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]")
 EDGE_KEY = ["concept_id", "relation_id", "atom_id"]  # an edge is unique by these
-WRITE_THREADS = 2  # tables encoded at once
+WRITE_THREADS = 1  # tables encoded at once (one beside the compile: less memory, no slower on two cores)
 
 
 def build_tables(
@@ -418,7 +418,7 @@ class Chunks:
         return self.build(0, self.rows)
 
 
-ROW_GROUP_ROWS = 1 << 18  # rows per row group of a table encoded from Chunks
+ROW_GROUP_ROWS = 1 << 16  # rows per row group of a table encoded from Chunks
 
 
 def encode_parquet(table: pa.Table | Chunks, program_id: str) -> Encoded:

@@ -111,11 +111,12 @@ def load_release(
     r.counts["concepts_active"] = concepts.num_rows
     r.counts["concepts_inactive"] = len(inactive_ids)
     desc = _of_live_concepts(
-        active(r.load("Description")), "conceptId", live, known, r.counts, "descriptions"
+        _active_kept(r.load("Description"), "Description"), "conceptId", live, known, r.counts, "descriptions"
     )
     tdef = r.load("TextDefinition")
     if tdef is not None:
-        tdef = _of_live_concepts(active(tdef), "conceptId", live, known, r.counts, "text_definitions")
+        tdef = _active_kept(tdef, "Description")
+        tdef = _of_live_concepts(tdef, "conceptId", live, known, r.counts, "text_definitions")
     rel = _relationships(r, "StatedRelationship" if stated else "Relationship", live, known)
     cv = r.load("RelationshipConcreteValues")
     if cv is not None:
@@ -127,13 +128,6 @@ def load_release(
         pc.invert(pc.is_in(maps["referencedComponentId"], value_set=live))
     )
     assoc = r.load("Association")
-    # what the compile reads of them from here on (the rest is checked, then freed)
-    desc, lang, rel = (
-        desc.select(KEPT["Description"]),
-        lang.select(KEPT["Language"]),
-        rel.select(KEPT["Relationship"]),
-    )
-    tdef = tdef.select(KEPT["Description"]) if tdef is not None else None
     give_back()
     r.timings["load_release"] = round(time.perf_counter() - t0, 3)
     return Release(
@@ -232,6 +226,13 @@ def _all_concepts(r: _Reader, as_of: int | None) -> pa.Table:
     return latest_per_id(concept_raw, r.as_of)
 
 
+def _active_kept(t: pa.Table, kind: str) -> pa.Table:
+    """The active rows of ``t``, only the columns the compile uses afterwards (:data:`KEPT`; all were read
+    and checked): fewer columns to copy in each filter from here on."""
+    t = t.select([*KEPT[kind], "active"])
+    return active(t).drop_columns(["active"])
+
+
 def _n(mask: pa.Array | pa.ChunkedArray) -> int:
     """How many values of a boolean mask are true."""
     return int(pc.sum(mask).as_py() or 0)
@@ -274,7 +275,7 @@ def _relationships(r: _Reader, kind: str, live: pa.Array, known: pa.Array) -> pa
     (``relationships_dropped_characteristic_type``), an unknown source or destination
     (``relationships_dropped_unknown_concept``), an unknown type (``relationships_dropped_unknown_type``),
     and the rest with an inactive end or type (``relationships_dropped_inactive_concept``)."""
-    rel = active(r.load(kind))
+    rel = _active_kept(r.load(kind), "Relationship")
     rel = _of_view_type(rel, kind, r.counts)
     rel = rel.filter(pc.not_equal(rel["characteristicTypeId"], pa.scalar(S.ADDITIONAL, pa.int64())))
     ok = pc.and_(
@@ -356,7 +357,7 @@ def _language(r: _Reader, languages: tuple[int, ...], described: list[pa.Table])
             + ", ".join(str(f.path) for f in r.files["Language"])
             + ")"
         )
-    lang = active(lang)
+    lang = _active_kept(lang, "Language")
     lang = lang.filter(pc.is_in(lang["refsetId"], value_set=pa.array(list(languages), pa.int64())))
     ids = pa.concat_arrays([t["id"].combine_chunks() for t in described])
     ok = pc.is_in(lang["referencedComponentId"], value_set=ids)
