@@ -14,7 +14,9 @@ Only the error path scans a file line by line, to name the exact line.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import queue
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,9 +90,28 @@ def read_rf2_file(path: str | Path, content: str, *, strict: bool = False) -> tu
             expected="\t".join(cols).replace("\t", " "),
             found=" ".join(header) + f" ({len(header)} columns)",
         )
-    table = _read_strings(path, cols)
-    line_no = np.arange(table.num_rows, dtype=np.int64) + 2  # header is line 1; no quoting, so rows = lines
-    return type_rf2_table(path, content, table, line_no, strict=strict)
+    # block by block: a thread parses the next block while this one is typed, and the file's text is
+    # never whole in memory (line numbers run on: the header is line 1; no quoting, so rows = lines)
+    report = ReadReport(path=str(path))
+    parts = []
+    first_line = 2
+    for block in _string_blocks(path, cols):
+        n = block.num_rows
+        typed, found = type_rf2_table(
+            path, content, block, np.arange(first_line, first_line + n, dtype=np.int64), strict=strict
+        )
+        del block
+        parts.append(typed)
+        first_line += n
+        report.rows += found.rows
+        report.dropped_non_numeric_id += found.dropped_non_numeric_id
+        report.bad_check_digit += found.bad_check_digit
+        for e in found.examples:
+            report.note(e)
+    if not parts:  # a header and no rows
+        empty = pa.table({c: pa.array([], pa.string()) for c in cols})
+        return type_rf2_table(path, content, empty, np.zeros(0, dtype=np.int64), strict=strict)
+    return (parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()), report
 
 
 def read_rf2_like(path: str | Path, table: pa.Table, content: str, *, strict: bool = False) -> pa.Table:
@@ -176,33 +197,77 @@ def read_tsv(
     return t.append_column("_line", pa.array(np.arange(t.num_rows, dtype=np.int64) + 2))
 
 
+BLOCK_BYTES = 1 << 24  # text parsed at a time
+
+
+def _csv_options(cols: tuple[str, ...]) -> dict:
+    return {
+        # one thread per file: as fast on two cores (the other one types the previous block)
+        "read_options": pacsv.ReadOptions(
+            column_names=list(cols), skip_rows=1, block_size=BLOCK_BYTES, use_threads=False
+        ),
+        "parse_options": pacsv.ParseOptions(
+            delimiter="\t",
+            quote_char=False,
+            escape_char=False,
+            double_quote=False,
+            newlines_in_values=False,
+            ignore_empty_lines=False,
+        ),
+        "convert_options": pacsv.ConvertOptions(
+            column_types={c: pa.string() for c in cols},
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+            check_utf8=True,
+        ),
+    }
+
+
 def _read_strings(path: Path, cols: tuple[str, ...]) -> pa.Table:
+    """The whole file as a table of strings (the small tables read whole: map files, tls)."""
     try:
-        return pacsv.read_csv(
-            path,
-            # one thread: as fast on two cores, and its memory stays in this thread's heap, which the pool can
-            # give back (pages freed by reader threads stay with them)
-            read_options=pacsv.ReadOptions(
-                column_names=list(cols), skip_rows=1, block_size=1 << 24, use_threads=False
-            ),
-            parse_options=pacsv.ParseOptions(
-                delimiter="\t",
-                quote_char=False,
-                escape_char=False,
-                double_quote=False,
-                newlines_in_values=False,
-                ignore_empty_lines=False,
-            ),
-            convert_options=pacsv.ConvertOptions(
-                column_types={c: pa.string() for c in cols},
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-                check_utf8=True,
-            ),
-        )
+        return pacsv.read_csv(path, **_csv_options(cols))
     except pa.ArrowInvalid as e:
         _locate_problem(path, len(cols))
         raise InputFileError(path, f"could not parse as a TAB-separated RF2 file: {e}") from e
+
+
+_END = object()
+
+
+def _string_blocks(path: Path, cols: tuple[str, ...]) -> Iterator[pa.Table]:
+    """The file's rows as tables of strings, a block (:data:`BLOCK_BYTES` of text) each, parsed on a
+    thread one block ahead of the caller. A parse error is an :class:`InputFileError` naming the line."""
+    blocks: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            with pacsv.open_csv(path, **_csv_options(cols)) as reader:
+                for batch in reader:
+                    while not stop.is_set():
+                        try:
+                            blocks.put(batch, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if stop.is_set():
+                        return
+            blocks.put(_END)
+        except BaseException as e:  # handed to the caller
+            blocks.put(e)
+
+    threading.Thread(target=produce, name="rf2-parse", daemon=True).start()
+    try:
+        while (item := blocks.get()) is not _END:
+            if isinstance(item, pa.ArrowInvalid):
+                _locate_problem(path, len(cols))
+                raise InputFileError(path, f"could not parse as a TAB-separated RF2 file: {item}") from item
+            if isinstance(item, BaseException):
+                raise item
+            yield pa.Table.from_batches([item])
+    finally:
+        stop.set()
 
 
 def _locate_problem(path: Path, ncols: int) -> None:

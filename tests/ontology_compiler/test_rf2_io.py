@@ -41,6 +41,42 @@ def test_writer_round_trip_crlf_no_quoting(tmp_path):
         write_rf2_file(p, "Description", {**rows, "term": ["tab\there", "x"]})
 
 
+def test_blocks_keep_rows_and_line_numbers(tmp_path, monkeypatch):
+    """A file read in many blocks gives the rows of one read, lines numbered across blocks; a bad value
+    in a later block is named by its line; an empty file is an empty table."""
+    from ontology_compiler import rf2_read
+    from ontology_compiler.errors import InputFileError
+
+    p = tmp_path / rf2_file_name("Relationship", "Snapshot", "INT", "20220531")
+    n = 3000
+    rows = {
+        "id": [make_sctid(500000 + i, "02") for i in range(n)],
+        "effectiveTime": [20220131] * n,
+        "active": [1, 0] * (n // 2),
+        "moduleId": [S.CORE_MODULE] * n,
+        "sourceId": [make_sctid(9990001 + i % 7) for i in range(n)],
+        "destinationId": [make_sctid(9990100 + i % 11) for i in range(n)],
+        "relationshipGroup": [i % 3 for i in range(n)],
+        "typeId": [S.IS_A] * n,
+        "characteristicTypeId": [S.INFERRED] * n,
+        "modifierId": [S.EXISTENTIAL] * n,
+    }
+    write_rf2_file(p, "Relationship", rows)
+    whole, _ = read_rf2_file(p, "Relationship", strict=True)
+    monkeypatch.setattr(rf2_read, "BLOCK_BYTES", 4096)  # about 40 rows a block
+    blocks, report = read_rf2_file(p, "Relationship", strict=True)
+    assert blocks.equals(whole) and report.rows == n
+    assert blocks["_line"].to_pylist() == list(range(2, n + 2))
+    lines = p.read_bytes().split(b"\r\n")
+    lines[2500] = lines[2500].replace(b"\t20220131\t", b"\t20221331\t", 1)  # line 2501: no month 13
+    p.write_bytes(b"\r\n".join(lines))
+    with pytest.raises(InputFileError, match="line 2501.*not a calendar date"):
+        read_rf2_file(p, "Relationship")
+    p.write_bytes(b"\r\n".join(lines[:1]) + b"\r\n")
+    empty, report = read_rf2_file(p, "Relationship")
+    assert empty.num_rows == 0 and report.rows == 0 and "sourceId" in empty.column_names
+
+
 def _load_generator():
     spec = importlib.util.spec_from_file_location(
         "synthetic_release", ROOT / "benchmarks" / "synthetic_release.py"
