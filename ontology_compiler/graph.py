@@ -101,11 +101,20 @@ def description_terms(descriptions: pa.Table, language: pa.Table, sctids: pa.Arr
     )
 
 
+WORD_SLICE = 1 << 16  # terms split into words at a time
+
+
 def word_edges(terms: pa.Table, stopwords: list[str]) -> pa.Table:
     """Distinct ``(sctid, word)`` pairs, sorted, with the least provenance (``type``) that gave the word
     (``fsn`` before ``synonym``). Columnar: one sort of packed integer keys."""
-    owner = pa.array(np.arange(terms.num_rows))
-    w = explode_words(owner, terms["term"], stopwords)
+    # a slice of terms at a time: lower-cased copies and split lists of one slice, not of all the terms
+    parts = [
+        explode_words(pa.array(np.arange(start, min(start + WORD_SLICE, terms.num_rows))), part, stopwords)
+        for start in range(0, terms.num_rows, WORD_SLICE)
+        for part in [terms["term"].slice(start, WORD_SLICE)]
+    ]
+    w = pa.concat_tables(parts) if parts else pa.table({"owner": pa.array([], pa.int64()), "word": []})
+    del parts
     if w.num_rows == 0:
         empty = pa.array([], pa.string())
         return pa.table({"sctid": pa.array([], pa.int64()), "word": empty, "provenance": empty})

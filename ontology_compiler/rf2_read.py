@@ -165,6 +165,17 @@ def type_rf2_table(
     return typed, report
 
 
+_PARSER: ThreadPoolExecutor | None = None
+
+
+def _parse_pool() -> ThreadPoolExecutor:
+    """One thread that parses every file (its Arrow heap reuses the blocks the caller has freed)."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rf2-parse")
+    return _PARSER
+
+
 _POOL: ThreadPoolExecutor | None = None
 COLUMN_THREADS = 2
 
@@ -257,7 +268,7 @@ def _string_blocks(path: Path, cols: tuple[str, ...]) -> Iterator[pa.Table]:
         except BaseException as e:  # handed to the caller
             blocks.put(e)
 
-    threading.Thread(target=produce, name="rf2-parse", daemon=True).start()
+    _parse_pool().submit(produce)
     try:
         while (item := blocks.get()) is not _END:
             if isinstance(item, pa.ArrowInvalid):
