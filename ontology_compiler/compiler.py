@@ -53,7 +53,7 @@ from .map_policy import MapPolicy, load_policy
 from .map_sources import find_sources
 from .memory import give_back
 from .program import BackgroundEncoder, Chunks, build_tables, table_counts
-from .release import Release, load_release, parse_as_of
+from .release import MappingInputs, Release, load_release, parse_as_of
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
 from .snomed_tokens import token_options, with_snomed_tokens
 from .words import semantic_tag
@@ -153,6 +153,7 @@ def compile_ontology(
     else:  # nothing to be up to date with: hash on a thread beside the reading (hashlib leaves the lock)
         hashing = Hashing(hash_inputs)
     # ---- read and resolve
+    mapping: list[Beside] = []  # the ICD mapping, on a thread from the moment its inputs are read
     rel = load_release(
         src,
         as_of=as_of,
@@ -161,6 +162,9 @@ def compile_ontology(
         stated=stated,
         strict=strict,
         packages=packages,
+        early=lambda inputs: mapping.append(
+            Beside(_map, inputs, map_sources, policy, codes, code_counts, fallback)
+        ),
     )
     with timed(rel.timings, "is_a_check"):
         check_is_a_acyclic(rel.relationships)
@@ -173,7 +177,8 @@ def compile_ontology(
     encode_release_tables(rel, encoder)
     # the concepts' labels (descriptions, language rows) on a thread beside the mapping (maps, concepts)
     labels = Beside(preferred_terms, rel.descriptions, rel.language, languages[0])
-    mres = _map(rel, map_sources, policy, codes, code_counts, fallback)
+    with timed(rel.timings, "mapping_wait"):
+        mres, rel.timings["mapping"] = mapping[0].result()
     mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)
     # ---- graph and program tables
     tables, graph_tables, coverage, hierarchy = _program_tables(
@@ -194,28 +199,30 @@ def compile_ontology(
 
 
 def _map(
-    rel: Release,
+    inputs: MappingInputs,
     map_sources: dict[str, list[Path]],
     policy: MapPolicy,
     codes: str | Path | None,
     code_counts: str | Path | None,
     fallback: str,
-) -> MappingResult:
-    """The mapping step (:func:`map_codes`) over the release, with the code universe and counts read."""
-    with timed(rel.timings, "mapping"):
-        universe = read_code_universe(codes) if codes is not None else None
-        counts_table = read_code_counts(code_counts) if code_counts is not None else None
-        return map_codes(
-            rel.maps,
-            rel.concepts["id"].combine_chunks(),
-            rel.known_concepts,
-            rel.associations,
-            map_sources,
-            policy,
-            universe=universe,
-            fallback=fallback,
-            code_counts=counts_table,
-        )
+) -> tuple[MappingResult, float]:
+    """The mapping step (:func:`map_codes`) over the release's map rows, with the code universe and counts
+    read; ``(result, seconds)``."""
+    t = time.perf_counter()
+    universe = read_code_universe(codes) if codes is not None else None
+    counts_table = read_code_counts(code_counts) if code_counts is not None else None
+    mres = map_codes(
+        inputs.maps,
+        inputs.live,
+        inputs.known,
+        inputs.associations,
+        map_sources,
+        policy,
+        universe=universe,
+        fallback=fallback,
+        code_counts=counts_table,
+    )
+    return mres, round(time.perf_counter() - t, 3)
 
 
 def _mapping_sources(src: Path, given: list[str | Path | None]) -> dict[str, list[Path]]:

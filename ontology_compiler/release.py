@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,17 @@ KEPT = {
     ],
 }  # fmt: skip
 _GRAPH_INPUTS = ("descriptions", "text_definitions", "language", "relationships", "concrete_values")
+
+
+@dataclass(frozen=True)
+class MappingInputs:
+    """What the mapping step reads of a release: active map rows, active and known concept ids, active
+    historical associations (as in :class:`Release`)."""
+
+    maps: pa.Table
+    live: pa.Array
+    known: pa.Array
+    associations: pa.Table
 
 
 @dataclass
@@ -93,9 +105,12 @@ def load_release(
     stated: bool = False,
     strict: bool = False,
     packages: tuple[str, ...] = (),
+    early: Callable[[MappingInputs], None] | None = None,
 ) -> Release:
     """Read and resolve a release folder. See the module docstring; ``packages`` as in
-    :func:`rf2_files.select_files`."""
+    :func:`rf2_files.select_files`. ``early`` is called with the :class:`MappingInputs` as soon as they are
+    read (concepts, map and association refsets come first), before the descriptions, relationships and
+    language refsets: the compiler maps the ICD codes on a thread meanwhile."""
     t0 = time.perf_counter()
     src = Path(src)
     as_of_int = parse_as_of(as_of)
@@ -110,6 +125,15 @@ def load_release(
     known = concept_all["id"].combine_chunks()
     r.counts["concepts_active"] = concepts.num_rows
     r.counts["concepts_inactive"] = len(inactive_ids)
+    maps = active(r.load("ExtendedMap"))  # rows on inactive concepts are resolved by the mapping step
+    r.counts["map_rows_active"] = maps.num_rows
+    r.counts["map_rows_on_inactive_concept"] = _n(
+        pc.invert(pc.is_in(maps["referencedComponentId"], value_set=live))
+    )
+    assoc = r.load("Association")
+    assoc = active(assoc) if assoc is not None else pa.table({})
+    if early is not None:  # what the mapping needs is read: it may start while the rest is read
+        early(MappingInputs(maps, live, known, assoc))
     desc = _of_live_concepts(
         _active_kept(r.load("Description"), "Description"), "conceptId", live, known, r.counts, "descriptions"
     )
@@ -122,12 +146,6 @@ def load_release(
     if cv is not None:
         cv = _of_live_concepts(active(cv), "sourceId", live, known, r.counts, "concrete_values")
     lang = _language(r, languages, [desc] + ([tdef] if tdef is not None else []))
-    maps = active(r.load("ExtendedMap"))  # rows on inactive concepts are resolved by the mapping step
-    r.counts["map_rows_active"] = maps.num_rows
-    r.counts["map_rows_on_inactive_concept"] = _n(
-        pc.invert(pc.is_in(maps["referencedComponentId"], value_set=live))
-    )
-    assoc = r.load("Association")
     give_back()
     r.timings["load_release"] = round(time.perf_counter() - t0, 3)
     return Release(
@@ -142,7 +160,7 @@ def load_release(
         concrete_values=cv if cv is not None else pa.table({}),
         language=lang,
         maps=maps,
-        associations=active(assoc) if assoc is not None else pa.table({}),
+        associations=assoc,
         inactive_concepts=pa.table({"id": inactive_ids}),
         known_concepts=known,
         counts=r.counts,
