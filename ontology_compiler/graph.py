@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-import networkx as nx
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,6 +47,8 @@ def check_is_a_acyclic(relationships: pa.Table) -> None:
         alive &= ~leaf_edges
     if not alive.any():
         return
+    import networkx as nx  # the error path only (16 MB a compile need not hold)
+
     g = nx.DiGraph()
     g.add_edges_from(zip(nodes[c[alive]].tolist(), nodes[p[alive]].tolist(), strict=True))
     cycle = nx.find_cycle(g)
