@@ -283,14 +283,12 @@ def _program_tables(
     with timed(rel.timings, "graph"):
         if labels is None:
             labels = Beside(preferred_terms, rel.descriptions, rel.language, label_language)
-        # the description words of the mapped concepts on a thread, the rest here
-        wedges = Beside(_description_words, rel.descriptions, rel.language, sctids, stop_words)
         label_table = labels.result()
         graph_tables: dict = _graph_tables(rel, label_table, mres.candidates, encoder)
         rel_edges = relationship_edges(rel.relationships, sctids)
         tokens = _tokens(mres.tokens, token_snomed, label_table)
         twords = token_word_edges(mres.token_terms, stop_words)
-        wedges = wedges.result()
+        wedges = word_edges(description_terms(rel.descriptions, rel.language, sctids), stop_words)
         labels = label_table
         if encoder is not None:  # the encoder holds what it still needs of the release; the release lets go
             graph_tables = encoder.close()
@@ -309,14 +307,6 @@ def _program_tables(
     coverage["snomed_concepts_mapped"] = int(len(sctids))
     coverage["snomed_concepts_without_edges"] = _without_edges(sctids, rel_edges, wedges)
     return tables, graph_tables, coverage, hierarchy
-
-
-def _description_words(
-    descriptions: pa.Table, language: pa.Table, sctids: pa.Array, stop_words: list[str]
-) -> pa.Table:
-    """The word edges of the concepts ``sctids`` (:func:`graph.description_terms`, then
-    :func:`graph.word_edges`)."""
-    return word_edges(description_terms(descriptions, language, sctids), stop_words)
 
 
 def _release_entry(rel: Release, name: str, as_of: str | None, rtype: str) -> dict:

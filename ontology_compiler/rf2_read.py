@@ -111,7 +111,7 @@ def read_rf2_file(path: str | Path, content: str, *, strict: bool = False) -> tu
     if not parts:  # a header and no rows
         empty = pa.table({c: pa.array([], pa.string()) for c in cols})
         return type_rf2_table(path, content, empty, np.zeros(0, dtype=np.int64), strict=strict)
-    return (parts[0] if len(parts) == 1 else pa.concat_tables(parts).combine_chunks()), report
+    return (parts[0] if len(parts) == 1 else pa.concat_tables(parts)), report  # chunked: no copy
 
 
 def read_rf2_like(path: str | Path, table: pa.Table, content: str, *, strict: bool = False) -> pa.Table:
