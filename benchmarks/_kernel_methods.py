@@ -11,6 +11,8 @@ step on the spectral path (``HRRBertSettings.spectral_decoder``).
 ``embedding(inverse)`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).
 (e') ``batch_rows_sparse``: (e) with the atoms' gradient sparse (only the atoms the batch reads, as
 ``HRREmbedding.sparse_grads`` trains them): no dense ``(A, D)`` gradient is zeroed and written.
+(e'') ``batch_rows_spectral``: (e') with the atoms and relations given as half spectra
+(``--spectral-atoms``): no transform of the atoms either way, only the rows' inverse transform.
 (f) ``spectral_atoms``: (d) with the atoms and relations given as half spectra (``--spectral-atoms``):
 no Fourier transform left, forward or backward, only the pair table and the sparse product.
 ``fft_floor``: only the unavoidable transforms, rfft of the atoms and irfft of the concepts, into reused
@@ -135,14 +137,19 @@ def batch_ids(n_concepts: int, n: int = BATCH * SEQ, seed: int = 0, s: float = Z
     return torch.from_numpy(rng.permutation(n_concepts)[ranks].astype(np.int64))
 
 
-def batch_rows_method(program: Program, dim: int, seed: int = 0, sparse: bool = False):
+def batch_rows_method(
+    program: Program, dim: int, seed: int = 0, sparse: bool = False, spectral_atoms: bool = False
+):
     """One batch's rows, the way ``HRREmbedding.forward`` composes them (unique, compose, inverse);
-    ``sparse``: the atoms' gradient sparse, only the rows read (``HRREmbedding.sparse_grads``)."""
+    ``sparse``: the atoms' gradient sparse, only the rows read (``HRREmbedding.sparse_grads``);
+    ``spectral_atoms``: atoms and relations given as half spectra (``--spectral-atoms``: no transform of
+    the atoms, forward or backward; the rows' inverse transform stays)."""
     ids = batch_ids(program.n_concepts, seed=seed).to(program.device)  # (B,)
+    spectral_dim = dim if spectral_atoms else None
 
     def run(atoms, relations):
         uniq, inv = torch.unique(ids, return_inverse=True)  # (U,), (B,)
-        rows = compose(program, atoms, relations, rows=uniq, sparse_grad=sparse)  # (U, D)
+        rows = compose(program, atoms, relations, rows=uniq, sparse_grad=sparse, dim=spectral_dim)  # (U, D)
         return torch.nn.functional.embedding(inv, rows)  # (B, D)
 
     run.ids = ids
@@ -152,6 +159,11 @@ def batch_rows_method(program: Program, dim: int, seed: int = 0, sparse: bool = 
 def batch_rows_sparse_method(program: Program, dim: int, seed: int = 0):
     """:func:`batch_rows_method` with the sparse atom gradient."""
     return batch_rows_method(program, dim, seed, sparse=True)
+
+
+def batch_rows_spectral_method(program: Program, dim: int, seed: int = 0):
+    """:func:`batch_rows_method` with the sparse atom gradient and the atoms as half spectra."""
+    return batch_rows_method(program, dim, seed, sparse=True, spectral_atoms=True)
 
 
 def fft_floor_method(program: Program, dim: int):
@@ -203,6 +215,7 @@ METHODS = {
     "spectral_atoms": spectral_atoms_method,
     "batch_rows": batch_rows_method,
     "batch_rows_sparse": batch_rows_sparse_method,
+    "batch_rows_spectral": batch_rows_spectral_method,
     "fft_floor": fft_floor_method,
 }
 
@@ -224,7 +237,7 @@ def _parameters(program: Program, method: str, dim: int, device: torch.device) -
     ``(n, 2F)``), which are then the parameters."""
     atoms = torch.randn(program.n_atoms, dim, device=device) * INIT_STD
     relations = torch.randn(program.n_relations, dim, device=device) * INIT_STD
-    if method == "spectral_atoms":
+    if method in ("spectral_atoms", "batch_rows_spectral"):
         atoms, relations = (
             torch.view_as_real(torch.fft.rfft(x, dim=1)).reshape(x.shape[0], -1) for x in (atoms, relations)
         )

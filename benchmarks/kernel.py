@@ -44,6 +44,7 @@ WORKER_METHODS = (
     "spectral_atoms",
     "batch_rows",
     "batch_rows_sparse",
+    "batch_rows_spectral",
     "fft_floor",
 )
 BATCH_LABEL = "32 x 128 codes"  # _kernel_methods.BATCH x SEQ
@@ -58,6 +59,14 @@ GOALS = (
         "ms",
         ("cpu", "cuda"),
         "(e') batch rows fwd+bwd, sparse atom gradient (issue 32)",
+    ),
+    (
+        "batch_rows_spectral",
+        "forward_backward",
+        10.0,
+        "ms",
+        ("cpu", "cuda"),
+        "(e'') batch rows fwd+bwd, sparse gradient, spectral atoms (issue 32)",
     ),
     ("ours", "peak_extra_mib", 512.0, "MiB", ("cpu", "cuda"), "(c) peak extra memory"),
     ("spectral", "peak_extra_mib", 150.0, "MiB", ("cpu", "cuda"), "(d) peak extra memory"),
@@ -188,6 +197,14 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
         (
             f"(e') ours, batch rows ({BATCH_LABEL}, Zipf), sparse atom gradient: compose(sparse_grad=True)",
             "batch_rows_sparse",
+            args.reps,
+            args.warmup,
+        )
+    )
+    plan.append(
+        (
+            f"(e'') ours, batch rows ({BATCH_LABEL}, Zipf), sparse gradient, atoms as half spectra",
+            "batch_rows_spectral",
             args.reps,
             args.warmup,
         )
