@@ -28,7 +28,15 @@ from .memory import give_back
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
 from .rf2_read import ReadReport, read_rf2_file
 from .rf2_schema import is_calendar_date
-from .snapshot import SOURCE_COLUMNS, active, all_distinct, concat, drop_duplicates, latest_per_id
+from .snapshot import (
+    SOURCE_COLUMNS,
+    active,
+    all_distinct,
+    concat,
+    drop_duplicates,
+    latest_per_id,
+    resolve_at,
+)
 
 log = logging.getLogger(__name__)
 
@@ -194,8 +202,12 @@ class _Reader:
             self.counts["rows_effective_after_package_date"] += _after_package_date(f, table, report)
             tables.append(table.append_column("_src", pa.array(np.full(table.num_rows, i, dtype=np.int32))))
         merged = concat(tables)
-        distinct = all_distinct(merged["id"])
-        merged, dropped = drop_duplicates(merged, [f.path for f in fs], distinct=distinct)
+        if resolve and self.as_of is not None:  # a Full release at a date: ids repeat, one sort resolves
+            merged, dropped = resolve_at(merged, [f.path for f in fs], self.as_of)
+            distinct = True
+        else:
+            distinct = all_distinct(merged["id"])
+            merged, dropped = drop_duplicates(merged, [f.path for f in fs], distinct=distinct)
         if dropped:
             self.counts[f"rows_duplicate_dropped_{kind}"] = dropped
             log.warning(
@@ -203,8 +215,8 @@ class _Reader:
                 kind,
                 dropped,
             )
-        if resolve:
-            merged = latest_per_id(merged, self.as_of, distinct=distinct or None)
+        if resolve and self.as_of is None:
+            merged = latest_per_id(merged, None, distinct=distinct or None)
         if kind == "ExtendedMap":  # map rows keep where they came from, for findings
             paths = pa.array([str(f.path) for f in fs], pa.string())
             file_of_row = pc.take(paths, merged["_src"])

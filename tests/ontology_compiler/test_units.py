@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from ontology_compiler import icd
 from ontology_compiler import rf2_schema as S
+from ontology_compiler.errors import DuplicateRowError
 from ontology_compiler.map_policy import load_policy
 from ontology_compiler.mapping import MappingStats, choose, extended_map_candidates
 from ontology_compiler.sctid import is_valid, make_sctid, verhoeff_valid
@@ -35,6 +38,42 @@ def test_vectorised_verhoeff_matches_scalar():
         ]
     )
     assert verhoeff_valid(ids).tolist() == [x >= 0 and is_valid(int(x)) for x in ids]
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_full_resolution_by_string_ids(monkeypatch, collide):
+    """Refset rows of a Full file: the latest row per member id, identical repeats dropped, also when
+    the ids' digests collide (then the strings are sorted instead)."""
+    from ontology_compiler import snapshot
+
+    if collide:
+        monkeypatch.setattr(snapshot, "_digest", lambda arr: np.zeros(len(arr), dtype=np.uint64))
+    ids = ["b" * 36, "a" * 36, "b" * 36, "c" * 36, "a" * 36, "a" * 36]
+    t = pa.table(
+        {
+            "id": ids,
+            "effectiveTime": pa.array(
+                [20200131, 20200131, 20210131, 20200131, 20220131, 20220131], pa.int32()
+            ),
+            "active": pa.array([1, 1, 0, 1, 0, 0], pa.int8()),
+            "_src": pa.array([0] * 6, pa.int32()),
+            "_line": pa.array(range(2, 8), pa.int64()),
+        }
+    )
+    kept, dropped = snapshot.drop_duplicates(t, [])
+    assert dropped == 1 and kept["_line"].to_pylist() == [2, 3, 4, 5, 6]
+    latest = snapshot.latest_per_id(kept, None)
+    pairs = zip(latest["id"].to_pylist(), latest["effectiveTime"].to_pylist(), strict=True)
+    assert sorted(pairs) == [
+        ("a" * 36, 20220131), ("b" * 36, 20210131), ("c" * 36, 20200131)
+    ]  # fmt: skip
+    assert sorted(snapshot.latest_per_id(kept, 20201231)["_line"].to_pylist()) == [2, 3, 5]
+    for at in (None, 20201231, 20210131, 20190101):  # the one-sort resolution gives the same rows
+        once, n_dropped = snapshot.resolve_at(t, [], at)
+        assert n_dropped == 1 and once.equals(snapshot.latest_per_id(kept, at))
+    differ = t.set_column(2, "active", pa.array([1, 1, 0, 1, 0, 1], pa.int8()))
+    with pytest.raises(DuplicateRowError, match="differ"):
+        snapshot.resolve_at(differ, [Path("f.txt")], None)
 
 
 def test_all_distinct_ids(monkeypatch):
