@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -422,11 +423,15 @@ CONCRETE_VALUE_COLUMNS = {
 def _renamed(t: pa.Table, columns: dict[str, str]) -> Chunks:
     """``t``'s ``columns`` renamed, rows by id (slices of ``t`` when it is in id order already)."""
     t = pa.table({new: t[old] for new, old in columns.items()})
-    ids = t["id"].to_numpy()
-    if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
-        return Chunks(t.num_rows, lambda start, stop: t.slice(start, stop - start))
-    order = np.argsort(ids, kind="stable")
-    return Chunks(t.num_rows, lambda start, stop: t.take(pa.array(order[start:stop])))
+
+    def prepare() -> tuple[int, Callable[[int, int], pa.Table]]:
+        ids = t["id"].to_numpy()
+        if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
+            return t.num_rows, lambda start, stop: t.slice(start, stop - start)
+        order = np.argsort(ids, kind="stable")
+        return t.num_rows, lambda start, stop: t.take(pa.array(order[start:stop]))
+
+    return Chunks(prepare)
 
 
 def _concept_table(c: pa.Table, labels: pa.Table) -> pa.Table:
@@ -465,46 +470,50 @@ def _description_table(rel: Release) -> Chunks:
         else rel.descriptions
     )
     lang = rel.language
-    # one row per (description, language row), the description's rows by refset; none: one row of nulls
-    ids = d["id"].to_numpy()
-    lang_desc, lang_refset = lang["referencedComponentId"].to_numpy(), lang["refsetId"].to_numpy()
-    lang_order = np.lexsort((lang_refset, lang_desc))
-    lang_sorted = lang_desc[lang_order]
-    desc_order = np.argsort(ids, kind="stable")
-    lo = np.searchsorted(lang_sorted, ids[desc_order], side="left")
-    n_lang = np.searchsorted(lang_sorted, ids[desc_order], side="right") - lo
-    n_rows = np.maximum(n_lang, 1)
-    rows = np.repeat(desc_order, n_rows)
-    within = np.arange(int(n_rows.sum())) - np.repeat(np.cumsum(n_rows) - n_rows, n_rows)
-    has = np.repeat(n_lang > 0, n_rows)
-    at = np.minimum(np.repeat(lo, n_rows) + within, max(len(lang_order) - 1, 0))
-    lang_rows = pa.array(lang_order[at] if len(lang_order) else np.zeros(len(rows), np.int64), mask=~has)
-    del lang_order, lang_sorted, desc_order, lo, n_lang, n_rows, within, has, at
 
-    def build(start: int, stop: int) -> pa.Table:
-        d_rows, l_rows = pa.array(rows[start:stop]), lang_rows.slice(start, stop - start)
-        type_id = pc.take(d["typeId"], d_rows)
-        acceptability_id = pc.take(lang["acceptabilityId"], l_rows)
-        return pa.table(
-            {
-                "id": pc.take(d["id"], d_rows),
-                "concept_id": pc.take(d["conceptId"], d_rows),
-                "effective_time": pc.take(d["effectiveTime"], d_rows),
-                "language_code": pc.take(d["languageCode"], d_rows),
-                "type_id": type_id,
-                "type": _named(type_id, {S.FSN: "fsn", S.SYNONYM: "synonym"}, "definition"),
-                "term": pc.take(d["term"], d_rows),
-                "language_refset_id": pc.take(lang["refsetId"], l_rows),
-                "acceptability_id": acceptability_id,
-                "acceptability": _named(
-                    acceptability_id,
-                    {S.PREFERRED: "preferred", S.ACCEPTABLE: "acceptable"},
-                    pa.scalar(None, pa.string()),
-                ),
-            }
-        )
+    def prepare() -> tuple[int, Callable[[int, int], pa.Table]]:
+        # one row per (description, language row), the description's rows by refset; none: one row of nulls
+        ids = d["id"].to_numpy()
+        lang_desc, lang_refset = lang["referencedComponentId"].to_numpy(), lang["refsetId"].to_numpy()
+        lang_order = np.lexsort((lang_refset, lang_desc))
+        lang_sorted = lang_desc[lang_order]
+        desc_order = np.argsort(ids, kind="stable")
+        lo = np.searchsorted(lang_sorted, ids[desc_order], side="left")
+        n_lang = np.searchsorted(lang_sorted, ids[desc_order], side="right") - lo
+        n_rows = np.maximum(n_lang, 1)
+        rows = np.repeat(desc_order, n_rows)
+        within = np.arange(int(n_rows.sum())) - np.repeat(np.cumsum(n_rows) - n_rows, n_rows)
+        has = np.repeat(n_lang > 0, n_rows)
+        at = np.minimum(np.repeat(lo, n_rows) + within, max(len(lang_order) - 1, 0))
+        lang_rows = pa.array(lang_order[at] if len(lang_order) else np.zeros(len(rows), np.int64), mask=~has)
+        del lang_order, lang_sorted, desc_order, lo, n_lang, n_rows, within, has, at
 
-    return Chunks(len(rows), build)
+        def build(start: int, stop: int) -> pa.Table:
+            d_rows, l_rows = pa.array(rows[start:stop]), lang_rows.slice(start, stop - start)
+            type_id = pc.take(d["typeId"], d_rows)
+            acceptability_id = pc.take(lang["acceptabilityId"], l_rows)
+            return pa.table(
+                {
+                    "id": pc.take(d["id"], d_rows),
+                    "concept_id": pc.take(d["conceptId"], d_rows),
+                    "effective_time": pc.take(d["effectiveTime"], d_rows),
+                    "language_code": pc.take(d["languageCode"], d_rows),
+                    "type_id": type_id,
+                    "type": _named(type_id, {S.FSN: "fsn", S.SYNONYM: "synonym"}, "definition"),
+                    "term": pc.take(d["term"], d_rows),
+                    "language_refset_id": pc.take(lang["refsetId"], l_rows),
+                    "acceptability_id": acceptability_id,
+                    "acceptability": _named(
+                        acceptability_id,
+                        {S.PREFERRED: "preferred", S.ACCEPTABLE: "acceptable"},
+                        pa.scalar(None, pa.string()),
+                    ),
+                }
+            )
+
+        return len(rows), build
+
+    return Chunks(prepare)
 
 
 def _named(ids: pa.ChunkedArray, names: dict[int, str], other) -> pa.Array:

@@ -408,14 +408,15 @@ class Encoded:
 
 @dataclass(frozen=True)
 class Chunks:
-    """A table built a row group at a time: ``rows`` rows, ``build(start, stop)`` the table of rows
-    ``start``..``stop`` (fresh and small each time: the whole table never exists at once)."""
+    """A table built a row group at a time: ``prepare()`` (run by the encoder, off the caller's thread)
+    returns ``(rows, build)``, ``build(start, stop)`` the table of rows ``start``..``stop`` (fresh and
+    small each time: the whole table never exists at once)."""
 
-    rows: int
-    build: Callable[[int, int], pa.Table]
+    prepare: Callable[[], tuple[int, Callable[[int, int], pa.Table]]]
 
     def table(self) -> pa.Table:
-        return self.build(0, self.rows)
+        rows, build = self.prepare()
+        return build(0, rows)
 
 
 ROW_GROUP_ROWS = 1 << 16  # rows per row group of a table encoded from Chunks
@@ -425,11 +426,11 @@ def encode_parquet(table: pa.Table | Chunks, program_id: str) -> Encoded:
     """The Parquet file of ``table`` (zstd), stamped with the program id and format version, in memory;
     :class:`Chunks` are written a row group of :data:`ROW_GROUP_ROWS` at a time."""
     sink = pa.BufferOutputStream()
-    if isinstance(table, Chunks) and table.rows > 0:
-        rows = table.rows
+    rows, build = table.prepare() if isinstance(table, Chunks) else (0, None)
+    if build is not None and rows > 0:
         writer = None
         for start in range(0, rows, ROW_GROUP_ROWS):
-            part = table.build(start, min(rows, start + ROW_GROUP_ROWS))
+            part = build(start, min(rows, start + ROW_GROUP_ROWS))
             part = part.replace_schema_metadata(_stamp(part, program_id))
             if writer is None:
                 writer = pq.ParquetWriter(sink, part.schema, compression="zstd")
@@ -438,7 +439,7 @@ def encode_parquet(table: pa.Table | Chunks, program_id: str) -> Encoded:
             give_back()  # this thread's heap: the part is written
         writer.close()
     else:
-        t = table.table() if isinstance(table, Chunks) else table
+        t = build(0, rows) if build is not None else table
         rows = t.num_rows
         pq.write_table(t.replace_schema_metadata(_stamp(t, program_id)), sink, compression="zstd")
     data = sink.getvalue()
