@@ -57,7 +57,7 @@ def semantic_tag(terms: pa.Array | pa.ChunkedArray) -> pa.Array:
 def normalize(terms: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Lower-case and replace punctuation by spaces (apostrophes deleted)."""
     t = pc.utf8_lower(terms)
-    t = pc.replace_substring_regex(t, "['\u2019]", "")
+    t = pc.replace_substring(pc.replace_substring(t, "'", ""), "\u2019", "")  # literal: no regex needed
     return pc.replace_substring_regex(t, r"[^\p{L}\p{N}\s]+", " ")
 
 
@@ -66,7 +66,8 @@ def explode_words(owner: pa.Array, terms: pa.Array, stopwords: list[str]) -> pa.
 
     Shapes: owner (N,) any, terms (N,) string -> table (M,) with columns ``owner``, ``word``.
     """
-    split = pc.split_pattern_regex(normalize(terms), r"\s+")
+    # after normalize only ASCII whitespace is left (RE2's \s), so splitting on whitespace needs no regex
+    split = pc.utf8_split_whitespace(normalize(terms))
     parents = pc.list_parent_indices(split)
     words = pc.list_flatten(split)
     keep = pc.and_(
