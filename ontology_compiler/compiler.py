@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from . import icd
 from . import rf2_schema as S
+from .beside import Beside
 from .codes import read_code_counts, read_code_universe
 from .errors import MissingInputError
 from .front import DEFAULT_OUT, FALLBACKS
@@ -35,9 +36,7 @@ from .icd10cm_tree import prefetch_tabular
 from .icd_hierarchy import IcdHierarchy, hierarchy_inputs
 from .icd_hierarchy import icd_hierarchy as build_icd_hierarchy
 from .manifest import (
-    Beside,
     CompileResult,
-    Hashing,
     holds_programs,
     input_entry,
     manifest_head,
@@ -131,17 +130,8 @@ def compile_ontology(
         inputs += [option_file_input("concept_set", concept_set)] if concept_set is not None else []
         return inputs
 
-    options = {
-        "release": rtype,
-        "as_of": None if as_of is None else str(as_of),
-        "languages": list(languages),
-        "stated": stated,
-        "strict": strict,
-        "fallback": fallback,
-        "map_policy": policy.as_dict(),
-        "icd_hierarchy": bool(icd_hierarchy),
-        **token_options(tokens, tuple(snomed_roots), concept_set),
-    }
+    options = _options(rtype, as_of, languages, stated, strict, fallback, policy, icd_hierarchy)
+    options |= token_options(tokens, tuple(snomed_roots), concept_set)
     if icd_hierarchy:
         prefetch_tabular()
     hashing = None
@@ -152,9 +142,9 @@ def compile_ontology(
             return done
         t_hash = time.perf_counter() - t_start
     else:  # nothing to be up to date with: hash on a thread beside the reading (hashlib leaves the lock)
-        hashing = Hashing(hash_inputs)
-    # ---- read and resolve
-    mapping: list[Beside] = []  # the ICD mapping, on a thread from the moment its inputs are read
+        hashing = Beside(hash_inputs)
+    # ---- read and resolve; the ICD mapping on a thread from the moment its inputs are read
+    mapping: list[Beside] = []
     rel = load_release(
         src,
         as_of=as_of,
@@ -170,20 +160,18 @@ def compile_ontology(
     with timed(rel.timings, "is_a_check"):
         check_is_a_acyclic(rel.relationships)
     if hashing is not None:
-        inputs, t_hash = hashing.result()
+        inputs, t_hash = hashing.result(), hashing.seconds
         pid = program_id(inputs, options)
-    # ---- mapping
     # the release as read (graph/) goes to the encoder now: it is encoded beside the rest of the compile
     encoder = BackgroundEncoder(pid)
     encode_release_tables(rel, encoder)
-    # the concepts' labels (descriptions, language rows) on a thread beside the mapping (maps, concepts)
-    labels = Beside(preferred_terms, rel.descriptions, rel.language, languages[0])
     with timed(rel.timings, "mapping_wait"):
-        mres, rel.timings["mapping"] = mapping[0].result()
+        mres = mapping[0].result()
+    rel.timings["mapping"] = mapping[0].seconds
     mres = with_snomed_tokens(mres, rel, tokens, tuple(snomed_roots), concept_set)
     # ---- graph and program tables
     tables, graph_tables, coverage, hierarchy = _program_tables(
-        rel, mres, stop_words, languages[0], icd_hierarchy, encoder, labels
+        rel, mres, stop_words, languages[0], icd_hierarchy, encoder
     )
     manifest = {
         **manifest_head(pid),
@@ -199,6 +187,29 @@ def compile_ontology(
     return publish_program(out_dir, pid, tables, graph_tables, manifest, t_start)
 
 
+def _options(
+    rtype: str,
+    as_of: str | int | None,
+    languages: tuple[int, ...],
+    stated: bool,
+    strict: bool,
+    fallback: str,
+    policy: MapPolicy,
+    icd_hierarchy: bool,
+) -> dict:
+    """The manifest's ``options`` (with the token options added by the caller): part of the program id."""
+    return {
+        "release": rtype,
+        "as_of": None if as_of is None else str(as_of),
+        "languages": list(languages),
+        "stated": stated,
+        "strict": strict,
+        "fallback": fallback,
+        "map_policy": policy.as_dict(),
+        "icd_hierarchy": bool(icd_hierarchy),
+    }
+
+
 def _map(
     inputs: MappingInputs,
     map_sources: dict[str, list[Path]],
@@ -206,13 +217,12 @@ def _map(
     codes: str | Path | None,
     code_counts: str | Path | None,
     fallback: str,
-) -> tuple[MappingResult, float]:
+) -> MappingResult:
     """The mapping step (:func:`map_codes`) over the release's map rows, with the code universe and counts
-    read; ``(result, seconds)``."""
-    t = time.perf_counter()
+    read."""
     universe = read_code_universe(codes) if codes is not None else None
     counts_table = read_code_counts(code_counts) if code_counts is not None else None
-    mres = map_codes(
+    return map_codes(
         inputs.maps,
         inputs.live,
         inputs.known,
@@ -223,7 +233,6 @@ def _map(
         fallback=fallback,
         code_counts=counts_table,
     )
-    return mres, round(time.perf_counter() - t, 3)
 
 
 def _mapping_sources(src: Path, given: list[str | Path | None]) -> dict[str, list[Path]]:
@@ -269,7 +278,6 @@ def _program_tables(
     label_language: int,
     icd_hierarchy: bool,
     encoder: BackgroundEncoder | None = None,
-    labels: Beside | None = None,
 ) -> tuple[dict[str, pa.Table], dict, dict, IcdHierarchy | None]:
     """``(tables, graph tables, coverage, ICD hierarchy)``: the graph of the mapped concepts, the release as
     read (``graph/``), the ICD hierarchy of the tokens (None when off), then the program's tables.
@@ -277,20 +285,16 @@ def _program_tables(
     With an ``encoder`` (given the release's tables by :func:`encode_release_tables`) the concepts and the
     ICD map go to it too and the graph tables returned are its futures (:func:`program.write_program`
     takes them); the release's descriptions, language rows and relationships are then dropped from
-    ``rel``, and the program's tables are built in a fraction of the memory. ``labels``: the
-    :func:`graph.preferred_terms` being computed (computed here when None)."""
+    ``rel``, and the program's tables are built in a fraction of the memory."""
     token_snomed = mres.token_snomed
     sctids = pc.unique(token_snomed["sctid"]) if token_snomed.num_rows else pa.array([], pa.int64())
     with timed(rel.timings, "graph"):
-        if labels is None:
-            labels = Beside(preferred_terms, rel.descriptions, rel.language, label_language)
-        label_table = labels.result()
-        graph_tables: dict = _graph_tables(rel, label_table, mres.candidates, encoder)
+        labels = preferred_terms(rel.descriptions, rel.language, label_language)
+        graph_tables: dict = _graph_tables(rel, labels, mres.candidates, encoder)
         rel_edges = relationship_edges(rel.relationships, sctids)
-        tokens = _tokens(mres.tokens, token_snomed, label_table)
+        tokens = _tokens(mres.tokens, token_snomed, labels)
         twords = token_word_edges(mres.token_terms, stop_words)
         wedges = word_edges(description_terms(rel.descriptions, rel.language, sctids), stop_words)
-        labels = label_table
         if encoder is not None:  # the encoder holds what it still needs of the release; the release lets go
             graph_tables = encoder.close()
             rel.drop_graph_inputs(

@@ -4,7 +4,8 @@ The tree is the public ICD-10-CM tabular list (FY2026, April 1 2026) that the ``
 package ships (:data:`PACKAGE`). :func:`data_files` finds its files without importing the package (their
 hashes enter the program id), and :func:`icd10cm_tabular` reads them with the package's rules
 (:mod:`ontology_compiler.icd10cm_tabular`; importing the package would build every note of every node,
-about 2 s), once per process and only when a program has ICD-10-CM tokens.
+about 2 s), once per process; a compile with the ICD hierarchy on starts reading it on a thread
+(:func:`prefetch_tabular`) when it begins.
 
 A code's ancestors come from the tree, nearest first, ending with the block and the chapter; the ones
 before the block are the category (3 characters) and, before it, the subcategories. A code the tree does

@@ -12,7 +12,6 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -115,58 +114,6 @@ def holds_programs(out_dir: Path) -> bool:
         return any(not p.name.startswith(".") for p in out_dir.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return False
-
-
-class Beside:
-    """``fn(*args)`` run on a thread beside the caller (for work in numpy and Arrow, which leave Python's
-    lock); :meth:`result` waits for it and returns its value or raises its error."""
-
-    def __init__(self, fn, *args) -> None:
-        self._out: list = []
-        self._thread = threading.Thread(
-            target=self._run, args=(fn, args), name=f"beside-{fn.__name__}", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, fn, args) -> None:
-        try:
-            self._out[:] = [fn(*args), None]
-        except BaseException as e:  # raised again by result()
-            self._out[:] = [None, e]
-
-    def result(self):
-        self._thread.join()
-        value, error = self._out
-        if error is not None:
-            raise error
-        return value
-
-
-class Hashing:
-    """``hash_inputs()`` run on a thread (hashlib leaves Python's lock on large buffers), beside the
-    reading of a compile that cannot be a no-op; :meth:`result` gives ``(inputs, seconds)``."""
-
-    def __init__(self, hash_inputs) -> None:
-        self._out: list = []
-        self._thread = threading.Thread(
-            target=self._run, args=(hash_inputs,), name="hash-inputs", daemon=True
-        )
-        self._thread.start()
-
-    def _run(self, hash_inputs) -> None:
-        t = time.perf_counter()
-        try:
-            self._out[:] = [hash_inputs(), None]
-        except BaseException as e:  # raised again by result()
-            self._out[:] = [None, e]
-        self._out.append(round(time.perf_counter() - t, 3))
-
-    def result(self) -> tuple[list[dict], float]:
-        self._thread.join()
-        inputs, error, seconds = self._out
-        if error is not None:
-            raise error
-        return inputs, seconds
 
 
 def stopwords_input(stopwords: str | Path | None) -> tuple[list[str], dict]:

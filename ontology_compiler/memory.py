@@ -5,7 +5,8 @@ more; two allocators keep what was freed. Arrow's pool (mimalloc) keeps a thread
 thread's heap: :func:`give_back` asks it to return the calling thread's (the compiler allocates Arrow memory
 on the main thread and the encoder threads, each of which calls it). glibc keeps numpy's freed blocks in
 its arenas (one per thread that used numpy): ``malloc_trim(0)`` returns the free pages of all of them.
-Measured on the SNOMED-size release (``benchmarks/compile.py``): see docs/program-format.md.
+The compile's use of it, and what it measured: docs/architecture.md, "How a compile uses two cores
+and stays under 1 GB".
 """
 
 from __future__ import annotations

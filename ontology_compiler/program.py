@@ -477,7 +477,7 @@ class BackgroundEncoder:
         return self.futures
 
 
-TableLike = pa.Table | Chunks | Encoded | Future
+TableLike = pa.Table | Chunks | Future
 
 
 def write_program(
@@ -489,7 +489,7 @@ def write_program(
 ) -> tuple[Path, bool]:
     """Write into a temporary folder beside the target, then rename into place.
 
-    A table may come as a ``pa.Table``, as :class:`Encoded` bytes or as a future of them
+    A table may come as a ``pa.Table``, as :class:`Chunks`, or as a future of its :class:`Encoded` bytes
     (:class:`BackgroundEncoder`). Returns ``(path, written)``; ``written`` is False when an identical
     program was already there. Raises :class:`OutputExistsError` when the target holds anything else, and
     :class:`ProgramWriteError` (naming the target and the file) when writing fails — disk full, no
@@ -499,19 +499,21 @@ def write_program(
     current: list[str] = []  # the file being written, for the error
 
     def write_files(tmp: Path) -> list[dict]:
-        """Every table encoded, two at a time (the encoder leaves Python's lock), then written in order."""
+        """Every table encoded (on :data:`WRITE_THREADS` threads, unless already a future), then written
+        in order."""
         jobs = [(f"{folder}{name}.parquet", t) for folder, group in (("", tables), ("graph/", graph_tables))
                 for name, t in group.items()]  # fmt: skip
-        (tmp / "graph").mkdir(exist_ok=True)
+        if graph_tables:
+            (tmp / "graph").mkdir(exist_ok=True)
         with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
             pending = [
-                t if isinstance(t, Future | Encoded) else pool.submit(encode_parquet, t, program_id)
+                t if isinstance(t, Future) else pool.submit(encode_parquet, t, program_id)
                 for _path, t in jobs
             ]
             files = []
             for (rel_path, _t), f in zip(jobs, pending, strict=True):
                 current[:] = [rel_path]
-                enc = f if isinstance(f, Encoded) else f.result()
+                enc = f.result()
                 write_encoded(tmp / rel_path, enc)
                 files.append(
                     {"path": rel_path, "sha256": enc.sha256, "rows": enc.rows, "bytes": enc.data.size}

@@ -204,7 +204,6 @@ class _Reader:
         merged = concat(tables)
         if resolve and self.as_of is not None:  # a Full release at a date: ids repeat, one sort resolves
             merged, dropped = resolve_at(merged, [f.path for f in fs], self.as_of)
-            distinct = True
         else:
             distinct = all_distinct(merged["id"])
             merged, dropped = drop_duplicates(merged, [f.path for f in fs], distinct=distinct)
@@ -215,7 +214,7 @@ class _Reader:
                 kind,
                 dropped,
             )
-        if resolve and self.as_of is None:
+        if resolve and self.as_of is None:  # a Snapshot: a repeated id still keeps its latest row
             merged = latest_per_id(merged, None, distinct=distinct or None)
         if kind == "ExtendedMap":  # map rows keep where they came from, for findings
             paths = pa.array([str(f.path) for f in fs], pa.string())

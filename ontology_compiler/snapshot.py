@@ -112,15 +112,14 @@ def drop_duplicates(
         o, same_id = fast
         times = table["effectiveTime"].to_numpy()[o]
         same = same_id & (times[1:] == times[:-1])
-        order = pa.array(o)
     else:
         order = pc.sort_indices(table, sort_keys=[("id", "ascending"), ("effectiveTime", "ascending")])
         same = _equal_neighbours(pc.take(table["id"], order)) & _equal_neighbours(
             pc.take(table["effectiveTime"], order)
         )
+        o = order.to_numpy()
     if not same.any():
         return table, 0
-    o = order.to_numpy()
     first, second = pa.array(o[:-1][same]), pa.array(o[1:][same])
     _refuse_differing(table, files, first, second)
     keep = np.ones(n, dtype=bool)
