@@ -156,6 +156,19 @@ class EmbeddingMode:
         """The free table's width for embedding dimension D (0: no table)."""
         return {"none": 0, "full": dim, "rest": dim - dim // 2}[self.table]
 
+    def check_width(self, width) -> None:
+        """A composition wider than the row (``HRREmbedding`` ``hrr_width``) is mapped to it by a learned
+        projection: only where the whole row is the composition, plus at most a fixed encoding."""
+        if width is None:
+            return
+        if not isinstance(width, int) or isinstance(width, bool) or width < 1:
+            raise ShapeError(f"hrr_width must be a positive int or None, got {width!r}")
+        if self.hrr != "all" or self.table != "none":
+            raise ShapeError(
+                f"hrr_width composes wider than the row and projects: mode {self.name!r} is not a whole-row "
+                "composition (only modes with hrr all and no table, e.g. base and freq)"
+            )
+
     def check_dim(self, dim) -> None:
         if not isinstance(dim, int) or dim < self.min_dim:
             raise ShapeError(f"dim must be an int >= {self.min_dim} for mode {self.name!r}, got {dim!r}")
@@ -176,6 +189,8 @@ class EmbeddingMode:
         encoding or the table added or concatenated. Shapes: c ``(U, H)`` -> ``(U, D)``."""
         if emb.normalize:
             c = F.normalize(c, dim=1, eps=1e-12)
+        if emb.projection is not None:  # a composition wider than the row: E = C P
+            c = c @ emb.projection
         if self.frequency:
             c = c + (emb.freq_encoding if rows is None else emb.freq_encoding[rows])
         if self.table == "none":

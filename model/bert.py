@@ -37,6 +37,7 @@ from .common import (
     weight_shapes,
 )
 from .errors import PretrainedFileError, ProgramMismatchError
+from .roles import RoleReadout
 
 __all__ = [
     "HRRBertSettings",
@@ -54,7 +55,8 @@ __all__ = [
 MODEL_KIND = "hrrbert"
 # task name -> number of outputs of its pooled head (binary: one logit; multi-label: one per ICD-10 chapter)
 TASKS: dict[str, int] = {"mortality": 1, "chapters": 22}
-POOLINGS = ("cls", "cls+mean")  # HRRBertSettings.pooling: the task heads' input
+ROLE_POOLING = "cls+mean+roles"  # the pooling whose heads also read the role readout (model.roles)
+POOLINGS = ("cls", "cls+mean", ROLE_POOLING)  # HRRBertSettings.pooling: the task heads' input
 PAD_CODE = "[PAD]"  # the program's padding token (hrr_kernel.SPECIAL_TOKENS[0])
 
 
@@ -79,8 +81,13 @@ class HRRBertSettings(ConfigDict):
     # matmul (mode base); add, cat and freq would add a second decoder matmul for their table
     spectral_decoder: bool | None = None
     spectral_atoms: bool = False  # atoms and relations stored as half spectra (HRREmbedding spectral_atoms)
+    # the width H of the HRR composition, mapped to dim by a learned projection (HRREmbedding hrr_width;
+    # base and freq); None: composed at dim
+    hrr_width: int | None = None
     # what the task heads' pooler reads: cls (BERT's [CLS] state) or cls+mean ([CLS] plus the mean of the
-    # real positions' states, so the heads see how much of the history each kind of code fills)
+    # real positions' states, so the heads see how much of the history each kind of code fills);
+    # cls+mean+roles adds the history's counts of each code's ICD chapter read from its composition by
+    # unbinding (model.roles.RoleReadout; composing modes only)
     pooling: str = "cls"
 
     @property
@@ -102,6 +109,12 @@ class HRRBertSettings(ConfigDict):
             raise ValueError(f"mode must be one of {tuple(MODES)}, got {self.mode!r}")
         if self.pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {POOLINGS}, got {self.pooling!r}")
+        self.spec.check_width(self.hrr_width)  # a ShapeError, which is a ValueError
+        if self.pooling == ROLE_POOLING and not self.spec.composes:
+            raise ValueError(
+                f"pooling {ROLE_POOLING} reads each code's composition by unbinding; mode {self.mode!r} "
+                "composes nothing"
+            )
         if self.dim % self.n_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
         check_positive(self, ("dim", "n_layers", "n_heads", "ffn_dim", "max_len", "max_segments"))
@@ -207,6 +220,7 @@ class Embeddings(nn.Module):
             log_frequency=log_frequency,
             freq_resolution=config.freq_resolution,
             spectral_atoms=config.spectral_atoms,
+            hrr_width=config.hrr_width,
         )
         self.position = nn.Embedding(config.max_len, config.dim)
         self.segment = nn.Embedding(config.max_segments, config.dim)
@@ -349,6 +363,8 @@ class HRRBert(nn.Module):
         self.layers = nn.ModuleList(Layer(config) for _ in range(config.n_layers))
         self.mlm = MLMHead(config, program.n_concepts)
         self.heads = PooledHead(config)
+        # the history's ICD chapters read from the code vectors (pooling cls+mean+roles), None otherwise
+        self.roles = RoleReadout(program, TASKS) if config.pooling == ROLE_POOLING else None
         # sorted ids of the tokens no training of this model has seen (None: not recorded); see
         # :meth:`settle_untrained`, saved in ``config.json``
         self.untrained_tokens: list[int] | None = None
@@ -369,6 +385,8 @@ class HRRBert(nn.Module):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
+        if self.roles is not None:
+            self.roles.reset_parameters()
 
     @property
     def program_id(self) -> str:
@@ -494,8 +512,7 @@ class HRRBert(nn.Module):
         if task is not None:
             if task not in TASKS:
                 raise ValueError(f"unknown task {task!r}; choose one of {sorted(TASKS)}")
-            h = self.encode(input_ids, segment_ids, attention_mask)  # (B, T, D)
-            return self.heads(self.pool_states(h, attention_mask), task)  # (B, L)
+            return self.task_logits(input_ids, segment_ids, attention_mask, task)  # (B, L)
         if mlm_mask.shape != input_ids.shape:
             raise ValueError(
                 f"mlm_mask shape {tuple(mlm_mask.shape)} != input_ids shape {tuple(input_ids.shape)}"
@@ -536,10 +553,66 @@ class HRRBert(nn.Module):
         cand_rows = F.embedding(inv[flat.numel() :], rows)  # (K, D)
         return self.mlm.score(h[mlm_mask.bool()], cand_rows, cand.long())  # (M, K)
 
+    def task_logits(
+        self, input_ids: Tensor, segment_ids: Tensor, attention_mask: Tensor | None, task: str
+    ) -> Tensor:
+        """The task heads' logits ``(B, L)``: the pooled head on :meth:`pool_states`, plus, with pooling
+        cls+mean+roles, the role readout's (the batch's rows composed once for both)."""
+        if self.roles is None:
+            h = self.encode(input_ids, segment_ids, attention_mask)  # (B, T, D)
+            return self.heads(self.pool_states(h, attention_mask), task)  # (B, L)
+        token = self.embeddings.token
+        uniq, inv = torch.unique(input_ids.long().reshape(-1), return_inverse=True)  # (U,), (B*T,)
+        c = token.compose_rows(uniq)  # (U, H)
+        tokens = F.embedding(inv, token.spec.finish(token, c, uniq)).view(*input_ids.shape, -1)  # (B, T, D)
+        h = self.encode(input_ids, segment_ids, attention_mask, tokens=tokens)  # (B, T, D)
+        logits = self.heads(self.pool_states(h, attention_mask), task)  # (B, L)
+        return logits + self.role_logits(input_ids, segment_ids, attention_mask, task, (uniq, inv, c))
+
+    def role_logits(
+        self,
+        input_ids: Tensor,
+        segment_ids: Tensor,
+        attention_mask: Tensor | None,
+        task: str,
+        composed: tuple[Tensor, Tensor, Tensor] | None = None,
+    ) -> Tensor:
+        """The role readout's logits ``(B, L)`` (pooling cls+mean+roles): each code's soft ICD chapter by
+        unbinding its composition, counted over the history (:mod:`model.roles`). ``composed``: the batch's
+        distinct ids, each position's index into them and their compositions ``(U, H)``, when the caller
+        already has them."""
+        if self.roles is None:
+            raise ValueError(f"pooling {self.config.pooling!r} has no role readout (pooling {ROLE_POOLING})")
+        token = self.embeddings.token
+        if composed is None:
+            uniq, inv = torch.unique(input_ids.long().reshape(-1), return_inverse=True)
+            composed = (uniq, inv, token.compose_rows(uniq))
+        uniq, inv, c = composed
+        if attention_mask is None:
+            attention_mask = input_ids != self.pad_id
+        keep = attention_mask.bool() & ~self.special_tokens()[input_ids.long()]  # (B, T)
+        soft = self.roles.soft_roles(
+            token.spec.hrr_space(token, c, uniq), token.atom_vectors(), token.relation_vectors()
+        )  # (U, K)
+        feats = self.roles.features(
+            soft, inv.view(input_ids.shape), input_ids.long(), segment_ids.long(), keep
+        )
+        return self.roles(feats, task)
+
+    def set_pooling(self, pooling: str) -> None:
+        """Make the task heads read ``pooling`` (fine-tuning's choice): the config records it, and the role
+        readout is added (freshly initialised: no effect until trained) or dropped."""
+        self.config = replace(self.config, pooling=pooling)  # checked by HRRBertSettings
+        if pooling != ROLE_POOLING:
+            self.roles = None
+        elif self.roles is None:
+            self.roles = RoleReadout(self.program, TASKS).to(self.program.device)
+
     def pool_states(self, h: Tensor, attention_mask: Tensor | None) -> Tensor:
         """What the task heads' pooler reads, ``(B, T, D)`` -> ``(B, D)``: the [CLS] state (``pooling``
         cls), or the [CLS] state plus the mean of the states at real positions (``attention_mask`` 1; all
-        positions when it is None), [CLS] included (cls+mean). Padding never changes it."""
+        positions when it is None), [CLS] included (cls+mean, and cls+mean+roles, whose role readout adds its
+        own logits: :meth:`task_logits`). Padding never changes it."""
         cls = h[:, 0]  # (B, D)
         if self.config.pooling == "cls":
             return cls

@@ -495,6 +495,8 @@ class HRRBertForSequenceClassification(HRRBertPreTrainedModel):
         ids, seg, att = self._inputs(input_ids, attention_mask, token_type_ids, segment_ids)
         h, hs, at = self._states(input_ids, attention_mask, token_type_ids, segment_ids, None, kwargs)
         logits = self.hrrbert.heads(self.hrrbert.pool_states(h, att), self.config.task)  # (B, L), as HRRBert
+        if self.hrrbert.roles is not None:  # pooling cls+mean+roles: the role readout's logits too
+            logits = logits + self.hrrbert.role_logits(ids, seg, att, self.config.task)
         loss = None
         if labels is not None:
             loss = F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype).view_as(logits))

@@ -79,6 +79,15 @@ def report_cmd(runs_dir: str) -> None:
     help="Pretraining peak learning rate of one configuration instead of --lr (repeatable), e.g. "
     "unstructured=1e-3: ExperimentConfig.pretrain_by_configuration.",
 )
+@click.option(
+    "--roles-for",
+    "roles_for",
+    multiple=True,
+    metavar="CONFIG",
+    help="A composing configuration whose task heads also read the history's ICD chapters from its code "
+    "vectors (fine-tuning pooling cls+mean+roles, atoms kept as pretrained; repeatable): "
+    "ExperimentConfig.finetune_by_configuration.",
+)
 @verbosity_options
 @handle_errors
 def experiment_cmd(**kw) -> None:

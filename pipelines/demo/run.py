@@ -182,9 +182,8 @@ def run_demo_experiment(
         pre["save_every"] = min(pre["save_every"], train_steps)
     pre_o, fin_o, eval_o = (overrides.pop(k, {}) for k in ("pretrain", "finetune", "evaluate"))
     exp = {**DEMO_EXPERIMENT, **({"trials": trials} if trials else {}), **overrides}
-    exp["pretrain_by_configuration"] = {  # only for the configurations this run trains
-        c: o for c, o in exp["pretrain_by_configuration"].items() if c in exp["configurations"]
-    }
+    for key in ("pretrain_by_configuration", "finetune_by_configuration"):  # those this run trains
+        exp[key] = {c: o for c, o in exp.get(key, {}).items() if c in exp["configurations"]}
     cfg = ExperimentConfig(
         dataset=str(dataset),
         program=str(program),

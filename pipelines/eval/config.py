@@ -124,6 +124,8 @@ class ExperimentConfig:
     # experiment.json
     pretrain_by_configuration: dict[str, dict[str, Any]] = field(default_factory=dict)
     finetune: dict[str, Any] = field(default_factory=dict)  # FinetuneConfig overrides
+    # per configuration, on top of ``finetune`` (e.g. {"base": {"pooling": "cls+mean+roles"}})
+    finetune_by_configuration: dict[str, dict[str, Any]] = field(default_factory=dict)
     evaluate: dict[str, Any] = field(default_factory=dict)  # EvaluateConfig overrides
     device: str = field(default="auto", metadata={"help": "auto, cpu, cuda"})
     progress: bool = field(default=True, metadata={"help": "tqdm bars (only on a terminal)"})
@@ -146,6 +148,10 @@ class ExperimentConfig:
         """The PretrainConfig overrides of one configuration: ``pretrain``, then its own entries."""
         return {**self.pretrain, **self.pretrain_by_configuration.get(configuration, {})}
 
+    def finetune_options(self, configuration: str) -> dict[str, Any]:
+        """The FinetuneConfig overrides of one configuration: ``finetune``, then its own entries."""
+        return {**self.finetune, **self.finetune_by_configuration.get(configuration, {})}
+
     def __post_init__(self) -> None:
         from hrr_kernel import MODES
 
@@ -162,12 +168,12 @@ class ExperimentConfig:
             raise ValueError(
                 f"pretrain_seeds and trials must be >= 1, got {self.pretrain_seeds}, {self.trials}"
             )
-        extra = sorted(set(self.pretrain_by_configuration) - set(self.configurations))
-        if extra:
-            raise ValueError(
-                f"pretrain_by_configuration names {extra}, which are not among the configurations "
-                f"{self.configurations}"
-            )
+        for name in ("pretrain_by_configuration", "finetune_by_configuration"):
+            extra = sorted(set(getattr(self, name)) - set(self.configurations))
+            if extra:
+                raise ValueError(
+                    f"{name} names {extra}, which are not among the configurations {self.configurations}"
+                )
         bad_tasks = [t for t in self.tasks if t not in TASKS]
         if bad_tasks:
             raise ValueError(f"unknown task(s) {bad_tasks}; choose from ('mortality', 'chapters')")

@@ -32,6 +32,7 @@ from typing import Any
 
 from ontology_compiler.api import safe_component
 from pipelines.errors import PipelineError
+from pipelines.train.config import ROLE_POOLING
 from pipelines.train.runtime import now_iso, versions, write_json
 
 from .config import ExperimentConfig
@@ -126,6 +127,7 @@ _ADDED = {
     "baselines",
     "workers",
     "pretrain_by_configuration",
+    "finetune_by_configuration",
 }  # ExperimentConfig fields newer than some experiment.json files
 
 
@@ -194,7 +196,7 @@ def _one_run(cfg: ExperimentConfig, root: Path, conf: str, seed: int) -> dict[st
                 seed=FINETUNE_SEED_STRIDE * seed,
                 device=cfg.device,
                 progress=cfg.progress,
-                **cfg.finetune,
+                **cfg.finetune_options(conf),
             )
             log.info("fine-tuned %s in %.0f s", ft_id, time.perf_counter() - t)
         ft[task] = str(ft_dir.relative_to(root))
@@ -237,10 +239,12 @@ def options_to_config(
     per_bin: int,
     tsne_points: int,
     lr_for: tuple[str, ...] = (),
+    roles_for: tuple[str, ...] = (),
     **kw: Any,
 ) -> ExperimentConfig:
     """An :class:`ExperimentConfig` from the flat options of ``hrrbert experiment`` (``lr_for``: ``CONFIG=LR``
-    items, each configuration's own pretraining lr)."""
+    items, each configuration's own pretraining lr; ``roles_for``: configurations whose heads also read the
+    role readout, pooling cls+mean+roles, with their atoms kept as pretrained)."""
     by_conf: dict[str, dict[str, Any]] = {}
     for item in lr_for:
         conf, eq, value = item.partition("=")
@@ -253,6 +257,10 @@ def options_to_config(
         by_conf[conf.strip()] = {"lr": lr_conf}
     if by_conf:
         kw["pretrain_by_configuration"] = by_conf
+    if roles_for:
+        kw["finetune_by_configuration"] = {
+            c: {"pooling": ROLE_POOLING, "freeze_atoms": True} for c in roles_for
+        }
     pre = {"epochs": epochs, "batch_size": batch_size, "lr": lr, "bf16": bf16}
     if max_steps is not None:
         pre["max_steps"] = max_steps

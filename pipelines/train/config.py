@@ -86,6 +86,13 @@ class PretrainConfig:
         default=False,
         metadata={"help": "atoms and relations trained as half spectra (no atom rfft in the step)"},
     )
+    hrr_width: int | None = field(
+        default=None,
+        metadata={
+            "help": "compose the HRR rows this wide and project them to the model's width by a learned map "
+            "(base, freq); unset: the model's width"
+        },
+    )
     epochs: int = field(default=100, metadata={"help": "passes over pretrain_train (paper: 100)"})
     max_steps: int | None = field(
         default=None, metadata={"help": "total optimizer steps (overrides epochs; sets the schedule length)"}
@@ -186,7 +193,12 @@ MLM_SOFTMAXES = ("auto", "full", "sampled")
 
 SELECT_BY = ("f1", "auroc", "auprc", "accuracy", "loss")
 POS_WEIGHTS = ("none", "auto")  # BCE weight of positive labels: none, or per label n_neg / n_pos (clipped)
-POOLINGS = ("cls", "cls+mean")  # model.bert.POOLINGS: what the task heads read (HRRBertSettings.pooling)
+ROLE_POOLING = "cls+mean+roles"  # model.bert.ROLE_POOLING: the heads also read the role readout (model.roles)
+POOLINGS = (
+    "cls",
+    "cls+mean",
+    ROLE_POOLING,
+)  # model.bert.POOLINGS: what the task heads read (HRRBertSettings.pooling)
 SCHEDULES = ("constant", "linear")  # fine-tuning learning rate: constant, or warm-up then linear decay to 0
 LABELS_HEAD = "mortality"  # the model's binary head, which a task from MEDS label files trains
 
@@ -263,7 +275,21 @@ class FinetuneConfig(LoopFields):
         metadata={"help": "MEDS label folder: one binary task (boolean_value), on the binary head"},
     )
     pooling: str | None = field(
-        default=None, metadata={"help": "heads' input: cls, cls+mean ([CLS] + mean state); None: the model's"}
+        default=None,
+        metadata={
+            "help": "heads' input: cls, cls+mean ([CLS] + mean state), cls+mean+roles (+ the history's ICD "
+            "chapters read from the code vectors by unbinding); None: the model's"
+        },
+    )
+    roles_lr_scale: float = field(
+        default=10.0,
+        metadata={"help": "the role readout's learning rate as a multiple of lr (pooling cls+mean+roles)"},
+    )
+    freeze_atoms: bool = field(
+        default=False,
+        metadata={
+            "help": "keep the atoms and relations as pretrained (only the Transformer and heads train)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -286,6 +312,8 @@ class FinetuneConfig(LoopFields):
             raise ValueError(f"pooling is the BERT's; model {self.model!r} pools visits its own way")
         if self.pos_weight not in POS_WEIGHTS:
             raise ValueError(f"pos_weight must be one of {POS_WEIGHTS}, got {self.pos_weight!r}")
+        if not self.roles_lr_scale > 0:
+            raise ValueError(f"roles_lr_scale must be > 0, got {self.roles_lr_scale}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if not 0.0 <= self.warmup < 1.0:

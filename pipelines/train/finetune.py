@@ -412,14 +412,42 @@ def _trial_model(cfg: FinetuneConfig, mdir: Path, program):
 
     model = HRRBert.from_pretrained(mdir, program)
     if cfg.pooling is not None:  # the heads read what cfg asks; the saved config.json records it
-        model.config = replace(model.config, pooling=cfg.pooling)
+        model.set_pooling(cfg.pooling)
     if cfg.model == "visit-transformer":
         model = visit_transformer_from_bert(model, program)
     else:
         model.mlm.requires_grad_(False)  # unused by the tasks
     for name, head in model.heads.tasks.items():
         head.requires_grad_(name == cfg.task)
+    if model.roles is not None:
+        for name, head in model.roles.tasks.items():
+            head.requires_grad_(name == cfg.task)
+    if cfg.freeze_atoms:
+        token = model.embeddings.token if cfg.model == "bert" else model.code
+        frozen = [
+            getattr(token, n, None) for n in ("atoms", "relations", "atoms_spectrum", "relations_spectrum")
+        ]
+        frozen = [p for p in frozen if p is not None]
+        if not frozen:
+            mode = getattr(token, "mode", "a plain table")
+            raise PipelineError(
+                f"freeze_atoms: the code embedding ({mode}) has no atoms or relations to keep"
+            )
+        for p in frozen:
+            p.requires_grad_(False)
     return model
+
+
+def param_groups(model, cfg: FinetuneConfig) -> list[dict]:
+    """The optimizer's groups: every trainable parameter at ``lr``, the role readout's (pooling
+    cls+mean+roles: a linear layer that starts at zero) at ``lr * roles_lr_scale``."""
+    roles = getattr(model, "roles", None)
+    own = {id(p) for p in roles.parameters()} if roles is not None else set()
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if id(p) not in own], "lr": cfg.lr}]
+    if own:
+        groups.append({"params": [p for p in params if id(p) in own], "lr": cfg.lr * cfg.roles_lr_scale})
+    return [g for g in groups if g["params"]]
 
 
 def total_steps(cfg: FinetuneConfig, n_train: int) -> int:
@@ -439,8 +467,7 @@ def _trial(
     seed = cfg.seed + k
     seed_everything(seed)
     model = _trial_model(cfg, mdir, program)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, weight_decay=cfg.weight_decay)
     steps = total_steps(cfg, len(train))
     sched = (
         torch.optim.lr_scheduler.LambdaLR(opt, warmup_linear(steps, cfg.warmup))

@@ -75,6 +75,7 @@ def build_model(cfg: PretrainConfig, program, ds: TokenizedDataset):
         normalize=cfg.normalize,
         spectral_decoder=cfg.spectral_decoder,
         spectral_atoms=cfg.spectral_atoms,
+        hrr_width=cfg.hrr_width,
         dropout=cfg.dropout,
         attn_dropout=cfg.dropout,
     )

@@ -32,11 +32,12 @@ CONFIG_COMMANDS = {
     ("pretrain",): (PretrainConfig, "", {"dataset"}, {}),
     ("finetune",): (FinetuneConfig, "", {"pretrained"}, {}),
     ("evaluate",): (EvaluateConfig, "", {"pretrained"}, {}),
-    # pretrain_by_configuration: the --lr-for CONFIG=LR items (test_experiment.py)
+    # pretrain_by_configuration: the --lr-for CONFIG=LR items (test_experiment.py); finetune_by_configuration:
+    # the --roles-for CONFIG items
     ("experiment",): (
         ExperimentConfig,
         "",
-        {"pretrain", "finetune", "evaluate", "pretrain_by_configuration"},
+        {"pretrain", "finetune", "evaluate", "pretrain_by_configuration", "finetune_by_configuration"},
         {},
     ),
     ("qa", "train"): (QATrainConfig, "", {"qa"}, {}),

@@ -165,6 +165,25 @@ def test_demo_experiment_at_toy_size(tmp_path):
     assert DEMO_EXPERIMENT["pretrain_by_configuration"]["unstructured"]["lr"] != DEMO_PRETRAIN["lr"]
 
 
+def test_per_configuration_fine_tuning_options():
+    cfg = ExperimentConfig(
+        dataset="d",
+        program="p",
+        finetune={"lr": 1e-3, "pooling": "cls+mean"},
+        finetune_by_configuration={"base": {"pooling": "cls+mean+roles", "freeze_atoms": True}},
+    )
+    assert cfg.finetune_options("unstructured") == {"lr": 1e-3, "pooling": "cls+mean"}
+    assert cfg.finetune_options("base") == {"lr": 1e-3, "pooling": "cls+mean+roles", "freeze_atoms": True}
+    with pytest.raises(ValueError, match=r"finetune_by_configuration names \['cat'\]"):
+        ExperimentConfig(dataset="d", program="p", finetune_by_configuration={"cat": {"lr": 1e-3}})
+    from pipelines.demo.defaults import DEMO_EXPERIMENT
+
+    composing = {
+        c for c, o in DEMO_EXPERIMENT["finetune_by_configuration"].items() if "roles" in o["pooling"]
+    }
+    assert "base" in composing and "unstructured" not in composing
+
+
 def test_per_configuration_pretraining_options(tmp_path):
     cfg = ExperimentConfig(
         dataset="d",

@@ -105,6 +105,56 @@ def test_pooling_set_at_fine_tuning_is_saved_with_the_model(tmp_path, pretrained
             finetune(pretrained, dataset_dir, program_dir, out=tmp_path / "bad", task="chapters", **FT, **bad)
 
 
+def test_role_readout_fine_tunes_with_its_own_rate_and_the_atoms_kept(
+    tmp_path,
+    pretrained,
+    dataset_dir,  # noqa: F811
+    program_dir,  # noqa: F811
+):
+    """pooling cls+mean+roles: the readout is added, trains at lr * roles_lr_scale, is saved and read back;
+    freeze_atoms leaves every atom and relation as pretrained."""
+    from pipelines.train.config import FinetuneConfig
+    from pipelines.train.finetune import _trial_model, param_groups
+
+    cfg = FinetuneConfig(
+        pretrained=str(pretrained), dataset="d", program="p", task="chapters", pooling="cls+mean+roles",
+        roles_lr_scale=10.0, freeze_atoms=True, lr=1e-3,
+    )  # fmt: skip
+    prog = load_program(program_dir)
+    model = _trial_model(cfg, pretrained / "model", prog)
+    groups = param_groups(model, cfg)
+    assert [g["lr"] for g in groups] == [1e-3, pytest.approx(1e-2)]
+    readout = {id(p) for p in model.roles.parameters() if p.requires_grad}
+    assert {id(p) for p in groups[1]["params"]} == readout
+    assert (
+        not model.embeddings.token.atoms.requires_grad and not model.embeddings.token.relations.requires_grad
+    )
+    r = finetune(
+        pretrained, dataset_dir, program_dir, out=tmp_path, task="chapters", pooling="cls+mean+roles",
+        freeze_atoms=True, **FT,
+    )  # fmt: skip
+    d = r.run_dir / "trial-0"
+    before = HRRBert.from_pretrained(pretrained / "model", prog)
+    after = HRRBert.from_pretrained(d / "model", prog)
+    assert after.config.pooling == "cls+mean+roles" and after.roles is not None
+    assert float(after.roles.tasks["chapters"].weight.abs().sum()) > 0  # it trained from zero
+    assert float(after.roles.tasks["mortality"].weight.abs().sum()) == 0  # another task's readout did not
+    trained = set(range(prog.n_atoms)) - set(_settled_atoms(before, after))
+    idx = torch.tensor(sorted(trained))
+    torch.testing.assert_close(after.embeddings.token.atoms[idx], before.embeddings.token.atoms[idx])
+    torch.testing.assert_close(after.embeddings.token.relations, before.embeddings.token.relations)
+    res = json.loads((d / "results.json").read_text())
+    _check_thresholds_and_predictions(d, res, "chapters", dataset_dir, program_dir, trial=0)
+    with pytest.raises(ValueError, match="roles_lr_scale must be > 0"):
+        FinetuneConfig(pretrained="x", dataset="d", program="p", roles_lr_scale=0.0)
+
+
+def _settled_atoms(before, after) -> list[int]:
+    """Atoms that differ between two models: only those settling resets (no training reached them)."""
+    diff = (after.embeddings.token.atoms - before.embeddings.token.atoms).abs().sum(1)  # (A,)
+    return torch.nonzero(diff > 0).flatten().tolist()
+
+
 def _check_untrained(pretrained, d, task, dataset_dir, program_dir):  # noqa: F811
     """Pretraining recorded the tokens it never saw; fine-tuning strikes those its own data held, and what
     still nobody saw is settled: its rows of the trained model's parameters hold the kind means."""
