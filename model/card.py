@@ -219,7 +219,9 @@ _CONFIG_DOC = {
     "mode": "token embedding (HRREmbedding mode)",
     "normalize": "unit-norm HRR rows",
     "freq_resolution": "bins per unit of log frequency (mode freq)",
-    "pooling": "what the task heads read ([CLS], or [CLS] plus the mean state)",
+    "pooling": "what the task heads read ([CLS]; plus the mean state; plus the history's ICD chapters read "
+    "from the code vectors by unbinding)",
+    "hrr_width": "width of the HRR composition, projected to dim (empty: dim)",
 }
 _RUN_KEYS = ("run_id", "dataset_id", "step", "task", "trial", "seed", "best_epoch")
 

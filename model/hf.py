@@ -412,7 +412,8 @@ def _result(output, return_dict: bool | None, config: HRRBertConfig):
 
 class HRRBertModel(HRRBertPreTrainedModel):
     """The encoder: ``last_hidden_state`` ``(B, T, D)`` and ``pooler_output`` ``(B, D)`` (the tanh pooler the
-    task heads read, on [CLS] or on [CLS] plus the mean state: the model's ``pooling``)."""
+    task heads read, on [CLS] or on [CLS] plus the mean state: the model's ``pooling``; with pooling
+    cls+mean+roles the role readout's logits are added by the classification head, not part of it)."""
 
     def forward(
         self,

@@ -156,3 +156,26 @@ class RoleReadout(nn.Module):
     def forward(self, feats: Tensor, task: str) -> Tensor:
         """The logits ``(B, L)`` this readout adds for ``task``."""
         return self.tasks[task](feats)
+
+
+def carry_readout_weights(
+    old: RoleReadout, old_program, new: RoleReadout, new_program, weight: Tensor
+) -> Tensor:
+    """A task layer's weight ``(L, G_old)`` of ``old`` laid out for ``new`` on another program ``(L, G_new)``
+    (carrying a model, :mod:`model.carry`): each feature column follows its atom, matched by the role
+    relation's label and the atom's kind and key; a chapter atom the old program did not have (or a role
+    it did not query) gets zero weights, so it counts for nothing until trained; the visits column is kept."""
+    old_col = {}
+    for i, (a, q) in enumerate(zip(old.atom_ids.tolist(), old.atom_role.tolist(), strict=True)):
+        rel = old_program.relation_labels[int(old.role_ids[q])]
+        old_col[(rel, old_program.atom_kinds[a], old_program.atom_keys[a])] = i
+    k_old, k_new = int(old.atom_ids.numel()), int(new.atom_ids.numel())
+    out = weight.new_zeros(weight.shape[0], 3 * k_new + 1)
+    for j, (a, q) in enumerate(zip(new.atom_ids.tolist(), new.atom_role.tolist(), strict=True)):
+        rel = new_program.relation_labels[int(new.role_ids[q])]
+        i = old_col.get((rel, new_program.atom_kinds[a], new_program.atom_keys[a]))
+        if i is not None:
+            for g in range(3):  # distinct codes, repeated codes, latest visit
+                out[:, g * k_new + j] = weight[:, g * k_old + i]
+    out[:, -1] = weight[:, -1]
+    return out
