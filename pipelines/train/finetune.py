@@ -419,8 +419,9 @@ def _trial_model(cfg: FinetuneConfig, mdir: Path, program):
         model.mlm.requires_grad_(False)  # unused by the tasks
     for name, head in model.heads.tasks.items():
         head.requires_grad_(name == cfg.task)
-    if model.roles is not None:
-        for name, head in model.roles.tasks.items():
+    roles = getattr(model, "roles", None)  # the BERT's role readout (a visit Transformer has none)
+    if roles is not None:
+        for name, head in roles.tasks.items():
             head.requires_grad_(name == cfg.task)
     if cfg.freeze_atoms:
         token = model.embeddings.token if cfg.model == "bert" else model.code

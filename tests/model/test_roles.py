@@ -209,3 +209,46 @@ def test_a_wide_model_saves_and_loads(program, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(back(ids, seg, att, mlm_mask=mlm), m.eval()(ids, seg, att, mlm_mask=mlm))
     assert back.config.hrr_width == 128
+
+
+# --- carrying a model with a role readout ------------------------------------------------------------
+
+
+def test_carrying_to_the_same_program_keeps_the_readout(program):
+    from model import carry_model
+    from tests.model.test_bert import batch
+
+    m = make(program, pooling="cls+mean+roles").eval()
+    torch.nn.init.normal_(m.roles.tasks["chapters"].weight)
+    with torch.no_grad():
+        m.roles.none_level.add_(0.1)
+    new, _ = carry_model(m, program)
+    ids, seg, att = batch(program)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            new.eval()(ids, seg, att, task="chapters"), m(ids, seg, att, task="chapters")
+        )
+
+
+def test_readout_columns_follow_their_atoms_by_key():
+    from types import SimpleNamespace as NS
+
+    from model.roles import carry_readout_weights
+
+    def prog(keys):
+        return NS(relation_labels=["ICD-10-CM chapter"], atom_kinds=["icd"] * len(keys), atom_keys=keys)
+
+    def readout(n):
+        return NS(
+            atom_ids=torch.arange(n), atom_role=torch.zeros(n, dtype=torch.long), role_ids=torch.tensor([0])
+        )
+
+    old_p, new_p = prog(["I", "II", "IX"]), prog(["II", "XXI", "I"])  # IX gone, XXI new, order changed
+    w = torch.arange(2 * 10, dtype=torch.float32).view(2, 10)  # (L, 3 * 3 + 1)
+    got = carry_readout_weights(readout(3), old_p, readout(3), new_p, w)
+    want = torch.zeros(2, 10)
+    for g in range(3):
+        want[:, g * 3 + 0] = w[:, g * 3 + 1]  # II
+        want[:, g * 3 + 2] = w[:, g * 3 + 0]  # I
+    want[:, -1] = w[:, -1]
+    torch.testing.assert_close(got, want)

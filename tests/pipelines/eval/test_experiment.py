@@ -242,3 +242,9 @@ def test_lr_for_gives_each_configuration_its_pretraining_lr(tmp_path):
     d = str(tmp_path)
     res = CliRunner().invoke(main, ["experiment", "--dataset", d, "--program", d, "--lr-for", "x"])
     assert res.exit_code != 0 and "expected CONFIG=LR" in res.output
+    cfg = options_to_config(**flat, roles_for=("base",))
+    base = cfg.finetune_options("base")
+    assert base["pooling"] == "cls+mean+roles" and base["freeze_atoms"] is True and base["lr"] == 1e-3
+    assert "pooling" not in cfg.finetune_options("unstructured")
+    with pytest.raises(ValueError, match="not among the configurations"):
+        options_to_config(**flat, roles_for=("cat",))
