@@ -252,3 +252,19 @@ def test_readout_columns_follow_their_atoms_by_key():
         want[:, g * 3 + 2] = w[:, g * 3 + 0]  # I
     want[:, -1] = w[:, -1]
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("mode", ["base", "freq", "add", "cat"])
+def test_every_composing_mode_reads_roles(program, mode):
+    """The readout unbinds each mode's HRR part (add: C + W; cat: the composed half) and trains with it."""
+    from tests.model.test_bert import batch
+
+    torch.manual_seed(0)
+    logf = torch.linspace(-8, -1, program.n_concepts) if mode == "freq" else None
+    m = HRRBert(preset("tiny", mode=mode, pooling="cls+mean+roles"), program, log_frequency=logf)
+    torch.nn.init.normal_(m.roles.tasks["mortality"].weight)
+    ids, seg, att = batch(program)
+    out = m(ids, seg, att, task="mortality")
+    assert out.shape == (ids.shape[0], 1) and bool(torch.isfinite(out).all())
+    out.sum().backward()
+    assert float(m.embeddings.token.relations.grad.abs().sum()) > 0
