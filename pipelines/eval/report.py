@@ -396,6 +396,18 @@ def _intro(exp: Experiment) -> list[str]:
         "caption names how the interval was made.",
         "",
     ]
+    own = {c: o for c, o in (cfg.get("finetune_by_configuration") or {}).items() if c in confs and o}
+    if own:  # the fine-tuning recipes that differ between configurations, so that a reader sees them
+        common = cfg.get("finetune") or {}
+        parts = [f"`{c}`: " + ", ".join(f"{k} {v}" for k, v in sorted(o.items())) for c, o in own.items()]
+        lines += [
+            "Fine-tuning per configuration, on top of the common recipe ("
+            + ", ".join(f"{k} {v}" for k, v in sorted(common.items()))
+            + "): "
+            + "; ".join(parts)
+            + ".",
+            "",
+        ]
     notes = []
     if exp.baselines is None:
         notes.append(

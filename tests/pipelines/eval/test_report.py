@@ -401,3 +401,17 @@ def test_report_flags_a_pretraining_run_no_better_than_the_most_frequent_code(tm
         "Note: no better than the most-frequent-code baseline (2.0 %): unstructured seed 0 (MLM top-1 2.1 %)"
         in text
     )
+
+
+def test_report_names_the_fine_tuning_that_differs_per_configuration(experiment):
+    text = write_report(experiment).path.read_text()
+    assert "Fine-tuning per configuration" not in text  # one recipe for all: nothing to say
+    rec = json.loads((experiment / "experiment.json").read_text())
+    rec["config"]["finetune"] = {"lr": 0.001, "pooling": "cls+mean"}
+    rec["config"]["finetune_by_configuration"] = {"base": {"pooling": "cls+mean+roles", "freeze_atoms": True}}
+    (experiment / "experiment.json").write_text(json.dumps(rec))
+    text = write_report(experiment).path.read_text()
+    assert (
+        "Fine-tuning per configuration, on top of the common recipe (lr 0.001, pooling cls+mean): "
+        "`base`: freeze_atoms True, pooling cls+mean+roles." in text
+    )
