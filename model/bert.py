@@ -606,7 +606,8 @@ class HRRBert(nn.Module):
         if pooling != ROLE_POOLING:
             self.roles = None
         elif self.roles is None:
-            self.roles = RoleReadout(self.program, TASKS).to(self.program.device)
+            dtype = self.heads.pool.weight.dtype
+            self.roles = RoleReadout(self.program, TASKS).to(device=self.program.device, dtype=dtype)
 
     def pool_states(self, h: Tensor, attention_mask: Tensor | None) -> Tensor:
         """What the task heads' pooler reads, ``(B, T, D)`` -> ``(B, D)``: the [CLS] state (``pooling``
