@@ -9,6 +9,8 @@ import torch
 from click.testing import CliRunner
 from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
+from hrr_kernel import load_program
+from model import HRRBert
 from pipelines.cli import main
 from pipelines.data.sequences import TokenizedDataset, epoch_order, step_generator
 from pipelines.train.checkpoint import list_checkpoints
@@ -295,6 +297,27 @@ def test_cli_pretrain(tmp_path, dataset_dir, program_dir):  # noqa: F811
     )
     assert res.exit_code == 0, res.output
     assert "steps     2" in res.output and (tmp_path / "r1" / "model" / "config.json").is_file()
+
+
+def test_cli_pretrain_with_a_wide_composition(tmp_path, dataset_dir, program_dir):  # noqa: F811
+    args = [
+        "pretrain",
+        str(dataset_dir),
+        "--program",
+        str(program_dir),
+        "--out",
+        str(tmp_path),
+        "--model",
+        "tiny",
+    ]
+    args += ["--max-steps", "2", "--batch-size", "8", "--device", "cpu", "--hrr-width", "256", "-q"]
+    res = CliRunner().invoke(main, [*args, "--run-id", "wide"])
+    assert res.exit_code == 0, res.output
+    m = HRRBert.from_pretrained(tmp_path / "wide" / "model", load_program(program_dir))
+    assert m.config.hrr_width == 256 and m.embeddings.token.atoms.shape[1] == 256
+    assert tuple(m.embeddings.token.projection.shape) == (256, m.config.dim)
+    res = CliRunner().invoke(main, [*args, "--mode", "cat", "--run-id", "bad"])
+    assert res.exit_code != 0 and "hrr_width" in res.output
 
 
 def test_pretrain_with_the_sampled_softmax(tmp_path, dataset_dir, program_dir):  # noqa: F811
