@@ -64,7 +64,7 @@ from hrr_kernel import (
 
 from .bert import HRRBert
 from .errors import ModelError
-from .roles import carry_readout_weights
+from .roles import carry_readout_state
 
 __all__ = ["carry_model", "unchanged_tokens", "TOKEN_TENSORS"]
 
@@ -222,21 +222,6 @@ def _report(model: HRRBert, new: Program, carried, sources: Tensor, init: str, s
     }
 
 
-def _carry_none_levels(model: HRRBert, new: HRRBert, new_program: Program) -> Tensor:
-    """The role readout's "none" level of each role of ``new``: the old one of the same relation label,
-    else the starting value."""
-    from .roles import INIT_NONE
-
-    old_levels = {
-        model.program.relation_labels[int(r)]: float(v)
-        for r, v in zip(model.roles.role_ids.tolist(), model.roles.none_level.detach().tolist(), strict=True)
-    }
-    levels = [
-        old_levels.get(new_program.relation_labels[int(r)], INIT_NONE) for r in new.roles.role_ids.tolist()
-    ]
-    return torch.tensor(levels, dtype=model.roles.none_level.dtype, device=new_program.device)
-
-
 def carry_model(
     model: HRRBert,
     new_program: Program,
@@ -266,12 +251,8 @@ def carry_model(
     if model.embeddings.token.hrr_dim > 0:
         replaced[RELATIONS] = carried.relations
     if model.roles is not None:  # the readout's feature columns follow their chapter atoms
-        for task, layer in model.roles.tasks.items():
-            key = f"roles.tasks.{task}.weight"
-            replaced[key] = carry_readout_weights(
-                model.roles, old, new.roles, new_program, layer.weight.detach().to(new_program.device)
-            )
-        replaced["roles.none_level"] = _carry_none_levels(model, new, new_program)
+        state_roles = carry_readout_state(model.roles, old, new.roles, new_program)
+        replaced.update({f"roles.{k}": v for k, v in state_roles.items()})
     target = new.state_dict()
     for key, value in target.items():
         given = replaced[key] if key in replaced else state.get(key)

@@ -33,7 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["ROLE_KIND", "ROLE_LEVEL", "RoleReadout", "history_groups", "role_relations"]
+from hrr_kernel import relation_range, unbind_relations
+
+__all__ = [
+    "ROLE_KIND", "ROLE_LEVEL", "RoleReadout", "carry_readout_state", "carry_readout_weights",
+    "history_groups", "role_relations",
+]  # fmt: skip
 
 ROLE_KIND = "icd_hierarchy"  # the relation kind the roles are drawn from (ontology_compiler's ICD hierarchy)
 ROLE_LEVEL = "chapter"  # the level queried: the relations whose label ends with it
@@ -93,19 +98,19 @@ class RoleReadout(nn.Module):
                 "roles from (compile it with the ICD hierarchy, without --no-icd-hierarchy), or choose "
                 "pooling cls or cls+mean"
             )
+        fills = relation_range(program)  # (R, A): each relation's cleanup memory
         atoms, group = [], []
         for q, r in enumerate(rels):
-            rng = torch.unique(program.edge_atom[program.edge_relation == r].cpu())  # (K_r,)
+            rng = torch.nonzero(fills[r]).flatten()  # (K_r,) sorted atom ids
             atoms.append(rng)
             group.append(torch.full_like(rng, q))
         self.register_buffer("role_ids", torch.tensor(rels, dtype=torch.long), persistent=False)  # (Q,)
         self.register_buffer("atom_ids", torch.cat(atoms), persistent=False)  # (K,)
         self.register_buffer("atom_role", torch.cat(group), persistent=False)  # (K,)
         self.sizes = [len(a) for a in atoms]
-        k = int(self.atom_ids.numel())
         self.log_sharpness = nn.Parameter(torch.tensor(math.log(INIT_SHARPNESS)))
         self.none_level = nn.Parameter(torch.full((len(rels),), INIT_NONE))
-        self.tasks = nn.ModuleDict({name: nn.Linear(3 * k + 1, n) for name, n in tasks.items()})
+        self.tasks = nn.ModuleDict({name: nn.Linear(self.n_features, n) for name, n in tasks.items()})
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -120,21 +125,20 @@ class RoleReadout(nn.Module):
 
     @property
     def n_features(self) -> int:
+        """G = 3K + 1: per role atom, its count over distinct, repeated and latest-visit codes; visits."""
         return 3 * int(self.atom_ids.numel()) + 1
 
     def soft_roles(self, c: Tensor, atoms: Tensor, relations: Tensor) -> Tensor:
         """Each code's soft filler of every role: ``(U, K)``, per role a softmax's atoms part (the rest is
         the "none" level). ``c`` the codes' compositions ``(U, H)``, ``atoms`` ``(A, H)``, ``relations``
         ``(R, H)`` as signals."""
-        h = c.shape[1]
-        cf = torch.fft.rfft(c.float(), dim=1)  # (U, F)
-        rf = torch.fft.rfft(relations.index_select(0, self.role_ids).float(), dim=1)  # (Q, F)
-        q = torch.fft.irfft(cf[:, None, :] * rf.conj()[None], n=h, dim=2)  # (U, Q, H): C ⊛ r⁻¹
+        q = unbind_relations(
+            c.float(), relations.index_select(0, self.role_ids).float()
+        )  # (U, Q, H): C ⊛ r⁻¹
         q = F.normalize(q, dim=2, eps=1e-12)
         a = F.normalize(atoms.index_select(0, self.atom_ids).float(), dim=1, eps=1e-12)  # (K, H)
-        sims = (q.index_select(1, self.atom_role) * a[None]).sum(
-            2
-        )  # (U, K): each atom against its role's query
+        # (U, K): each atom against the query of its own role
+        sims = (q.index_select(1, self.atom_role) * a[None]).sum(2)
         tau = self.log_sharpness.exp()
         out = []
         for j, part in enumerate(sims.split(self.sizes, dim=1)):  # (U, K_j)
@@ -170,7 +174,7 @@ def carry_readout_weights(
         rel = old_program.relation_labels[int(old.role_ids[q])]
         old_col[(rel, old_program.atom_kinds[a], old_program.atom_keys[a])] = i
     k_old, k_new = int(old.atom_ids.numel()), int(new.atom_ids.numel())
-    out = weight.new_zeros(weight.shape[0], 3 * k_new + 1)
+    out = weight.new_zeros(weight.shape[0], 3 * k_new + 1)  # (L, G_new)
     for j, (a, q) in enumerate(zip(new.atom_ids.tolist(), new.atom_role.tolist(), strict=True)):
         rel = new_program.relation_labels[int(new.role_ids[q])]
         i = old_col.get((rel, new_program.atom_kinds[a], new_program.atom_keys[a]))
@@ -178,4 +182,27 @@ def carry_readout_weights(
             for g in range(3):  # distinct codes, repeated codes, latest visit
                 out[:, g * k_new + j] = weight[:, g * k_old + i]
     out[:, -1] = weight[:, -1]
+    return out
+
+
+def carry_readout_state(old: RoleReadout, old_program, new: RoleReadout, new_program) -> dict[str, Tensor]:
+    """The state of ``new`` (keys as in its ``state_dict``) that carrying ``old`` to another program
+    replaces: every task layer's weight by :func:`carry_readout_weights`, and each role's "none" level from
+    the old role of the same relation label (else the starting value). Biases and the sharpness keep their
+    shapes and are copied as they are."""
+    out = {
+        f"tasks.{task}.weight": carry_readout_weights(
+            old, old_program, new, new_program, layer.weight.detach().to(new.atom_ids.device)
+        )
+        for task, layer in old.tasks.items()
+    }
+    level = {
+        old_program.relation_labels[r]: v
+        for r, v in zip(old.role_ids.tolist(), old.none_level.detach().tolist(), strict=True)
+    }
+    out["none_level"] = torch.tensor(
+        [level.get(new_program.relation_labels[r], INIT_NONE) for r in new.role_ids.tolist()],
+        dtype=old.none_level.dtype,
+        device=new.atom_ids.device,
+    )
     return out

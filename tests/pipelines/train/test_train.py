@@ -270,47 +270,24 @@ def test_resume_after_kill_gives_the_same_loss_curve(tmp_path, dataset_dir, prog
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def _pretrain_args(dataset_dir, program_dir, out, *extra: str) -> list[str]:  # noqa: F811
+    """``hrrbert pretrain`` of the tiny model for two steps on the fixture, plus ``extra``."""
+    return [
+        "pretrain", str(dataset_dir), "--program", str(program_dir), "--out", str(out), "--model", "tiny",
+        "--max-steps", "2", "--batch-size", "8", "--device", "cpu", "-q", *extra,
+    ]  # fmt: skip
+
+
 def test_cli_pretrain(tmp_path, dataset_dir, program_dir):  # noqa: F811
     res = CliRunner().invoke(
-        main,
-        [
-            "pretrain",
-            str(dataset_dir),
-            "--program",
-            str(program_dir),
-            "--out",
-            str(tmp_path),
-            "--model",
-            "tiny",
-            "--mode",
-            "cat",
-            "--max-steps",
-            "2",
-            "--batch-size",
-            "8",
-            "--device",
-            "cpu",
-            "--run-id",
-            "r1",
-            "-q",
-        ],
+        main, _pretrain_args(dataset_dir, program_dir, tmp_path, "--mode", "cat", "--run-id", "r1")
     )
     assert res.exit_code == 0, res.output
     assert "steps     2" in res.output and (tmp_path / "r1" / "model" / "config.json").is_file()
 
 
 def test_cli_pretrain_with_a_wide_composition(tmp_path, dataset_dir, program_dir):  # noqa: F811
-    args = [
-        "pretrain",
-        str(dataset_dir),
-        "--program",
-        str(program_dir),
-        "--out",
-        str(tmp_path),
-        "--model",
-        "tiny",
-    ]
-    args += ["--max-steps", "2", "--batch-size", "8", "--device", "cpu", "--hrr-width", "256", "-q"]
+    args = _pretrain_args(dataset_dir, program_dir, tmp_path, "--hrr-width", "256")
     res = CliRunner().invoke(main, [*args, "--run-id", "wide"])
     assert res.exit_code == 0, res.output
     m = HRRBert.from_pretrained(tmp_path / "wide" / "model", load_program(program_dir))
