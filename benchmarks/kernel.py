@@ -83,12 +83,24 @@ def synthetic_program(n_concepts: int, shared: float = 0.0, seed: int = 0) -> Pa
 
 
 def run_worker(
-    program: Path, method: str, dim: int, reps: int, warmup: int, timeout: float, device: str = "cpu"
+    program: Path,
+    method: str,
+    dim: int,
+    reps: int,
+    warmup: int,
+    timeout: float,
+    device: str = "cpu",
+    native: bool = True,
 ) -> dict:
+    """One (program, method) in a fresh process; ``native=False`` runs it with ``HRRBERT_NATIVE=0``
+    (the torch path of a batch's rows, the baseline of the native kernels)."""
     cmd = [sys.executable, __file__, "--worker", method, "--program", str(program), "--dim", str(dim)]
     cmd += ["--reps", str(reps), "--warmup", str(warmup), "--device", device]
+    env = dict(os.environ)
+    if not native:
+        env["HRRBERT_NATIVE"] = "0"
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False, env=env)
     except subprocess.TimeoutExpired:
         return {"method": method, "error": f"timed out after {timeout:.0f} s"}
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
@@ -102,12 +114,13 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from benchmarks._kernel_methods import measure
-    from hrr_kernel import load_program
+    from hrr_kernel import load_program, native
 
     torch.set_num_threads(args.threads or torch.get_num_threads())
     program = load_program(args.program, device=args.device)
     result = measure(program, args.worker, args.dim, args.reps, args.warmup, device=args.device)
     result["counts"] = program.counts
+    result["native"] = native.available() and args.device == "cpu"  # plans of selected rows only
     print(json.dumps(result))
 
 
@@ -131,11 +144,14 @@ def memory_label(device: str) -> str:
 
 
 def table(rows: list[dict], ref: dict | None, device: str = "cpu") -> list[str]:
+    """The rows as a Markdown table; speed-ups against (a) ``ref`` for whole-matrix methods and
+    against the same method on the torch path (``HRRBERT_NATIVE=0``) for a batch's rows."""
     memory = memory_label(device)
     nd = 3 if device.startswith("cuda") else 1  # GPU times are fractions of a millisecond
+    torch_path = {r["method"]: r for r in rows if "error" not in r and r.get("torch_path")}
     out = [
         f"| method | forward (ms) | fwd+bwd (ms) | bwd/fwd | {memory} | "
-        "fwd speed-up vs (a) | fwd+bwd speed-up vs (a) |",
+        "fwd speed-up vs (a) or torch path | fwd+bwd speed-up vs (a) or torch path |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -143,9 +159,11 @@ def table(rows: list[dict], ref: dict | None, device: str = "cpu") -> list[str]:
             out.append(f"| {r['label']} | {r['error']} | | | | | |")
             continue
         f, fb = r["forward"], r["forward_backward"]
-        comparable = ref and not r["method"].startswith("batch_rows")  # (e): a batch's rows, not the matrix
-        ratio_f = ref["forward"] / f if comparable else None
-        ratio_fb = ref["forward_backward"] / fb if comparable else None
+        # (e): a batch's rows, not the matrix; they are read against the same method on the torch path
+        base = torch_path.get(r["method"]) if r["method"].startswith("batch_rows") else ref
+        comparable = base is not None and base is not r
+        ratio_f = base["forward"] / f if comparable else None
+        ratio_fb = base["forward_backward"] / fb if comparable else None
         out.append(
             f"| {r['label']} | {fmt(f, nd)} | {fmt(fb, nd)} | {fmt((fb - f) / f, 2)} | "
             f"{fmt(r['peak_extra_mib'])} | "
@@ -209,6 +227,9 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
             args.warmup,
         )
     )
+    if args.device == "cpu":  # the native kernels' baseline: the same batch rows on the torch path
+        for key, tag in (("batch_rows_sparse", "(e')"), ("batch_rows_spectral", "(e'')")):
+            plan.append((f"{tag} on the torch path (HRRBERT_NATIVE=0)", key, args.reps, args.warmup, False))
     plan.append(
         (
             "(f) ours, spectral inputs and output (no FFT at all): compose_spectrum(dim=D)",
@@ -218,12 +239,15 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
         )
     )
     plan.append(("floor: rfft(atoms) + irfft(all N concepts) only", "fft_floor", args.reps, args.warmup))
-    for label, method, reps, warmup in plan:
+    for label, method, reps, warmup, *native in plan:
         t0 = time.perf_counter()
-        r = run_worker(root, method, args.dim, reps, warmup, args.timeout, args.device)
+        on = native[0] if native else True
+        r = run_worker(root, method, args.dim, reps, warmup, args.timeout, args.device, native=on)
         if "distinct_rows" in r:
             label += f", {r['distinct_rows']:,} distinct"
-        r["label"] = label
+        if method.startswith("batch_rows") and on and r.get("native"):
+            label += ", native kernels"
+        r["label"], r["torch_path"] = label, not on
         print(
             f"  {label}: {json.dumps({k: v for k, v in r.items() if k not in ('counts', 'label')})} "
             f"[{time.perf_counter() - t0:.0f} s]",
@@ -240,7 +264,7 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
 def goals(rows: list[dict], device: str, n_concepts: int) -> tuple[list[str], list[dict]]:
     """The issue's goals for this device, each with the measured value and met / not met."""
     kind = "cuda" if device.startswith("cuda") else "cpu"
-    by_method = {r["method"]: r for r in rows if "error" not in r}
+    by_method = {r["method"]: r for r in rows if "error" not in r and not r.get("torch_path")}
     threads = next((r["threads"] for r in by_method.values()), None)
     where = f"{threads} CPU threads" if kind == "cpu" else device
     scale = (

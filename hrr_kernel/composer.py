@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from . import native
 from .errors import ShapeError
 from .plan import ComposePlan, Workspace
 
@@ -154,6 +155,55 @@ def _give_back(ws: Workspace, a_hat: Tensor, held: dict) -> None:
         held["given"], held["takes"] = True, ws.takes("a_hat", a_hat.dtype, a_hat.device)
 
 
+def _fused(plan: ComposePlan, like: Tensor) -> bool:
+    """Compose with the native fused kernels: a natively built plan (CPU) and a float32/64 CPU tensor."""
+    return plan.native and native.usable(like)
+
+
+def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None):
+    """The backward of a fused plan: both gradients from one native pass over the pairs (the spectral
+    scale, when the inputs are half spectra, applied to ``g_hat`` first: both gradients are linear in
+    it); the atoms' adjoint is fresh, so a sparse or spectral gradient takes it without a copy."""
+    plan: ComposePlan = ctx.plan
+    ws: Workspace = ctx.ws
+    d, spectral_in = ctx.d, ctx.spectral_inputs
+    need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    r_hat, cdt, dev = ctx.r_hat, a_hat.dtype, a_hat.device
+    f = g_hat.shape[1]
+    if scale is not None:
+        g_hat.mul_(scale)
+    gr_hat = torch.empty_like(r_hat) if need_r else None  # (R, F)
+    ga_hat = torch.empty((plan.n_atoms_used, f), dtype=cdt, device=dev) if need_a else None  # (A', F)
+    atom_row = plan.atoms_used if spectral_in else None
+    native.bind_rows_adjoint(
+        plan.q_index, plan.mt_index, plan.pair_relation, a_hat, r_hat, g_hat, ga_hat, gr_hat, atom_row
+    )
+    ws.give("rows_hat", g_hat)
+    if not ctx.held["given"]:
+        _give_back(ws, a_hat, ctx.held)
+    grad_r = _to_input(gr_hat, d, spectral_in, None) if need_r else None  # (R, D) or (R, 2F)
+    grad_a = None
+    if need_a:
+        width = 2 * f if spectral_in else d
+        if ga_hat.shape[0]:  # MKL refuses empty transforms
+            values = _to_input(ga_hat, d, spectral_in, None)  # (A', D) or (A', 2F), fresh
+        else:
+            values = torch.zeros((0, width), dtype=ctx.r_hat.real.dtype, device=dev)
+        if ctx.sparse_grad:  # only the rows read: a sparse (A, width) gradient
+            grad_a = torch.sparse_coo_tensor(
+                plan.atoms_used.unsqueeze(0),
+                values,
+                (plan.n_atoms, width),
+                is_coalesced=True,  # atoms_used is sorted and distinct
+                check_invariants=False,
+            )
+        else:
+            grad_a = torch.zeros((plan.n_atoms, width), dtype=values.dtype, device=dev)
+            if values.shape[0]:
+                grad_a.index_copy_(0, plan.atoms_used, values)
+    return grad_a, grad_r, None, None, None, None, None, None
+
+
 class _Compose(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -171,8 +221,9 @@ class _Compose(torch.autograd.Function):
         f = d // 2 + 1
         cdt = _COMPLEX[atoms.dtype]
         dev = atoms.device
-        m, _, _ = plan.matrices(atoms.dtype)
-        src = _used_atoms(plan, atoms)  # (A', D), or (A', 2F) given as spectra
+        fused = _fused(plan, atoms)
+        # fused spectral inputs read the parameter's rows in place (atom_row); otherwise the used rows
+        src = atoms if fused and spectral_inputs else _used_atoms(plan, atoms)  # (A' or A, D or 2F)
         if spectral_inputs:  # the half spectra are the parameters: no transform at all
             a_hat = _complex2d(src)  # (A', F), a view (of the parameter, or of the selected copy)
             r_hat = _complex2d(relations)  # (R, F)
@@ -181,8 +232,6 @@ class _Compose(torch.autograd.Function):
             if src.shape[0]:  # MKL refuses empty transforms
                 torch.fft.rfft(src, dim=1, out=a_hat)
             r_hat = torch.fft.rfft(relations, dim=1)  # (R, F)
-        b = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
-        _gather_bind(a_hat, r_hat, plan, ws, b)
         # a spectral output of every row in order is the product itself: fresh, not pooled
         # (the caller owns it)
         direct = spectral and plan.row_map is None
@@ -191,8 +240,15 @@ class _Compose(torch.autograd.Function):
             if direct
             else ws.take("rows_hat", (plan.n_rows, f), cdt, dev)
         )  # (U, F)
-        torch.addmm(_real2d(c_hat), m, _real2d(b), beta=0, out=_real2d(c_hat))
-        ws.give("pairs", b)
+        if fused:  # one pass over the rows' entries, no pair table
+            atom_row = plan.atoms_used if spectral_inputs else None
+            native.bind_rows(plan.m_index, plan.pair_atom, plan.pair_relation, a_hat, r_hat, c_hat, atom_row)
+        else:
+            m, _, _ = plan.matrices(atoms.dtype)
+            b = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
+            _gather_bind(a_hat, r_hat, plan, ws, b)
+            torch.addmm(_real2d(c_hat), m, _real2d(b), beta=0, out=_real2d(c_hat))
+            ws.give("pairs", b)
         if direct:
             out = _real2d(c_hat)  # (N, 2F)
         elif spectral:  # (N, 2F) real view, fresh: the caller owns it
@@ -243,7 +299,6 @@ class _Compose(torch.autograd.Function):
         need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dtype, dev = grad.dtype, grad.device
         cdt, f = a_hat.dtype, a_hat.shape[1]
-        _, mt, q = plan.matrices(dtype)
         g_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
         spectral_in = ctx.spectral_inputs
         # G_hat below is rfft(dL/dC) (signal-domain inputs: the irfft at the end gives their gradient); with
@@ -269,6 +324,9 @@ class _Compose(torch.autograd.Function):
                 ws.give("rows", g_u)
             if spectral_in:
                 scale = bin_weights(d, dtype, dev) / d  # (F,)
+        if _fused(plan, grad):
+            return _fused_backward(ctx, a_hat, g_hat, scale)
+        _, mt, q = plan.matrices(dtype)
         gb = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
         torch.addmm(_real2d(gb), mt, _real2d(g_hat), beta=0, out=_real2d(gb))
         ws.give("rows_hat", g_hat)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import native
 from .errors import ShapeError
 
 __all__ = ["BasePlan", "ComposePlan", "Workspace", "build_base_plan", "plan_rows"]
@@ -53,10 +54,17 @@ class BasePlan:
     row_val: Tensor  # (nnz,) float64, edge counts
     row_map: Tensor  # (N,) int64, concept -> distinct row
     identity_rows: bool  # row_map == arange(N)
+    _marks: native.Marks | None = field(default=None, repr=False)  # the native plan builder's scratch
 
     @property
     def n_pairs(self) -> int:
         return int(self.pair_atom.numel())
+
+    def marks(self) -> native.Marks:
+        """The native plan builder's mark arrays for this plan (made on first use)."""
+        if self._marks is None:
+            self._marks = native.Marks(self.n_unique_rows, self.n_pairs, self.n_atoms)
+        return self._marks
 
     @property
     def n_unique_rows(self) -> int:
@@ -147,8 +155,9 @@ class ComposePlan:
     """Everything one composition needs, on one device; CSR matrices are cached per dtype.
 
     ``atoms_used`` is None when the plan addresses every atom (``pair_atom`` indexes the atom table);
-    otherwise ``pair_atom`` indexes ``atoms_used``. ``row_map`` is None when computed rows are the
-    output rows in order.
+    otherwise ``pair_atom`` indexes ``atoms_used`` (sorted, distinct). ``row_map`` is None when computed
+    rows are the output rows in order. ``native``: built by :mod:`hrr_kernel.native` (rows and pairs
+    numbered in order of first appearance, columns unsorted within a row), and composed by its kernels.
     """
 
     n_out: int  # N
@@ -157,11 +166,12 @@ class ComposePlan:
     n_relations: int  # R
     atoms_used: Tensor | None  # (A',) int64
     pair_atom: Tensor  # (P,) int64
-    pair_relation: Tensor  # (P,) int64, non-decreasing
+    pair_relation: Tensor  # (P,) int64 (non-decreasing unless native)
     row_map: Tensor | None  # (N,) int64 into the U computed rows
     m_index: tuple[Tensor, Tensor, Tensor]  # crow (U+1,), col (nnz,), val (nnz,) float64
     mt_index: tuple[Tensor, Tensor, Tensor]  # pairs × rows
     q_index: tuple[Tensor, Tensor]  # crow (A'+1,), col (P,) : atoms × pairs, ones
+    native: bool = False
     _csr_cache: dict = field(default_factory=dict)
 
     @property
@@ -227,6 +237,8 @@ def plan_rows(base: BasePlan, rows: Tensor | None) -> ComposePlan:
         - rows: ``(N,)`` integer concept ids in ``[0, n_concepts)``, or None
     """
     dev = base.device
+    if rows is not None and dev.type == "cpu" and native.available():
+        return _plan_rows_native(base, _checked_rows(base, rows))
     # --- the computed rows (U) and their entries of the count matrix M
     if rows is None:
         uniq_rows = None
@@ -271,6 +283,27 @@ def plan_rows(base: BasePlan, rows: Tensor | None) -> ComposePlan:
         m_index=(crow, col, val),
         mt_index=mt_index,
         q_index=q_index,
+    )
+
+
+def _plan_rows_native(base: BasePlan, rows: Tensor) -> ComposePlan:
+    """:func:`plan_rows` of selected rows by the native builder: time linear in the rows' entries."""
+    marks = base.marks()
+    rows = rows.contiguous()
+    uniq, row_map, nnz = native.plan_select(rows, base.row_map, base.row_crow, marks)
+    parts = native.plan_build(
+        uniq, nnz, base.row_crow, base.row_col, base.row_val, base.pair_atom, base.pair_relation, marks
+    )
+    # distinct requested rows with distinct edge sets: the computed rows are the output rows, in order
+    identity = uniq.numel() == rows.numel()
+    return ComposePlan(
+        n_out=rows.numel(),
+        n_rows=uniq.numel(),
+        n_atoms=base.n_atoms,
+        n_relations=base.n_relations,
+        row_map=None if identity else row_map,
+        native=True,
+        **parts,
     )
 
 

@@ -1,0 +1,120 @@
+/* One precision of the fused bind kernels; compose.c includes this file once per real type.
+ *
+ * Before inclusion: REAL is the real type (float or double), NAME(x) pastes its suffix onto x, HRR_SIMD
+ * is 1 when compose.c defines NAME(cmac_simd) and NAME(cmac_conj_simd) (which handle a prefix of the
+ * values and return its length), else 0.
+ * Every complex array is interleaved (re, im) pairs, F of them per row: a torch complex tensor's memory,
+ * or its real view (n, 2F). atom_row (A'): the row of a_hat that holds each used atom, or NULL when a_hat
+ * holds exactly the used atoms in order.
+ */
+
+/* o[k] += w * x[k] * y[k] over nf complex values (the SIMD version in compose.c for float32 and AVX2). */
+static inline void NAME(cmac)(REAL *restrict o, const REAL *restrict x, const REAL *restrict y, REAL w,
+                              int64_t nf) {
+    int64_t k = 0;
+#if HRR_SIMD
+    k = NAME(cmac_simd)(o, x, y, w, nf);
+#endif
+    for (; k < nf; ++k) {
+        const REAL xr = x[2 * k], xi = x[2 * k + 1], yr = y[2 * k], yi = y[2 * k + 1];
+        o[2 * k] += w * (xr * yr - xi * yi);
+        o[2 * k + 1] += w * (xr * yi + xi * yr);
+    }
+}
+
+/* o[k] += conj(x[k]) * y[k] over nf complex values. */
+static inline void NAME(cmac_conj)(REAL *restrict o, const REAL *restrict x, const REAL *restrict y,
+                                   int64_t nf) {
+    int64_t k = 0;
+#if HRR_SIMD
+    k = NAME(cmac_conj_simd)(o, x, y, nf);
+#endif
+    for (; k < nf; ++k) {
+        const REAL xr = x[2 * k], xi = x[2 * k + 1], yr = y[2 * k], yi = y[2 * k + 1];
+        o[2 * k] += xr * yr + xi * yi;
+        o[2 * k + 1] += xr * yi - xi * yr;
+    }
+}
+
+/* out[u] = sum over the entries e of row u of M: val[e] * a_hat[atom(p)] * r_hat[rel(p)], p = col[e].
+ *
+ * crow (n_rows + 1), col and val (nnz, float64 counts): M in CSR, col indexing the pair table.
+ * pair_atom, pair_rel (P): each pair's used atom and relation. One thread writes each output row: no
+ * atomics, no reduction. out (U, F) is overwritten. */
+void NAME(hrr_bind_rows)(int64_t n_rows, int64_t nf, const int64_t *crow, const int64_t *col,
+                         const double *val, const int64_t *pair_atom, const int64_t *pair_rel,
+                         const int64_t *atom_row, const REAL *a_hat, const REAL *r_hat, REAL *out,
+                         int nthreads) {
+    const int64_t w2 = 2 * nf;
+#pragma omp parallel for schedule(dynamic, 16) num_threads(nthreads)
+    for (int64_t u = 0; u < n_rows; ++u) {
+        REAL *restrict o = out + u * w2;
+        memset(o, 0, (size_t)w2 * sizeof(REAL));
+        for (int64_t e = crow[u]; e < crow[u + 1]; ++e) {
+            const int64_t p = col[e];
+            const int64_t ia = atom_row ? atom_row[pair_atom[p]] : pair_atom[p];
+            const REAL *restrict a = a_hat + ia * w2;
+            const REAL *restrict r = r_hat + pair_rel[p] * w2;
+            const REAL w = (REAL)val[e];
+            NAME(cmac)(o, a, r, w, nf);
+        }
+    }
+}
+
+/* The adjoint of hrr_bind_rows, one pass over the pairs grouped by atom:
+ *
+ *   gb[p]     = sum over the entries e of column p of M: val[e] * g_hat[row(e)]
+ *   ga_hat[a] = sum over the pairs p of atom a: conj(r_hat[rel(p)]) * gb[p]      (unless ga_hat is NULL)
+ *   gr_hat[j] = sum over the pairs p of relation j: conj(a_hat[atom(p)]) * gb[p] (unless gr_hat is NULL)
+ *
+ * q_crow (A' + 1), q_col (P): the pairs of each used atom; mt_crow (P + 1), mt_row, mt_val (nnz): Mᵀ in
+ * CSR. Each ga_hat row belongs to one thread; gr_hat is summed in per-thread buffers, then reduced. Both
+ * outputs are overwritten. Returns 0, or 1 when the per-thread scratch could not be allocated. */
+int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, const int64_t *q_crow,
+                                const int64_t *q_col, const int64_t *mt_crow, const int64_t *mt_row,
+                                const double *mt_val, const int64_t *pair_rel, const int64_t *atom_row,
+                                const REAL *a_hat, const REAL *r_hat, const REAL *g_hat, REAL *ga_hat,
+                                REAL *gr_hat, int nthreads) {
+    const int64_t w2 = 2 * nf;
+    const size_t per_thread = (size_t)w2 + (gr_hat ? (size_t)(n_rel * w2) : 0);
+    if (nthreads < 1) nthreads = 1;
+    REAL *scratch = calloc((size_t)nthreads * per_thread, sizeof(REAL));
+    if (!scratch) return 1;
+#pragma omp parallel num_threads(nthreads)
+    {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        REAL *restrict gb = scratch + (size_t)tid * per_thread;
+        REAL *restrict grl = gb + w2;
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t a = 0; a < n_atoms; ++a) {
+            REAL *restrict ga = ga_hat ? ga_hat + a * w2 : NULL;
+            if (ga) memset(ga, 0, (size_t)w2 * sizeof(REAL));
+            const REAL *restrict av = a_hat + (atom_row ? atom_row[a] : a) * w2;
+            for (int64_t q = q_crow[a]; q < q_crow[a + 1]; ++q) {
+                const int64_t p = q_col[q];
+                memset(gb, 0, (size_t)w2 * sizeof(REAL));
+                for (int64_t e = mt_crow[p]; e < mt_crow[p + 1]; ++e) {
+                    const REAL *restrict g = g_hat + mt_row[e] * w2;
+                    const REAL w = (REAL)mt_val[e];
+#pragma omp simd
+                    for (int64_t k = 0; k < w2; ++k) gb[k] += w * g[k];
+                }
+                const int64_t j = pair_rel[p];
+                if (ga) NAME(cmac_conj)(ga, r_hat + j * w2, gb, nf);
+                if (gr_hat) NAME(cmac_conj)(grl + j * w2, av, gb, nf);
+            }
+        }
+    }
+    if (gr_hat) {
+        memset(gr_hat, 0, (size_t)(n_rel * w2) * sizeof(REAL));
+        for (int t = 0; t < nthreads; ++t) {
+            const REAL *grl = scratch + (size_t)t * per_thread + w2;
+            for (int64_t k = 0; k < n_rel * w2; ++k) gr_hat[k] += grl[k];
+        }
+    }
+    free(scratch);
+    return 0;
+}
