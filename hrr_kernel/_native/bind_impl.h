@@ -68,8 +68,9 @@ void NAME(hrr_bind_rows)(int64_t n_rows, int64_t nf, const int64_t *crow, const 
  *   gr_hat[j] = sum over the pairs p of relation j: conj(a_hat[atom(p)]) * gb[p] (unless gr_hat is NULL)
  *
  * q_crow (A' + 1), q_col (P): the pairs of each used atom; mt_crow (P + 1), mt_row, mt_val (nnz): Mᵀ in
- * CSR. Each ga_hat row belongs to one thread; gr_hat is summed in per-thread buffers, then reduced. Both
- * outputs are overwritten. Returns 0, or 1 when the per-thread scratch could not be allocated. */
+ * CSR. Each ga_hat row belongs to one thread; gr_hat is summed in per-thread buffers, then reduced in
+ * thread order. The threads take fixed blocks of atoms, so at a given thread count every sum runs in the
+ * same order from call to call (bitwise reproducible). Both outputs are overwritten. Returns 0, or 1 when the per-thread scratch could not be allocated. */
 int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, const int64_t *q_crow,
                                 const int64_t *q_col, const int64_t *mt_crow, const int64_t *mt_row,
                                 const double *mt_val, const int64_t *pair_rel, const int64_t *atom_row,
@@ -88,7 +89,7 @@ int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, cons
 #endif
         REAL *restrict gb = scratch + (size_t)tid * per_thread;
         REAL *restrict grl = gb + w2;
-#pragma omp for schedule(dynamic, 16)
+#pragma omp for schedule(static)
         for (int64_t a = 0; a < n_atoms; ++a) {
             REAL *restrict ga = ga_hat ? ga_hat + a * w2 : NULL;
             if (ga) memset(ga, 0, (size_t)w2 * sizeof(REAL));

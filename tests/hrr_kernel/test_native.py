@@ -13,7 +13,7 @@ import pytest
 import torch
 from hrr_naive import naive_matrix
 
-from hrr_kernel import compose, load_program, native
+from hrr_kernel import HRREmbedding, compose, load_program, native
 from hrr_kernel.plan import plan_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,6 +75,47 @@ def test_batch_rows_match_the_float64_definition(make_program):
     edges = (p.edge_concept.tolist(), p.edge_relation.tolist(), p.edge_atom.tolist())
     ref = naive_matrix(p.n_concepts, edges, a.detach().numpy(), r.detach().numpy())[rows.numpy()]
     np.testing.assert_allclose(compose(p, a, r, rows).detach().numpy(), ref, atol=1e-12)
+
+
+@needs_native
+def test_native_gradients_are_bitwise_reproducible(make_program):
+    """Same inputs, same thread count: the same bits (the adjoint's threads take fixed blocks of atoms)."""
+    p = load_program(make_program(n_concepts=200, n_atoms=60, n_relations=6, n_edges=1500, seed=5))
+    a, r = _params(p, 48, torch.float32, spectral=False)
+    rows = torch.randint(0, 200, (300,), generator=torch.Generator().manual_seed(0))
+    weight = torch.randn(300, 48, generator=torch.Generator().manual_seed(1))
+    first = _run(p, a, r, rows, weight, None, True)
+    for _ in range(3):
+        assert all(
+            torch.equal(x, y) for x, y in zip(first, _run(p, a, r, rows, weight, None, True), strict=True)
+        )
+
+
+@needs_native
+@pytest.mark.parametrize("mode", ["base", "freq", "cat"])
+def test_training_an_embedding_follows_the_torch_path(make_program, mode):
+    """A few AdamW steps of an HRREmbedding on batch rows end at the same parameters either way."""
+    p = load_program(make_program(n_concepts=200, n_atoms=60, n_relations=6, n_edges=1500, seed=7))
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, 200, (4, 16), generator=gen) for _ in range(4)]
+    targets = [torch.randn(4, 16, 32, generator=gen) for _ in range(4)]
+
+    def train():
+        torch.manual_seed(0)
+        extra = {"log_frequency": torch.linspace(0.0, 5.0, 200)} if mode == "freq" else {}
+        emb = HRREmbedding(p, 32, mode, **extra)
+        opt = torch.optim.AdamW(emb.parameters(), lr=1e-2)
+        for ids, y in zip(batches, targets, strict=True):
+            opt.zero_grad()
+            ((emb(ids) - y) ** 2).mean().backward()
+            opt.step()
+        return [x.detach().clone() for x in emb.parameters()]
+
+    got = train()
+    with native.disabled():
+        ref = train()
+    for x, y in zip(got, ref, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
 
 
 @needs_native
