@@ -31,6 +31,11 @@ coalesced sparse COO tensor holding only the rows of the atoms those rows read (
 batch's backward writes no dense ``(A, D)`` gradient, and an optimizer that updates only those rows
 (:class:`pipelines.train.sparse.LazyAdamW`) leaves the rest alone. The relations' gradient stays dense.
 
+Native kernels (CPU, float32/64, :mod:`hrr_kernel.native`): the pair table and the sparse products above
+are replaced by two fused C kernels, one that multiplies each row's entries straight into the row and one
+that computes both spectral adjoints in one pass over the pairs grouped by atom; the transforms around
+them stay as described. A batch's plan is then built natively too (:func:`hrr_kernel.plan.plan_rows`).
+
 Dimension legend: N output rows, U distinct computed rows, P (relation, atom) pairs, A atoms,
 R relations, D dimension, F = D // 2 + 1 frequencies.
 """
@@ -156,8 +161,9 @@ def _give_back(ws: Workspace, a_hat: Tensor, held: dict) -> None:
 
 
 def _fused(plan: ComposePlan, like: Tensor) -> bool:
-    """Compose with the native fused kernels: a natively built plan (CPU) and a float32/64 CPU tensor."""
-    return plan.native and native.usable(like)
+    """Compose with the native fused kernels: float32/64 on the CPU with the kernels loaded (a natively
+    built plan always; the whole matrix's plan, built by torch, serves them as well)."""
+    return plan.native or (native.usable(like) and plan.pair_atom.device.type == "cpu")
 
 
 def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None):
@@ -189,7 +195,9 @@ def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None):
             values = _to_input(ga_hat, d, spectral_in, None)  # (A', D) or (A', 2F), fresh
         else:
             values = torch.zeros((0, width), dtype=ctx.r_hat.real.dtype, device=dev)
-        if ctx.sparse_grad:  # only the rows read: a sparse (A, width) gradient
+        if plan.atoms_used is None:  # every atom, in order
+            grad_a = values
+        elif ctx.sparse_grad:  # only the rows read: a sparse (A, width) gradient
             grad_a = torch.sparse_coo_tensor(
                 plan.atoms_used.unsqueeze(0),
                 values,
@@ -266,7 +274,7 @@ class _Compose(torch.autograd.Function):
         if need_a or need_r:
             ctx.save_for_backward(atoms)  # version-checked; a_hat is recomputed from it if reclaimed
             ctx.plan, ctx.ws, ctx.d, ctx.spectral = plan, ws, d, spectral
-            ctx.spectral_inputs, ctx.sparse_grad = spectral_inputs, sparse_grad
+            ctx.spectral_inputs, ctx.sparse_grad, ctx.fused = spectral_inputs, sparse_grad, fused
             ctx.a_hat, ctx.r_hat = a_hat, r_hat
             # the spectrum goes back to the pool after the first backward, or when the graph is freed
             ctx.held = {"given": spectral_inputs, "takes": 0}
@@ -324,7 +332,7 @@ class _Compose(torch.autograd.Function):
                 ws.give("rows", g_u)
             if spectral_in:
                 scale = bin_weights(d, dtype, dev) / d  # (F,)
-        if _fused(plan, grad):
+        if ctx.fused:  # the backward of the path the forward took
             return _fused_backward(ctx, a_hat, g_hat, scale)
         _, mt, q = plan.matrices(dtype)
         gb = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)

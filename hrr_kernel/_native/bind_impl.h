@@ -56,6 +56,10 @@ void NAME(hrr_bind_rows)(int64_t n_rows, int64_t nf, const int64_t *crow, const 
             const REAL *restrict a = a_hat + ia * w2;
             const REAL *restrict r = r_hat + pair_rel[p] * w2;
             const REAL w = (REAL)val[e];
+            if (e + 1 < crow[n_rows]) { /* the next entry's atom, while this one is multiplied */
+                const int64_t pn = pair_atom[col[e + 1]];
+                hrr_prefetch(a_hat + (atom_row ? atom_row[pn] : pn) * w2, (size_t)w2 * sizeof(REAL));
+            }
             NAME(cmac)(o, a, r, w, nf);
         }
     }
@@ -70,7 +74,8 @@ void NAME(hrr_bind_rows)(int64_t n_rows, int64_t nf, const int64_t *crow, const 
  * q_crow (A' + 1), q_col (P): the pairs of each used atom; mt_crow (P + 1), mt_row, mt_val (nnz): Mᵀ in
  * CSR. Each ga_hat row belongs to one thread; gr_hat is summed in per-thread buffers, then reduced in
  * thread order. The threads take fixed blocks of atoms, so at a given thread count every sum runs in the
- * same order from call to call (bitwise reproducible). Both outputs are overwritten. Returns 0, or 1 when the per-thread scratch could not be allocated. */
+ * same order from call to call (bitwise reproducible). Both outputs are overwritten. Returns 0, or 1 when
+ * the per-thread scratch could not be allocated. */
 int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, const int64_t *q_crow,
                                 const int64_t *q_col, const int64_t *mt_crow, const int64_t *mt_row,
                                 const double *mt_val, const int64_t *pair_rel, const int64_t *atom_row,

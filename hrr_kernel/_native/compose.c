@@ -14,6 +14,13 @@
 int hrr_native_abi(void) { return 3; }
 
 
+/* Ask for a row's cache lines ahead of its use: the forward's next atom is at an address no hardware
+ * prefetcher can guess (about 10 % of the forward at D = 768; in the adjoint it did not pay). */
+static inline void hrr_prefetch(const void *p, size_t bytes) {
+    const char *c = (const char *)p;
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 0, 3);
+}
+
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 

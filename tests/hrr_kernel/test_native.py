@@ -68,6 +68,31 @@ def test_batch_rows_and_gradients_match_the_torch_path(make_program, dtype, d, s
 
 
 @needs_native
+@pytest.mark.parametrize("spectral", [False, True])
+def test_the_whole_matrix_matches_the_torch_path(make_program, spectral):
+    """The whole matrix's plan (torch-built, rows deduplicated) runs on the native kernels too."""
+    edges = (
+        np.array([0, 0, 1, 1, 2, 2, 2, 4]),
+        np.array([0, 1, 1, 0, 0, 1, 1, 2]),
+        np.array([3, 2, 2, 3, 3, 0, 0, 1]),
+    )
+    for prog in (
+        load_program(make_program(n_concepts=5, n_atoms=4, n_relations=3, edges=edges)),
+        load_program(make_program(n_concepts=40, n_atoms=15, n_relations=5, n_edges=160, seed=4)),
+    ):
+        for dtype in (torch.float64, torch.float32):
+            a, r = _params(prog, 10, dtype, spectral)
+            dim = 10 if spectral else None
+            weight = torch.randn(prog.n_concepts, 10, dtype=dtype, generator=torch.Generator().manual_seed(2))
+            got = _run(prog, a, r, None, weight, dim, False)
+            with native.disabled():
+                ref = _run(prog, a, r, None, weight, dim, False)
+            tol = {"rtol": 1e-10, "atol": 1e-10} if dtype == torch.float64 else {"rtol": 2e-5, "atol": 2e-5}
+            for x, y in zip(got, ref, strict=True):
+                torch.testing.assert_close(x, y, **tol)
+
+
+@needs_native
 def test_batch_rows_match_the_float64_definition(make_program):
     p = load_program(make_program(n_concepts=30, n_atoms=12, n_relations=4, n_edges=120, seed=3))
     a, r = _params(p, 13, torch.float64, spectral=False)
