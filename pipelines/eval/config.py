@@ -13,6 +13,11 @@ __all__ = ["EvaluateConfig", "ExperimentConfig", "LABEL_SPLITS"]
 LABEL_SPLITS = (*SPLITS, "all")  # the label rows scored: those of one split, or all (another hospital)
 
 
+# the next-visit head's inputs (pipelines.eval.next_visit): the encoder's pooled states, or those plus the
+# history's categories
+NEXT_VISIT_HEADS = ("linear", "history")
+
+
 @dataclass
 class EvaluateConfig:
     """Options of an evaluation (saved in ``evaluation.json``)."""
@@ -57,6 +62,13 @@ class EvaluateConfig:
             "(0: no next-visit evaluation)"
         },
     )
+    next_visit_head: str = field(
+        default="linear",
+        metadata={
+            "help": "the next-visit head: linear (the frozen encoder's pooled states only) or history (also "
+            "the history's categories, through two shared weights)"
+        },
+    )
     ground_truth: str | None = field(
         default=None,
         metadata={"help": "cohort ground_truth/ folder (next_visit_probabilities.parquet): the ceiling"},
@@ -83,6 +95,10 @@ class EvaluateConfig:
     )
 
     def __post_init__(self) -> None:
+        if self.next_visit_head not in NEXT_VISIT_HEADS:
+            raise ValueError(
+                f"--next-visit-head must be one of {list(NEXT_VISIT_HEADS)}, got {self.next_visit_head!r}"
+            )
         if (self.labels is None) != (self.labels_run is None):
             given, missing = ("--labels", "--labels-run") if self.labels else ("--labels-run", "--labels")
             raise ValueError(

@@ -20,6 +20,14 @@ per patient plus a convex fit of seconds, and a softmax ranks: top-k recall depe
 the scores, and the softmax spends the layer on that order rather than on calibrating thousands of
 independent rare-label sigmoids.
 
+With ``head_kind="history"`` (``--next-visit-head history``) the head also reads the history's own
+categories: each category's logit adds ``w_visits · log1p(history visits holding it) + w_latest · [the
+latest history visit holds it]``, two weights shared by every category and learned with the layer from
+zero, at :data:`HISTORY_LR_SCALE` times its rate (two scalars would otherwise move 0.003 a step and be
+stopped, with the layer, long before they fit). A linear layer on the pooled states cannot rank a rare
+category the patient already has (its bias sits at its low prior); these two weights let any model copy
+from the history, as the history baseline does, and leave the rest of the ranking to the encoder.
+
 The same patients are ranked by the baselines of :mod:`pipelines.eval.next_visit_baselines` (frequency
 prior, the history's categories, co-occurrence over the pretraining patients' consecutive visits) and, given
 the cohort's ``ground_truth/`` folder, by the generator's true probabilities (the ceiling). Scored: the
@@ -48,20 +56,37 @@ from pipelines.data.sequences import Sequences, TokenizedDataset
 from pipelines.errors import InputFileError
 
 from . import next_visit_baselines as B
+from .config import NEXT_VISIT_HEADS
 from .finetuned import subset
 from .next_visit_scores import KS, QUINTILE_K, frequency_quintiles, hits, paired_difference, scores
 
-__all__ = ["BASELINES", "GROUPS", "PATIENCE", "fit_head", "next_visit_eval", "pooled_histories"]
+__all__ = ["BASELINES", "GROUPS", "HEADS", "PATIENCE", "fit_head", "history_features", "next_visit_eval",
+           "pooled_histories"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 HEAD_BATCH = 256  # patients per Adam step of the head
 HEAD_LR = 3e-3
+HISTORY_LR_SCALE = 30  # the history head's two shared weights learn at this multiple of HEAD_LR
 PATIENCE = 5  # epochs without a lower validation loss before the head stops
 GROUPS = ("test", "rood_unseen")
 BASELINES = ("frequency_prior", "history", "cooccurrence")  # the rankings without a model, in table order
 MODEL = "model"
 CEILING = "ceiling"
+HEADS = (
+    NEXT_VISIT_HEADS  # the head's inputs: the encoder's pooled states only, or plus the history's categories
+)
+
+
+def history_features(s: NextVisitSet, idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """What the ``history`` head reads of the patients ``idx`` of ``s`` (all when None), per category:
+    ``log1p`` of the history visits holding it, and 1 where the latest history visit holds it.
+
+    Shapes: ``idx (B,)``; outputs ``(B, C)`` float32 each."""
+    visits = s.history_visits if idx is None else s.history_visits[idx]
+    last = (s.history_last if idx is None else s.history_last[idx]).toarray()  # 1 + visit, 0 where absent
+    latest = (last > 0) & (last == last.max(1, keepdims=True))
+    return np.log1p(visits.toarray()).astype(np.float32), latest.astype(np.float32)
 
 
 def pooled_histories(model, seqs: Sequences, device, batch_size: int) -> np.ndarray:
@@ -103,9 +128,16 @@ def fit_head(
     epochs: int,
     seed: int,
     device,
+    head_kind: str = "linear",
 ) -> tuple[Any, dict[str, Any]]:
-    """Train the linear softmax head (module docstring); returns ``scores(x (P, F)) -> (P, C)`` numpy scores
-    over every category (-inf where the head has no output) and what the fit recorded."""
+    """Train the softmax head (module docstring); returns ``scores(x (P, F), s) -> (P, C)`` numpy scores of
+    the patients of ``s`` over every category (-inf where the head has no output) and what the fit recorded.
+
+    ``head_kind`` ``history``: each category's logit also adds ``w_visits · log1p(history visits holding
+    it) + w_latest · [the latest history visit holds it]``, two weights shared by every category, learned
+    with the layer from zero (so the fit starts where the linear head's does)."""
+    if head_kind not in HEADS:
+        raise ValueError(f"next-visit head {head_kind!r} is not one of {list(HEADS)}")
     labels = np.flatnonzero(np.asarray(train.target.sum(0)).ravel() > 0)  # (L,)
     mu = x_train.mean(0)
     sd = np.maximum(x_train.std(0), 1e-6)
@@ -116,28 +148,41 @@ def fit_head(
     xt, xv = standard(x_train), standard(x_val)
     yt, yv = _targets(train, labels, device), _targets(val, labels, device)
     prior = np.asarray(train.target[:, labels].sum(0)).ravel()
-    head = torch.nn.Linear(xt.shape[1], labels.size).to(device)
+    head = torch.nn.Module()
+    head.linear = torch.nn.Linear(xt.shape[1], labels.size).to(device)
+    head.history = torch.nn.Parameter(torch.zeros(2, device=device))  # w_visits, w_latest
     with torch.no_grad():  # the layer starts at the training prior: zero weights, log-frequency biases
-        head.weight.zero_()
-        head.bias.copy_(torch.from_numpy(np.log(prior / prior.sum())).float())
-    opt = torch.optim.Adam(head.parameters(), lr=HEAD_LR)
+        head.linear.weight.zero_()
+        head.linear.bias.copy_(torch.from_numpy(np.log(prior / prior.sum())).float())
+    groups = [{"params": list(head.linear.parameters()), "lr": HEAD_LR}]
+    if head_kind == "history":  # two scalars: at the layer's rate Adam moves them 0.003 a step
+        groups.append({"params": [head.history], "lr": HEAD_LR * HISTORY_LR_SCALE})
+    opt = torch.optim.Adam(groups)
     gen = torch.Generator().manual_seed(seed)
 
-    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return -(y * F.log_softmax(head(x), 1)).sum(1).mean()
+    def logits(x: torch.Tensor, s: NextVisitSet, idx: np.ndarray | None) -> torch.Tensor:
+        out = head.linear(x)  # (B, L)
+        if head_kind == "history":
+            visits, latest = (torch.from_numpy(h[:, labels]).to(device) for h in history_features(s, idx))
+            out = out + head.history[0] * visits + head.history[1] * latest
+        return out
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor, s: NextVisitSet, idx: np.ndarray | None) -> torch.Tensor:
+        return -(y * F.log_softmax(logits(x, s, idx), 1)).sum(1).mean()
 
     with torch.no_grad():
-        best, best_epoch = float(loss_of(xv, yv)), 0
+        best, best_epoch = float(loss_of(xv, yv, val, None)), 0
     state = {k: v.detach().clone() for k, v in head.state_dict().items()}
     epoch, wait = 0, 0
     for epoch in range(1, epochs + 1):
         for idx in torch.randperm(xt.shape[0], generator=gen).split(HEAD_BATCH):
+            rows = idx.numpy()
             idx = idx.to(device)
             opt.zero_grad(set_to_none=True)
-            loss_of(xt[idx], yt[idx]).backward()
+            loss_of(xt[idx], yt[idx], train, rows).backward()
             opt.step()
         with torch.no_grad():
-            v = float(loss_of(xv, yv))
+            v = float(loss_of(xv, yv, val, None))
         if v < best - 1e-6:
             best, best_epoch, wait = v, epoch, 0
             state = {k: t.detach().clone() for k, t in head.state_dict().items()}
@@ -148,14 +193,15 @@ def fit_head(
     head.load_state_dict(state)
     n_categories = train.target.shape[1]
 
-    def score(x: np.ndarray) -> np.ndarray:
+    def score(x: np.ndarray, s: NextVisitSet) -> np.ndarray:
         out = np.full((x.shape[0], n_categories), -np.inf, dtype=np.float64)
         if x.shape[0]:
             with torch.no_grad():
-                out[:, labels] = head(standard(x)).double().cpu().numpy()
+                out[:, labels] = logits(standard(x), s, None).double().cpu().numpy()
         return out
 
     info = {
+        "kind": head_kind,
         "outputs": int(labels.size),
         "features": int(xt.shape[1]),
         "epochs_run": epoch,
@@ -164,6 +210,8 @@ def fit_head(
         "train_patients": int(xt.shape[0]),
         "val_patients": int(xv.shape[0]),
     }
+    if head_kind == "history":
+        info["history_weights"] = {"visits": float(head.history[0]), "latest": float(head.history[1])}
     return score, info
 
 
@@ -202,6 +250,7 @@ def next_visit_eval(
     seed: int = 0,
     epochs: int = 100,
     ground_truth: str | None = None,
+    head_kind: str = "linear",
 ) -> dict[str, Any] | None:
     """The next-visit evaluation of one pretrained model (module docstring): the record
     :class:`pipelines.eval.records.NextVisit` holds, or None when a split it needs is empty."""
@@ -228,7 +277,9 @@ def next_visit_eval(
     if unseen.n:
         x["rood_unseen"] = _features(model, ds, unseen, "rood", device, batch_size, rows=unseen_rows)
     t_encode = time.perf_counter()
-    score, head = fit_head(x["train"], train, x["val"], val, epochs=epochs, seed=seed, device=device)
+    score, head = fit_head(
+        x["train"], train, x["val"], val, epochs=epochs, seed=seed, device=device, head_kind=head_kind
+    )
     t_head = time.perf_counter()
     quint = frequency_quintiles(test.target, count)
     hospital = HOSPITALS.get(str(ds.manifest.get("source", {}).get("reader", "")))
@@ -239,7 +290,7 @@ def next_visit_eval(
         if s.n == 0:
             continue
         ranked = {
-            MODEL: B.rank(score(x[name]), prior, k_max),
+            MODEL: B.rank(score(x[name], s), prior, k_max),
             "frequency_prior": B.prior_ranking(prior, s.n, k_max),
             "history": B.history_ranking(s, prior, k_max),
             "cooccurrence": B.cooccurrence_ranking(s, transitions, prior, k_max),

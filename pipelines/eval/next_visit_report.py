@@ -32,6 +32,18 @@ DEFINITION = (
 )
 
 
+def _history_text(head: dict) -> str:
+    """The ``history`` head's addition to the model's description (nothing for the linear head)."""
+    w = head.get("history_weights")
+    if head.get("kind") != "history" or not w:
+        return ""
+    return (
+        " plus the history's own categories, each category's logit adding "
+        f"{w['visits']:.2f} · log1p(history visits holding it) + {w['latest']:.2f} · [in the latest history "
+        "visit] (`--next-visit-head history`; first run's weights)"
+    )
+
+
 def _interval(sc: NextVisitScores | None, name: str) -> Interval | None:
     """Cell ``name`` (``recall@20``, ``pooled@20``, ``q3@20``) of one ranking: its bootstrap interval, or the
     point estimate where none was drawn."""
@@ -119,7 +131,8 @@ def next_visit_section(s: SectionInputs) -> list[str]:
         "Predict the ICD categories of a patient's last visit (ICD-10-CM three-character categories, "
         f"ICD-9-CM codes in their own categories, {first.categories:,} in all) from the visits before it. "
         "The model is a linear softmax layer on the frozen pretrained encoder's [CLS] and mean final states "
-        f"({head.get('outputs', '?')} outputs: the categories of some training patient's last visit), "
+        f"({head.get('outputs', '?')} outputs: the categories of some training patient's last visit)"
+        f"{_history_text(head)}, "
         f"trained with Adam on {head.get('train_patients', '?')} `finetune_train` patients and stopped by "
         f"the loss on {head.get('val_patients', '?')} `finetune_val` patients (first run: best epoch "
         f"{head.get('best_epoch', '?')} of {head.get('epochs_run', '?')}). {DEFINITION}. "

@@ -245,6 +245,7 @@ def _next_visit(x: RunInputs) -> R.NextVisit | None:
         seed=x.cfg.seed,
         epochs=x.cfg.next_visit_epochs,
         ground_truth=x.cfg.ground_truth,
+        head_kind=x.cfg.next_visit_head,
     )
     return None if rec is None else R.NextVisit.from_dict({R.NextVisit.KEY: rec})
 
@@ -371,7 +372,7 @@ EVALUATIONS: tuple[Evaluation, ...] = (
     ),
     Evaluation(
         "next_visit",
-        ("next_visit_epochs", "ground_truth", "batch_size", "seed"),
+        ("next_visit_epochs", "next_visit_head", "ground_truth", "batch_size", "seed"),
         R.NextVisit,
         _next_visit,
         next_visit_section,

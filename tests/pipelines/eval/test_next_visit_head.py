@@ -1,0 +1,101 @@
+"""The next-visit head that also reads the history's categories (``--next-visit-head history``): its two
+features on a hand-built set, what it learns when the next visit repeats the history, and the evaluation and
+report carrying it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+from test_next_visit_eval import _run
+from train_fixtures import dataset_dir, program_dir  # noqa: F401
+
+from pipelines.data.next_visit import NextVisitSet
+from pipelines.eval.config import EvaluateConfig
+from pipelines.eval.next_visit import fit_head, history_features
+from pipelines.eval.next_visit_report import next_visit_section
+from pipelines.eval.next_visit_scores import frequency_quintiles, hits, scores
+from pipelines.eval.sections import SectionInputs
+
+
+def _set(
+    history_visits: np.ndarray, history_last: np.ndarray, target: np.ndarray, split: str
+) -> NextVisitSet:
+    n = target.shape[0]
+    return NextVisitSet(
+        split,
+        np.arange(n, dtype=np.int64),
+        sp.csr_matrix(target.astype(np.float32)),
+        sp.csr_matrix(history_visits.astype(np.float32)),
+        sp.csr_matrix(history_last.astype(np.float32)),
+        np.ones(n, bool),
+        {"kept": n},
+    )
+
+
+def test_history_features_by_hand():
+    # patient 0: category 1 in two history visits (latest the 2nd, i.e. 1 + 1), category 3 in the 1st only;
+    # patient 1: category 0 in its only history visit
+    s = _set(
+        np.array([[0, 2, 0, 1], [1, 0, 0, 0]]),
+        np.array([[0, 2, 0, 1], [1, 0, 0, 0]]),
+        np.array([[1, 0, 0, 0], [0, 1, 0, 0]]),
+        "t",
+    )
+    visits, latest = history_features(s)
+    np.testing.assert_allclose(visits, np.log1p([[0, 2, 0, 1], [1, 0, 0, 0]]), rtol=1e-6)
+    np.testing.assert_array_equal(latest, [[0, 1, 0, 0], [1, 0, 0, 0]])
+    v1, l1 = history_features(s, np.array([1]))
+    np.testing.assert_array_equal(l1, [[1, 0, 0, 0]]) and np.testing.assert_allclose(v1, visits[1:])
+
+
+def _copy_cohort(n: int, seed: int) -> tuple[np.ndarray, NextVisitSet]:
+    """40 categories of falling frequency; each patient's next visit repeats one category of its history
+    (a rare one as often as a common one) and adds a common one; the encoder features are noise."""
+    rng = np.random.default_rng(seed)
+    c = 40
+    hist, last, target = np.zeros((n, c)), np.zeros((n, c)), np.zeros((n, c))
+    for i in range(n):
+        held = rng.choice(c, size=3, replace=False)
+        hist[i, held], last[i, held] = 1, 1
+        target[i, rng.choice(held)] = 1
+        target[i, rng.integers(0, 3)] = 1  # one of three common categories
+    return rng.normal(size=(n, 8)).astype(np.float32), _set(hist, last, target, f"s{seed}")
+
+
+def test_the_history_head_learns_to_copy_what_the_linear_head_cannot():
+    (xt, train), (xv, val), (xs, test) = (_copy_cohort(n, seed) for n, seed in ((600, 0), (200, 1), (300, 2)))
+    kw = {"epochs": 40, "seed": 0, "device": torch.device("cpu")}
+    count = np.asarray(train.target.sum(0)).ravel()
+    q = frequency_quintiles(test.target, count)
+    recall = {}
+    for kind in ("linear", "history"):
+        score, info = fit_head(xt, train, xv, val, head_kind=kind, **kw)
+        assert info["kind"] == kind
+        ranked = np.argsort(-score(xs, test), axis=1, kind="stable")[:, :30]
+        recall[kind] = scores(hits(ranked, test.target, q), intervals=False)["recall"]["10"]
+    assert info["history_weights"]["visits"] + info["history_weights"]["latest"] > 1.0
+    # three history categories plus the three common ones fit in the top 10: copying finds nearly every target
+    assert recall["history"] > 0.9 and recall["history"] > recall["linear"] + 0.2
+
+
+def test_an_unknown_head_is_refused():
+    with pytest.raises(ValueError, match="next-visit-head must be one of"):
+        EvaluateConfig(pretrained="p", dataset="d", program="g", out="o", next_visit_head="pointer")
+    _, train = _copy_cohort(20, 0)
+    with pytest.raises(ValueError, match="not one of"):
+        fit_head(np.zeros((20, 2), np.float32), train, np.zeros((20, 2), np.float32), train, epochs=1, seed=0,
+                 device=torch.device("cpu"), head_kind="pointer")  # fmt: skip
+
+
+def test_the_evaluation_and_report_carry_the_history_head(program_dir, dataset_dir, tmp_path, one_thread):  # noqa: F811
+    rec = _run(program_dir, dataset_dir, tmp_path, next_visit_epochs=3, next_visit_head="history")
+    assert rec.head["kind"] == "history" and set(rec.head["history_weights"]) == {"visits", "latest"}
+    exp = SimpleNamespace(configurations={"base": [SimpleNamespace(seed=0)], "unstructured": []})
+    text = "\n".join(
+        next_visit_section(SectionInputs(exp, {"base": [rec], "unstructured": []}, tmp_path, {}))
+    )
+    assert "--next-visit-head history" in text and "log1p(history visits holding it)" in text
