@@ -163,7 +163,28 @@ def _give_back(ws: Workspace, a_hat: Tensor, held: dict) -> None:
 def _fused(plan: ComposePlan, like: Tensor) -> bool:
     """Compose with the native fused kernels: float32/64 on the CPU with the kernels loaded (a natively
     built plan always; the whole matrix's plan, built by torch, serves them as well)."""
-    return plan.native or (native.usable(like) and plan.pair_atom.device.type == "cpu")
+    return plan.native or native.usable(like)  # like is on the plan's device (_validate)
+
+
+def _atom_gradient(plan: ComposePlan, values: Tensor, sparse: bool) -> Tensor:
+    """The atoms' gradient from the values ``(A', width)`` of the atoms the plan reads: the values
+    themselves when it reads every atom in order; else a coalesced sparse ``(A, width)`` tensor holding only
+    those rows (``sparse``), or a dense one with zeros elsewhere."""
+    if plan.atoms_used is None:
+        return values
+    shape = (plan.n_atoms, values.shape[1])
+    if sparse:
+        return torch.sparse_coo_tensor(
+            plan.atoms_used.unsqueeze(0),
+            values,
+            shape,
+            is_coalesced=True,  # atoms_used is sorted and distinct
+            check_invariants=False,
+        )
+    out = values.new_zeros(shape)
+    if values.shape[0]:
+        out.index_copy_(0, plan.atoms_used, values)
+    return out
 
 
 def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None):
@@ -190,25 +211,11 @@ def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None):
     grad_r = _to_input(gr_hat, d, spectral_in, None) if need_r else None  # (R, D) or (R, 2F)
     grad_a = None
     if need_a:
-        width = 2 * f if spectral_in else d
         if ga_hat.shape[0]:  # MKL refuses empty transforms
             values = _to_input(ga_hat, d, spectral_in, None)  # (A', D) or (A', 2F), fresh
         else:
-            values = torch.zeros((0, width), dtype=ctx.r_hat.real.dtype, device=dev)
-        if plan.atoms_used is None:  # every atom, in order
-            grad_a = values
-        elif ctx.sparse_grad:  # only the rows read: a sparse (A, width) gradient
-            grad_a = torch.sparse_coo_tensor(
-                plan.atoms_used.unsqueeze(0),
-                values,
-                (plan.n_atoms, width),
-                is_coalesced=True,  # atoms_used is sorted and distinct
-                check_invariants=False,
-            )
-        else:
-            grad_a = torch.zeros((plan.n_atoms, width), dtype=values.dtype, device=dev)
-            if values.shape[0]:
-                grad_a.index_copy_(0, plan.atoms_used, values)
+            values = torch.zeros((0, 2 * f if spectral_in else d), dtype=r_hat.real.dtype, device=dev)
+        grad_a = _atom_gradient(plan, values, ctx.sparse_grad)
     return grad_a, grad_r, None, None, None, None, None, None
 
 
@@ -354,22 +361,16 @@ class _Compose(torch.autograd.Function):
                 torch.empty(shape, dtype=cdt, device=dev) if own else ws.take("atoms_hat", shape, cdt, dev)
             )
             torch.addmm(_real2d(ga_hat), q, _real2d(gb), beta=0, out=_real2d(ga_hat))  # (A', F)
-            width = 2 * f if spectral_in else d
             if plan.atoms_used is None:  # a fresh irfft, or (own) the adjoint itself
                 grad_a = _to_input(ga_hat, d, spectral_in, scale)  # (A, D) or (A, 2F)
-            elif ctx.sparse_grad:  # only the rows read: (A', D) values of a sparse (A, D) gradient
-                values = _to_input(ga_hat, d, spectral_in, scale)  # (A', D) fresh, or (A', 2F) pooled
-                grad_a = torch.sparse_coo_tensor(
-                    plan.atoms_used.unsqueeze(0),
-                    values.clone() if spectral_in else values,
-                    (plan.n_atoms, width),
-                    is_coalesced=True,  # atoms_used is sorted and distinct
-                    check_invariants=False,
+            elif ga_hat.shape[0]:  # (A', D) fresh, or (A', 2F) pooled: a sparse gradient keeps a copy
+                values = _to_input(ga_hat, d, spectral_in, scale)
+                grad_a = _atom_gradient(
+                    plan, values.clone() if spectral_in and ctx.sparse_grad else values, ctx.sparse_grad
                 )
-            else:  # copied out of the pooled adjoint
-                grad_a = torch.zeros((plan.n_atoms, width), dtype=dtype, device=dev)  # (A, D) or (A, 2F)
-                if ga_hat.shape[0]:
-                    grad_a.index_copy_(0, plan.atoms_used, _to_input(ga_hat, d, spectral_in, scale))
+            else:
+                values = torch.zeros((0, 2 * f if spectral_in else d), dtype=dtype, device=dev)
+                grad_a = _atom_gradient(plan, values, ctx.sparse_grad)
             if not own:
                 ws.give("atoms_hat", ga_hat)
         ws.give("pairs", gb)

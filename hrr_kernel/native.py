@@ -179,7 +179,7 @@ def usable(*tensors: Tensor) -> bool:
     tensors are judged by their real type)."""
     if not tensors or any(t.device.type != "cpu" for t in tensors):
         return False
-    real = {t.real.dtype if t.is_complex() else t.dtype for t in tensors}
+    real = {_real_dtype(t) for t in tensors}
     return len(real) == 1 and real.pop() in _SUFFIX and available()
 
 

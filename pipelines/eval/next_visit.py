@@ -78,14 +78,21 @@ HEADS = (
 )
 
 
-def history_features(s: NextVisitSet, idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """What the ``history`` head reads of the patients ``idx`` of ``s`` (all when None), per category:
-    ``log1p`` of the history visits holding it, and 1 where the latest history visit holds it.
+def history_features(
+    s: NextVisitSet, idx: np.ndarray | None = None, columns: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """What the ``history`` head reads of the patients ``idx`` of ``s`` (all when None), per category of
+    ``columns`` (all when None): ``log1p`` of the history visits holding it, and 1 where the latest history
+    visit holds it (the latest visit over every category).
 
-    Shapes: ``idx (B,)``; outputs ``(B, C)`` float32 each."""
+    Shapes: ``idx (B,)``, ``columns (L,)``; outputs ``(B, L)`` float32 each."""
     visits = s.history_visits if idx is None else s.history_visits[idx]
-    last = (s.history_last if idx is None else s.history_last[idx]).toarray()  # 1 + visit, 0 where absent
-    latest = (last > 0) & (last == last.max(1, keepdims=True))
+    last = s.history_last if idx is None else s.history_last[idx]  # 1 + visit, 0 where absent
+    latest_visit = last.max(axis=1).toarray()  # (B, 1)
+    if columns is not None:
+        visits, last = visits[:, columns], last[:, columns]
+    last = last.toarray()
+    latest = (last > 0) & (last == latest_visit)
     return np.log1p(visits.toarray()).astype(np.float32), latest.astype(np.float32)
 
 
@@ -160,29 +167,35 @@ def fit_head(
     opt = torch.optim.Adam(groups)
     gen = torch.Generator().manual_seed(seed)
 
-    def logits(x: torch.Tensor, s: NextVisitSet, idx: np.ndarray | None) -> torch.Tensor:
+    def history(s: NextVisitSet, idx: np.ndarray | None = None) -> tuple[torch.Tensor, ...] | None:
+        """``(B, L)`` visits and latest-visit features of the head's categories (None: linear head)."""
+        if head_kind != "history":
+            return None
+        return tuple(torch.from_numpy(h).to(device) for h in history_features(s, idx, labels))
+
+    def logits(x: torch.Tensor, hist: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
         out = head.linear(x)  # (B, L)
-        if head_kind == "history":
-            visits, latest = (torch.from_numpy(h[:, labels]).to(device) for h in history_features(s, idx))
-            out = out + head.history[0] * visits + head.history[1] * latest
+        if hist is not None:
+            out = out + head.history[0] * hist[0] + head.history[1] * hist[1]
         return out
 
-    def loss_of(x: torch.Tensor, y: torch.Tensor, s: NextVisitSet, idx: np.ndarray | None) -> torch.Tensor:
-        return -(y * F.log_softmax(logits(x, s, idx), 1)).sum(1).mean()
+    def loss_of(x: torch.Tensor, y: torch.Tensor, hist: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
+        return -(y * F.log_softmax(logits(x, hist), 1)).sum(1).mean()
 
+    hist_val = history(val)  # read once; every epoch's validation uses it
     with torch.no_grad():
-        best, best_epoch = float(loss_of(xv, yv, val, None)), 0
+        best, best_epoch = float(loss_of(xv, yv, hist_val)), 0
     state = {k: v.detach().clone() for k, v in head.state_dict().items()}
     epoch, wait = 0, 0
     for epoch in range(1, epochs + 1):
         for idx in torch.randperm(xt.shape[0], generator=gen).split(HEAD_BATCH):
-            rows = idx.numpy()
+            hist = history(train, idx.numpy())
             idx = idx.to(device)
             opt.zero_grad(set_to_none=True)
-            loss_of(xt[idx], yt[idx], train, rows).backward()
+            loss_of(xt[idx], yt[idx], hist).backward()
             opt.step()
         with torch.no_grad():
-            v = float(loss_of(xv, yv, val, None))
+            v = float(loss_of(xv, yv, hist_val))
         if v < best - 1e-6:
             best, best_epoch, wait = v, epoch, 0
             state = {k: t.detach().clone() for k, t in head.state_dict().items()}
@@ -197,7 +210,7 @@ def fit_head(
         out = np.full((x.shape[0], n_categories), -np.inf, dtype=np.float64)
         if x.shape[0]:
             with torch.no_grad():
-                out[:, labels] = logits(standard(x), s, None).double().cpu().numpy()
+                out[:, labels] = logits(standard(x), history(s)).double().cpu().numpy()
         return out
 
     info = {

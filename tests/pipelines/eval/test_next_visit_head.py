@@ -49,7 +49,11 @@ def test_history_features_by_hand():
     np.testing.assert_allclose(visits, np.log1p([[0, 2, 0, 1], [1, 0, 0, 0]]), rtol=1e-6)
     np.testing.assert_array_equal(latest, [[0, 1, 0, 0], [1, 0, 0, 0]])
     v1, l1 = history_features(s, np.array([1]))
-    np.testing.assert_array_equal(l1, [[1, 0, 0, 0]]) and np.testing.assert_allclose(v1, visits[1:])
+    np.testing.assert_array_equal(l1, [[1, 0, 0, 0]])
+    np.testing.assert_allclose(v1, visits[1:])
+    # one column: its latest-visit flag still compares with the latest visit over every category
+    _, l3 = history_features(s, None, np.array([3]))
+    np.testing.assert_array_equal(l3, [[0], [0]])
 
 
 def _copy_cohort(n: int, seed: int) -> tuple[np.ndarray, NextVisitSet]:
