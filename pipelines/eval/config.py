@@ -66,7 +66,8 @@ class EvaluateConfig:
         default="linear",
         metadata={
             "help": "the next-visit head: linear (the frozen encoder's pooled states only) or history (also "
-            "the history's categories, through two shared weights)"
+            "the history's categories, through a pair of weights per frequency band, ranking every category "
+            "pretraining saw)"
         },
     )
     ground_truth: str | None = field(

@@ -21,12 +21,18 @@ the scores, and the softmax spends the layer on that order rather than on calibr
 independent rare-label sigmoids.
 
 With ``head_kind="history"`` (``--next-visit-head history``) the head also reads the history's own
-categories: each category's logit adds ``w_visits · log1p(history visits holding it) + w_latest · [the
-latest history visit holds it]``, two weights shared by every category and learned with the layer from
-zero, at :data:`HISTORY_LR_SCALE` times its rate (two scalars would otherwise move 0.003 a step and be
-stopped, with the layer, long before they fit). A linear layer on the pooled states cannot rank a rare
-category the patient already has (its bias sits at its low prior); these two weights let any model copy
-from the history, as the history baseline does, and leave the rest of the ranking to the encoder.
+categories: each category's logit adds ``w_visits[b] · log1p(history visits holding it) + w_latest[b] · [the
+latest history visit holds it]``, where ``b`` is the category's frequency band (:data:`HISTORY_BANDS` bands of
+equal size by the head's log prior, rarest first). A linear layer on the pooled states cannot rank a rare
+category the patient already has (its bias sits at its low prior), and one weight shared by every category
+is set by the common ones; a weight per band lets the fit learn how much a history entry outweighs the prior
+at each frequency. The history head ranks every category with a training target **or** a pretraining
+occurrence (a category of the rarest quintile often has no training target, and the linear head never ranks
+one), its biases starting at a prior smoothed with the pretraining counts (:func:`smoothed_prior`). It is fit
+in two stages, each with its own early stop: the biases and the band weights alone (what copying from the
+history gives with no encoder), then everything from there with the layer (so the layer's early stop cannot
+leave the band weights short of their fit). The band weights learn at :data:`HISTORY_LR_SCALE` times the
+layer's rate (a few scalars would otherwise move 0.003 a step).
 
 The same patients are ranked by the baselines of :mod:`pipelines.eval.next_visit_baselines` (frequency
 prior, the history's categories, co-occurrence over the pretraining patients' consecutive visits) and, given
@@ -61,13 +67,15 @@ from .finetuned import subset
 from .next_visit_scores import KS, QUINTILE_K, frequency_quintiles, hits, paired_difference, scores
 
 __all__ = ["BASELINES", "GROUPS", "HEADS", "PATIENCE", "fit_head", "history_features", "next_visit_eval",
-           "pooled_histories"]  # fmt: skip
+           "pooled_histories", "smoothed_prior"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 HEAD_BATCH = 256  # patients per Adam step of the head
 HEAD_LR = 3e-3
-HISTORY_LR_SCALE = 30  # the history head's two shared weights learn at this multiple of HEAD_LR
+HISTORY_LR_SCALE = 30  # the history head's band weights learn at this multiple of HEAD_LR
+HISTORY_BANDS = 5  # frequency bands of the history head's weights
+PRETRAIN_SMOOTHING = 0.1  # share of the history head's prior taken from the pretraining counts (+1 each)
 PATIENCE = 5  # epochs without a lower validation loss before the head stops
 GROUPS = ("test", "rood_unseen")
 BASELINES = ("frequency_prior", "history", "cooccurrence")  # the rankings without a model, in table order
@@ -126,6 +134,26 @@ def _targets(s: NextVisitSet, labels: np.ndarray, device) -> torch.Tensor:
     return torch.from_numpy(y).to(device)
 
 
+def smoothed_prior(train_count: np.ndarray, pretrain_count: np.ndarray | None) -> np.ndarray:
+    """``(L,)`` float64 log probabilities: the training targets' shares, mixed (``PRETRAIN_SMOOTHING``) with
+    the pretraining visits' shares plus one each where ``pretrain_count`` is given, so that a category no
+    training target holds has a finite prior."""
+    p = train_count.astype(np.float64)
+    p = p / max(p.sum(), 1.0)
+    if pretrain_count is not None:
+        q = pretrain_count.astype(np.float64) + 1.0
+        p = (1.0 - PRETRAIN_SMOOTHING) * p + PRETRAIN_SMOOTHING * q / q.sum()
+    return np.log(p)
+
+
+def _bands(log_prior: np.ndarray, n: int) -> np.ndarray:
+    """``(L,)`` int64 each category's band, 0 the rarest: ``n`` bands of about equal size by log prior."""
+    if log_prior.size == 0:
+        return np.zeros(0, np.int64)
+    edges = np.quantile(log_prior, np.linspace(0.0, 1.0, n + 1)[1:-1])
+    return np.searchsorted(edges, log_prior, side="right").astype(np.int64)
+
+
 def fit_head(
     x_train: np.ndarray,
     train: NextVisitSet,
@@ -136,16 +164,23 @@ def fit_head(
     seed: int,
     device,
     head_kind: str = "linear",
+    pretrain_count: np.ndarray | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Train the softmax head (module docstring); returns ``scores(x (P, F), s) -> (P, C)`` numpy scores of
     the patients of ``s`` over every category (-inf where the head has no output) and what the fit recorded.
 
-    ``head_kind`` ``history``: each category's logit also adds ``w_visits · log1p(history visits holding
-    it) + w_latest · [the latest history visit holds it]``, two weights shared by every category, learned
-    with the layer from zero (so the fit starts where the linear head's does)."""
+    ``head_kind`` ``history``: each category's logit also adds ``w_visits[b] · log1p(history visits holding
+    it) + w_latest[b] · [the latest history visit holds it]`` for its frequency band ``b``; the head also
+    ranks the categories with a pretraining occurrence (``pretrain_count (C,)``, pretraining visits holding
+    each category) and is fit in two stages (module docstring)."""
     if head_kind not in HEADS:
         raise ValueError(f"next-visit head {head_kind!r} is not one of {list(HEADS)}")
-    labels = np.flatnonzero(np.asarray(train.target.sum(0)).ravel() > 0)  # (L,)
+    with_history = head_kind == "history"
+    seen = np.asarray(train.target.sum(0)).ravel()
+    pre = None if pretrain_count is None or not with_history else np.asarray(pretrain_count)
+    labels = np.flatnonzero((seen > 0) | (pre > 0)) if pre is not None else np.flatnonzero(seen > 0)  # (L,)
+    log_prior = smoothed_prior(seen[labels], None if pre is None else pre[labels])  # (L,)
+    band = torch.from_numpy(_bands(log_prior, HISTORY_BANDS)).to(device)  # (L,)
     mu = x_train.mean(0)
     sd = np.maximum(x_train.std(0), 1e-6)
 
@@ -154,56 +189,70 @@ def fit_head(
 
     xt, xv = standard(x_train), standard(x_val)
     yt, yv = _targets(train, labels, device), _targets(val, labels, device)
-    prior = np.asarray(train.target[:, labels].sum(0)).ravel()
     head = torch.nn.Module()
     head.linear = torch.nn.Linear(xt.shape[1], labels.size).to(device)
-    head.history = torch.nn.Parameter(torch.zeros(2, device=device))  # w_visits, w_latest
-    with torch.no_grad():  # the layer starts at the training prior: zero weights, log-frequency biases
+    head.history = torch.nn.Parameter(torch.zeros(2, HISTORY_BANDS, device=device))  # w_visits, w_latest
+    with torch.no_grad():  # the layer starts at the prior: zero weights, log-frequency biases
         head.linear.weight.zero_()
-        head.linear.bias.copy_(torch.from_numpy(np.log(prior / prior.sum())).float())
-    groups = [{"params": list(head.linear.parameters()), "lr": HEAD_LR}]
-    if head_kind == "history":  # two scalars: at the layer's rate Adam moves them 0.003 a step
-        groups.append({"params": [head.history], "lr": HEAD_LR * HISTORY_LR_SCALE})
-    opt = torch.optim.Adam(groups)
+        head.linear.bias.copy_(torch.from_numpy(log_prior).float())
     gen = torch.Generator().manual_seed(seed)
+    use_layer = [True]
 
     def history(s: NextVisitSet, idx: np.ndarray | None = None) -> tuple[torch.Tensor, ...] | None:
         """``(B, L)`` visits and latest-visit features of the head's categories (None: linear head)."""
-        if head_kind != "history":
+        if not with_history:
             return None
         return tuple(torch.from_numpy(h).to(device) for h in history_features(s, idx, labels))
 
     def logits(x: torch.Tensor, hist: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
-        out = head.linear(x)  # (B, L)
+        out = head.linear(x) if use_layer[0] else head.linear.bias.expand(x.shape[0], -1)  # (B, L)
         if hist is not None:
-            out = out + head.history[0] * hist[0] + head.history[1] * hist[1]
+            w = head.history[:, band]  # (2, L)
+            out = out + w[0] * hist[0] + w[1] * hist[1]
         return out
 
     def loss_of(x: torch.Tensor, y: torch.Tensor, hist: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
         return -(y * F.log_softmax(logits(x, hist), 1)).sum(1).mean()
 
     hist_val = history(val)  # read once; every epoch's validation uses it
-    with torch.no_grad():
-        best, best_epoch = float(loss_of(xv, yv, hist_val)), 0
-    state = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    epoch, wait = 0, 0
-    for epoch in range(1, epochs + 1):
-        for idx in torch.randperm(xt.shape[0], generator=gen).split(HEAD_BATCH):
-            hist = history(train, idx.numpy())
-            idx = idx.to(device)
-            opt.zero_grad(set_to_none=True)
-            loss_of(xt[idx], yt[idx], hist).backward()
-            opt.step()
+
+    def fit(groups: list[dict]) -> tuple[int, int, float]:
+        """Adam on ``groups`` until the validation loss stops falling; the best epoch's state is kept."""
+        opt = torch.optim.Adam(groups)
         with torch.no_grad():
-            v = float(loss_of(xv, yv, hist_val))
-        if v < best - 1e-6:
-            best, best_epoch, wait = v, epoch, 0
-            state = {k: t.detach().clone() for k, t in head.state_dict().items()}
-        else:
-            wait += 1
-            if wait >= PATIENCE:
-                break
-    head.load_state_dict(state)
+            best, best_epoch = float(loss_of(xv, yv, hist_val)), 0
+        state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+        epoch, wait = 0, 0
+        for epoch in range(1, epochs + 1):
+            for idx in torch.randperm(xt.shape[0], generator=gen).split(HEAD_BATCH):
+                hist = history(train, idx.numpy())
+                idx = idx.to(device)
+                opt.zero_grad(set_to_none=True)
+                loss_of(xt[idx], yt[idx], hist).backward()
+                opt.step()
+            with torch.no_grad():
+                v = float(loss_of(xv, yv, hist_val))
+            if v < best - 1e-6:
+                best, best_epoch, wait = v, epoch, 0
+                state = {k: t.detach().clone() for k, t in head.state_dict().items()}
+            else:
+                wait += 1
+                if wait >= PATIENCE:
+                    break
+        head.load_state_dict(state)
+        return epoch, best_epoch, best
+
+    stages = []
+    if with_history:  # stage 1: the biases and the band weights, the layer's weights held at zero
+        use_layer[0] = False
+        stages.append(fit([{"params": [head.linear.bias], "lr": HEAD_LR},
+                           {"params": [head.history], "lr": HEAD_LR * HISTORY_LR_SCALE}]))  # fmt: skip
+        use_layer[0] = True
+    groups = [{"params": list(head.linear.parameters()), "lr": HEAD_LR}]
+    if with_history:
+        groups.append({"params": [head.history], "lr": HEAD_LR * HISTORY_LR_SCALE})
+    stages.append(fit(groups))
+    epoch, best_epoch, best = stages[-1]
     n_categories = train.target.shape[1]
 
     def score(x: np.ndarray, s: NextVisitSet) -> np.ndarray:
@@ -216,6 +265,7 @@ def fit_head(
     info = {
         "kind": head_kind,
         "outputs": int(labels.size),
+        "outputs_without_training_target": int((seen[labels] == 0).sum()),
         "features": int(xt.shape[1]),
         "epochs_run": epoch,
         "best_epoch": best_epoch,
@@ -223,8 +273,13 @@ def fit_head(
         "train_patients": int(xt.shape[0]),
         "val_patients": int(xv.shape[0]),
     }
-    if head_kind == "history":
-        info["history_weights"] = {"visits": float(head.history[0]), "latest": float(head.history[1])}
+    if with_history:
+        w = head.history.detach().cpu().double().numpy()
+        info["history_weights"] = {"visits": [round(float(v), 4) for v in w[0]],
+                                   "latest": [round(float(v), 4) for v in w[1]]}  # fmt: skip
+        info["history_bands"] = HISTORY_BANDS
+        e1, b1, v1 = stages[0]
+        info["history_only"] = {"epochs_run": e1, "best_epoch": b1, "val_loss": v1}
     return score, info
 
 
@@ -291,8 +346,9 @@ def next_visit_eval(
         x["rood_unseen"] = _features(model, ds, unseen, "rood", device, batch_size, rows=unseen_rows)
     t_encode = time.perf_counter()
     score, head = fit_head(
-        x["train"], train, x["val"], val, epochs=epochs, seed=seed, device=device, head_kind=head_kind
-    )
+        x["train"], train, x["val"], val, epochs=epochs, seed=seed, device=device, head_kind=head_kind,
+        pretrain_count=count,
+    )  # fmt: skip
     t_head = time.perf_counter()
     quint = frequency_quintiles(test.target, count)
     hospital = HOSPITALS.get(str(ds.manifest.get("source", {}).get("reader", "")))

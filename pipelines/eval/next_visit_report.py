@@ -37,10 +37,16 @@ def _history_text(head: dict) -> str:
     w = head.get("history_weights")
     if head.get("kind") != "history" or not w:
         return ""
+
+    def listed(v) -> str:
+        return " / ".join(f"{x:.2f}" for x in (v if isinstance(v, list) else [v]))
+
     return (
-        " plus the history's own categories, each category's logit adding "
-        f"{w['visits']:.2f} · log1p(history visits holding it) + {w['latest']:.2f} · [in the latest history "
-        "visit] (`--next-visit-head history`; first run's weights)"
+        " plus the history's own categories, each category's logit adding w_visits · log1p(history visits "
+        "holding it) + w_latest · [in the latest history visit], one pair of weights per frequency band of "
+        f"the categories (rarest first: w_visits {listed(w['visits'])}, w_latest {listed(w['latest'])}; "
+        "`--next-visit-head history`; first run's weights); it also ranks the categories seen only in "
+        f"pretraining ({head.get('outputs_without_training_target', 0):,} of its {head.get('outputs', 0):,})"
     )
 
 

@@ -15,7 +15,7 @@ from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
 from pipelines.data.next_visit import NextVisitSet
 from pipelines.eval.config import EvaluateConfig
-from pipelines.eval.next_visit import fit_head, history_features
+from pipelines.eval.next_visit import _bands, fit_head, history_features, smoothed_prior
 from pipelines.eval.next_visit_report import next_visit_section
 from pipelines.eval.next_visit_scores import frequency_quintiles, hits, scores
 from pipelines.eval.sections import SectionInputs
@@ -81,9 +81,40 @@ def test_the_history_head_learns_to_copy_what_the_linear_head_cannot():
         assert info["kind"] == kind
         ranked = np.argsort(-score(xs, test), axis=1, kind="stable")[:, :30]
         recall[kind] = scores(hits(ranked, test.target, q), intervals=False)["recall"]["10"]
-    assert info["history_weights"]["visits"] + info["history_weights"]["latest"] > 1.0
+    w = info["history_weights"]
+    assert len(w["visits"]) == len(w["latest"]) == info["history_bands"]
+    assert max(v + la for v, la in zip(w["visits"], w["latest"], strict=True)) > 1.0
     # three history categories plus the three common ones fit in the top 10: copying finds nearly every target
     assert recall["history"] > 0.9 and recall["history"] > recall["linear"] + 0.2
+
+
+def test_smoothed_prior_and_bands_by_hand():
+    lp = smoothed_prior(np.array([3, 1, 0]), np.array([0, 1, 3]))
+    # 0.9 * (3/4, 1/4, 0) + 0.1 * (1/7, 2/7, 4/7)
+    np.testing.assert_allclose(np.exp(lp), [0.675 + 0.1 / 7, 0.225 + 0.2 / 7, 0.4 / 7])
+    np.testing.assert_allclose(smoothed_prior(np.array([1, 3]), None), np.log([0.25, 0.75]))
+    b = _bands(np.log(np.array([1e-5, 1e-4, 1e-3, 1e-2, 1e-1])), 5)
+    np.testing.assert_array_equal(b, [0, 1, 2, 3, 4])  # rarest first
+
+
+def test_a_category_seen_only_in_pretraining_is_ranked_from_the_history():
+    """Category 39 is never a training target; the history head still ranks it (its prior from the
+    pretraining counts) and puts it in the top 10 of 40 for the patients whose history holds it, low for
+    the others; the linear head never ranks it."""
+    (xt, train), (xv, val), (xs, test) = (_copy_cohort(n, s) for n, s in ((600, 0), (200, 1), (300, 2)))
+    keep = np.asarray(train.target[:, 39].todense()).ravel() == 0
+    train = train.subset(keep)
+    xt = xt[keep]
+    pre = np.asarray(train.target.sum(0)).ravel() + np.asarray(train.history_visits.sum(0)).ravel()
+    kw = {"epochs": 40, "seed": 0, "device": torch.device("cpu"), "pretrain_count": pre}
+    holds = np.asarray(test.history_visits[:, 39].todense()).ravel() > 0
+    assert holds.any()
+    s_lin, _ = fit_head(xt, train, xv, val, head_kind="linear", **kw)
+    assert np.isneginf(s_lin(xs, test)[:, 39]).all()
+    s_hist, info = fit_head(xt, train, xv, val, head_kind="history", **kw)
+    assert info["outputs_without_training_target"] >= 1
+    rank39 = (s_hist(xs, test) > s_hist(xs, test)[:, [39]]).sum(1)  # categories ranked above 39
+    assert np.median(rank39[holds]) <= 10 and np.median(rank39[~holds]) >= 30, (rank39[holds], rank39[~holds])
 
 
 def test_an_unknown_head_is_refused():
@@ -98,6 +129,7 @@ def test_an_unknown_head_is_refused():
 def test_the_evaluation_and_report_carry_the_history_head(program_dir, dataset_dir, tmp_path, one_thread):  # noqa: F811
     rec = _run(program_dir, dataset_dir, tmp_path, next_visit_epochs=3, next_visit_head="history")
     assert rec.head["kind"] == "history" and set(rec.head["history_weights"]) == {"visits", "latest"}
+    assert len(rec.head["history_weights"]["visits"]) == rec.head["history_bands"]
     exp = SimpleNamespace(configurations={"base": [SimpleNamespace(seed=0)], "unstructured": []})
     text = "\n".join(
         next_visit_section(SectionInputs(exp, {"base": [rec], "unstructured": []}, tmp_path, {}))
