@@ -8,7 +8,7 @@ without the final ``irfft`` (and, backward, without the gradient's ``rfft``): th
 step on the spectral path (``HRRBertSettings.spectral_decoder``).
 (e) ``batch_rows``: the rows of one fine-tuning batch of ``BATCH x SEQ`` codes, as
 ``HRREmbedding.forward`` composes them: ``torch.unique`` of the ids, ``compose(rows=unique)``, then
-``embedding(inverse)`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).
+``index_select(inverse)`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).
 (e') ``batch_rows_sparse``: (e) with the atoms' gradient sparse (only the atoms the batch reads, as
 ``HRREmbedding.sparse_grads`` trains them): no dense ``(A, D)`` gradient is zeroed and written.
 (e'') ``batch_rows_spectral``: (e') with the atoms and relations given as half spectra
@@ -150,7 +150,7 @@ def batch_rows_method(
     def run(atoms, relations):
         uniq, inv = torch.unique(ids, return_inverse=True)  # (U,), (B,)
         rows = compose(program, atoms, relations, rows=uniq, sparse_grad=sparse, dim=spectral_dim)  # (U, D)
-        return torch.nn.functional.embedding(inv, rows)  # (B, D)
+        return rows.index_select(0, inv)  # (B, D)
 
     run.ids = ids
     return run

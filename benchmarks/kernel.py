@@ -205,7 +205,7 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
     )
     plan.append(
         (
-            f"(e) ours, batch rows ({BATCH_LABEL}, Zipf): unique + compose(rows) + embedding(inverse)",
+            f"(e) ours, batch rows ({BATCH_LABEL}, Zipf): unique + compose(rows) + index_select(inverse)",
             "batch_rows",
             args.reps,
             args.warmup,

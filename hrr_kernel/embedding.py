@@ -357,6 +357,7 @@ class HRREmbedding(nn.Module):
             if uniq.numel() > FULL_MATRIX_FRACTION * self.program.n_concepts:
                 out = F.embedding(flat, self._build(None))
             else:
-                # embedding's backward sums the repeats faster than indexing's (index_put with accumulate)
-                out = F.embedding(inv, self._build(uniq))  # (B*T, D)
+                # index_select's backward (index_add) sums the repeats faster than embedding's (which sorts
+                # the ids; 1.9 against 2.4 ms for 4,096 of 1,744 rows at D = 768, 2 cores) or indexing's
+                out = self._build(uniq).index_select(0, inv)  # (B*T, D)
         return out.view(*ids.shape, self.dim)  # (*, D)

@@ -12,7 +12,7 @@ over the batch's count-matrix entries:
 the forward kernel gives each thread whole rows; the adjoint gives each thread whole atoms (their pairs,
 and the rows each pair feeds) and sums the relations' gradient in per-thread buffers;
 - ``hrr_plan_select`` / ``hrr_plan_build``: a batch's plan in time linear in its entries (mark arrays
-  instead of sorts; only the used atoms are sorted).
+  instead of sorts; only the used atoms are sorted, by a radix sort).
 
 The library is compiled on first use with the system C compiler (``$CC``, else ``cc``; about a second)
 into ``$HRRBERT_NATIVE_CACHE`` (default ``~/.cache/hrrbert/native``), under a name that hashes the
@@ -52,7 +52,7 @@ __all__ = [
 SOURCES = Path(__file__).resolve().parent / "_native"
 _FILES = ("compose.c", "bind_impl.h", "plan.c")
 _FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
-_ABI = 3
+_ABI = 4
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 _lock = threading.Lock()
@@ -117,11 +117,11 @@ def _declare(lib: ctypes.CDLL) -> None:
     p, i64, c_int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     for suf in _SUFFIX.values():
         f = getattr(lib, f"hrr_bind_rows_{suf}")
-        f.argtypes, f.restype = [i64, i64, p, p, p, p, p, p, p, p, p, c_int], None
+        f.argtypes, f.restype = [i64, i64, p, p, p, p, p, p, p, p, p, c_int], c_int
         f = getattr(lib, f"hrr_bind_rows_adjoint_{suf}")
         f.argtypes, f.restype = [i64, i64, i64, p, p, p, p, p, p, p, p, p, p, p, p, c_int], c_int
     lib.hrr_plan_select.argtypes, lib.hrr_plan_select.restype = [i64, p, p, p, p, p, p, p], i64
-    lib.hrr_plan_build.argtypes, lib.hrr_plan_build.restype = [i64] + [p] * 21, None
+    lib.hrr_plan_build.argtypes, lib.hrr_plan_build.restype = [i64, i64] + [p] * 21, None
     lib.hrr_native_abi.argtypes, lib.hrr_native_abi.restype = [], c_int
 
 
@@ -206,7 +206,8 @@ def bind_rows(
     out: Tensor,
     atom_row: Tensor | None = None,
 ) -> Tensor:
-    """``out[u] = Σ_{entries (u, p)} val · a_hat[atom(p)] · r_hat[rel(p)]`` (complex, overwritten).
+    """``out[u] = Σ_{entries (u, p)} val · a_hat[atom(p)] · r_hat[rel(p)]`` (complex, overwritten); a
+    run of a row's entries under one relation is summed before its one product with the relation.
 
     Shapes:
         - m_index: crow ``(U + 1,)``, col ``(nnz,)``, val ``(nnz,)`` float64 (``M``, columns index pairs)
@@ -218,10 +219,12 @@ def bind_rows(
     crow, col, val = m_index
     _check(crow, col, val, pair_atom, pair_rel, a_hat, r_hat, out, atom_row)
     fn = getattr(lib, f"hrr_bind_rows_{_SUFFIX[_real_dtype(out)]}")
-    fn(
+    rc = fn(
         out.shape[0], out.shape[1], _ptr(crow), _ptr(col), _ptr(val), _ptr(pair_atom), _ptr(pair_rel),
         _ptr(atom_row), _ptr(a_hat), _ptr(r_hat), _ptr(out), torch.get_num_threads(),
     )  # fmt: skip
+    if rc != 0:
+        raise MemoryError("hrr_bind_rows could not allocate its per-thread run buffer")
     return out
 
 
@@ -320,7 +323,8 @@ def plan_build(
     q_crow, q_col, sizes = buf(nnz + 1), buf(nnz), buf(2)
     with marks.lock:
         lib.hrr_plan_build(
-            n_u, _ptr(uniq), _ptr(row_crow), _ptr(row_col), _ptr(row_val), _ptr(pair_atom_all),
+            marks.atom.numel(), n_u, _ptr(uniq), _ptr(row_crow), _ptr(row_col), _ptr(row_val),
+            _ptr(pair_atom_all),
             _ptr(pair_rel_all), _ptr(marks.pair), _ptr(marks.atom), _ptr(crow), _ptr(col), _ptr(val),
             _ptr(pair_prog), _ptr(pair_atom), _ptr(pair_rel), _ptr(atoms_used), _ptr(mt_crow), _ptr(mt_row),
             _ptr(mt_val), _ptr(q_crow), _ptr(q_col), _ptr(sizes),

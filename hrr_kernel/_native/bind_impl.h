@@ -40,29 +40,61 @@ static inline void NAME(cmac_conj)(REAL *restrict o, const REAL *restrict x, con
  *
  * crow (n_rows + 1), col and val (nnz, float64 counts): M in CSR, col indexing the pair table.
  * pair_atom, pair_rel (P): each pair's used atom and relation. One thread writes each output row: no
- * atomics, no reduction. out (U, F) is overwritten. */
-void NAME(hrr_bind_rows)(int64_t n_rows, int64_t nf, const int64_t *crow, const int64_t *col,
-                         const double *val, const int64_t *pair_atom, const int64_t *pair_rel,
-                         const int64_t *atom_row, const REAL *a_hat, const REAL *r_hat, REAL *out,
-                         int nthreads) {
+ * atomics, no reduction. out (U, F) is overwritten.
+ * A run of a row's entries under one relation j is summed first, s = sum val[e] * a_hat[atom(e)] (a real
+ * axpy per entry), and multiplied by r_hat[j] once: out[u] += r_hat[j] * s. A run of one entry is
+ * multiplied directly. Returns 0, or 1 when the per-thread run buffer could not be allocated. */
+int NAME(hrr_bind_rows)(int64_t n_rows, int64_t nf, const int64_t *crow, const int64_t *col,
+                        const double *val, const int64_t *pair_atom, const int64_t *pair_rel,
+                        const int64_t *atom_row, const REAL *a_hat, const REAL *r_hat, REAL *out,
+                        int nthreads) {
     const int64_t w2 = 2 * nf;
-#pragma omp parallel for schedule(dynamic, 16) num_threads(nthreads)
-    for (int64_t u = 0; u < n_rows; ++u) {
-        REAL *restrict o = out + u * w2;
-        memset(o, 0, (size_t)w2 * sizeof(REAL));
-        for (int64_t e = crow[u]; e < crow[u + 1]; ++e) {
-            const int64_t p = col[e];
-            const int64_t ia = atom_row ? atom_row[pair_atom[p]] : pair_atom[p];
-            const REAL *restrict a = a_hat + ia * w2;
-            const REAL *restrict r = r_hat + pair_rel[p] * w2;
-            const REAL w = (REAL)val[e];
-            if (e + 1 < crow[n_rows]) { /* the next entry's atom, while this one is multiplied */
-                const int64_t pn = pair_atom[col[e + 1]];
-                hrr_prefetch(a_hat + (atom_row ? atom_row[pn] : pn) * w2, (size_t)w2 * sizeof(REAL));
-            }
-            NAME(cmac)(o, a, r, w, nf);
+    const int64_t end = crow[n_rows];
+    int failed = 0;
+#pragma omp parallel num_threads(nthreads)
+    {
+        REAL *restrict s = malloc((size_t)w2 * sizeof(REAL));
+        if (!s) {
+#pragma omp atomic write
+            failed = 1;
         }
+#pragma omp for schedule(dynamic, 16)
+        for (int64_t u = 0; u < n_rows; ++u) {
+            REAL *restrict o = out + u * w2;
+            memset(o, 0, (size_t)w2 * sizeof(REAL));
+            if (!s) continue;
+            int64_t e = crow[u];
+            const int64_t stop = crow[u + 1];
+            while (e < stop) {
+                const int64_t j = pair_rel[col[e]];
+                int64_t f = e + 1; /* the run of relation j: entries e .. f - 1 */
+                while (f < stop && pair_rel[col[f]] == j) ++f;
+                const REAL *restrict r = r_hat + j * w2;
+                for (int64_t i = e; i < f; ++i) {
+                    const int64_t pa = pair_atom[col[i]];
+                    const REAL *restrict a = a_hat + (atom_row ? atom_row[pa] : pa) * w2;
+                    const REAL w = (REAL)val[i];
+                    if (i + 1 < end) { /* the next entry's atom, while this one is read */
+                        const int64_t pn = pair_atom[col[i + 1]];
+                        hrr_prefetch(a_hat + (atom_row ? atom_row[pn] : pn) * w2, (size_t)w2 * sizeof(REAL));
+                    }
+                    if (f - e == 1) {
+                        NAME(cmac)(o, a, r, w, nf);
+                    } else if (i == e) {
+#pragma omp simd
+                        for (int64_t k = 0; k < w2; ++k) s[k] = w * a[k];
+                    } else {
+#pragma omp simd
+                        for (int64_t k = 0; k < w2; ++k) s[k] += w * a[k];
+                    }
+                }
+                if (f - e > 1) NAME(cmac)(o, s, r, (REAL)1, nf);
+                e = f;
+            }
+        }
+        free(s);
     }
+    return failed;
 }
 
 /* The adjoint of hrr_bind_rows, one pass over the pairs grouped by atom:

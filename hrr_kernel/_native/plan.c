@@ -6,9 +6,43 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+/* Sort n non-negative ids below `bound` ascending: LSD radix sort, 11 bits a pass (two passes below
+ * 2^22), in O(n + 2048) a pass; falls back to qsort when the scratch cannot be allocated. */
 static int cmp_i64(const void *x, const void *y) {
     const int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
     return (a > b) - (a < b);
+}
+
+static void sort_ids(int64_t *v, int64_t n, int64_t bound) {
+    enum { BITS = 11, BUCKETS = 1 << BITS };
+    if (n < 64) {
+        qsort(v, (size_t)n, sizeof(int64_t), cmp_i64);
+        return;
+    }
+    int64_t *tmp = malloc((size_t)n * sizeof(int64_t));
+    if (!tmp) {
+        qsort(v, (size_t)n, sizeof(int64_t), cmp_i64);
+        return;
+    }
+    int64_t *src = v, *dst = tmp;
+    int64_t count[BUCKETS];
+    for (int shift = 0; shift == 0 || (bound - 1) >> shift; shift += BITS) {
+        for (int b = 0; b < BUCKETS; ++b) count[b] = 0;
+        for (int64_t i = 0; i < n; ++i) ++count[(src[i] >> shift) & (BUCKETS - 1)];
+        int64_t at = 0;
+        for (int b = 0; b < BUCKETS; ++b) {
+            const int64_t c = count[b];
+            count[b] = at;
+            at += c;
+        }
+        for (int64_t i = 0; i < n; ++i) dst[count[(src[i] >> shift) & (BUCKETS - 1)]++] = src[i];
+        int64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != v)
+        for (int64_t i = 0; i < n; ++i) v[i] = src[i];
+    free(tmp);
 }
 
 /* Phase 1: the distinct base rows of the requested concepts, numbered in order of first appearance.
@@ -34,7 +68,7 @@ int64_t hrr_plan_select(int64_t n_req, const int64_t *rows, const int64_t *base_
 /* Phase 2: the count matrix M of the U rows (CSR, columns renumbered to the plan's pairs in order of
  * first appearance), the pair table, the used atoms (sorted), Mᵀ (pairs x rows) and Q (atoms x pairs).
  * Every output is sized by nnz; sizes[0] = P, sizes[1] = A'. */
-void hrr_plan_build(int64_t n_u, const int64_t *uniq, const int64_t *row_crow, const int64_t *row_col,
+void hrr_plan_build(int64_t n_atoms_all, int64_t n_u, const int64_t *uniq, const int64_t *row_crow, const int64_t *row_col,
                     const double *row_val, const int64_t *pair_atom_all, const int64_t *pair_rel_all,
                     int64_t *mark_pair, int64_t *mark_atom, int64_t *crow, int64_t *col, double *val,
                     int64_t *pair_prog, int64_t *pair_atom, int64_t *pair_rel, int64_t *atoms_used,
@@ -60,7 +94,7 @@ void hrr_plan_build(int64_t n_u, const int64_t *uniq, const int64_t *row_crow, c
         }
         crow[u + 1] = e;
     }
-    qsort(atoms_used, (size_t)n_a, sizeof(int64_t), cmp_i64);
+    sort_ids(atoms_used, n_a, n_atoms_all);
     for (int64_t i = 0; i < n_a; ++i) mark_atom[atoms_used[i]] = i;
     /* pairs: atom (a plan number) and relation; Q by counting sort on the atom */
     for (int64_t i = 0; i <= n_a; ++i) q_crow[i] = 0;

@@ -186,6 +186,23 @@ def test_native_plan_holds_the_torch_plans_entries_and_resets_its_marks(make_pro
     assert all(bool((m == -1).all()) for m in (marks.row, marks.pair, marks.atom))
 
 
+def test_native_plan_sorts_used_atoms_beyond_one_radix_pass(make_program):
+    """More than 2^11 atoms, so the used atoms' radix sort takes two passes; the plan still matches the
+    torch plan's sorted atoms and the rows still match the torch path."""
+    p = load_program(make_program(n_concepts=3000, n_atoms=9000, n_relations=4, n_edges=12000, seed=3))
+    rows = torch.from_numpy(np.random.default_rng(0).choice(3000, 1200, replace=True))
+    nat = plan_rows(p.base, rows)
+    with native.disabled():
+        ref = plan_rows(p.base, rows)
+    assert nat.native and nat.n_atoms_used > 2048 and int(nat.atoms_used.max()) >= 2048
+    assert torch.equal(nat.atoms_used, ref.atoms_used)
+    atoms, rels = torch.randn(9000, 32, dtype=torch.float64), torch.randn(4, 32, dtype=torch.float64)
+    got = compose(p, atoms, rels, rows=rows)
+    with native.disabled():
+        want = compose(p, atoms, rels, rows=rows)
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+
 def _child(code: str, **env) -> dict:
     full = {**os.environ, **env}
     res = subprocess.run(
