@@ -45,11 +45,12 @@ DEMO_FINETUNE = {"max_steps": 600, "lr": 1e-3, "batch_size": 32, "bucket_batches
                  "pos_weight": "auto", "select_by": "loss", "pooling": "cls+mean"}  # fmt: skip
 # next_visit_epochs: the next-visit head on the frozen encoder (docs/demo.md); measured per configuration,
 # alone on one thread: 7.7 s on the small demo's release, 22 s on the default one (2,647 head outputs).
-# next_visit_head history: the head also reads the history's categories (weights per frequency band);
-# recall@20 of `base` 55.0 / 56.6 / 56.6 -> 60.2 / 62.0 / 61.6 on cohort seeds 0 / 1 / 2, rarest quintile
-# 0.0 / 0.7 / 0.6 -> 14.1 / 13.7 / 16.6 (docs/demo.md)
+# next_visit_head copy: the history head's softmax mixed with a copy distribution over the history's
+# categories; recall@20 of `base` with the linear / history / copy head 55.0 / 60.2 / 61.2 (seed 0), rarest
+# quintile 0.0 / 14.1 / 22.5; over cohort seeds 0 / 1 / 2 copy against history: 61.7 vs 61.3 overall, 18.7
+# vs 14.8 rarest quintile, 53.3 vs 49.0 ROOD-unseen (docs/demo.md)
 DEMO_EVALUATE = {"per_bin": 400, "tsne_points": 1500, "cost_steps": 3, "next_visit_epochs": 100,
-                 "next_visit_head": "history"}  # fmt: skip
+                 "next_visit_head": "copy"}  # fmt: skip
 DEMO_SIZES = ("default", "small")  # demo release sizes (pipelines.demo.release.SIZES: default ~12k concepts)
 # Split sizes of the demo datasets (pipelines.data.splits.SplitOptions fields): enough fine-tuning
 # patients for the heads to learn (the paper's sizes scaled to 20k patients leave 470 disease patients).

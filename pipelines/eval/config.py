@@ -13,9 +13,9 @@ __all__ = ["EvaluateConfig", "ExperimentConfig", "LABEL_SPLITS"]
 LABEL_SPLITS = (*SPLITS, "all")  # the label rows scored: those of one split, or all (another hospital)
 
 
-# the next-visit head's inputs (pipelines.eval.next_visit): the encoder's pooled states, or those plus the
-# history's categories
-NEXT_VISIT_HEADS = ("linear", "history")
+# the next-visit head (pipelines.eval.next_visit): the encoder's pooled states only; those plus the history's
+# categories in the logits; or that softmax mixed with a copy distribution over the history's categories
+NEXT_VISIT_HEADS = ("linear", "history", "copy")
 
 
 @dataclass
@@ -65,9 +65,10 @@ class EvaluateConfig:
     next_visit_head: str = field(
         default="linear",
         metadata={
-            "help": "the next-visit head: linear (the frozen encoder's pooled states only) or history (also "
+            "help": "the next-visit head: linear (the frozen encoder's pooled states only), history (also "
             "the history's categories, through a pair of weights per frequency band, ranking every category "
-            "pretraining saw)"
+            "pretraining saw) or copy (history's softmax mixed with a copy distribution over the history's "
+            "categories, the share set by a gate on the encoder's states)"
         },
     )
     ground_truth: str | None = field(

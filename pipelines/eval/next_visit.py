@@ -34,6 +34,17 @@ history gives with no encoder), then everything from there with the layer (so th
 leave the band weights short of their fit). The band weights learn at :data:`HISTORY_LR_SCALE` times the
 layer's rate (a few scalars would otherwise move 0.003 a step).
 
+With ``head_kind="copy"`` (``--next-visit-head copy``, the demo's default) the head is a mixture of two
+distributions: ``(1 − g) · softmax(the history head's logits) + g · copy``, where ``copy`` spreads over the
+history's categories only (its logits ``c_visits[b] · log1p(visits) + c_latest[b] · latest + c_prior[b] · log
+prior``, one triple per band) and ``g = sigmoid(gate(features))`` is each patient's copy share, a linear gate
+on the same pooled states (starting at :data:`COPY_GATE_START`). A softmax over every category cannot give a
+history category of the rarest band much mass without lifting its whole band; the copy distribution puts the
+mass on the patient's own categories, so a rare category the patient already has competes with a handful of
+others rather than with the vocabulary (the pointer-generator idea of summarisation models). A patient with
+no history category gets the softmax alone. The copy head is fit in one stage (the band and copy weights at
+the band rate, the layer and the gate at the layer's).
+
 The same patients are ranked by the baselines of :mod:`pipelines.eval.next_visit_baselines` (frequency
 prior, the history's categories, co-occurrence over the pretraining patients' consecutive visits) and, given
 the cohort's ``ground_truth/`` folder, by the generator's true probabilities (the ceiling). Scored: the
@@ -55,6 +66,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
 from pipelines.data.next_visit import CategorySpace, NextVisitSet, next_visit_set, visit_categories
 from pipelines.data.readers import HOSPITALS
@@ -75,6 +87,7 @@ HEAD_BATCH = 256  # patients per Adam step of the head
 HEAD_LR = 3e-3
 HISTORY_LR_SCALE = 30  # the history head's band weights learn at this multiple of HEAD_LR
 HISTORY_BANDS = 5  # frequency bands of the history head's weights
+COPY_GATE_START = -1.0  # the copy head's gate starts at a copy share of sigmoid(-1) = 0.27
 PRETRAIN_SMOOTHING = 0.1  # share of the history head's prior taken from the pretraining counts (+1 each)
 PATIENCE = 5  # epochs without a lower validation loss before the head stops
 GROUPS = ("test", "rood_unseen")
@@ -154,6 +167,51 @@ def _bands(log_prior: np.ndarray, n: int) -> np.ndarray:
     return np.searchsorted(edges, log_prior, side="right").astype(np.int64)
 
 
+class _Head(torch.nn.Module):
+    """The softmax head of one kind over ``L`` categories (module docstring); :meth:`log_probs` gives each
+    category's log probability. ``log_prior (L,)``: the biases' start; ``band (L,)``: each category's
+    frequency band (``history`` and ``copy``)."""
+
+    def __init__(self, kind: str, n_features: int, log_prior: np.ndarray, band: Tensor) -> None:
+        super().__init__()
+        self.kind, self.band = kind, band
+        self.linear = torch.nn.Linear(n_features, log_prior.size)
+        self.history = torch.nn.Parameter(torch.zeros(2, HISTORY_BANDS))  # w_visits, w_latest per band
+        self.copy = torch.nn.Parameter(torch.zeros(3, HISTORY_BANDS))  # the copy logits' weights per band
+        self.gate = torch.nn.Linear(n_features, 1)
+        self.register_buffer("log_prior", torch.from_numpy(log_prior).float())
+        self.use_layer = True
+        with torch.no_grad():  # the layer starts at the prior: zero weights, log-frequency biases
+            self.linear.weight.zero_()
+            self.linear.bias.copy_(self.log_prior)
+            self.gate.weight.zero_()
+            self.gate.bias.fill_(COPY_GATE_START)
+
+    def band_parameters(self) -> list[torch.nn.Parameter]:
+        return {"linear": [], "history": [self.history], "copy": [self.history, self.copy]}[self.kind]
+
+    def layer_parameters(self) -> list[torch.nn.Parameter]:
+        return list(self.linear.parameters()) + (list(self.gate.parameters()) if self.kind == "copy" else [])
+
+    def log_probs(self, x: Tensor, hist: tuple[Tensor, Tensor] | None) -> Tensor:
+        """``(B, L)`` log probabilities of the patients ``x (B, F)`` with history features ``hist``."""
+        z = self.linear(x) if self.use_layer else self.linear.bias.expand(x.shape[0], -1)  # (B, L)
+        if self.kind == "linear":
+            return F.log_softmax(z, 1)
+        visits, latest = hist
+        w = self.history[:, self.band]  # (2, L)
+        lz = F.log_softmax(z + w[0] * visits + w[1] * latest, 1)
+        if self.kind == "history":
+            return lz
+        c = self.copy[:, self.band]  # (3, L)
+        held = visits > 0  # (B, L) the history's categories
+        q = torch.where(held, c[0] * visits + c[1] * latest + c[2] * self.log_prior, -torch.inf)
+        lq = F.log_softmax(torch.where(held.any(1, keepdim=True), q, 0.0), 1)  # uniform where none held
+        g = self.gate(x)  # (B, 1) the copy share's logit
+        g = torch.where(held.any(1, keepdim=True), g, -torch.inf)  # nothing to copy: the softmax alone
+        return torch.logaddexp(F.logsigmoid(-g) + lz, F.logsigmoid(g) + lq)
+
+
 def fit_head(
     x_train: np.ndarray,
     train: NextVisitSet,
@@ -169,18 +227,15 @@ def fit_head(
     """Train the softmax head (module docstring); returns ``scores(x (P, F), s) -> (P, C)`` numpy scores of
     the patients of ``s`` over every category (-inf where the head has no output) and what the fit recorded.
 
-    ``head_kind`` ``history``: each category's logit also adds ``w_visits[b] · log1p(history visits holding
-    it) + w_latest[b] · [the latest history visit holds it]`` for its frequency band ``b``; the head also
-    ranks the categories with a pretraining occurrence (``pretrain_count (C,)``, pretraining visits holding
-    each category) and is fit in two stages (module docstring)."""
+    ``head_kind``: ``linear``, ``history`` or ``copy`` (module docstring); the last two also rank the
+    categories with a pretraining occurrence (``pretrain_count (C,)``, pretraining visits holding each)."""
     if head_kind not in HEADS:
         raise ValueError(f"next-visit head {head_kind!r} is not one of {list(HEADS)}")
-    with_history = head_kind == "history"
+    reads_history = head_kind != "linear"
     seen = np.asarray(train.target.sum(0)).ravel()
-    pre = None if pretrain_count is None or not with_history else np.asarray(pretrain_count)
+    pre = None if pretrain_count is None or not reads_history else np.asarray(pretrain_count)
     labels = np.flatnonzero((seen > 0) | (pre > 0)) if pre is not None else np.flatnonzero(seen > 0)  # (L,)
     log_prior = smoothed_prior(seen[labels], None if pre is None else pre[labels])  # (L,)
-    band = torch.from_numpy(_bands(log_prior, HISTORY_BANDS)).to(device)  # (L,)
     mu = x_train.mean(0)
     sd = np.maximum(x_train.std(0), 1e-6)
 
@@ -189,30 +244,18 @@ def fit_head(
 
     xt, xv = standard(x_train), standard(x_val)
     yt, yv = _targets(train, labels, device), _targets(val, labels, device)
-    head = torch.nn.Module()
-    head.linear = torch.nn.Linear(xt.shape[1], labels.size).to(device)
-    head.history = torch.nn.Parameter(torch.zeros(2, HISTORY_BANDS, device=device))  # w_visits, w_latest
-    with torch.no_grad():  # the layer starts at the prior: zero weights, log-frequency biases
-        head.linear.weight.zero_()
-        head.linear.bias.copy_(torch.from_numpy(log_prior).float())
+    band = torch.from_numpy(_bands(log_prior, HISTORY_BANDS)).to(device)
+    head = _Head(head_kind, xt.shape[1], log_prior, band).to(device)
     gen = torch.Generator().manual_seed(seed)
-    use_layer = [True]
 
     def history(s: NextVisitSet, idx: np.ndarray | None = None) -> tuple[torch.Tensor, ...] | None:
         """``(B, L)`` visits and latest-visit features of the head's categories (None: linear head)."""
-        if not with_history:
+        if not reads_history:
             return None
         return tuple(torch.from_numpy(h).to(device) for h in history_features(s, idx, labels))
 
-    def logits(x: torch.Tensor, hist: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
-        out = head.linear(x) if use_layer[0] else head.linear.bias.expand(x.shape[0], -1)  # (B, L)
-        if hist is not None:
-            w = head.history[:, band]  # (2, L)
-            out = out + w[0] * hist[0] + w[1] * hist[1]
-        return out
-
     def loss_of(x: torch.Tensor, y: torch.Tensor, hist: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
-        return -(y * F.log_softmax(logits(x, hist), 1)).sum(1).mean()
+        return -(y * head.log_probs(x, hist)).sum(1).mean()
 
     hist_val = history(val)  # read once; every epoch's validation uses it
 
@@ -242,16 +285,14 @@ def fit_head(
         head.load_state_dict(state)
         return epoch, best_epoch, best
 
+    bands = {"params": head.band_parameters(), "lr": HEAD_LR * HISTORY_LR_SCALE}
     stages = []
-    if with_history:  # stage 1: the biases and the band weights, the layer's weights held at zero
-        use_layer[0] = False
-        stages.append(fit([{"params": [head.linear.bias], "lr": HEAD_LR},
-                           {"params": [head.history], "lr": HEAD_LR * HISTORY_LR_SCALE}]))  # fmt: skip
-        use_layer[0] = True
-    groups = [{"params": list(head.linear.parameters()), "lr": HEAD_LR}]
-    if with_history:
-        groups.append({"params": [head.history], "lr": HEAD_LR * HISTORY_LR_SCALE})
-    stages.append(fit(groups))
+    if head_kind == "history":  # stage 1: the biases and the band weights, the layer's weights held at zero
+        head.use_layer = False
+        stages.append(fit([{"params": [head.linear.bias], "lr": HEAD_LR}, bands]))
+        head.use_layer = True
+    layer = {"params": head.layer_parameters(), "lr": HEAD_LR}
+    stages.append(fit([layer, bands] if reads_history else [layer]))
     epoch, best_epoch, best = stages[-1]
     n_categories = train.target.shape[1]
 
@@ -259,7 +300,7 @@ def fit_head(
         out = np.full((x.shape[0], n_categories), -np.inf, dtype=np.float64)
         if x.shape[0]:
             with torch.no_grad():
-                out[:, labels] = logits(standard(x), history(s)).double().cpu().numpy()
+                out[:, labels] = head.log_probs(standard(x), history(s)).double().cpu().numpy()
         return out
 
     info = {
@@ -273,14 +314,30 @@ def fit_head(
         "train_patients": int(xt.shape[0]),
         "val_patients": int(xv.shape[0]),
     }
-    if with_history:
-        w = head.history.detach().cpu().double().numpy()
-        info["history_weights"] = {"visits": [round(float(v), 4) for v in w[0]],
-                                   "latest": [round(float(v), 4) for v in w[1]]}  # fmt: skip
-        info["history_bands"] = HISTORY_BANDS
+    if reads_history:
+        info.update(_band_info(head, stages, xv))
+    return score, info
+
+
+def _band_info(head: _Head, stages: list[tuple[int, int, float]], xv: Tensor) -> dict[str, Any]:
+    """What a history-reading head learned: its band weights (rarest band first), and for ``copy`` the copy
+    logits' weights and the mean copy share of the validation patients."""
+
+    def rows(t: Tensor) -> list[list[float]]:
+        return [[round(float(v), 4) for v in r] for r in t.detach().cpu().double()]
+
+    w = rows(head.history)
+    info: dict[str, Any] = {"history_weights": {"visits": w[0], "latest": w[1]}}
+    info["history_bands"] = HISTORY_BANDS
+    if len(stages) > 1:
         e1, b1, v1 = stages[0]
         info["history_only"] = {"epochs_run": e1, "best_epoch": b1, "val_loss": v1}
-    return score, info
+    if head.kind == "copy":
+        c = rows(head.copy)
+        info["copy_weights"] = {"visits": c[0], "latest": c[1], "log_prior": c[2]}
+        with torch.no_grad():
+            info["copy_share_val"] = round(float(torch.sigmoid(head.gate(xv)).mean()), 4)
+    return info
 
 
 def _set(

@@ -33,21 +33,32 @@ DEFINITION = (
 
 
 def _history_text(head: dict) -> str:
-    """The ``history`` head's addition to the model's description (nothing for the linear head)."""
+    """The ``history`` or ``copy`` head's addition to the model's description (nothing for the linear
+    head)."""
     w = head.get("history_weights")
-    if head.get("kind") != "history" or not w:
+    if head.get("kind") not in ("history", "copy") or not w:
         return ""
 
     def listed(v) -> str:
         return " / ".join(f"{x:.2f}" for x in (v if isinstance(v, list) else [v]))
 
-    return (
+    text = (
         " plus the history's own categories, each category's logit adding w_visits · log1p(history visits "
         "holding it) + w_latest · [in the latest history visit], one pair of weights per frequency band of "
         f"the categories (rarest first: w_visits {listed(w['visits'])}, w_latest {listed(w['latest'])}; "
-        "`--next-visit-head history`; first run's weights); it also ranks the categories seen only in "
-        f"pretraining ({head.get('outputs_without_training_target', 0):,} of its {head.get('outputs', 0):,})"
+        f"first run's weights); it also ranks the categories seen only in pretraining "
+        f"({head.get('outputs_without_training_target', 0):,} of its {head.get('outputs', 0):,})"
     )
+    c = head.get("copy_weights")
+    if head.get("kind") == "copy" and c:
+        text += (
+            "; that softmax is mixed with a copy distribution over the history's categories (their logits "
+            f"v · log1p(visits) + l · latest + p · log prior per band: v {listed(c['visits'])}, l "
+            f"{listed(c['latest'])}, p {listed(c['log_prior'])}), the copy share set per patient by a gate "
+            f"on the pooled states (mean {100 * float(head.get('copy_share_val', 0.0)):.0f} % on "
+            "finetune_val)"
+        )
+    return text + f" (`--next-visit-head {head.get('kind')}`)"
 
 
 def _interval(sc: NextVisitScores | None, name: str) -> Interval | None:

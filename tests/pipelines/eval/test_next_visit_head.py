@@ -1,6 +1,6 @@
-"""The next-visit head that also reads the history's categories (``--next-visit-head history``): its two
-features on a hand-built set, what it learns when the next visit repeats the history, and the evaluation and
-report carrying it."""
+"""The next-visit heads that also read the history's categories (``--next-visit-head history`` and
+``copy``): their features on a hand-built set, what they learn when the next visit repeats the history, the
+copy head's mixture, and the evaluation and report carrying them."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
 from pipelines.data.next_visit import NextVisitSet
 from pipelines.eval.config import EvaluateConfig
-from pipelines.eval.next_visit import _bands, fit_head, history_features, smoothed_prior
+from pipelines.eval.next_visit import _bands, _Head, fit_head, history_features, smoothed_prior
 from pipelines.eval.next_visit_report import next_visit_section
 from pipelines.eval.next_visit_scores import frequency_quintiles, hits, scores
 from pipelines.eval.sections import SectionInputs
@@ -76,16 +76,46 @@ def test_the_history_head_learns_to_copy_what_the_linear_head_cannot():
     count = np.asarray(train.target.sum(0)).ravel()
     q = frequency_quintiles(test.target, count)
     recall = {}
-    for kind in ("linear", "history"):
-        score, info = fit_head(xt, train, xv, val, head_kind=kind, **kw)
-        assert info["kind"] == kind
+    infos = {}
+    for kind in ("linear", "history", "copy"):
+        score, infos[kind] = fit_head(xt, train, xv, val, head_kind=kind, **kw)
+        assert infos[kind]["kind"] == kind
         ranked = np.argsort(-score(xs, test), axis=1, kind="stable")[:, :30]
         recall[kind] = scores(hits(ranked, test.target, q), intervals=False)["recall"]["10"]
+    info = infos["history"]
     w = info["history_weights"]
     assert len(w["visits"]) == len(w["latest"]) == info["history_bands"]
     assert max(v + la for v, la in zip(w["visits"], w["latest"], strict=True)) > 1.0
     # three history categories plus the three common ones fit in the top 10: copying finds nearly every target
     assert recall["history"] > 0.9 and recall["history"] > recall["linear"] + 0.2
+    assert recall["copy"] > 0.9 and recall["copy"] > recall["linear"] + 0.2
+    assert 0.0 < infos["copy"]["copy_share_val"] < 1.0 and set(infos["copy"]["copy_weights"]) == {
+        "visits", "latest", "log_prior"}  # fmt: skip
+
+
+def test_the_copy_head_is_a_mixture_of_two_distributions():
+    """Each patient's log probabilities sum to one; a patient with no history category gets the softmax
+    alone; with the gate forced open, only the history's categories keep any probability."""
+    (xt, _), (xv, val) = _copy_cohort(300, 0), _copy_cohort(100, 1)
+    lp = np.log(np.full(40, 1 / 40))
+    head = _Head("copy", xt.shape[1], lp, torch.zeros(40, dtype=torch.int64))
+    with torch.no_grad():
+        head.linear.weight.normal_()
+        head.copy.normal_()
+    visits, latest = (torch.from_numpy(h) for h in history_features(val))
+    visits[0] = 0  # patient 0 holds nothing
+    latest[0] = 0
+    x = torch.from_numpy(xv)
+    out = head.log_probs(x, (visits, latest))
+    torch.testing.assert_close(torch.logsumexp(out, 1), torch.zeros(out.shape[0]), atol=1e-5, rtol=0)
+    soft = torch.log_softmax(head.linear(x[:1]), 1)
+    torch.testing.assert_close(out[:1], soft)
+    with torch.no_grad():
+        head.gate.bias.fill_(50.0)
+    with torch.no_grad():
+        opened = head.log_probs(x, (visits, latest))[1:]
+    held = (visits[1:] > 0).numpy()
+    assert np.all(opened.exp().numpy()[~held] < 1e-12)
 
 
 def test_smoothed_prior_and_bands_by_hand():
@@ -126,12 +156,15 @@ def test_an_unknown_head_is_refused():
                  device=torch.device("cpu"), head_kind="pointer")  # fmt: skip
 
 
-def test_the_evaluation_and_report_carry_the_history_head(program_dir, dataset_dir, tmp_path, one_thread):  # noqa: F811
-    rec = _run(program_dir, dataset_dir, tmp_path, next_visit_epochs=3, next_visit_head="history")
-    assert rec.head["kind"] == "history" and set(rec.head["history_weights"]) == {"visits", "latest"}
+@pytest.mark.parametrize("kind", ["history", "copy"])
+def test_the_evaluation_and_report_carry_the_head(program_dir, dataset_dir, tmp_path, one_thread, kind):  # noqa: F811
+    rec = _run(program_dir, dataset_dir, tmp_path, next_visit_epochs=3, next_visit_head=kind)
+    assert rec.head["kind"] == kind and set(rec.head["history_weights"]) == {"visits", "latest"}
     assert len(rec.head["history_weights"]["visits"]) == rec.head["history_bands"]
+    assert ("copy_weights" in rec.head) == (kind == "copy")
     exp = SimpleNamespace(configurations={"base": [SimpleNamespace(seed=0)], "unstructured": []})
     text = "\n".join(
         next_visit_section(SectionInputs(exp, {"base": [rec], "unstructured": []}, tmp_path, {}))
     )
-    assert "--next-visit-head history" in text and "log1p(history visits holding it)" in text
+    assert f"--next-visit-head {kind}" in text and "log1p(history visits holding it)" in text
+    assert ("copy distribution over the history's categories" in text) == (kind == "copy")
