@@ -14,8 +14,9 @@ LABEL_SPLITS = (*SPLITS, "all")  # the label rows scored: those of one split, or
 
 
 # the next-visit head (pipelines.eval.next_visit): the encoder's pooled states only; those plus the history's
-# categories in the logits; or that softmax mixed with a copy distribution over the history's categories
-NEXT_VISIT_HEADS = ("linear", "history", "copy")
+# categories in the logits; that softmax mixed with a copy distribution over the history's categories; or
+# that mixture with the pretrained decoder's prediction in the softmax
+NEXT_VISIT_HEADS = ("linear", "history", "copy", "decoder")
 
 
 @dataclass
@@ -67,8 +68,9 @@ class EvaluateConfig:
         metadata={
             "help": "the next-visit head: linear (the frozen encoder's pooled states only), history (also "
             "the history's categories, through a pair of weights per frequency band, ranking every category "
-            "pretraining saw) or copy (history's softmax mixed with a copy distribution over the history's "
-            "categories, the share set by a gate on the encoder's states)"
+            "pretraining saw), copy (history's softmax mixed with a copy distribution over the history's "
+            "categories, the share set by a gate on the encoder's states) or decoder (copy, its softmax also "
+            "reading the pretrained MLM decoder's prediction at a [MASK] opening a new visit)"
         },
     )
     ground_truth: str | None = field(

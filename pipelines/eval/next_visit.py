@@ -45,6 +45,11 @@ others rather than with the vocabulary (the pointer-generator idea of summarisat
 no history category gets the softmax alone. The copy head is fit in one stage (the band and copy weights at
 the band rate, the layer and the gate at the layer's).
 
+``head_kind="decoder"`` is the copy head whose softmax logits also add ``w_decoder[b] · log p_decoder(c)``:
+the log probability the pretrained MLM decoder gives category ``c`` at a ``[MASK]`` opening a new visit
+after the history (:func:`decoded_categories`). It is where a composed output vector could rank a rare
+category the patient does not hold; it costs a second encoder pass per patient.
+
 The same patients are ranked by the baselines of :mod:`pipelines.eval.next_visit_baselines` (frequency
 prior, the history's categories, co-occurrence over the pretraining patients' consecutive visits) and, given
 the cohort's ``ground_truth/`` folder, by the generator's true probabilities (the ceiling). Scored: the
@@ -140,6 +145,42 @@ def pooled_histories(model, seqs: Sequences, device, batch_size: int) -> np.ndar
     return out
 
 
+def decoded_categories(model, seqs: Sequences, space: CategorySpace, device, batch_size: int) -> np.ndarray:
+    """``(P, C)`` float32: for each sequence, the log probability the pretrained MLM decoder gives each
+    category at a ``[MASK]`` appended as the first code of a new visit (the sequence's last segment plus
+    one), summed over the category's codes (with the code cache when the model has one). Where a sequence
+    already fills ``max_len`` its last position is replaced."""
+    codes = list(model.program.concept_codes)
+    mask_id, pad_id = codes.index("[MASK]"), codes.index("[PAD]")
+    of = torch.from_numpy(space.of_concept).to(device)  # (N,)
+    held = of >= 0
+    out = np.zeros((len(seqs), len(space)), np.float32)
+    max_len, top_segment = int(model.config.max_len), int(model.config.max_segments) - 1
+    was = model.training
+    model.eval()
+    order = torch.argsort(seqs.attention_mask.sum(1), stable=True)  # (P,) shortest first
+    with torch.no_grad():
+        for idx in order.split(batch_size):
+            b = seqs.batch(idx)
+            ids, seg = b["input_ids"].to(device), b["segment_ids"].to(device)
+            mask = b["attention_mask"].to(device)
+            n = mask.sum(1).long()  # (B,) real positions
+            if int(n.max()) >= ids.shape[1] and ids.shape[1] < max_len:  # room for one more position
+                ids = F.pad(ids, (0, 1), value=pad_id)
+                seg, mask = F.pad(seg, (0, 1)), F.pad(mask, (0, 1))
+            rows = torch.arange(ids.shape[0], device=device)
+            at = n.clamp(max=ids.shape[1] - 1)  # (B,)
+            new_visit = (seg[rows, (n - 1).clamp_min(0)] + 1).clamp(max=top_segment)
+            ids[rows, at], seg[rows, at], mask[rows, at] = mask_id, new_visit, 1
+            predicted = torch.zeros_like(ids, dtype=torch.bool)
+            predicted[rows, at] = True
+            p = model.masked_log_probs(ids, seg, mask, predicted).float().exp()  # (B, N)
+            cat = torch.zeros(ids.shape[0], len(space), device=device).index_add_(1, of[held], p[:, held])
+            out[idx.numpy()] = cat.clamp_min(1e-12).log().cpu().numpy()
+    model.train(was)
+    return out
+
+
 def _targets(s: NextVisitSet, labels: np.ndarray, device) -> torch.Tensor:
     """``(P, L)`` each patient's true set among ``labels`` as a distribution (zero rows where it has none)."""
     y = s.target[:, labels].toarray().astype(np.float32)
@@ -176,7 +217,8 @@ class _Head(torch.nn.Module):
         super().__init__()
         self.kind, self.band = kind, band
         self.linear = torch.nn.Linear(n_features, log_prior.size)
-        self.history = torch.nn.Parameter(torch.zeros(2, HISTORY_BANDS))  # w_visits, w_latest per band
+        rows = 3 if kind == "decoder" else 2  # w_visits, w_latest (and w_decoder) per band
+        self.history = torch.nn.Parameter(torch.zeros(rows, HISTORY_BANDS))
         self.copy = torch.nn.Parameter(torch.zeros(3, HISTORY_BANDS))  # the copy logits' weights per band
         self.gate = torch.nn.Linear(n_features, 1)
         self.register_buffer("log_prior", torch.from_numpy(log_prior).float())
@@ -188,19 +230,24 @@ class _Head(torch.nn.Module):
             self.gate.bias.fill_(COPY_GATE_START)
 
     def band_parameters(self) -> list[torch.nn.Parameter]:
-        return {"linear": [], "history": [self.history], "copy": [self.history, self.copy]}[self.kind]
+        return {"linear": [], "history": [self.history]}.get(self.kind, [self.history, self.copy])
 
     def layer_parameters(self) -> list[torch.nn.Parameter]:
-        return list(self.linear.parameters()) + (list(self.gate.parameters()) if self.kind == "copy" else [])
+        gated = self.kind in ("copy", "decoder")
+        return list(self.linear.parameters()) + (list(self.gate.parameters()) if gated else [])
 
-    def log_probs(self, x: Tensor, hist: tuple[Tensor, Tensor] | None) -> Tensor:
-        """``(B, L)`` log probabilities of the patients ``x (B, F)`` with history features ``hist``."""
+    def log_probs(self, x: Tensor, hist: tuple[Tensor, ...] | None) -> Tensor:
+        """``(B, L)`` log probabilities of the patients ``x (B, F)`` with history features ``hist``
+        (visits, latest, and for ``decoder`` the decoder's category log probabilities; ``(B, L)`` each)."""
         z = self.linear(x) if self.use_layer else self.linear.bias.expand(x.shape[0], -1)  # (B, L)
         if self.kind == "linear":
             return F.log_softmax(z, 1)
-        visits, latest = hist
-        w = self.history[:, self.band]  # (2, L)
-        lz = F.log_softmax(z + w[0] * visits + w[1] * latest, 1)
+        visits, latest = hist[0], hist[1]
+        w = self.history[:, self.band]  # (2 or 3, L)
+        z = z + w[0] * visits + w[1] * latest
+        if self.kind == "decoder":
+            z = z + w[2] * hist[2]
+        lz = F.log_softmax(z, 1)
         if self.kind == "history":
             return lz
         c = self.copy[:, self.band]  # (3, L)
@@ -223,14 +270,18 @@ def fit_head(
     device,
     head_kind: str = "linear",
     pretrain_count: np.ndarray | None = None,
+    decoded: dict[str, np.ndarray] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Train the softmax head (module docstring); returns ``scores(x (P, F), s) -> (P, C)`` numpy scores of
     the patients of ``s`` over every category (-inf where the head has no output) and what the fit recorded.
 
     ``head_kind``: ``linear``, ``history`` or ``copy`` (module docstring); the last two also rank the
-    categories with a pretraining occurrence (``pretrain_count (C,)``, pretraining visits holding each)."""
+    categories with a pretraining occurrence (``pretrain_count (C,)``, pretraining visits holding each).
+    ``decoder`` also reads ``decoded[s.split] (P, C)``, :func:`decoded_categories` of each set's patients."""
     if head_kind not in HEADS:
         raise ValueError(f"next-visit head {head_kind!r} is not one of {list(HEADS)}")
+    if head_kind == "decoder" and decoded is None:
+        raise ValueError("the decoder head needs the decoder's category log probabilities (decoded=)")
     reads_history = head_kind != "linear"
     seen = np.asarray(train.target.sum(0)).ravel()
     pre = None if pretrain_count is None or not reads_history else np.asarray(pretrain_count)
@@ -252,7 +303,11 @@ def fit_head(
         """``(B, L)`` visits and latest-visit features of the head's categories (None: linear head)."""
         if not reads_history:
             return None
-        return tuple(torch.from_numpy(h).to(device) for h in history_features(s, idx, labels))
+        feats = history_features(s, idx, labels)
+        if head_kind == "decoder":
+            d = decoded[s.split]
+            feats = (*feats, (d if idx is None else d[idx])[:, labels])
+        return tuple(torch.from_numpy(np.ascontiguousarray(h)).to(device) for h in feats)
 
     def loss_of(x: torch.Tensor, y: torch.Tensor, hist: tuple[torch.Tensor, ...] | None) -> torch.Tensor:
         return -(y * head.log_probs(x, hist)).sum(1).mean()
@@ -327,12 +382,12 @@ def _band_info(head: _Head, stages: list[tuple[int, int, float]], xv: Tensor) ->
         return [[round(float(v), 4) for v in r] for r in t.detach().cpu().double()]
 
     w = rows(head.history)
-    info: dict[str, Any] = {"history_weights": {"visits": w[0], "latest": w[1]}}
+    info: dict[str, Any] = {"history_weights": dict(zip(("visits", "latest", "decoder"), w, strict=False))}
     info["history_bands"] = HISTORY_BANDS
     if len(stages) > 1:
         e1, b1, v1 = stages[0]
         info["history_only"] = {"epochs_run": e1, "best_epoch": b1, "val_loss": v1}
-    if head.kind == "copy":
+    if head.kind in ("copy", "decoder"):
         c = rows(head.copy)
         info["copy_weights"] = {"visits": c[0], "latest": c[1], "log_prior": c[2]}
         with torch.no_grad():
@@ -355,13 +410,17 @@ def _unseen_rows(ds: TokenizedDataset) -> np.ndarray:
 
 
 def _features(
-    model, ds: TokenizedDataset, s: NextVisitSet, rows_split: str, device, batch_size: int, rows=None
-):
-    """The pooled histories of the patients of ``s`` (the rows of ``rows_split``, or ``rows`` of it)."""
+    model, ds: TokenizedDataset, s: NextVisitSet, rows_split: str, device, batch_size: int, rows=None,
+    space: CategorySpace | None = None,
+):  # fmt: skip
+    """The pooled histories of the patients of ``s`` (the rows of ``rows_split``, or ``rows`` of it); with
+    ``space``, their :func:`decoded_categories` instead."""
     mc = model.config
     seqs = ds.sequences(rows_split, max_len=mc.max_len, max_segments=mc.max_segments, before_last_visit=True)
     if rows is not None:  # a subset of the split's rows, in its order
         seqs = subset(seqs, np.isin(ds.rows(rows_split), rows))
+    if space is not None:
+        return decoded_categories(model, subset(seqs, s.keep), space, device, batch_size)
     return pooled_histories(model, subset(seqs, s.keep), device, batch_size)
 
 
@@ -401,10 +460,19 @@ def next_visit_eval(
     }
     if unseen.n:
         x["rood_unseen"] = _features(model, ds, unseen, "rood", device, batch_size, rows=unseen_rows)
+    decoded = None
+    if head_kind == "decoder":
+        sets = ((train, "finetune_train", None), (val, "finetune_val", None), (test, "test", None),
+                (unseen, "rood", unseen_rows))  # fmt: skip
+        decoded = {
+            s.split: _features(model, ds, s, split, device, batch_size, rows=r, space=space)
+            for s, split, r in sets
+            if s.n
+        }
     t_encode = time.perf_counter()
     score, head = fit_head(
         x["train"], train, x["val"], val, epochs=epochs, seed=seed, device=device, head_kind=head_kind,
-        pretrain_count=count,
+        pretrain_count=count, decoded=decoded,
     )  # fmt: skip
     t_head = time.perf_counter()
     quint = frequency_quintiles(test.target, count)

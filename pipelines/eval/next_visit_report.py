@@ -33,10 +33,10 @@ DEFINITION = (
 
 
 def _history_text(head: dict) -> str:
-    """The ``history`` or ``copy`` head's addition to the model's description (nothing for the linear
-    head)."""
+    """The ``history``, ``copy`` or ``decoder`` head's addition to the model's description (nothing for
+    the linear head)."""
     w = head.get("history_weights")
-    if head.get("kind") not in ("history", "copy") or not w:
+    if head.get("kind") not in ("history", "copy", "decoder") or not w:
         return ""
 
     def listed(v) -> str:
@@ -49,8 +49,13 @@ def _history_text(head: dict) -> str:
         f"first run's weights); it also ranks the categories seen only in pretraining "
         f"({head.get('outputs_without_training_target', 0):,} of its {head.get('outputs', 0):,})"
     )
+    if head.get("kind") == "decoder" and "decoder" in w:
+        text += (
+            "; each logit also adds w_decoder · the pretrained decoder's log probability of the category at "
+            f"a [MASK] opening a new visit (w_decoder {listed(w['decoder'])})"
+        )
     c = head.get("copy_weights")
-    if head.get("kind") == "copy" and c:
+    if head.get("kind") in ("copy", "decoder") and c:
         text += (
             "; that softmax is mixed with a copy distribution over the history's categories (their logits "
             f"v · log1p(visits) + l · latest + p · log prior per band: v {listed(c['visits'])}, l "

@@ -1,6 +1,7 @@
-"""The next-visit heads that also read the history's categories (``--next-visit-head history`` and
-``copy``): their features on a hand-built set, what they learn when the next visit repeats the history, the
-copy head's mixture, and the evaluation and report carrying them."""
+"""The next-visit heads that also read the history's categories (``--next-visit-head history``, ``copy``
+and ``decoder``): their features on a hand-built set, what they learn when the next visit repeats the
+history, the copy head's mixture, the decoder's category log probabilities against the model's own
+masked-code prediction, and the evaluation and report carrying them."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ from train_fixtures import dataset_dir, program_dir  # noqa: F401
 
 from pipelines.data.next_visit import NextVisitSet
 from pipelines.eval.config import EvaluateConfig
-from pipelines.eval.next_visit import _bands, _Head, fit_head, history_features, smoothed_prior
+from pipelines.eval.next_visit import (
+    _bands,
+    _Head,
+    decoded_categories,
+    fit_head,
+    history_features,
+    smoothed_prior,
+)
 from pipelines.eval.next_visit_report import next_visit_section
 from pipelines.eval.next_visit_scores import frequency_quintiles, hits, scores
 from pipelines.eval.sections import SectionInputs
@@ -156,15 +164,84 @@ def test_an_unknown_head_is_refused():
                  device=torch.device("cpu"), head_kind="pointer")  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["history", "copy"])
+@pytest.mark.parametrize("kind", ["history", "copy", "decoder"])
 def test_the_evaluation_and_report_carry_the_head(program_dir, dataset_dir, tmp_path, one_thread, kind):  # noqa: F811
     rec = _run(program_dir, dataset_dir, tmp_path, next_visit_epochs=3, next_visit_head=kind)
-    assert rec.head["kind"] == kind and set(rec.head["history_weights"]) == {"visits", "latest"}
+    rows = {"visits", "latest"} | ({"decoder"} if kind == "decoder" else set())
+    assert rec.head["kind"] == kind and set(rec.head["history_weights"]) == rows
     assert len(rec.head["history_weights"]["visits"]) == rec.head["history_bands"]
-    assert ("copy_weights" in rec.head) == (kind == "copy")
+    assert ("copy_weights" in rec.head) == (kind != "history")
     exp = SimpleNamespace(configurations={"base": [SimpleNamespace(seed=0)], "unstructured": []})
     text = "\n".join(
         next_visit_section(SectionInputs(exp, {"base": [rec], "unstructured": []}, tmp_path, {}))
     )
     assert f"--next-visit-head {kind}" in text and "log1p(history visits holding it)" in text
-    assert ("copy distribution over the history's categories" in text) == (kind == "copy")
+    assert ("copy distribution over the history's categories" in text) == (kind != "history")
+    assert ("the pretrained decoder's log probability" in text) == (kind == "decoder")
+
+
+def _decoder_cohort(n: int, seed: int) -> tuple[np.ndarray, NextVisitSet, np.ndarray]:
+    """40 categories; each patient's next visit holds one category its history does not hold, which only
+    the decoder's log probabilities (``(n, 40)``: that category at log 0.5, the others spread) point to."""
+    rng = np.random.default_rng(seed)
+    c = 40
+    hist, target = np.zeros((n, c)), np.zeros((n, c))
+    decoded = np.full((n, c), np.log(0.5 / (c - 1)), np.float32)
+    for i in range(n):
+        held = rng.choice(c, size=3, replace=False)
+        hist[i, held] = 1
+        nxt = rng.choice(np.setdiff1d(np.arange(c), held))
+        target[i, nxt] = 1
+        decoded[i, nxt] = np.log(0.5)
+    return rng.normal(size=(n, 8)).astype(np.float32), _set(hist, hist, target, f"s{seed}"), decoded
+
+
+def test_the_decoder_head_reads_the_decoders_category_log_probabilities():
+    (xt, train, dt), (xv, val, dv), (xs, test, ds) = (
+        _decoder_cohort(n, s) for n, s in ((600, 0), (200, 1), (300, 2))
+    )
+    kw = {"epochs": 40, "seed": 0, "device": torch.device("cpu")}
+    decoded = {"s0": dt, "s1": dv, "s2": ds}
+    count = np.asarray(train.target.sum(0)).ravel()
+    q = frequency_quintiles(test.target, count)
+    recall = {}
+    for kind in ("copy", "decoder"):
+        score, info = fit_head(xt, train, xv, val, head_kind=kind, decoded=decoded, **kw)
+        ranked = np.argsort(-score(xs, test), axis=1, kind="stable")[:, :30]
+        recall[kind] = scores(hits(ranked, test.target, q, ks=(1,)), ks=(1,), intervals=False)["recall"]["1"]
+    assert recall["decoder"] > 0.9 and recall["copy"] < 0.2, recall
+    assert max(info["history_weights"]["decoder"]) > 1.0
+    with pytest.raises(ValueError, match="decoded="):
+        fit_head(xt, train, xv, val, head_kind="decoder", **kw)
+
+
+def test_decoded_categories_are_the_masked_code_prediction_summed_by_category(
+    program_dir, dataset_dir, one_thread  # noqa: F811
+):  # fmt: skip
+    """For each patient: a [MASK] as the first code of a new visit after the history, the model's
+    masked_log_probs there, the probabilities summed over each category's codes."""
+    from hrr_kernel import load_program
+    from model import HRRBert, preset
+    from pipelines.data.next_visit import CategorySpace
+    from pipelines.data.sequences import TokenizedDataset
+
+    program = load_program(program_dir)
+    torch.manual_seed(0)
+    model = HRRBert(preset("tiny", mode="base", max_len=64, max_segments=8), program).eval()
+    data = TokenizedDataset(dataset_dir, program.program_id, program.n_concepts, model.pad_id)
+    space = CategorySpace.of_program(program.concept_vocabularies, program.concept_codes)
+    seqs = data.sequences("test", max_len=64, max_segments=8, before_last_visit=True)
+    got = decoded_categories(model, seqs, space, torch.device("cpu"), batch_size=5)  # (P, C)
+    assert got.shape == (len(seqs), len(space))
+    assert np.all(np.exp(got).sum(1) <= 1 + 1e-4)
+    mask_id = list(program.concept_codes).index("[MASK]")
+    for i in (0, len(seqs) - 1):
+        b = seqs.batch(torch.tensor([i]))
+        n = int(b["attention_mask"].sum())
+        ids = torch.cat([b["input_ids"][0, :n], torch.tensor([mask_id])])[None]
+        seg = torch.cat([b["segment_ids"][0, :n], b["segment_ids"][0, n - 1 : n] + 1])[None]
+        with torch.no_grad():
+            lp = model.masked_log_probs(ids, seg, torch.ones_like(ids), torch.arange(n + 1)[None] == n)[0]
+        want = np.full(len(space), 0.0)
+        np.add.at(want, space.of_concept[space.of_concept >= 0], lp.exp().numpy()[space.of_concept >= 0])
+        np.testing.assert_allclose(got[i], np.log(np.maximum(want, 1e-12)), rtol=1e-4, atol=1e-4)
