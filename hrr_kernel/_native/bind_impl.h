@@ -22,17 +22,18 @@ static inline void NAME(cmac)(REAL *restrict o, const REAL *restrict x, const RE
     }
 }
 
-/* o[k] += conj(x[k]) * y[k] over nf complex values. */
-static inline void NAME(cmac_conj)(REAL *restrict o, const REAL *restrict x, const REAL *restrict y,
-                                   int64_t nf) {
+/* o[k] = (store ? 0 : o[k]) + w * conj(x[k]) * y[k] over nf complex values. */
+static inline void NAME(cmac_conj)(REAL *restrict o, const REAL *restrict x, const REAL *restrict y, REAL w,
+                                   int store, int64_t nf) {
     int64_t k = 0;
 #if HRR_SIMD
-    k = NAME(cmac_conj_simd)(o, x, y, nf);
+    k = NAME(cmac_conj_simd)(o, x, y, w, store, nf);
 #endif
     for (; k < nf; ++k) {
         const REAL xr = x[2 * k], xi = x[2 * k + 1], yr = y[2 * k], yi = y[2 * k + 1];
-        o[2 * k] += xr * yr + xi * yi;
-        o[2 * k + 1] += xr * yi - xi * yr;
+        const REAL pr = w * (xr * yr + xi * yi), pi = w * (xr * yi - xi * yr);
+        o[2 * k] = store ? pr : o[2 * k] + pr;
+        o[2 * k + 1] = store ? pi : o[2 * k + 1] + pi;
     }
 }
 
@@ -129,21 +130,30 @@ int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, cons
 #pragma omp for schedule(static)
         for (int64_t a = 0; a < n_atoms; ++a) {
             REAL *restrict ga = ga_hat ? ga_hat + a * w2 : NULL;
-            if (ga) memset(ga, 0, (size_t)w2 * sizeof(REAL));
             const REAL *restrict av = a_hat + (atom_row ? atom_row[a] : a) * w2;
+            int first = 1; /* the atom's first pair stores into ga: no memset, no read of it */
             for (int64_t q = q_crow[a]; q < q_crow[a + 1]; ++q) {
                 const int64_t p = q_col[q];
-                memset(gb, 0, (size_t)w2 * sizeof(REAL));
-                for (int64_t e = mt_crow[p]; e < mt_crow[p + 1]; ++e) {
-                    const REAL *restrict g = g_hat + mt_row[e] * w2;
-                    const REAL w = (REAL)mt_val[e];
+                const REAL *gp = gb; /* the pair's summed gradient, times gw */
+                REAL gw = (REAL)1;
+                if (mt_crow[p + 1] - mt_crow[p] == 1) { /* one row reads the pair: use its gradient */
+                    gp = g_hat + mt_row[mt_crow[p]] * w2;
+                    gw = (REAL)mt_val[mt_crow[p]];
+                } else {
+                    memset(gb, 0, (size_t)w2 * sizeof(REAL));
+                    for (int64_t e = mt_crow[p]; e < mt_crow[p + 1]; ++e) {
+                        const REAL *restrict g = g_hat + mt_row[e] * w2;
+                        const REAL w = (REAL)mt_val[e];
 #pragma omp simd
-                    for (int64_t k = 0; k < w2; ++k) gb[k] += w * g[k];
+                        for (int64_t k = 0; k < w2; ++k) gb[k] += w * g[k];
+                    }
                 }
                 const int64_t j = pair_rel[p];
-                if (ga) NAME(cmac_conj)(ga, r_hat + j * w2, gb, nf);
-                if (gr_hat) NAME(cmac_conj)(grl + j * w2, av, gb, nf);
+                if (ga) NAME(cmac_conj)(ga, r_hat + j * w2, gp, gw, first, nf);
+                if (gr_hat) NAME(cmac_conj)(grl + j * w2, av, gp, gw, 0, nf);
+                first = 0;
             }
+            if (ga && first) memset(ga, 0, (size_t)w2 * sizeof(REAL));
         }
     }
     if (gr_hat) {

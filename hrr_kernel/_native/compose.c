@@ -41,14 +41,15 @@ static inline int64_t cmac_simd_f32(float *restrict o, const float *restrict x, 
 }
 
 static inline int64_t cmac_conj_simd_f32(float *restrict o, const float *restrict x,
-                                         const float *restrict y, int64_t nf) {
+                                         const float *restrict y, float w, int store, int64_t nf) {
+    const __m256 wv = _mm256_set1_ps(w);
     int64_t k = 0;
     for (; k + 4 <= nf; k += 4) {
         const __m256 xv = _mm256_loadu_ps(x + 2 * k), yv = _mm256_loadu_ps(y + 2 * k);
         /* conj(x) y = (xr yr + xi yi, xr yi - xi yr): y * xr, then -/+ swap(y) * xi */
         const __m256 t = _mm256_mul_ps(_mm256_permute_ps(yv, 0xB1), _mm256_movehdup_ps(xv));
-        const __m256 prod = _mm256_fmsubadd_ps(yv, _mm256_moveldup_ps(xv), t);
-        _mm256_storeu_ps(o + 2 * k, _mm256_add_ps(prod, _mm256_loadu_ps(o + 2 * k)));
+        const __m256 prod = _mm256_mul_ps(wv, _mm256_fmsubadd_ps(yv, _mm256_moveldup_ps(xv), t));
+        _mm256_storeu_ps(o + 2 * k, store ? prod : _mm256_add_ps(prod, _mm256_loadu_ps(o + 2 * k)));
     }
     return k;
 }
