@@ -106,9 +106,11 @@ int NAME(hrr_bind_rows)(int64_t n_rows, int64_t nf, const int64_t *crow, const i
  *
  * q_crow (A' + 1), q_col (P): the pairs of each used atom; mt_crow (P + 1), mt_row, mt_val (nnz): Mᵀ in
  * CSR. Each ga_hat row belongs to one thread; gr_hat is summed in per-thread buffers, then reduced in
- * thread order. The threads take fixed blocks of atoms, so at a given thread count every sum runs in the
- * same order from call to call (bitwise reproducible). Both outputs are overwritten. Returns 0, or 1 when
- * the per-thread scratch could not be allocated. */
+ * thread order. The threads take contiguous blocks of atoms of about equal work (an atom costs 2, a pair
+ * 2 plus its entries: a batch's atoms differ by hundreds of times in pairs, and halves by count differed
+ * by half again in work), fixed by the plan, so at a given thread count every sum runs in the same order
+ * from call to call (bitwise reproducible). Both outputs are overwritten. Returns 0, or 1 when the
+ * per-thread scratch could not be allocated. */
 int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, const int64_t *q_crow,
                                 const int64_t *q_col, const int64_t *mt_crow, const int64_t *mt_row,
                                 const double *mt_val, const int64_t *pair_rel, const int64_t *atom_row,
@@ -118,17 +120,38 @@ int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, cons
     const size_t per_thread = (size_t)w2 + (gr_hat ? (size_t)(n_rel * w2) : 0);
     if (nthreads < 1) nthreads = 1;
     REAL *scratch = calloc((size_t)nthreads * per_thread, sizeof(REAL));
-    if (!scratch) return 1;
+    int64_t *bound = malloc((size_t)(nthreads + 1) * sizeof(int64_t));
+    if (!scratch || !bound) {
+        free(scratch);
+        free(bound);
+        return 1;
+    }
 #pragma omp parallel num_threads(nthreads)
     {
-        int tid = 0;
+        int tid = 0, nt = 1;
 #ifdef _OPENMP
         tid = omp_get_thread_num();
+        nt = omp_get_num_threads();
 #endif
+#pragma omp single
+        { /* block t is atoms bound[t] .. bound[t + 1] - 1: the work before bound[t] reaches t / nt */
+            int64_t total = 0;
+            for (int64_t a = 0; a < n_atoms; ++a) total += 2 + 2 * (q_crow[a + 1] - q_crow[a]);
+            for (int64_t q = 0; q < q_crow[n_atoms]; ++q) total += mt_crow[q_col[q] + 1] - mt_crow[q_col[q]];
+            int t = 1;
+            int64_t done = 0;
+            bound[0] = 0;
+            for (int64_t a = 0; a < n_atoms && t < nt; ++a) {
+                done += 2;
+                for (int64_t q = q_crow[a]; q < q_crow[a + 1]; ++q)
+                    done += 2 + mt_crow[q_col[q] + 1] - mt_crow[q_col[q]];
+                while (t < nt && done * nt >= total * t) bound[t++] = a + 1;
+            }
+            while (t <= nt) bound[t++] = n_atoms;
+        }
         REAL *restrict gb = scratch + (size_t)tid * per_thread;
         REAL *restrict grl = gb + w2;
-#pragma omp for schedule(static)
-        for (int64_t a = 0; a < n_atoms; ++a) {
+        for (int64_t a = bound[tid]; a < bound[tid + 1]; ++a) {
             REAL *restrict ga = ga_hat ? ga_hat + a * w2 : NULL;
             const REAL *restrict av = a_hat + (atom_row ? atom_row[a] : a) * w2;
             int first = 1; /* the atom's first pair stores into ga: no memset, no read of it */
@@ -164,5 +187,6 @@ int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, cons
         }
     }
     free(scratch);
+    free(bound);
     return 0;
 }
