@@ -82,7 +82,11 @@ def description_terms(descriptions: pa.Table, language: pa.Table, sctids: pa.Arr
     its active FSN(s). Returns ``(sctid, description_id, type, term)``.
     """
     d = descriptions.filter(pc.is_in(descriptions["conceptId"], value_set=sctids))
-    accepted = pc.is_in(d["id"], value_set=language["referencedComponentId"].combine_chunks())
+    # the language rows of these descriptions first: a set of the few thousand kept ids to look the refset's
+    # rows up in, rather than a set of all its rows (some 70 MB at International scale, at the compile's peak)
+    ref = language["referencedComponentId"]
+    listed = ref.filter(pc.is_in(ref, value_set=d["id"].combine_chunks())).combine_chunks()
+    accepted = pc.is_in(d["id"], value_set=listed)
     is_fsn = pc.equal(d["typeId"], pa.scalar(S.FSN, pa.int64()))
     is_syn = pc.equal(d["typeId"], pa.scalar(S.SYNONYM, pa.int64()))
     fsn_acc = pc.and_(is_fsn, accepted)
@@ -122,9 +126,16 @@ def word_edges(terms: pa.Table, stopwords: list[str]) -> pa.Table:
     idx = w["owner"].to_numpy()
     sctids, sctid_rank = np.unique(terms["sctid"].to_numpy(), return_inverse=True)
     words, word_rank = _sorted_codes(w["word"])
+    del w  # the split words' text (the owners stay, in idx): this step is the compile's peak
     provs, prov_rank = _sorted_codes(terms["type"])
     n_w, n_p = len(words), len(provs)
-    key = np.sort((sctid_rank[idx].astype(np.int64) * n_w + word_rank) * n_p + prov_rank[idx])
+    key = sctid_rank[idx].astype(np.int64)  # the packed key built in place: one (E,) int64 at a time
+    key *= n_w
+    key += word_rank
+    del word_rank
+    key *= n_p
+    key += prov_rank[idx]
+    key.sort()
     pair = key // n_p
     start = np.ones(len(key), dtype=bool)
     start[1:] = pair[1:] != pair[:-1]

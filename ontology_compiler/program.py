@@ -194,11 +194,19 @@ def _edges_per_sctid(rel_edges: pa.Table, word_edges: pa.Table, ids: _AtomIds) -
             "role_group": pa.concat_arrays(
                 [rel_edges["role_group"].combine_chunks(), pa.array(np.zeros(n_w, dtype=np.int32))]
             ),
-            "provenance": pa.concat_arrays(
-                [rel_edges["provenance"].combine_chunks(), word_edges["provenance"].combine_chunks()]
-            ),
+            "provenance": _provenance(rel_edges["provenance"], word_edges["provenance"]),
         }
     )
+
+
+def _provenance(*parts: pa.ChunkedArray) -> pa.DictionaryArray:
+    """The parts' provenance strings end to end, dictionary-encoded: a handful of distinct values over some
+    1.7 M edges at International scale, whose text is written once, by :func:`_token_edges`' cast, for the
+    edges kept (a string copy here was part of the compile's peak)."""
+    prov = pa.chunked_array([c for p in parts for c in p.chunks], pa.string())
+    values = pc.unique(prov)
+    codes = pc.index_in(prov, value_set=values).combine_chunks()
+    return pa.DictionaryArray.from_arrays(codes, values)
 
 
 def _token_edges(
@@ -246,9 +254,14 @@ def _token_edges(
         tw["concept_id"], 1, ids.word(tw["word"]), pa.array(["fallback_title"] * tw.num_rows, pa.string())
     )
     e = pa.concat_tables([specials, e.cast(specials.schema), title_words])
-    # a title word the ancestor's concepts also give stays once (the concept's edge wins: it comes first)
+    # a title word the ancestor's concepts also give stays once (the concept's edge wins: it comes first);
+    # the rows stay in their order (_with_slots sorts the edges), and without a repeat nothing is copied
     keep = _first_per_edge(e["concept_id"].to_numpy(), e["relation_id"].to_numpy(), e["atom_id"].to_numpy())
-    return e.take(pa.array(keep))
+    if len(keep) == e.num_rows:
+        return e
+    mask = np.zeros(e.num_rows, dtype=bool)
+    mask[keep] = True
+    return e.filter(pa.array(mask))
 
 
 def _first_per_edge(
