@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -272,23 +271,10 @@ def _first_per_edge(
     from the least significant, as ``np.lexsort``), else the first."""
     if not len(c):
         return np.zeros(0, dtype=np.int64)
-    span_r, span_a = int(r.max()) + 1, int(a.max()) + 1
-    if (int(c.max()) + 1) * span_r * span_a < 2**62:  # one packed key
-        key = c.astype(np.int64)
-        key *= span_r
-        key += r
-        key *= span_a
-        key += a
-        order = np.lexsort((*tie, key)) if tie else np.argsort(key, kind="stable")
-        k = key[order]
-        del key
-        start = np.ones(len(k), dtype=bool)
-        np.not_equal(k[1:], k[:-1], out=start[1:])
-    else:
-        order = np.lexsort((*tie, a, r, c))
-        cs, rs, as_ = c[order], r[order], a[order]
-        start = np.ones(len(order), dtype=bool)
-        start[1:] = (cs[1:] != cs[:-1]) | (rs[1:] != rs[:-1]) | (as_[1:] != as_[:-1])
+    order = _lex_order(c, r, a, *tie[::-1])
+    cs, rs, as_ = c[order], r[order], a[order]
+    start = np.ones(len(order), dtype=bool)
+    start[1:] = (cs[1:] != cs[:-1]) | (rs[1:] != rs[:-1]) | (as_[1:] != as_[:-1])
     return order[start]
 
 
@@ -343,17 +329,26 @@ def _with_slots(e: pa.Table) -> pa.Table:
 
 
 def _lex_order(*keys: np.ndarray) -> np.ndarray:
-    """The stable order of rows by ``keys`` (most significant first, non-negative integers): ``np.lexsort``
-    of them, computed as one sort of a packed int64 key when their ranges' product fits (three times faster
-    for the 1.6 M edges of an International-scale program)."""
-    spans = [int(k.max()) + 1 if len(k) else 1 for k in keys]
-    if any(int(k.min()) < 0 for k in keys if len(k)) or math.prod(spans) >= 2**62:
+    """The stable order of rows by ``keys`` (most significant first, integers): ``np.lexsort`` of them,
+    with the longest leading run of non-negative keys whose ranges' product fits packed into one int64
+    key (all of them: one sort instead of several; three times faster for the 1.6 M edges of an
+    International-scale program)."""
+    n, room = 0, 1
+    for k in keys:
+        span = int(k.max()) + 1 if len(k) else 1
+        if (len(k) and int(k.min()) < 0) or room * span >= 2**62:
+            break
+        room *= span
+        n += 1
+    if n == 0:
         return np.lexsort(keys[::-1])
     packed = keys[0].astype(np.int64)
-    for k, span in zip(keys[1:], spans[1:], strict=True):
-        packed *= span
+    for k in keys[1:n]:
+        packed *= int(k.max()) + 1 if len(k) else 1
         packed += k
-    return np.argsort(packed, kind="stable")
+    if n == len(keys):
+        return np.argsort(packed, kind="stable")
+    return np.lexsort((*keys[n:][::-1], packed))
 
 
 def _slices(e: pa.Table) -> pa.Table:

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -122,26 +123,36 @@ def history_features(
     return np.log1p(visits.toarray()).astype(np.float32), latest.astype(np.float32)
 
 
+def _frozen_batches(model, seqs: Sequences, device, batch_size: int) -> Iterator[tuple[Tensor, dict]]:
+    """``(idx, batch)`` of ``seqs`` in batches of similar lengths (shortest first, so that a batch is padded
+    to little more than its own sequences), the batch's tensors on ``device``, with ``model`` in eval mode
+    and no gradient; the model's mode is restored afterwards."""
+    was = model.training
+    model.eval()
+    order = torch.argsort(seqs.attention_mask.sum(1), stable=True)  # (P,) shortest first
+    try:
+        with torch.no_grad():
+            for idx in order.split(batch_size):
+                b = seqs.batch(idx)
+                yield idx, {k: b[k].to(device) for k in ("input_ids", "segment_ids", "attention_mask")}
+    finally:
+        model.train(was)
+
+
 def pooled_histories(model, seqs: Sequences, device, batch_size: int) -> np.ndarray:
     """``(P, 2D)`` float32: the final [CLS] state and the mean final state over the real positions of each
     sequence, concatenated, from the frozen encoder (token embeddings composed once; batches of similar
     lengths, so that a batch is padded to little more than its own sequences)."""
     width = 2 * int(model.config.dim)
     out = np.zeros((len(seqs), width), np.float32)
-    was = model.training
-    model.eval()
-    order = torch.argsort(seqs.attention_mask.sum(1), stable=True)  # (P,) shortest first
-    with torch.no_grad():
-        e = model.token_matrix()  # (N, D)
-        for idx in order.split(batch_size):
-            b = seqs.batch(idx)
-            mask = b["attention_mask"].to(device)
-            ids, seg = b["input_ids"].to(device), b["segment_ids"].to(device)
-            h = model.encode(ids, seg, mask, token_matrix=e).float()  # (B, T, D)
-            m = mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
-            mean = (h * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D)
-            out[idx.numpy()] = torch.cat([h[:, 0], mean], 1).cpu().numpy()
-    model.train(was)
+    e = None
+    for idx, b in _frozen_batches(model, seqs, device, batch_size):
+        e = model.token_matrix() if e is None else e  # (N, D), composed once
+        mask = b["attention_mask"]
+        h = model.encode(b["input_ids"], b["segment_ids"], mask, token_matrix=e).float()  # (B, T, D)
+        m = mask.to(h.dtype).unsqueeze(-1)  # (B, T, 1)
+        mean = (h * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D)
+        out[idx.numpy()] = torch.cat([h[:, 0], mean], 1).cpu().numpy()
     return out
 
 
@@ -156,28 +167,21 @@ def decoded_categories(model, seqs: Sequences, space: CategorySpace, device, bat
     held = of >= 0
     out = np.zeros((len(seqs), len(space)), np.float32)
     max_len, top_segment = int(model.config.max_len), int(model.config.max_segments) - 1
-    was = model.training
-    model.eval()
-    order = torch.argsort(seqs.attention_mask.sum(1), stable=True)  # (P,) shortest first
-    with torch.no_grad():
-        for idx in order.split(batch_size):
-            b = seqs.batch(idx)
-            ids, seg = b["input_ids"].to(device), b["segment_ids"].to(device)
-            mask = b["attention_mask"].to(device)
-            n = mask.sum(1).long()  # (B,) real positions
-            if int(n.max()) >= ids.shape[1] and ids.shape[1] < max_len:  # room for one more position
-                ids = F.pad(ids, (0, 1), value=pad_id)
-                seg, mask = F.pad(seg, (0, 1)), F.pad(mask, (0, 1))
-            rows = torch.arange(ids.shape[0], device=device)
-            at = n.clamp(max=ids.shape[1] - 1)  # (B,)
-            new_visit = (seg[rows, (n - 1).clamp_min(0)] + 1).clamp(max=top_segment)
-            ids[rows, at], seg[rows, at], mask[rows, at] = mask_id, new_visit, 1
-            predicted = torch.zeros_like(ids, dtype=torch.bool)
-            predicted[rows, at] = True
-            p = model.masked_log_probs(ids, seg, mask, predicted).float().exp()  # (B, N)
-            cat = torch.zeros(ids.shape[0], len(space), device=device).index_add_(1, of[held], p[:, held])
-            out[idx.numpy()] = cat.clamp_min(1e-12).log().cpu().numpy()
-    model.train(was)
+    for idx, b in _frozen_batches(model, seqs, device, batch_size):
+        ids, seg, mask = b["input_ids"], b["segment_ids"], b["attention_mask"]
+        n = mask.sum(1).long()  # (B,) real positions
+        if int(n.max()) >= ids.shape[1] and ids.shape[1] < max_len:  # room for one more position
+            ids = F.pad(ids, (0, 1), value=pad_id)
+            seg, mask = F.pad(seg, (0, 1)), F.pad(mask, (0, 1))
+        rows = torch.arange(ids.shape[0], device=device)
+        at = n.clamp(max=ids.shape[1] - 1)  # (B,)
+        new_visit = (seg[rows, (n - 1).clamp_min(0)] + 1).clamp(max=top_segment)
+        ids[rows, at], seg[rows, at], mask[rows, at] = mask_id, new_visit, 1
+        predicted = torch.zeros_like(ids, dtype=torch.bool)
+        predicted[rows, at] = True
+        p = model.masked_log_probs(ids, seg, mask, predicted).float().exp()  # (B, N)
+        cat = torch.zeros(ids.shape[0], len(space), device=device).index_add_(1, of[held], p[:, held])
+        out[idx.numpy()] = cat.clamp_min(1e-12).log().cpu().numpy()
     return out
 
 
@@ -275,18 +279,16 @@ def fit_head(
     """Train the softmax head (module docstring); returns ``scores(x (P, F), s) -> (P, C)`` numpy scores of
     the patients of ``s`` over every category (-inf where the head has no output) and what the fit recorded.
 
-    ``head_kind``: ``linear``, ``history`` or ``copy`` (module docstring); the last two also rank the
-    categories with a pretraining occurrence (``pretrain_count (C,)``, pretraining visits holding each).
+    ``head_kind``: ``linear``, ``history``, ``copy`` or ``decoder`` (module docstring); all but ``linear``
+    also rank the categories with a pretraining occurrence (``pretrain_count (C,)``, pretraining visits
+    holding each).
     ``decoder`` also reads ``decoded[s.split] (P, C)``, :func:`decoded_categories` of each set's patients."""
     if head_kind not in HEADS:
         raise ValueError(f"next-visit head {head_kind!r} is not one of {list(HEADS)}")
     if head_kind == "decoder" and decoded is None:
         raise ValueError("the decoder head needs the decoder's category log probabilities (decoded=)")
     reads_history = head_kind != "linear"
-    seen = np.asarray(train.target.sum(0)).ravel()
-    pre = None if pretrain_count is None or not reads_history else np.asarray(pretrain_count)
-    labels = np.flatnonzero((seen > 0) | (pre > 0)) if pre is not None else np.flatnonzero(seen > 0)  # (L,)
-    log_prior = smoothed_prior(seen[labels], None if pre is None else pre[labels])  # (L,)
+    seen, labels, log_prior = _head_outputs(train, pretrain_count if reads_history else None)
     mu = x_train.mean(0)
     sd = np.maximum(x_train.std(0), 1e-6)
 
@@ -314,41 +316,15 @@ def fit_head(
 
     hist_val = history(val)  # read once; every epoch's validation uses it
 
-    def fit(groups: list[dict]) -> tuple[int, int, float]:
-        """Adam on ``groups`` until the validation loss stops falling; the best epoch's state is kept."""
-        opt = torch.optim.Adam(groups)
-        with torch.no_grad():
-            best, best_epoch = float(loss_of(xv, yv, hist_val)), 0
-        state = {k: v.detach().clone() for k, v in head.state_dict().items()}
-        epoch, wait = 0, 0
-        for epoch in range(1, epochs + 1):
-            for idx in torch.randperm(xt.shape[0], generator=gen).split(HEAD_BATCH):
-                hist = history(train, idx.numpy())
-                idx = idx.to(device)
-                opt.zero_grad(set_to_none=True)
-                loss_of(xt[idx], yt[idx], hist).backward()
-                opt.step()
-            with torch.no_grad():
-                v = float(loss_of(xv, yv, hist_val))
-            if v < best - 1e-6:
-                best, best_epoch, wait = v, epoch, 0
-                state = {k: t.detach().clone() for k, t in head.state_dict().items()}
-            else:
-                wait += 1
-                if wait >= PATIENCE:
-                    break
-        head.load_state_dict(state)
-        return epoch, best_epoch, best
+    def train_loss(idx: Tensor) -> Tensor:
+        return loss_of(xt[idx.to(device)], yt[idx.to(device)], history(train, idx.numpy()))
 
-    bands = {"params": head.band_parameters(), "lr": HEAD_LR * HISTORY_LR_SCALE}
-    stages = []
-    if head_kind == "history":  # stage 1: the biases and the band weights, the layer's weights held at zero
-        head.use_layer = False
-        stages.append(fit([{"params": [head.linear.bias], "lr": HEAD_LR}, bands]))
-        head.use_layer = True
-    layer = {"params": head.layer_parameters(), "lr": HEAD_LR}
-    stages.append(fit([layer, bands] if reads_history else [layer]))
-    epoch, best_epoch, best = stages[-1]
+    stages = _fit_stages(
+        head,
+        lambda groups: _adam_until_stalled(
+            head, groups, epochs, xt.shape[0], gen, train_loss, lambda: float(loss_of(xv, yv, hist_val))
+        ),
+    )
     n_categories = train.target.shape[1]
 
     def score(x: np.ndarray, s: NextVisitSet) -> np.ndarray:
@@ -358,8 +334,84 @@ def fit_head(
                 out[:, labels] = head.log_probs(standard(x), history(s)).double().cpu().numpy()
         return out
 
+    info = _fit_info(head, stages, labels, seen, xt, xv)
+    return score, info
+
+
+def _head_outputs(
+    train: NextVisitSet, pretrain_count: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(seen (C,), labels (L,), log_prior (L,))``: the training targets' count of every category, the
+    categories the head ranks (those with a training target, or with a pretraining occurrence where
+    ``pretrain_count`` is given) and their :func:`smoothed_prior`."""
+    seen = np.asarray(train.target.sum(0)).ravel()
+    pre = None if pretrain_count is None else np.asarray(pretrain_count)
+    labels = np.flatnonzero((seen > 0) | (pre > 0)) if pre is not None else np.flatnonzero(seen > 0)
+    return seen, labels, smoothed_prior(seen[labels], None if pre is None else pre[labels])
+
+
+def _fit_stages(
+    head: _Head, fit: Callable[[list[dict]], tuple[int, int, float]]
+) -> list[tuple[int, int, float]]:
+    """The head's fit, stage by stage (``fit(groups)``: one early-stopped Adam run): for ``history`` first
+    the biases and the band weights with the layer's weights held at zero, then (every kind) the layer,
+    with the band weights at :data:`HISTORY_LR_SCALE` times its rate. Returns each stage's record."""
+    bands = {"params": head.band_parameters(), "lr": HEAD_LR * HISTORY_LR_SCALE}
+    stages = []
+    if head.kind == "history":
+        head.use_layer = False
+        stages.append(fit([{"params": [head.linear.bias], "lr": HEAD_LR}, bands]))
+        head.use_layer = True
+    layer = {"params": head.layer_parameters(), "lr": HEAD_LR}
+    stages.append(fit([layer, bands] if head.kind != "linear" else [layer]))
+    return stages
+
+
+def _adam_until_stalled(
+    head: torch.nn.Module,
+    groups: list[dict],
+    epochs: int,
+    n_train: int,
+    gen: torch.Generator,
+    train_loss: Callable[[Tensor], Tensor],
+    val_loss: Callable[[], float],
+) -> tuple[int, int, float]:
+    """Adam on ``groups``, one pass over the ``n_train`` patients per epoch in seeded batches
+    (``train_loss(idx)``: the loss of those patients), until ``val_loss()`` has not fallen for
+    :data:`PATIENCE` epochs; the best epoch's state is kept. Returns ``(epochs run, best epoch, best
+    loss)``."""
+    opt = torch.optim.Adam(groups)
+    with torch.no_grad():
+        best, best_epoch = val_loss(), 0
+    state = {k: v.detach().clone() for k, v in head.state_dict().items()}
+    epoch, wait = 0, 0
+    for epoch in range(1, epochs + 1):
+        for idx in torch.randperm(n_train, generator=gen).split(HEAD_BATCH):
+            opt.zero_grad(set_to_none=True)
+            train_loss(idx).backward()
+            opt.step()
+        with torch.no_grad():
+            v = val_loss()
+        if v < best - 1e-6:
+            best, best_epoch, wait = v, epoch, 0
+            state = {k: t.detach().clone() for k, t in head.state_dict().items()}
+        else:
+            wait += 1
+            if wait >= PATIENCE:
+                break
+    head.load_state_dict(state)
+    return epoch, best_epoch, best
+
+
+def _fit_info(
+    head: _Head, stages: list[tuple[int, int, float]], labels: np.ndarray, seen: np.ndarray, xt: Tensor,
+    xv: Tensor,
+) -> dict[str, Any]:  # fmt: skip
+    """What :func:`fit_head` records: the head's outputs, the last stage's early stop, the patients, and
+    for a history-reading head :func:`_band_info`."""
+    epoch, best_epoch, best = stages[-1]
     info = {
-        "kind": head_kind,
+        "kind": head.kind,
         "outputs": int(labels.size),
         "outputs_without_training_target": int((seen[labels] == 0).sum()),
         "features": int(xt.shape[1]),
@@ -369,14 +421,14 @@ def fit_head(
         "train_patients": int(xt.shape[0]),
         "val_patients": int(xv.shape[0]),
     }
-    if reads_history:
+    if head.kind != "linear":
         info.update(_band_info(head, stages, xv))
-    return score, info
+    return info
 
 
 def _band_info(head: _Head, stages: list[tuple[int, int, float]], xv: Tensor) -> dict[str, Any]:
-    """What a history-reading head learned: its band weights (rarest band first), and for ``copy`` the copy
-    logits' weights and the mean copy share of the validation patients."""
+    """What a history-reading head learned: its band weights (rarest band first), and for ``copy`` and
+    ``decoder`` the copy logits' weights and the mean copy share of the validation patients."""
 
     def rows(t: Tensor) -> list[list[float]]:
         return [[round(float(v), 4) for v in r] for r in t.detach().cpu().double()]
@@ -409,19 +461,14 @@ def _unseen_rows(ds: TokenizedDataset) -> np.ndarray:
     return rows[flag[rows]]
 
 
-def _features(
-    model, ds: TokenizedDataset, s: NextVisitSet, rows_split: str, device, batch_size: int, rows=None,
-    space: CategorySpace | None = None,
-):  # fmt: skip
-    """The pooled histories of the patients of ``s`` (the rows of ``rows_split``, or ``rows`` of it); with
-    ``space``, their :func:`decoded_categories` instead."""
+def _histories(model, ds: TokenizedDataset, s: NextVisitSet, rows_split: str, rows=None) -> Sequences:
+    """The histories of the patients of ``s`` (the rows of ``rows_split``, or ``rows`` of it), cut before
+    their last visit."""
     mc = model.config
     seqs = ds.sequences(rows_split, max_len=mc.max_len, max_segments=mc.max_segments, before_last_visit=True)
     if rows is not None:  # a subset of the split's rows, in its order
         seqs = subset(seqs, np.isin(ds.rows(rows_split), rows))
-    if space is not None:
-        return decoded_categories(model, subset(seqs, s.keep), space, device, batch_size)
-    return pooled_histories(model, subset(seqs, s.keep), device, batch_size)
+    return subset(seqs, s.keep)
 
 
 def next_visit_eval(
@@ -453,21 +500,16 @@ def next_visit_eval(
     transitions = B.transition_matrix(pre, len(space))
     prior = B.prior_counts(train.target)
     t_data = time.perf_counter()
-    x = {
-        "train": _features(model, ds, train, "finetune_train", device, batch_size),
-        "val": _features(model, ds, val, "finetune_val", device, batch_size),
-        "test": _features(model, ds, test, "test", device, batch_size),
-    }
-    if unseen.n:
-        x["rood_unseen"] = _features(model, ds, unseen, "rood", device, batch_size, rows=unseen_rows)
+    sets = {"train": (train, "finetune_train", None), "val": (val, "finetune_val", None),
+            "test": (test, "test", None), "rood_unseen": (unseen, "rood", unseen_rows)}  # fmt: skip
+    # one history build per set (train, val and test hold patients: checked above), read by both passes
+    histories = {key: _histories(model, ds, st, split, r) for key, (st, split, r) in sets.items() if st.n}
+    x = {key: pooled_histories(model, seqs, device, batch_size) for key, seqs in histories.items()}
     decoded = None
-    if head_kind == "decoder":
-        sets = ((train, "finetune_train", None), (val, "finetune_val", None), (test, "test", None),
-                (unseen, "rood", unseen_rows))  # fmt: skip
+    if head_kind == "decoder":  # a second pass: the decoder at a [MASK] opening the next visit
         decoded = {
-            s.split: _features(model, ds, s, split, device, batch_size, rows=r, space=space)
-            for s, split, r in sets
-            if s.n
+            sets[key][0].split: decoded_categories(model, seqs, space, device, batch_size)
+            for key, seqs in histories.items()
         }
     t_encode = time.perf_counter()
     score, head = fit_head(

@@ -166,3 +166,19 @@ def test_fixture_role_groups_follow_the_relationship_groups(compiled):
     assert {g for g, _ in got.values()} == {0, 1, 2}
     # not vacuous: 9990114005 has the same morphology in groups 1 and 2
     assert any(len({g for g, _ in v}) > 1 for v in givers.values())
+
+
+def test_lex_order_is_numpys_lexsort_packed_where_it_fits():
+    """The edges' orders: equal to ``np.lexsort`` whether every key packs into one int64, a leading run
+    does (a wide key after it), none does (a negative first key), or there are no rows."""
+    import numpy as np
+
+    from ontology_compiler.program import _lex_order
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 500):
+        keys = [rng.integers(0, m, n) for m in (5, 3, 2**40, 7)]
+        for j in range(1, 5):
+            np.testing.assert_array_equal(_lex_order(*keys[:j]), np.lexsort(keys[:j][::-1]))
+        neg = [rng.integers(-3, 3, n), rng.integers(0, 4, n)]
+        np.testing.assert_array_equal(_lex_order(*neg), np.lexsort(neg[::-1]))
