@@ -51,7 +51,7 @@ __all__ = [
 
 SOURCES = Path(__file__).resolve().parent / "_native"
 _FILES = ("compose.c", "bind_impl.h", "plan.c")
-_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-std=c11")
 _ABI = 4
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
