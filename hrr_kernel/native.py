@@ -51,7 +51,10 @@ __all__ = [
 
 SOURCES = Path(__file__).resolve().parent / "_native"
 _FILES = ("compose.c", "bind_impl.h", "plan.c")
-_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512", "-fopenmp", "-shared", "-fPIC", "-std=c11")
+_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11") + (
+    # x86 compilers' own loops at the full AVX-512 width where the CPU has it (an x86-only option)
+    ("-mprefer-vector-width=512",) if platform.machine().lower() in ("x86_64", "amd64") else ()
+)
 _ABI = 4
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
