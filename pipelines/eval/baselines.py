@@ -19,6 +19,11 @@ it once per experiment into ``<experiment>/baselines/``).
   * ``ceiling``: the generator's true probabilities (``<ground_truth>/task_probabilities.parquet``), an
     oracle on the latent state, so an upper bound no model of the codes can reach.
 
+  With the truth's condition catalog and diagnosis rows, the chapters task also gets its **history
+  bound** (:mod:`pipelines.eval.history_bound`, ``history_bound`` in the record, no prediction rows): the
+  history's chapters regression refitted with each code's true chronic share added, which shows how far a
+  reader of the codes could get above the chapter counts.
+
   Every model's per-label thresholds are those maximising F1 on ``finetune_val``
   (:func:`pipelines.train.metrics.f1_thresholds`, the rule of the fine-tuned heads).
 
@@ -28,6 +33,8 @@ read back) and ``predictions.parquet`` (:mod:`pipelines.train.predictions`; tria
     {"kind": "baselines", "mlm": {"split", "n_masked", "top1": {baseline: acc}, "top10", "top100",
      "frequency_bins"}, "tasks": {task: {split: {model: metrics}}}, "logistic_regression": {task: choice},
      "history_chapters": {task: choice} (when the program gives chapters),
+     "history_bound": {"chapters": {"choice", "splits": {split: {"counts", "with_truth", "difference"}}}}
+     (with the truth's catalog),
      "notes": [...], "inputs": {...}, "timings_s": {...}}
 
 Dimension legend: P patients, N concepts, L labels.
@@ -54,6 +61,7 @@ from pipelines.train.predictions import PREDICTIONS_FILE, Predictions, read_pred
 from pipelines.train.runtime import now_iso, versions, write_json
 
 from .baselines_mlm import MLMMasking, code_matrix, mlm_baselines
+from .history_bound import CATALOG_FILE, CODES_FILE, chronic_shares, truth_features
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +102,7 @@ class _Split:
     y: np.ndarray
     hospital: str | None
     chapters: Any = None  # scipy.sparse csr (P, 3 * N_CHAPTER_SLOTS + 1): history_chapter_features
+    truth: np.ndarray | None = None  # (P, 2 * N_CHAPTER_SLOTS): history_bound.truth_features (demo only)
 
 
 def chapter_slots(vocabularies: list[str], chapters: list[int | None]) -> np.ndarray:
@@ -204,9 +213,16 @@ def compute_baselines(
         log.warning("%s: split %r is empty; no MLM baselines", ds.patients_path, masking.split)
     record["timings_s"]["mlm"] = time.perf_counter() - t
     gt = read_task_probabilities(ground_truth) if ground_truth else None
+    shares = None
+    if ground_truth and chapters is not None:
+        shares = chronic_shares(ground_truth, prog.concept_codes, prog.concept_vocabularies)
     blocks: list[Predictions] = []
     record["tasks"], record["logistic_regression"] = {}, {}
     notes = list(NOTES) + ([] if gt is not None else ["no ground truth given: no ceiling."])
+    if gt is not None and shares is None:
+        notes.append(
+            f"no {CATALOG_FILE} or {CODES_FILE} in the ground truth (or no chapters): no history bound."
+        )
     for task in tasks:
         t = time.perf_counter()
         if not (ds.rows("finetune_train", task).size and ds.rows("finetune_val", task).size):
@@ -218,12 +234,13 @@ def compute_baselines(
             notes.append(f"{task}: no finetune_train or finetune_val patients, no task baselines.")
             continue
         scored, choices, task_blocks = task_baselines(
-            ds, tds, task, special, gt, seed=seed, masking=masking, chapters=chapters
+            ds, tds, task, special, gt, seed=seed, masking=masking, chapters=chapters, shares=shares
         )
         record["tasks"][task] = scored
         record["logistic_regression"][task] = choices["logistic_regression"]
-        if "history_chapters" in choices:
-            record.setdefault("history_chapters", {})[task] = choices["history_chapters"]
+        for key in ("history_chapters", "history_bound"):
+            if key in choices:
+                record.setdefault(key, {})[task] = choices[key]
         blocks += task_blocks
         record["timings_s"][task] = time.perf_counter() - t
     record["notes"] = notes
@@ -325,24 +342,34 @@ def _task_split(
     masking: MLMMasking,
     name: str | None = None,
     chapters: np.ndarray | None = None,
+    shares: np.ndarray | None = None,
 ) -> _Split | None:
     if not ds.rows(split, task).size:
         return None
     seqs = ds.sequences(
         split, max_len=masking.max_len, max_segments=masking.max_segments, task=task, before_last_visit=True
     )
-    return _as_split(seqs, name or split, special, _hospital(ds), chapters)
+    return _as_split(seqs, name or split, special, _hospital(ds), chapters, shares)
 
 
 def _as_split(
-    seqs: Sequences, name: str, special: np.ndarray, hospital: str | None, chapters: np.ndarray | None = None
+    seqs: Sequences,
+    name: str,
+    special: np.ndarray,
+    hospital: str | None,
+    chapters: np.ndarray | None = None,
+    shares: np.ndarray | None = None,
 ) -> _Split:
+    """``shares`` (the truth's chronic share per concept) adds the history bound's features too."""
     import scipy.sparse as sp
 
     x = code_matrix(seqs, special)
     x.data[:] = 1.0
     hc = None if chapters is None else sp.csr_matrix(history_chapter_features(seqs, special, chapters))
-    return _Split(name, seqs.subject_id.numpy(), x, seqs.labels.numpy().astype(np.int8), hospital, hc)
+    truth = None
+    if chapters is not None and shares is not None:
+        truth = truth_features(seqs, special, chapters, shares, N_CHAPTER_SLOTS)
+    return _Split(name, seqs.subject_id.numpy(), x, seqs.labels.numpy().astype(np.int8), hospital, hc, truth)
 
 
 def _unseen(ds: TokenizedDataset, split: _Split) -> np.ndarray:
@@ -359,17 +386,20 @@ def scored_splits(
     special: np.ndarray,
     masking: MLMMasking,
     chapters: np.ndarray | None = None,
+    shares: np.ndarray | None = None,
 ) -> list[_Split]:
     """The splits the models of ``task`` are scored on, as the heads see them (with the history's chapter
-    features when ``chapters``, the chapter of every concept, is given)."""
-    out = [_task_split(ds, "test", task, special, masking, chapters=chapters)]
+    features when ``chapters``, the chapter of every concept, is given; the history bound's with
+    ``shares``)."""
+    out = [_task_split(ds, "test", task, special, masking, chapters=chapters, shares=shares)]
     if task == "chapters":
-        rood = _task_split(ds, "rood", task, special, masking, chapters=chapters)
+        rood = _task_split(ds, "rood", task, special, masking, chapters=chapters, shares=shares)
         if rood is not None:
             keep = _unseen(ds, rood)
             hc = None if rood.chapters is None else rood.chapters[keep]
+            truth = None if rood.truth is None else rood.truth[keep]
             unseen = _Split(
-                "rood_unseen", rood.subject_id[keep], rood.x[keep], rood.y[keep], rood.hospital, hc
+                "rood_unseen", rood.subject_id[keep], rood.x[keep], rood.y[keep], rood.hospital, hc, truth
             )
             out += [rood, unseen]
     if task == "mortality" and tds is not None:
@@ -387,14 +417,17 @@ def task_baselines(
     seed: int,
     masking: MLMMasking,
     chapters: np.ndarray | None = None,
+    shares: np.ndarray | None = None,
 ) -> tuple[dict, dict, list[Predictions]]:
     """Metrics per split and model, the logistic regressions' choices (``{"logistic_regression": ...,
-    "history_chapters": ...}``; the second only with ``chapters``, the chapter of every concept ``(N,)``),
-    and the prediction blocks."""
+    "history_chapters": ...}``; the second only with ``chapters``, the chapter of every concept ``(N,)``;
+    for chapters with ``shares`` too, ``history_bound``: :func:`_history_bound`), and the prediction
+    blocks."""
     from pipelines.train.metrics import f1_thresholds
 
-    train = _task_split(ds, "finetune_train", task, special, masking, chapters=chapters)
-    val = _task_split(ds, "finetune_val", task, special, masking, chapters=chapters)
+    shares = shares if task == "chapters" else None
+    train = _task_split(ds, "finetune_train", task, special, masking, chapters=chapters, shares=shares)
+    val = _task_split(ds, "finetune_val", task, special, masking, chapters=chapters, shares=shares)
     if train is None or val is None:
         raise PipelineError(
             f"{ds.patients_path}: splits finetune_train and finetune_val need rows for task {task!r}"
@@ -414,14 +447,43 @@ def task_baselines(
         models["ceiling"] = lambda s: _ceiling(gt, s, task)
     scored: dict[str, dict[str, Any]] = {}
     blocks = []
-    splits = scored_splits(ds, tds, task, special, masking, chapters)
+    splits = scored_splits(ds, tds, task, special, masking, chapters, shares)
     for name, predict in models.items():
         thr = f1_thresholds(val.y, predict(val).astype(np.float32)).astype(np.float32)  # (L,)
         for s in splits:
             b = Predictions(name, task, s.name, 0, s.subject_id, s.y, predict(s).astype(np.float32), thr)
             blocks.append(b)
             scored.setdefault(s.name, {})[name] = b.scores()
+    if train.truth is not None and "history_chapters" in models:
+        choices["history_bound"] = _history_bound(train, val, splits, task, models["history_chapters"], seed)
     return scored, choices, blocks
+
+
+def _history_bound(train: _Split, val: _Split, splits: list[_Split], task: str, counts, seed: int) -> dict:
+    """The history bound (:mod:`pipelines.eval.history_bound`): the history's chapters regression refitted
+    on the chapter counts plus the truth's chronic shares, chosen the same way, against ``counts`` (the
+    fitted chapter-counts model), per scored split: macro AUROC and F1 of each (thresholds on
+    ``finetune_val``) and the differences."""
+    from pipelines.train.metrics import f1_thresholds
+
+    def with_truth(s: _Split) -> _Split:
+        return _Split(s.name, s.subject_id, np.hstack([s.chapters.toarray(), s.truth]), s.y, s.hospital)
+
+    model, choice = fit_logistic(with_truth(train), with_truth(val), seed=seed)
+    predictors = {"counts": lambda s: counts(s), "with_truth": lambda s: model.predict(with_truth(s).x)}
+    thresholds = {
+        k: f1_thresholds(val.y, f(val).astype(np.float32)).astype(np.float32) for k, f in predictors.items()
+    }
+    out: dict[str, Any] = {"choice": choice, "splits": {}}
+    for s in splits:
+        row = {}
+        for k, f in predictors.items():
+            sc = Predictions(k, task, s.name, 0, s.subject_id, s.y, f(s).astype(np.float32), thresholds[k])
+            m = sc.scores()
+            row[k] = {"auroc": m["auroc"], "f1": m["f1"]}
+        row["difference"] = {m: row["with_truth"][m] - row["counts"][m] for m in ("auroc", "f1")}
+        out["splits"][s.name] = row
+    return out
 
 
 def _fit_label(x, y: np.ndarray, class_weight, c: float, seed: int):

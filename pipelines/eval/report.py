@@ -528,7 +528,8 @@ def write_report(root: str | Path) -> Report:
     tmp.replace(path)
     results = exp.root / RESULTS_FILE
     out = _results(exp, hv, extra.get("rood_differences", {}))
-    if "next_visit" in extra:  # the next-visit section's numbers (pipelines.eval.next_visit_report)
-        out["next_visit"] = extra["next_visit"]
+    for key in ("next_visit", "history_bound"):  # the next-visit section's numbers; the ROOD section's bound
+        if key in extra:
+            out[key] = extra[key]
     write_json(results, out)
     return Report(path, head, results)

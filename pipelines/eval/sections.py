@@ -208,12 +208,50 @@ def rood_section(s: SectionInputs) -> list[str]:
             "",
             table(["difference", "over", "F1 difference", "interval"], drows),
         ]
+    bound = ((b.record.get("history_bound") or {}).get("chapters") if b is not None else None) or {}
+    if bound.get("splits"):
+        s.results["history_bound"] = bound["splits"]
+        lines += ["", *history_bound_lines(bound["splits"], b.record)]
     from .plots import rood_plot
 
     p = rood_plot(ivs, plots / "rood.png")
     if p is not None:
         lines += ["", f"![chapters F1 seen vs unseen](plots/{p.name})"]
     return lines + [""]
+
+
+def history_bound_lines(splits: dict[str, Any], record: dict[str, Any]) -> list[str]:
+    """The history bound of the chapters task (:mod:`pipelines.eval.history_bound`): the chapters regression
+    with and without each code's true chronic share, macro AUROC and F1 per split, and what it means."""
+
+    def cell(split: str, metric: str) -> str:
+        r = splits.get(split) or {}
+        if not r:
+            return "–"
+        a, w = r["counts"][metric], r["with_truth"][metric]
+        return f"{100 * a:.1f} → {100 * w:.1f} ({100 * (w - a):+.1f})"
+
+    ceiling = ((record.get("tasks") or {}).get("chapters") or {}).get("test", {}).get("ceiling", {})
+    auc = ceiling.get("auroc")
+    names = [sp for sp in ("test", "rood_unseen") if sp in splits]
+    latent = f"; the ceiling's test AUROC of {100 * auc:.1f} needs the latent state." if auc else "."
+    return [
+        "**History bound** (the generator's truth; a baseline, not a model). A model that reads the "
+        "codes can beat the history's chapters regression only by what a code says beyond its chapter. "
+        "The one such fact the chapters labels follow is the code's chronic share (how likely its "
+        "condition is coded again at the last visit); the rest (the patient's body systems, which "
+        "conditions are active) is latent. The same regression refitted with every history code's true "
+        "chronic share added, chosen the same way:",
+        "",
+        table(
+            ["split", "macro AUROC: counts → with the truth's shares", "macro F1: counts → with the shares"],
+            [[sp, cell(sp, "auroc"), cell(sp, "f1")] for sp in names],
+        ),
+        "",
+        "What the truth's own shares add measures the room a reader of the codes has above the chapter "
+        "counts on these labels (a linear reader: a model may still find interactions the regression "
+        "cannot)" + latent,
+    ]
 
 
 def frequency_section(s: SectionInputs) -> list[str]:

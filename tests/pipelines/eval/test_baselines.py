@@ -28,6 +28,7 @@ from pipelines.eval.baselines import (
 )
 from pipelines.eval.baselines_mlm import MLMMasking, baseline_ranks, code_matrix, masked_positions
 from pipelines.eval.experiment import ExperimentConfig, run_experiment
+from pipelines.eval.history_bound import CATALOG_FILE, CODES_FILE, chronic_shares, truth_features
 
 SIZES = {"pretrain_train": 120, "pretrain_val": 30, "finetune_train": 400, "finetune_val": 150, "test": 200,
          "rood": 20}  # fmt: skip
@@ -38,6 +39,30 @@ def _set_reader(ds, reader: str) -> None:
     m = json.loads((ds / "manifest.json").read_text())
     m["source"] = {"kind": "test", "reader": reader}
     (ds / "manifest.json").write_text(json.dumps(m))
+
+
+def _write_code_truth(gt, program_dir) -> None:  # noqa: F811
+    """The truth's condition catalog and diagnosis rows (the history bound's inputs): every ICD code of
+    the fixture program in the condition of its first three characters, with a seeded chronic share."""
+    from hrr_kernel import load_program
+
+    prog = load_program(program_dir, device="cpu")
+    version = {"ICD10CM": 10, "ICD9CM": 9}
+    pairs = zip(prog.concept_codes, prog.concept_vocabularies, strict=True)
+    rows = [(c, version[v], v[3:5] + c[:3]) for c, v in pairs if v in version]
+    conditions = sorted({k for _, _, k in rows})
+    chronic = np.random.default_rng(1).uniform(0.05, 0.95, len(conditions))
+    pq.write_table(pa.table({"condition": conditions, "chronic": chronic}), gt / "condition_catalog.parquet")
+    pq.write_table(
+        pa.table(
+            {
+                "icd_code": [r[0] for r in rows],
+                "icd_version": [r[1] for r in rows],
+                "condition": [r[2] for r in rows],
+            }
+        ),  # fmt: skip
+        gt / "codes.parquet",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +100,7 @@ def data(tmp_path_factory, program_dir):  # noqa: F811
         }
     )
     pq.write_table(table, gt / "task_probabilities.parquet")
+    _write_code_truth(gt, program_dir)
     truth = {
         "mimic-iv": dict(zip(sid.tolist(), p_mimic, strict=True)),
         "eicu": dict(zip(sid.tolist(), 1.0 - p_mimic, strict=True)),
@@ -195,6 +221,64 @@ def test_files_models_and_scores(done, data):
     assert set(rec["history_chapters"]) == {"mortality", "chapters"}
     # the chapters of a history predict the chapters of the next visit better than a constant
     assert chap["history_chapters"]["auroc"] > chap["constant"]["auroc"]
+
+
+def test_history_bound(done):
+    """The history bound refits the history's chapters regression with the truth's chronic shares; its
+    ``counts`` arm is the history's chapters model itself (same fit, same thresholds)."""
+    _, rec = done
+    bound = rec["history_bound"]
+    assert set(bound) == {"chapters"}  # the chapters task only
+    splits = bound["chapters"]["splits"]
+    assert set(splits) == {"test", "rood", "rood_unseen"}
+    for sp, row in splits.items():
+        for metric in ("auroc", "f1"):
+            assert row["counts"][metric] == pytest.approx(
+                rec["tasks"]["chapters"][sp]["history_chapters"][metric]
+            )
+            assert row["difference"][metric] == pytest.approx(
+                row["with_truth"][metric] - row["counts"][metric]
+            )
+    # chapter counts (3 x 46 slots + visits) plus two share sums per slot
+    assert bound["chapters"]["choice"]["features"] <= 3 * N_CHAPTER_SLOTS + 1 + 2 * N_CHAPTER_SLOTS
+
+
+def test_truth_features_and_shares_by_hand(tmp_path):
+    slots = chapter_slots(["SPECIAL", "ICD10CM", "ICD10CM", "ICD9CM", "ICD10CM"], [None, 4, 9, 7, 4])
+    special = np.array([True, False, False, False, False])
+    shares = np.array([np.nan, 0.9, 0.2, 0.5, np.nan])  # code 4 has no share: it counts 0
+    # patient 0: [CLS], visit 0 {1, 3, 4}, visit 1 {1, 2, 2}; patient 1: [CLS] only
+    ids = torch.tensor([[0, 1, 3, 4, 1, 2, 2], [0, 0, 0, 0, 0, 0, 0]])
+    seg = torch.tensor([[0, 0, 0, 0, 1, 1, 1], [0] * 7])
+    att = torch.tensor([[True] * 7, [True] + [False] * 6])
+    f = truth_features(
+        Sequences(ids, seg, att, torch.tensor([7, 8])), special, slots, shares, N_CHAPTER_SLOTS
+    )
+    s = N_CHAPTER_SLOTS
+    want = np.zeros((2, 2 * s))
+    want[0, [4, 9, 23 + 7]] = [0.9, 0.2, 0.5]  # distinct codes: 1 once (repeats count once), 2, 3; 4 none
+    want[0, [s + 4, s + 9]] = [0.9, 0.2]  # the latest visit (1): codes 1 and 2
+    np.testing.assert_allclose(f, np.log1p(want))
+    # the shares from the truth's files: by (code, vocabulary); a code it lacks is NaN
+    assert chronic_shares(tmp_path, ["A00"], ["ICD10CM"]) is None  # no files: no bound
+    pq.write_table(pa.table({"condition": ["A00", "001"], "chronic": [0.3, 0.7]}), tmp_path / CATALOG_FILE)
+    pq.write_table(
+        pa.table(
+            {
+                "icd_code": ["A000", "A000", "0010"],
+                "icd_version": [10, 10, 9],
+                "condition": ["A00", "A00", "001"],
+            }
+        ),
+        tmp_path / CODES_FILE,
+    )
+    got = chronic_shares(
+        tmp_path, ["A000", "0010", "A000", "B99"], ["ICD10CM", "ICD9CM", "ICD9CM", "ICD10CM"]
+    )
+    np.testing.assert_allclose(got, [0.3, 0.7, np.nan, np.nan])
+    pq.write_table(pa.table({"condition": ["A00"]}), tmp_path / CATALOG_FILE)
+    with pytest.raises(InputFileError, match=r"condition_catalog.parquet.*missing column\(s\) chronic"):
+        chronic_shares(tmp_path, ["A000"], ["ICD10CM"])
 
 
 def test_history_chapter_features_by_hand():

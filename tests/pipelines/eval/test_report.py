@@ -159,7 +159,18 @@ def _experiment(
                         }
                         for lo in range(-14, 0, 2)
                     ],
-                }
+                },
+                "history_bound": {
+                    "chapters": {
+                        "splits": {
+                            sp: {"counts": {"auroc": a, "f1": f}, "with_truth": {"auroc": a + d, "f1": f - d}}
+                            for sp, a, f, d in (
+                                ("test", 0.766, 0.528, 0.002),
+                                ("rood_unseen", 0.754, 0.546, -0.002),
+                            )
+                        }
+                    }
+                },  # fmt: skip
             },
         )
         write_predictions(
@@ -257,6 +268,13 @@ def test_report_baselines_constant_heads_and_rood_difference(experiment):
     assert _row(r.headline, "baseline: constant")[4] == "50.0 (same on every resample)"  # it is one
     assert "| unstructured — predicts a constant | 1 | 67.5 | 0.0 | 0.0 | 0.0 | 50.0 |" in text
     assert _row(r.headline, "best MLM baseline (copy from history)")[2] == "12.0"
+    # the history bound under the ROOD table: counts -> with the truth's shares, per split
+    assert "| test | 76.6 → 76.8 (+0.2) | 52.8 → 52.6 (-0.2) |" in text
+    assert "| rood_unseen | 75.4 → 75.2 (-0.2) | 54.6 → 54.8 (+0.2) |" in text
+    assert (
+        json.loads((experiment / "results.json").read_text())["history_bound"]["test"]["counts"]["f1"]
+        == 0.528
+    )
     assert "| baseline: copy from history | – | 12.0 | – | – |" in text
     assert "| [-14, -12) | 5 | 40 |" in text and "| 30.0 (copy from history; 30 masked) |" in text
     # ROOD-unseen: base - unstructured on the same patients, paired bootstrap interval above zero
