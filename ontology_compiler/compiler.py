@@ -52,6 +52,7 @@ from .map_codes import MappingResult, map_codes
 from .map_policy import MapPolicy, load_policy
 from .map_sources import find_sources
 from .memory import give_back
+from .order import stable_order
 from .program import BackgroundEncoder, Chunks, build_tables, table_counts
 from .release import MappingInputs, Release, load_release, parse_as_of
 from .rf2_files import RF2File, choose_release_type, scan_release, select_files
@@ -432,7 +433,7 @@ def _renamed(t: pa.Table, columns: dict[str, str]) -> Chunks:
         ids = t["id"].to_numpy()
         if len(ids) < 2 or bool((ids[1:] > ids[:-1]).all()):
             return t.num_rows, lambda start, stop: t.slice(start, stop - start)
-        order = np.argsort(ids, kind="stable")
+        order = stable_order(ids)
         return t.num_rows, lambda start, stop: t.take(pa.array(order[start:stop]))
 
     return Chunks(prepare)
@@ -442,7 +443,7 @@ def _concept_table(c: pa.Table, labels: pa.Table) -> pa.Table:
     """The concepts by id, each with its FSN, preferred term and semantic tag (null where it has none);
     ``labels`` is sorted by ``sctid`` (:func:`graph.preferred_terms`)."""
     ids = c["id"].to_numpy()
-    order = np.argsort(ids, kind="stable")
+    order = stable_order(ids)
     sorted_ids = ids[order]
     label_ids = labels["sctid"].to_numpy()
     at = np.minimum(np.searchsorted(label_ids, sorted_ids), max(len(label_ids) - 1, 0))
@@ -479,9 +480,9 @@ def _description_table(rel: Release) -> Chunks:
         # one row per (description, language row), the description's rows by refset; none: one row of nulls
         ids = d["id"].to_numpy()
         lang_desc, lang_refset = lang["referencedComponentId"].to_numpy(), lang["refsetId"].to_numpy()
-        lang_order = np.lexsort((lang_refset, lang_desc))
+        lang_order = stable_order(lang_desc, lang_refset)
         lang_sorted = lang_desc[lang_order]
-        desc_order = np.argsort(ids, kind="stable")
+        desc_order = stable_order(ids)
         lo = np.searchsorted(lang_sorted, ids[desc_order], side="left")
         n_lang = np.searchsorted(lang_sorted, ids[desc_order], side="right") - lo
         n_rows = np.maximum(n_lang, 1)

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from . import rf2_schema as S
 from .errors import HierarchyCycleError
+from .order import stable_order
 from .words import explode_words, strip_semantic_tag
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ def _first_per_concept(t: pa.Table, tie: tuple[np.ndarray, ...]) -> tuple[np.nda
     """``(conceptIds in order, the row of each)``: per concept the row least by ``tie`` (``np.lexsort``
     keys, least significant first)."""
     c = t["conceptId"].to_numpy()
-    order = np.lexsort((*tie, c))
+    order = stable_order(c, *tie[::-1])
     cs = c[order]
     start = np.ones(len(cs), dtype=bool)
     start[1:] = cs[1:] != cs[:-1]

@@ -30,6 +30,7 @@ from .icd_hierarchy import ATOM_KIND as ICD_ATOM_KIND
 from .icd_hierarchy import RELATION_KIND as ICD_RELATION_KIND
 from .icd_hierarchy import RELATION_LABELS as ICD_RELATION_LABELS
 from .memory import give_back
+from .order import stable_order
 from .words import strip_semantic_tag
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ def _token_edges(
     ts = token_snomed.join(tok_index, keys=["vocabulary", "code"], join_type="inner")
     pair_concept, pair_sctid = ts["concept_id"].to_numpy(), ts["sctid"].to_numpy()
     sctid = per_sctid["sctid"].to_numpy()
-    by_sctid = np.argsort(sctid, kind="stable")
+    by_sctid = stable_order(sctid)
     sorted_sctid = sctid[by_sctid]
     lo = np.searchsorted(sorted_sctid, pair_sctid, side="left")
     n_each = np.searchsorted(sorted_sctid, pair_sctid, side="right") - lo
@@ -330,25 +331,9 @@ def _with_slots(e: pa.Table) -> pa.Table:
 
 def _lex_order(*keys: np.ndarray) -> np.ndarray:
     """The stable order of rows by ``keys`` (most significant first, integers): ``np.lexsort`` of them,
-    with the longest leading run of non-negative keys whose ranges' product fits packed into one int64
-    key (all of them: one sort instead of several; three times faster for the 1.6 M edges of an
-    International-scale program)."""
-    n, room = 0, 1
-    for k in keys:
-        span = int(k.max()) + 1 if len(k) else 1
-        if (len(k) and int(k.min()) < 0) or room * span >= 2**62:
-            break
-        room *= span
-        n += 1
-    if n == 0:
-        return np.lexsort(keys[::-1])
-    packed = keys[0].astype(np.int64)
-    for k in keys[1:n]:
-        packed *= int(k.max()) + 1 if len(k) else 1
-        packed += k
-    if n == len(keys):
-        return np.argsort(packed, kind="stable")
-    return np.lexsort((*keys[n:][::-1], packed))
+    computed by :func:`order.stable_order` (keys packed with the row number into one vectorised sort:
+    0.17 s of timsort on the 1.6 M edges of an International-scale program becomes a few hundredths)."""
+    return stable_order(*keys)
 
 
 def _slices(e: pa.Table) -> pa.Table:

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import DuplicateRowError
+from .order import stable_order
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ def _id_time_order(table: pa.Table, *, time_descending: bool) -> tuple[np.ndarra
         if key is None:
             return None
         exact = False
-    order = np.lexsort((-times if time_descending else times, key))
+    order = stable_order(key, -times if time_descending else times)
     k = key[order]
     same = k[1:] == k[:-1]
     if not exact and same.any():

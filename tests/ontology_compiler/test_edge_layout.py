@@ -10,6 +10,7 @@ from collections import defaultdict
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from ontology_compiler import rf2_schema as S
 from ontology_compiler.program import build_tables
@@ -168,17 +169,37 @@ def test_fixture_role_groups_follow_the_relationship_groups(compiled):
     assert any(len({g for g, _ in v}) > 1 for v in givers.values())
 
 
-def test_lex_order_is_numpys_lexsort_packed_where_it_fits():
-    """The edges' orders: equal to ``np.lexsort`` whether every key packs into one int64, a leading run
-    does (a wide key after it), none does (a negative first key), or there are no rows."""
+def test_stable_order_is_numpys_lexsort():
+    """``order.stable_order`` (the compile's row orders: the edges' slots and storage, the first edge per
+    key, preferred terms, the release tables by id, Full resolution) equals ``np.lexsort`` of the same keys
+    in every case it takes apart: keys that all pack with the row number, groups packed one after the
+    other, a key too wide to pack (distinct values, or repeats ordered by rank), negative and boolean keys,
+    keys already in order, one row and no rows."""
     import numpy as np
 
+    from ontology_compiler.order import stable_order
     from ontology_compiler.program import _lex_order
 
     rng = np.random.default_rng(0)
-    for n in (0, 1, 500):
-        keys = [rng.integers(0, m, n) for m in (5, 3, 2**40, 7)]
-        for j in range(1, 5):
-            np.testing.assert_array_equal(_lex_order(*keys[:j]), np.lexsort(keys[:j][::-1]))
-        neg = [rng.integers(-3, 3, n), rng.integers(0, 4, n)]
-        np.testing.assert_array_equal(_lex_order(*neg), np.lexsort(neg[::-1]))
+    for n in (0, 1, 2, 500, 3000):
+        small = [rng.integers(0, m, n) for m in (5, 3, 7)]
+        wide = rng.integers(0, 2**60, n)  # distinct (almost surely)
+        wide_rep = rng.integers(0, 2**60, max(n // 4, 1))[rng.integers(0, max(n // 4, 1), n)] if n else wide
+        cases = [
+            small,
+            small[:1],
+            [small[0], rng.integers(0, 2**40, n), small[1]],  # groups: the 2**40 key fits only with the last
+            [wide],
+            [wide_rep],
+            [wide_rep, small[2]],
+            [small[0], wide_rep],
+            [rng.integers(-3, 3, n), rng.integers(-(2**50), 0, n)],
+            [rng.integers(0, 2, n).astype(bool), small[1]],
+            [np.sort(rng.integers(0, 9, n)), np.arange(n)],  # already in order
+        ]
+        for keys in cases:
+            want = np.lexsort(keys[::-1])
+            np.testing.assert_array_equal(stable_order(*keys), want)
+            np.testing.assert_array_equal(_lex_order(*keys), want)
+    with pytest.raises(ValueError, match="different lengths"):
+        stable_order(np.zeros(2, np.int64), np.zeros(3, np.int64))
