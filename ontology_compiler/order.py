@@ -51,8 +51,10 @@ def stable_order(*keys: np.ndarray) -> np.ndarray:
             packed = np.zeros(n, dtype=np.int64)
             for k, (lo, span) in zip(keys[j:i], spans[j:i], strict=True):
                 packed *= span
-                packed += (k if order is None else k[order]).astype(np.int64) - lo
-            step = _packed_order(packed, n)
+                packed += k
+                packed -= lo
+            # packed in row order, then taken in the order so far: one gather, not one per key
+            step = _packed_order(packed if order is None else packed[order], n)
             i = j
         order = step if order is None else order[step]
     assert order is not None
