@@ -25,7 +25,8 @@ _LIMIT = 2**63  # packed values (times the row count) stay below it: int64
 
 def stable_order(*keys: np.ndarray) -> np.ndarray:
     """The stable order ``(n,)`` int64 of the rows by ``keys``, most significant first: the order
-    ``np.lexsort(keys[::-1])`` gives. Keys are integer arrays of one length ``n`` (any sign)."""
+    ``np.lexsort(keys[::-1])`` gives. Keys are integer or boolean arrays of one length ``n`` (any sign;
+    uint64 too, as the string ids' digests are)."""
     if not keys:
         raise ValueError("stable_order needs at least one key")
     n = len(keys[0])
@@ -51,8 +52,11 @@ def stable_order(*keys: np.ndarray) -> np.ndarray:
             packed = np.zeros(n, dtype=np.int64)
             for k, (lo, span) in zip(keys[j:i], spans[j:i], strict=True):
                 packed *= span
-                packed += k
-                packed -= lo
+                if k.dtype == np.uint64:  # digests: values past int64, the offsets within it
+                    packed += (k - np.uint64(lo)).astype(np.int64)
+                else:
+                    packed += k.astype(np.int64, copy=False)
+                    packed -= lo
             # packed in row order, then taken in the order so far: one gather, not one per key
             step = _packed_order(packed if order is None else packed[order], n)
             i = j

@@ -196,6 +196,8 @@ def test_stable_order_is_numpys_lexsort():
             [rng.integers(-3, 3, n), rng.integers(-(2**50), 0, n)],
             [rng.integers(0, 2, n).astype(bool), small[1]],
             [np.sort(rng.integers(0, 9, n)), np.arange(n)],  # already in order
+            [rng.integers(0, 2**63, n).astype(np.uint64) * np.uint64(2), small[0]],  # digests, past int64
+            [(np.uint64(2**63) + rng.integers(0, 9, n).astype(np.uint64)), small[1]],  # narrow, past int64
         ]
         for keys in cases:
             want = np.lexsort(keys[::-1])
