@@ -21,69 +21,51 @@ static inline void hrr_prefetch(const void *p, size_t bytes) {
     for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(c + b, 0, 3);
 }
 
+/* Complex products on interleaved float32, one register of VW complex values at a time: the real and
+ * imaginary parts of y are duplicated in lane (moveldup / movehdup), x's pairs swapped in lane, and one
+ * fmaddsub (or fmsubadd for conj(x)) gives (xr yr -+ xi yi, xi yr +- xr yi); no cross-lane shuffle. The
+ * same loop serves AVX-512 (VW 8) and AVX2 + FMA (VW 4): V(op) names the width's intrinsic. */
 #if defined(__AVX512F__)
 #include <immintrin.h>
-
-/* The complex products below with AVX-512: eight values per register, the same in-lane shuffles; the
- * AVX2 + FMA versions after this block are the same loop at half the width. */
-static inline int64_t cmac_simd_f32(float *restrict o, const float *restrict x, const float *restrict y,
-                                    float w, int64_t nf) {
-    const __m512 wv = _mm512_set1_ps(w);
-    int64_t k = 0;
-    for (; k + 8 <= nf; k += 8) {
-        const __m512 xv = _mm512_loadu_ps(x + 2 * k), yv = _mm512_loadu_ps(y + 2 * k);
-        const __m512 t = _mm512_mul_ps(_mm512_permute_ps(xv, 0xB1), _mm512_movehdup_ps(yv));
-        const __m512 prod = _mm512_fmaddsub_ps(xv, _mm512_moveldup_ps(yv), t);
-        _mm512_storeu_ps(o + 2 * k, _mm512_fmadd_ps(wv, prod, _mm512_loadu_ps(o + 2 * k)));
-    }
-    return k;
-}
-
-static inline int64_t cmac_conj_simd_f32(float *restrict o, const float *restrict x,
-                                         const float *restrict y, float w, int store, int64_t nf) {
-    const __m512 wv = _mm512_set1_ps(w);
-    int64_t k = 0;
-    for (; k + 8 <= nf; k += 8) {
-        const __m512 xv = _mm512_loadu_ps(x + 2 * k), yv = _mm512_loadu_ps(y + 2 * k);
-        const __m512 t = _mm512_mul_ps(_mm512_permute_ps(yv, 0xB1), _mm512_movehdup_ps(xv));
-        const __m512 prod = _mm512_mul_ps(wv, _mm512_fmsubadd_ps(yv, _mm512_moveldup_ps(xv), t));
-        _mm512_storeu_ps(o + 2 * k, store ? prod : _mm512_add_ps(prod, _mm512_loadu_ps(o + 2 * k)));
-    }
-    return k;
-}
-#define HRR_SIMD 1
+typedef __m512 vreal;
+#define V(op) _mm512_##op
+#define VW 8
 #elif defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+typedef __m256 vreal;
+#define V(op) _mm256_##op
+#define VW 4
+#endif
 
-/* Complex products on interleaved float32 with AVX2 + FMA, four values per register: the real and
- * imaginary parts of y are duplicated in lane (moveldup / movehdup), x's pairs swapped in lane, and one
- * fmaddsub (or fmsubadd for conj(x)) gives (xr yr -+ xi yi, xi yr +- xr yi); no cross-lane shuffle. */
+#ifdef VW
 static inline int64_t cmac_simd_f32(float *restrict o, const float *restrict x, const float *restrict y,
                                     float w, int64_t nf) {
-    const __m256 wv = _mm256_set1_ps(w);
+    const vreal wv = V(set1_ps)(w);
     int64_t k = 0;
-    for (; k + 4 <= nf; k += 4) {
-        const __m256 xv = _mm256_loadu_ps(x + 2 * k), yv = _mm256_loadu_ps(y + 2 * k);
-        const __m256 t = _mm256_mul_ps(_mm256_permute_ps(xv, 0xB1), _mm256_movehdup_ps(yv));
-        const __m256 prod = _mm256_fmaddsub_ps(xv, _mm256_moveldup_ps(yv), t);
-        _mm256_storeu_ps(o + 2 * k, _mm256_fmadd_ps(wv, prod, _mm256_loadu_ps(o + 2 * k)));
+    for (; k + VW <= nf; k += VW) {
+        const vreal xv = V(loadu_ps)(x + 2 * k), yv = V(loadu_ps)(y + 2 * k);
+        const vreal t = V(mul_ps)(V(permute_ps)(xv, 0xB1), V(movehdup_ps)(yv));
+        const vreal prod = V(fmaddsub_ps)(xv, V(moveldup_ps)(yv), t);
+        V(storeu_ps)(o + 2 * k, V(fmadd_ps)(wv, prod, V(loadu_ps)(o + 2 * k)));
     }
     return k;
 }
 
 static inline int64_t cmac_conj_simd_f32(float *restrict o, const float *restrict x,
                                          const float *restrict y, float w, int store, int64_t nf) {
-    const __m256 wv = _mm256_set1_ps(w);
+    const vreal wv = V(set1_ps)(w);
     int64_t k = 0;
-    for (; k + 4 <= nf; k += 4) {
-        const __m256 xv = _mm256_loadu_ps(x + 2 * k), yv = _mm256_loadu_ps(y + 2 * k);
+    for (; k + VW <= nf; k += VW) {
+        const vreal xv = V(loadu_ps)(x + 2 * k), yv = V(loadu_ps)(y + 2 * k);
         /* conj(x) y = (xr yr + xi yi, xr yi - xi yr): y * xr, then -/+ swap(y) * xi */
-        const __m256 t = _mm256_mul_ps(_mm256_permute_ps(yv, 0xB1), _mm256_movehdup_ps(xv));
-        const __m256 prod = _mm256_mul_ps(wv, _mm256_fmsubadd_ps(yv, _mm256_moveldup_ps(xv), t));
-        _mm256_storeu_ps(o + 2 * k, store ? prod : _mm256_add_ps(prod, _mm256_loadu_ps(o + 2 * k)));
+        const vreal t = V(mul_ps)(V(permute_ps)(yv, 0xB1), V(movehdup_ps)(xv));
+        const vreal prod = V(mul_ps)(wv, V(fmsubadd_ps)(yv, V(moveldup_ps)(xv), t));
+        V(storeu_ps)(o + 2 * k, store ? prod : V(add_ps)(prod, V(loadu_ps)(o + 2 * k)));
     }
     return k;
 }
+#undef V
+#undef VW
 #define HRR_SIMD 1
 #else
 #define HRR_SIMD 0

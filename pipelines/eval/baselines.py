@@ -455,33 +455,31 @@ def task_baselines(
             blocks.append(b)
             scored.setdefault(s.name, {})[name] = b.scores()
     if train.truth is not None and "history_chapters" in models:
-        choices["history_bound"] = _history_bound(train, val, splits, task, models["history_chapters"], seed)
+        choices["history_bound"] = _history_bound(train, val, splits, task, scored, seed)
     return scored, choices, blocks
 
 
-def _history_bound(train: _Split, val: _Split, splits: list[_Split], task: str, counts, seed: int) -> dict:
+def _history_bound(
+    train: _Split, val: _Split, splits: list[_Split], task: str, scored: dict[str, dict[str, Any]], seed: int
+) -> dict:
     """The history bound (:mod:`pipelines.eval.history_bound`): the history's chapters regression refitted
-    on the chapter counts plus the truth's chronic shares, chosen the same way, against ``counts`` (the
-    fitted chapter-counts model), per scored split: macro AUROC and F1 of each (thresholds on
-    ``finetune_val``) and the differences."""
+    on the chapter counts plus the truth's chronic shares, chosen the same way, against the chapter-counts
+    model's own scores (``scored[split]["history_chapters"]``), per scored split: macro AUROC and F1 of
+    each (thresholds on ``finetune_val``) and the differences."""
     from pipelines.train.metrics import f1_thresholds
 
     def with_truth(s: _Split) -> _Split:
         return _Split(s.name, s.subject_id, np.hstack([s.chapters.toarray(), s.truth]), s.y, s.hospital)
 
     model, choice = fit_logistic(with_truth(train), with_truth(val), seed=seed)
-    predictors = {"counts": lambda s: counts(s), "with_truth": lambda s: model.predict(with_truth(s).x)}
-    thresholds = {
-        k: f1_thresholds(val.y, f(val).astype(np.float32)).astype(np.float32) for k, f in predictors.items()
-    }
+    thr = f1_thresholds(val.y, model.predict(with_truth(val).x).astype(np.float32)).astype(np.float32)
     out: dict[str, Any] = {"choice": choice, "splits": {}}
     for s in splits:
-        row = {}
-        for k, f in predictors.items():
-            sc = Predictions(k, task, s.name, 0, s.subject_id, s.y, f(s).astype(np.float32), thresholds[k])
-            m = sc.scores()
-            row[k] = {"auroc": m["auroc"], "f1": m["f1"]}
-        row["difference"] = {m: row["with_truth"][m] - row["counts"][m] for m in ("auroc", "f1")}
+        p = model.predict(with_truth(s).x).astype(np.float32)
+        m = Predictions("with_truth", task, s.name, 0, s.subject_id, s.y, p, thr).scores()
+        counts = scored[s.name]["history_chapters"]
+        row = {k: {"auroc": v["auroc"], "f1": v["f1"]} for k, v in (("counts", counts), ("with_truth", m))}
+        row["difference"] = {k: row["with_truth"][k] - row["counts"][k] for k in ("auroc", "f1")}
         out["splits"][s.name] = row
     return out
 

@@ -15,8 +15,9 @@ fitted and chosen the same way on the chapter counts plus these, shows how far a
 could get above the counts: if the truth's own chronic shares add nothing, no embedding of the codes can
 add more than that on these labels, and the gap to the ceiling is the latent state.
 
-``truth`` (in the baselines' record, ``history_bound``) holds, per scored split, the macro AUROC and F1 of
-the chapter-counts regression and of the one with the truth's shares, and the difference of each.
+The baselines' record (``history_bound``, :func:`pipelines.eval.baselines.compute_baselines`) holds, per
+scored split, the macro AUROC and F1 of the chapter-counts regression (``counts``) and of the one with the
+truth's shares (``with_truth``), and the difference of each.
 
 Dimension legend: P patients, N concepts, S chapter slots.
 """

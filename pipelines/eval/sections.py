@@ -225,10 +225,7 @@ def history_bound_lines(splits: dict[str, Any], record: dict[str, Any]) -> list[
     with and without each code's true chronic share, macro AUROC and F1 per split, and what it means."""
 
     def cell(split: str, metric: str) -> str:
-        r = splits.get(split) or {}
-        if not r:
-            return "–"
-        a, w = r["counts"][metric], r["with_truth"][metric]
+        a, w = splits[split]["counts"][metric], splits[split]["with_truth"][metric]
         return f"{100 * a:.1f} → {100 * w:.1f} ({100 * (w - a):+.1f})"
 
     ceiling = ((record.get("tasks") or {}).get("chapters") or {}).get("test", {}).get("ceiling", {})
