@@ -36,6 +36,7 @@ from .manifest import (
 from .map_codes import map_codes
 from .map_policy import load_policy
 from .map_sources import OmopValidity
+from .memory import tune_pool
 from .program import BackgroundEncoder
 from .release import parse_as_of
 from .rf2_schema import US_ENGLISH
@@ -77,6 +78,7 @@ def compile_athena(
     ``snomed_roots`` and ``concept_set`` as for RF2 (:func:`compiler.compile_ontology`).
     """
     t_start = time.perf_counter()
+    tune_pool()
     src = Path(src)
     name = name or src.resolve().name
     out_dir = Path(out) / name

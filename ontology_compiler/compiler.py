@@ -51,7 +51,7 @@ from .manifest import (
 from .map_codes import MappingResult, map_codes
 from .map_policy import MapPolicy, load_policy
 from .map_sources import find_sources
-from .memory import give_back
+from .memory import give_back, tune_pool
 from .order import stable_order
 from .program import BackgroundEncoder, Chunks, build_tables, table_counts
 from .release import MappingInputs, Release, load_release, parse_as_of
@@ -106,6 +106,7 @@ def compile_ontology(
     ``program_id``; recompiling is then a no-op.
     """
     t_start = time.perf_counter()
+    tune_pool()
     src = Path(src)
     name = name or src.resolve().name
     out_dir = Path(out) / name

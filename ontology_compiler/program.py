@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shutil
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -400,11 +403,14 @@ def table_counts(tables: dict[str, pa.Table]) -> dict:
 
 @dataclass(frozen=True)
 class Encoded:
-    """One table as the bytes of its Parquet file: ``data``, its ``rows`` and ``sha256``."""
+    """One table as its Parquet file: the bytes (``data``), or, spilled, an open unnamed temporary file
+    holding them (``spill``); its ``rows``, ``sha256`` and ``size`` in bytes."""
 
-    data: pa.Buffer
+    data: pa.Buffer | None
     rows: int
     sha256: str
+    size: int
+    spill: IO[bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -423,10 +429,30 @@ class Chunks:
 ROW_GROUP_ROWS = 1 << 16  # rows per row group of a table encoded from Chunks
 
 
-def encode_parquet(table: pa.Table | Chunks, program_id: str) -> Encoded:
-    """The Parquet file of ``table`` (zstd), stamped with the program id and format version, in memory;
-    :class:`Chunks` are written a row group of :data:`ROW_GROUP_ROWS` at a time."""
-    sink = pa.BufferOutputStream()
+def encode_parquet(table: pa.Table | Chunks, program_id: str, *, spill: bool = False) -> Encoded:
+    """The Parquet file of ``table`` (zstd), stamped with the program id and format version: in memory,
+    or (``spill``) written to an unnamed temporary file, so that a table encoded long before the program
+    is written holds no memory meanwhile; :class:`Chunks` are written a row group of
+    :data:`ROW_GROUP_ROWS` at a time."""
+    sink = tempfile.TemporaryFile(prefix="hrrbert-encoded-") if spill else pa.BufferOutputStream()
+    try:
+        rows = _write_parquet(table, program_id, sink)
+        if not spill:
+            data = sink.getvalue()
+            return Encoded(data, rows, hashlib.sha256(data).hexdigest(), data.size)
+        sink.seek(0)
+        digest = hashlib.file_digest(sink, "sha256").hexdigest()
+        size = sink.tell()
+        sink.seek(0)
+        return Encoded(None, rows, digest, size, sink)
+    except BaseException:
+        if spill:
+            sink.close()
+        raise
+
+
+def _write_parquet(table: pa.Table | Chunks, program_id: str, sink) -> int:
+    """Write ``table`` as Parquet to ``sink``; returns its rows."""
     rows, build = table.prepare() if isinstance(table, Chunks) else (0, None)
     if build is not None and rows > 0:
         writer = None
@@ -439,12 +465,10 @@ def encode_parquet(table: pa.Table | Chunks, program_id: str) -> Encoded:
             del part
             give_back()  # this thread's heap: the part is written
         writer.close()
-    else:
-        t = build(0, rows) if build is not None else table
-        rows = t.num_rows
-        pq.write_table(t.replace_schema_metadata(_stamp(t, program_id)), sink, compression="zstd")
-    data = sink.getvalue()
-    return Encoded(data, rows, hashlib.sha256(data).hexdigest())
+        return rows
+    t = build(0, rows) if build is not None else table
+    pq.write_table(t.replace_schema_metadata(_stamp(t, program_id)), sink, compression="zstd")
+    return t.num_rows
 
 
 def _stamp(table: pa.Table, program_id: str) -> dict:
@@ -454,15 +478,25 @@ def _stamp(table: pa.Table, program_id: str) -> dict:
 
 
 def write_encoded(path: Path, enc: Encoded) -> None:
-    """Write the bytes of one encoded table to ``path``."""
+    """Write the bytes of one encoded table to ``path`` (a spilled table's file is closed after)."""
     with open(path, "wb") as out:
-        out.write(enc.data)
+        if enc.spill is None:
+            out.write(enc.data)
+            return
+        try:
+            enc.spill.seek(0)
+            shutil.copyfileobj(enc.spill, out, 1 << 20)
+        finally:
+            enc.spill.close()
 
 
 class BackgroundEncoder:
     """Encodes tables (:func:`encode_parquet`) on :data:`WRITE_THREADS` threads as they are handed over;
     the encoder leaves Python's lock, so the compile goes on beside it, and a table is freed once encoded
-    when the caller keeps no other reference. ``futures`` (name -> future) go to :func:`write_program`."""
+    when the caller keeps no other reference. Each encoded file waits in an unnamed temporary file (the
+    system's temporary folder; gone when closed or when the process ends), not in memory, until
+    :func:`write_program` copies it into place. ``futures`` (name -> future) go to
+    :func:`write_program`."""
 
     def __init__(self, program_id: str) -> None:
         self.program_id = program_id
@@ -470,7 +504,7 @@ class BackgroundEncoder:
         self._pool = ThreadPoolExecutor(max_workers=WRITE_THREADS, thread_name_prefix="encode")
 
     def submit(self, name: str, table: pa.Table | Chunks) -> None:
-        self.futures[name] = self._pool.submit(encode_parquet, table, self.program_id)
+        self.futures[name] = self._pool.submit(encode_parquet, table, self.program_id, spill=True)
 
     def close(self) -> dict[str, Future]:
         """No more tables; the submitted ones still run. Returns ``futures``."""
@@ -516,9 +550,7 @@ def write_program(
                 current[:] = [rel_path]
                 enc = f.result()
                 write_encoded(tmp / rel_path, enc)
-                files.append(
-                    {"path": rel_path, "sha256": enc.sha256, "rows": enc.rows, "bytes": enc.data.size}
-                )
+                files.append({"path": rel_path, "sha256": enc.sha256, "rows": enc.rows, "bytes": enc.size})
         current[:] = ["manifest.json"]
         return files
 
