@@ -7,8 +7,10 @@
 without the final ``irfft`` (and, backward, without the gradient's ``rfft``): the matrix work of an MLM
 step on the spectral path (``HRRBertSettings.spectral_decoder``).
 (e) ``batch_rows``: the rows of one fine-tuning batch of ``BATCH x SEQ`` codes, as
-``HRREmbedding.forward`` composes them: ``torch.unique`` of the ids, ``compose(rows=unique)``, then
-``index_select(inverse)`` back to the batch's order. The ids are drawn Zipf-like (:func:`batch_ids`).
+``HRREmbedding.forward`` composes them: the distinct ids (``hrr_kernel.lookup.unique_ids``),
+``compose(rows=unique)``, then ``gather_rows(inverse)`` back to the batch's order (natively on the CPU,
+whose backward sums each row's positions on one thread; else ``torch.unique`` and ``index_select``).
+The ids are drawn Zipf-like (:func:`batch_ids`).
 (e') ``batch_rows_sparse``: (e) with the atoms' gradient sparse (only the atoms the batch reads, as
 ``HRREmbedding.sparse_grads`` trains them): no dense ``(A, D)`` gradient is zeroed and written.
 (e'') ``batch_rows_spectral``: (e') with the atoms and relations given as half spectra
@@ -35,6 +37,7 @@ from torch import Tensor
 from hrr_kernel import compose
 from hrr_kernel.composer import compose_spectrum
 from hrr_kernel.embedding import INIT_STD  # the parameters' scale in training (N(0, 0.02))
+from hrr_kernel.lookup import IdMarks, gather_rows, unique_ids
 from hrr_kernel.program import Program
 
 # (e): one fine-tuning batch, 32 sequences of 128 codes (the paper's max_len)
@@ -140,17 +143,18 @@ def batch_ids(n_concepts: int, n: int = BATCH * SEQ, seed: int = 0, s: float = Z
 def batch_rows_method(
     program: Program, dim: int, seed: int = 0, sparse: bool = False, spectral_atoms: bool = False
 ):
-    """One batch's rows, the way ``HRREmbedding.forward`` composes them (unique, compose, inverse);
+    """One batch's rows, the way ``HRREmbedding.forward`` composes them (distinct ids, compose, gather);
     ``sparse``: the atoms' gradient sparse, only the rows read (``HRREmbedding.sparse_grads``);
     ``spectral_atoms``: atoms and relations given as half spectra (``--spectral-atoms``: no transform of
     the atoms, forward or backward; the rows' inverse transform stays)."""
     ids = batch_ids(program.n_concepts, seed=seed).to(program.device)  # (B,)
     spectral_dim = dim if spectral_atoms else None
+    marks = IdMarks(program.n_concepts)
 
     def run(atoms, relations):
-        uniq, inv = torch.unique(ids, return_inverse=True)  # (U,), (B,)
+        uniq, inv = unique_ids(ids, marks)  # (U,), (B,)
         rows = compose(program, atoms, relations, rows=uniq, sparse_grad=sparse, dim=spectral_dim)  # (U, D)
-        return rows.index_select(0, inv)  # (B, D)
+        return gather_rows(rows, inv)  # (B, D)
 
     run.ids = ids
     return run

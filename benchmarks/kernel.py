@@ -205,7 +205,7 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
     )
     plan.append(
         (
-            f"(e) ours, batch rows ({BATCH_LABEL}, Zipf): unique + compose(rows) + index_select(inverse)",
+            f"(e) ours, batch rows ({BATCH_LABEL}, Zipf): unique_ids + compose(rows) + gather_rows(inverse)",
             "batch_rows",
             args.reps,
             args.warmup,

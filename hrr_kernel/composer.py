@@ -188,22 +188,29 @@ def _atom_gradient(plan: ComposePlan, values: Tensor, sparse: bool) -> Tensor:
 
 
 def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None):
-    """The backward of a fused plan: both gradients from one native pass over the pairs (the spectral
-    scale, when the inputs are half spectra, applied to ``g_hat`` first: both gradients are linear in
-    it); the atoms' adjoint is fresh, so a sparse or spectral gradient takes it without a copy."""
+    """The backward of a fused plan: both gradients from one native pass over the pairs. The spectral
+    scale, when the inputs are half spectra, is ``2 / D`` at every bin but DC and (even ``D``) Nyquist,
+    where it is ``1 / D`` (:func:`bin_weights`): those two columns of ``g_hat`` are halved and the kernel
+    multiplies its products by ``2 / D`` (both gradients are linear in ``g_hat``), so no pass over the
+    whole of ``g_hat`` is made. The atoms' adjoint is fresh, so a sparse or spectral gradient takes it
+    without a copy."""
     plan: ComposePlan = ctx.plan
     ws: Workspace = ctx.ws
     d, spectral_in = ctx.d, ctx.spectral_inputs
     need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     r_hat, cdt, dev = ctx.r_hat, a_hat.dtype, a_hat.device
     f = g_hat.shape[1]
+    factor = 1.0
     if scale is not None:
-        g_hat.mul_(scale)
+        factor = 2.0 / d
+        g_hat[:, 0].mul_(0.5)  # the DC bin's weight is 1, not 2
+        if d % 2 == 0:
+            g_hat[:, f - 1].mul_(0.5)  # so is the Nyquist bin's
     gr_hat = torch.empty_like(r_hat) if need_r else None  # (R, F)
     ga_hat = torch.empty((plan.n_atoms_used, f), dtype=cdt, device=dev) if need_a else None  # (A', F)
     atom_row = plan.atoms_used if spectral_in else None
     native.bind_rows_adjoint(
-        plan.q_index, plan.mt_index, plan.pair_relation, a_hat, r_hat, g_hat, ga_hat, gr_hat, atom_row
+        plan.q_index, plan.mt_index, plan.pair_relation, a_hat, r_hat, g_hat, ga_hat, gr_hat, atom_row, factor
     )
     ws.give("rows_hat", g_hat)
     if not ctx.held["given"]:

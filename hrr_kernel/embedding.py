@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from .composer import bin_weights, compose, compose_spectrum
 from .errors import ShapeError
+from .lookup import IdMarks, gather_rows, unique_ids
 from .modes import MODES, EmbeddingMode, mode_spec
 from .program import Program
 
@@ -144,6 +145,7 @@ class HRREmbedding(nn.Module):
         self.dim = dim
         self.normalize = normalize
         self.sparse_grads = False
+        self._id_marks = IdMarks(program.n_concepts)  # unique_ids' scratch, not state
         n, dev = program.n_concepts, program.device
         self.hrr_dim = spec.hrr_dim(dim) if hrr_width is None else int(hrr_width)
         table_dim = spec.table_dim(dim)
@@ -353,11 +355,11 @@ class HRREmbedding(nn.Module):
         if self._cacheable() or self.spec.row_is_table:
             out = F.embedding(flat, self.matrix())  # (B*T, D)
         else:
-            uniq, inv = torch.unique(flat, return_inverse=True)  # (U,), (B*T,)
+            uniq, inv = unique_ids(flat, self._id_marks)  # (U,), (B*T,)
             if uniq.numel() > FULL_MATRIX_FRACTION * self.program.n_concepts:
                 out = F.embedding(flat, self._build(None))
             else:
-                # index_select's backward (index_add) sums the repeats faster than embedding's (which sorts
-                # the ids; 1.9 against 2.4 ms for 4,096 of 1,744 rows at D = 768, 2 cores) or indexing's
-                out = self._build(uniq).index_select(0, inv)  # (B*T, D)
+                # the distinct rows built once, then gathered (hrr_kernel.lookup: natively on the CPU, whose
+                # backward sums each row's positions on one thread; else index_select)
+                out = gather_rows(self._build(uniq), inv)  # (B*T, D)
         return out.view(*ids.shape, self.dim)  # (*, D)

@@ -12,7 +12,10 @@ over the batch's count-matrix entries:
 the forward kernel gives each thread whole rows; the adjoint gives each thread whole atoms (their pairs,
 and the rows each pair feeds) and sums the relations' gradient in per-thread buffers;
 - ``hrr_plan_select`` / ``hrr_plan_build``: a batch's plan in time linear in its entries (mark arrays
-  instead of sorts; only the used atoms are sorted, by a radix sort).
+  instead of sorts; only the used atoms are sorted, by a radix sort);
+- ``hrr_unique_first``, ``hrr_gather_rows``, ``hrr_scatter_rows`` (``lookup.c``): an embedding lookup's
+  distinct ids (a mark array, no sort), the gather of their rows to the batch's positions, and its
+  adjoint, each row's positions summed by one thread (:mod:`hrr_kernel.lookup`).
 
 The library is compiled on first use with the system C compiler (``$CC``, else ``cc``; about a second)
 into ``$HRRBERT_NATIVE_CACHE`` (default ``~/.cache/hrrbert/native``), under a name that hashes the
@@ -47,15 +50,18 @@ __all__ = [
     "bind_rows_adjoint",
     "plan_select",
     "plan_build",
+    "unique_first",
+    "gather_rows",
+    "scatter_rows",
 ]
 
 SOURCES = Path(__file__).resolve().parent / "_native"
-_FILES = ("compose.c", "bind_impl.h", "plan.c")
+_FILES = ("compose.c", "bind_impl.h", "plan.c", "lookup.c")
 _FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c11") + (
     # x86 compilers' own loops at the full AVX-512 width where the CPU has it (an x86-only option)
     ("-mprefer-vector-width=512",) if platform.machine().lower() in ("x86_64", "amd64") else ()
 )
-_ABI = 4
+_ABI = 5
 _SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 
 _lock = threading.Lock()
@@ -103,6 +109,7 @@ def _build(cc: str) -> Path:
             str(SOURCES),
             str(SOURCES / "compose.c"),
             str(SOURCES / "plan.c"),
+            str(SOURCES / "lookup.c"),
             "-o",
             tmp,
         ]
@@ -122,10 +129,16 @@ def _declare(lib: ctypes.CDLL) -> None:
         f = getattr(lib, f"hrr_bind_rows_{suf}")
         f.argtypes, f.restype = [i64, i64, p, p, p, p, p, p, p, p, p, c_int], c_int
         f = getattr(lib, f"hrr_bind_rows_adjoint_{suf}")
-        f.argtypes, f.restype = [i64, i64, i64, p, p, p, p, p, p, p, p, p, p, p, p, c_int], c_int
+        real = ctypes.c_float if suf == "f32" else ctypes.c_double
+        f.argtypes, f.restype = [i64, i64, i64, p, p, p, p, p, p, p, p, p, p, p, p, real, c_int], c_int
     lib.hrr_plan_select.argtypes, lib.hrr_plan_select.restype = [i64, p, p, p, p, p, p, p], i64
     lib.hrr_plan_build.argtypes, lib.hrr_plan_build.restype = [i64, i64] + [p] * 21, None
     lib.hrr_native_abi.argtypes, lib.hrr_native_abi.restype = [], c_int
+    lib.hrr_unique_first.argtypes, lib.hrr_unique_first.restype = [i64, p, p, p, p], i64
+    lib.hrr_gather_rows.argtypes, lib.hrr_gather_rows.restype = [i64, i64, p, p, p, c_int], None
+    for suf in _SUFFIX.values():
+        f = getattr(lib, f"hrr_scatter_rows_{suf}")
+        f.argtypes, f.restype = [i64, i64, i64, p, p, p, c_int], c_int
 
 
 def _load():
@@ -241,10 +254,11 @@ def bind_rows_adjoint(
     ga_hat: Tensor | None,
     gr_hat: Tensor | None,
     atom_row: Tensor | None = None,
+    scale: float = 1.0,
 ) -> None:
-    """The adjoint of :func:`bind_rows`: ``ga_hat[a] = Σ_{p of a} conj(r_hat[rel p]) · gb[p]`` and
-    ``gr_hat[j] = Σ_{p of j} conj(a_hat[atom p]) · gb[p]`` with ``gb = Mᵀ g_hat``; either output may be
-    None (not computed); both are overwritten.
+    """The adjoint of :func:`bind_rows`: ``ga_hat[a] = scale · Σ_{p of a} conj(r_hat[rel p]) · gb[p]``
+    and ``gr_hat[j] = scale · Σ_{p of j} conj(a_hat[atom p]) · gb[p]`` with ``gb = Mᵀ g_hat``; either
+    output may be None (not computed); both are overwritten.
 
     Shapes:
         - q_index: crow ``(A' + 1,)``, col ``(P,)`` (the pairs of each used atom); mt_index: crow
@@ -260,7 +274,7 @@ def bind_rows_adjoint(
     rc = fn(
         q_crow.numel() - 1, r_hat.shape[0], g_hat.shape[1], _ptr(q_crow), _ptr(q_col), _ptr(mt_crow),
         _ptr(mt_row), _ptr(mt_val), _ptr(pair_rel), _ptr(atom_row), _ptr(a_hat), _ptr(r_hat), _ptr(g_hat),
-        _ptr(ga_hat), _ptr(gr_hat), torch.get_num_threads(),
+        _ptr(ga_hat), _ptr(gr_hat), scale, torch.get_num_threads(),
     )  # fmt: skip
     if rc != 0:
         raise MemoryError("hrr_bind_rows_adjoint could not allocate its per-thread scratch")
@@ -341,3 +355,49 @@ def plan_build(
         "mt_index": (mt_crow[: n_p + 1], mt_row[:nnz], mt_val[:nnz]),
         "q_index": (q_crow[: n_a + 1], q_col[:n_p]),
     }
+
+
+def unique_first(ids: Tensor, mark: Tensor) -> tuple[Tensor, Tensor]:
+    """The distinct values of ``ids`` in order of first appearance, and each position's number among
+    them. ``mark`` (one int64 slot per possible id, all -1) is left as it was; the caller holds it alone.
+
+    Shapes: ids ``(N,)`` int64 in ``[0, mark.numel())`` -> uniq ``(U,)``, inverse ``(N,)``
+    """
+    lib = _load()
+    _check(ids, mark)
+    n = ids.numel()
+    uniq = torch.empty(max(n, 1), dtype=torch.int64)
+    inverse = torch.empty(n, dtype=torch.int64)
+    n_u = lib.hrr_unique_first(n, _ptr(ids), _ptr(mark), _ptr(uniq), _ptr(inverse))
+    return uniq[:n_u], inverse
+
+
+def gather_rows(rows: Tensor, index: Tensor) -> Tensor:
+    """``rows[index]``, a fresh ``(N, W)`` tensor copied on the intra-op threads (any dtype).
+
+    Shapes: rows ``(U, W)``, index ``(N,)`` int64 in ``[0, U)`` -> ``(N, W)``
+    """
+    lib = _load()
+    _check(rows, index)
+    out = torch.empty((index.numel(), rows.shape[1]), dtype=rows.dtype)
+    bytes_per_row = rows.shape[1] * rows.element_size()
+    lib.hrr_gather_rows(
+        index.numel(), bytes_per_row, _ptr(index), _ptr(rows), _ptr(out), torch.get_num_threads()
+    )
+    return out
+
+
+def scatter_rows(grad: Tensor, index: Tensor, n_rows: int) -> Tensor:
+    """The adjoint of :func:`gather_rows`: ``out[u] = Σ_{i: index[i] = u} grad[i]`` (zero where no
+    position reads ``u``), each row summed in position order by one thread; float32 or float64.
+
+    Shapes: grad ``(N, W)``, index ``(N,)`` -> ``(n_rows, W)``
+    """
+    lib = _load()
+    _check(grad, index)
+    out = torch.empty((n_rows, grad.shape[1]), dtype=grad.dtype)
+    fn = getattr(lib, f"hrr_scatter_rows_{_SUFFIX[grad.dtype]}")
+    rc = fn(index.numel(), n_rows, grad.shape[1], _ptr(index), _ptr(grad), _ptr(out), torch.get_num_threads())
+    if rc != 0:
+        raise MemoryError("hrr_scatter_rows could not allocate its grouping scratch")
+    return out

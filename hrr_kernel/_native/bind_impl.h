@@ -106,7 +106,8 @@ int NAME(hrr_bind_rows)(int64_t n_rows, int64_t nf, const int64_t *crow, const i
  *
  * q_crow (A' + 1), q_col (P): the pairs of each used atom; mt_crow (P + 1), mt_row, mt_val (nnz): Mᵀ in
  * CSR. Each ga_hat row belongs to one thread; gr_hat is summed in per-thread buffers, then reduced in
- * thread order. The threads take contiguous blocks of atoms of about equal work (an atom costs 2, a pair
+ * thread order. Both outputs are multiplied by `scale` (1, or the spectral inputs' 2 / D, folded in here
+ * rather than in a pass over g_hat). The threads take contiguous blocks of atoms of about equal work (an atom costs 2, a pair
  * 2 plus its entries: a batch's atoms differ by hundreds of times in pairs, and halves by count differed
  * by half again in work), fixed by the plan, so at a given thread count every sum runs in the same order
  * from call to call (bitwise reproducible). Both outputs are overwritten. Returns 0, or 1 when the
@@ -115,7 +116,7 @@ int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, cons
                                 const int64_t *q_col, const int64_t *mt_crow, const int64_t *mt_row,
                                 const double *mt_val, const int64_t *pair_rel, const int64_t *atom_row,
                                 const REAL *a_hat, const REAL *r_hat, const REAL *g_hat, REAL *ga_hat,
-                                REAL *gr_hat, int nthreads) {
+                                REAL *gr_hat, REAL scale, int nthreads) {
     const int64_t w2 = 2 * nf;
     const size_t per_thread = (size_t)w2 + (gr_hat ? (size_t)(n_rel * w2) : 0);
     if (nthreads < 1) nthreads = 1;
@@ -158,10 +159,10 @@ int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, cons
             for (int64_t q = q_crow[a]; q < q_crow[a + 1]; ++q) {
                 const int64_t p = q_col[q];
                 const REAL *gp = gb; /* the pair's summed gradient, times gw */
-                REAL gw = (REAL)1;
+                REAL gw = scale;
                 if (mt_crow[p + 1] - mt_crow[p] == 1) { /* one row reads the pair: use its gradient */
                     gp = g_hat + mt_row[mt_crow[p]] * w2;
-                    gw = (REAL)mt_val[mt_crow[p]];
+                    gw = scale * (REAL)mt_val[mt_crow[p]];
                 } else {
                     memset(gb, 0, (size_t)w2 * sizeof(REAL));
                     for (int64_t e = mt_crow[p]; e < mt_crow[p + 1]; ++e) {

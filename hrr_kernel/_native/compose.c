@@ -11,7 +11,7 @@
 #include <omp.h>
 #endif
 
-int hrr_native_abi(void) { return 4; }
+int hrr_native_abi(void) { return 5; }
 
 
 /* Ask for a row's cache lines ahead of its use: the forward's next atom is at an address no hardware
