@@ -1,7 +1,12 @@
 """The compile's encoder: a table spilled to a temporary file while it waits is byte for byte the file an
 in-memory encode gives, and the write copies it into place; Arrow's pool is tuned once."""
 
+import os
+import subprocess
+import sys
+
 import pyarrow as pa
+import pytest
 
 from ontology_compiler import memory
 from ontology_compiler.program import Chunks, encode_parquet, write_encoded
@@ -34,3 +39,18 @@ def test_tune_pool_names_the_backend():
     backend = memory.tune_pool()
     assert backend == pa.default_memory_pool().backend_name
     assert memory.tune_pool() == backend  # idempotent
+
+
+def _backend(env: dict) -> str:
+    code = "import ontology_compiler, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    full = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"} | env
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=full
+    ).stdout.strip()
+
+
+def test_linux_compiles_with_jemalloc_unless_the_user_chose():
+    if sys.platform != "linux" or "jemalloc" not in pa.supported_memory_backends():
+        pytest.skip("jemalloc is the Linux wheels' pool")
+    assert _backend({}) == "jemalloc"
+    assert _backend({"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}) == "mimalloc"  # the user's choice kept
