@@ -38,8 +38,8 @@ import os
 import sys
 
 # Arrow reads these once, when pyarrow loads (ontology_compiler.memory): on Linux its jemalloc pool (in
-# every Linux wheel), which a SNOMED-size compile measured 5 % faster and some 60 MB lower at its peak
-# than mimalloc; elsewhere mimalloc, told to give freed pages back at once instead of after 10 ms. Only
+# every Linux wheel), with which a SNOMED-size compile measured 10 % faster than with mimalloc at the same
+# highest peak (docs/architecture.md); elsewhere mimalloc, told to give freed pages back at once. Only
 # when ontology_compiler is imported before pyarrow, and never over the user's own setting
 # (``ARROW_DEFAULT_MEMORY_POOL=mimalloc`` keeps Arrow's own default).
 if "pyarrow" not in sys.modules:
