@@ -35,15 +35,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import platform
 import sys
 
-# Arrow reads these once, when pyarrow loads (ontology_compiler.memory): on Linux its jemalloc pool (in
-# every Linux wheel), with which a SNOMED-size compile measured 10 % faster than with mimalloc at the same
+# Arrow reads these once, when pyarrow loads (ontology_compiler.memory): on x86-64 Linux its jemalloc
+# pool (in those wheels), with which a SNOMED-size compile measured 10 % faster than with mimalloc at the same
 # highest peak (docs/architecture.md); elsewhere mimalloc, told to give freed pages back at once. Only
 # when ontology_compiler is imported before pyarrow, and never over the user's own setting
 # (``ARROW_DEFAULT_MEMORY_POOL=mimalloc`` keeps Arrow's own default).
 if "pyarrow" not in sys.modules:
-    if sys.platform == "linux":
+    if sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64"):  # where the wheels carry it
         os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
     os.environ.setdefault("MIMALLOC_PURGE_DELAY", "0")
 

@@ -1,7 +1,7 @@
 """Give freed memory back to the system between the compile's big steps.
 
 A compile holds a few hundred MB of Arrow tables and numpy arrays at a time but frees and allocates far
-more; two allocators keep what was freed. Arrow's pool (jemalloc on Linux, see ``ontology_compiler``'s
+more; two allocators keep what was freed. Arrow's pool (jemalloc on x86-64 Linux, see ``ontology_compiler``'s
 ``__init__``; mimalloc elsewhere) keeps freed pages for a while: :func:`tune_pool` shortens jemalloc's
 decay, and :func:`give_back` asks the pool to return what it holds (mimalloc: the calling thread's heap;
 the compiler allocates Arrow memory on the main thread and the encoder threads, each of which calls
