@@ -32,6 +32,12 @@ class IdMarks:
         self._mark: Tensor | None = None
         self.lock = threading.Lock()
 
+    def __getstate__(self) -> dict:  # a copy (deepcopy, pickle) gets fresh scratch and its own lock
+        return {"n_ids": self.n_ids}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["n_ids"])
+
     def mark(self) -> Tensor:
         if self._mark is None:
             self._mark = torch.full((max(self.n_ids, 1),), -1, dtype=torch.int64)

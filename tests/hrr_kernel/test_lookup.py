@@ -86,3 +86,15 @@ def test_gather_rows_falls_back_without_native(monkeypatch):
     assert rows.grad[4].tolist() == [2.0, 2.0, 2.0] and rows.grad[1].tolist() == [0.0, 0.0, 0.0]
     uniq, inv = unique_ids(torch.tensor([3, 1, 3]), IdMarks(4))
     assert uniq.tolist() == [1, 3] and inv.tolist() == [1, 0, 1]  # torch.unique: sorted
+
+
+def test_id_marks_copy_and_pickle():
+    import copy
+    import pickle
+
+    marks = IdMarks(7)
+    marks.mark()
+    for twin in (copy.deepcopy(marks), pickle.loads(pickle.dumps(marks))):
+        assert twin.n_ids == 7 and twin.lock is not marks.lock
+        uniq, inv = unique_ids(torch.tensor([6, 6, 1]), twin)
+        assert torch.equal(uniq[inv], torch.tensor([6, 6, 1]))
