@@ -42,8 +42,6 @@ R relations, D dimension, F = D // 2 + 1 frequencies.
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -153,13 +151,6 @@ def bin_weights(d: int, dtype: torch.dtype = torch.float32, device=None) -> Tens
     return w
 
 
-def _give_back(ws: Workspace, a_hat: Tensor, held: dict) -> None:
-    """Return the forward's atom spectrum to the pool once (after backward, or when the graph dies)."""
-    if not held["given"]:
-        ws.give("a_hat", a_hat)
-        held["given"], held["takes"] = True, ws.takes("a_hat", a_hat.dtype, a_hat.device)
-
-
 def _fused(plan: ComposePlan, like: Tensor) -> bool:
     """Compose with the native fused kernels: float32/64 on the CPU with the kernels loaded (a natively
     built plan always; the whole matrix's plan, built by torch, serves them as well)."""
@@ -187,13 +178,13 @@ def _atom_gradient(plan: ComposePlan, values: Tensor, sparse: bool) -> Tensor:
     return out
 
 
-def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None):
+def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None, pooled: bool):
     """The backward of a fused plan: both gradients from one native pass over the pairs. The spectral
     scale, when the inputs are half spectra, is ``2 / D`` at every bin but DC and (even ``D``) Nyquist,
     where it is ``1 / D`` (:func:`bin_weights`): those two columns of ``g_hat`` are halved and the kernel
     multiplies its products by ``2 / D`` (both gradients are linear in ``g_hat``), so no pass over the
     whole of ``g_hat`` is made. The atoms' adjoint is fresh, so a sparse or spectral gradient takes it
-    without a copy."""
+    without a copy. ``pooled``: ``g_hat`` came from the workspace and goes back to it."""
     plan: ComposePlan = ctx.plan
     ws: Workspace = ctx.ws
     d, spectral_in = ctx.d, ctx.spectral_inputs
@@ -212,9 +203,8 @@ def _fused_backward(ctx, a_hat: Tensor, g_hat: Tensor, scale: Tensor | None):
     native.bind_rows_adjoint(
         plan.q_index, plan.mt_index, plan.pair_relation, a_hat, r_hat, g_hat, ga_hat, gr_hat, atom_row, factor
     )
-    ws.give("rows_hat", g_hat)
-    if not ctx.held["given"]:
-        _give_back(ws, a_hat, ctx.held)
+    if pooled:
+        ws.give("rows_hat", g_hat)
     grad_r = _to_input(gr_hat, d, spectral_in, None) if need_r else None  # (R, D) or (R, 2F)
     grad_a = None
     if need_a:
@@ -249,10 +239,12 @@ class _Compose(torch.autograd.Function):
         if spectral_inputs:  # the half spectra are the parameters: no transform at all
             a_hat = _complex2d(src)  # (A', F), a view (of the parameter, or of the selected copy)
             r_hat = _complex2d(relations)  # (R, F)
-        else:
-            a_hat = ws.take("a_hat", (src.shape[0], f), cdt, dev)  # (A', F)
-            if src.shape[0]:  # MKL refuses empty transforms
-                torch.fft.rfft(src, dim=1, out=a_hat)
+        else:  # fresh: an FFT's out= is a fresh result copied into it, so a pooled buffer only adds a copy
+            a_hat = (
+                torch.fft.rfft(src, dim=1)
+                if src.shape[0]  # MKL refuses empty transforms
+                else torch.empty((0, f), dtype=cdt, device=dev)
+            )  # (A', F)
             r_hat = torch.fft.rfft(relations, dim=1)  # (R, F)
         # a spectral output of every row in order is the product itself: fresh, not pooled
         # (the caller owns it)
@@ -278,56 +270,36 @@ class _Compose(torch.autograd.Function):
         elif plan.row_map is None:
             out = torch.fft.irfft(c_hat, n=d, dim=1)  # (N, D), fresh: the caller owns it
         else:
-            c_u = ws.take("rows", (plan.n_rows, d), atoms.dtype, dev)  # (U, D)
-            torch.fft.irfft(c_hat, n=d, dim=1, out=c_u)
-            out = c_u.index_select(0, plan.row_map)  # (N, D)
-            ws.give("rows", c_u)
+            out = torch.fft.irfft(c_hat, n=d, dim=1).index_select(0, plan.row_map)  # (U, D) -> (N, D)
         if not direct:
             ws.give("rows_hat", c_hat)
         need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if need_a or need_r:
-            ctx.save_for_backward(atoms)  # version-checked; a_hat is recomputed from it if reclaimed
+            ctx.save_for_backward(atoms)  # version-checked: a_hat was computed from it
             ctx.plan, ctx.ws, ctx.d, ctx.spectral = plan, ws, d, spectral
             ctx.spectral_inputs, ctx.sparse_grad, ctx.fused = spectral_inputs, sparse_grad, fused
+            # the atoms' spectrum (a view of the parameter for spectral inputs), held with the graph
             ctx.a_hat, ctx.r_hat = a_hat, r_hat
-            # the spectrum goes back to the pool after the first backward, or when the graph is freed
-            ctx.held = {"given": spectral_inputs, "takes": 0}
-            if not spectral_inputs:
-                weakref.finalize(ctx, _give_back, ws, a_hat, ctx.held)
-        elif not spectral_inputs:
-            ws.give("a_hat", a_hat)
         return out
-
-    @staticmethod
-    def _saved_a_hat(ctx) -> Tensor:
-        """The forward's atom spectrum; recomputed when its buffer went back to the pool and was reused
-        (a second backward through a retained graph after another forward)."""
-        (atoms,) = ctx.saved_tensors
-        a_hat = ctx.a_hat
-        held = ctx.held
-        if ctx.spectral_inputs:  # a view of the (version-checked) parameter itself
-            return a_hat
-        if held["given"] and ctx.ws.takes("a_hat", a_hat.dtype, a_hat.device) != held["takes"]:
-            plan = ctx.plan
-            a_hat = ctx.a_hat = torch.fft.rfft(_used_atoms(plan, atoms), dim=1)  # (A', F), not pooled
-        return a_hat
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor):
         plan: ComposePlan = ctx.plan
         ws: Workspace = ctx.ws
-        a_hat, r_hat, d = _Compose._saved_a_hat(ctx), ctx.r_hat, ctx.d
+        ctx.saved_tensors  # noqa: B018 - raises if the atoms were modified in place since the forward
+        a_hat, r_hat, d = ctx.a_hat, ctx.r_hat, ctx.d
         need_a, need_r = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dtype, dev = grad.dtype, grad.device
         cdt, f = a_hat.dtype, a_hat.shape[1]
-        g_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
         spectral_in = ctx.spectral_inputs
         # G_hat below is rfft(dL/dC) (signal-domain inputs: the irfft at the end gives their gradient); with
         # spectral inputs the gradient is dL/dC_hat carried straight through, so scale = w / D turns an
         # rfft(dL/dC) into it, and a spectral output's gradient is used as it comes
         scale = None
+        pooled = ctx.spectral  # a pooled (U, F) buffer, or a fresh transform below
         if ctx.spectral:  # dL/dC_hat -> the G_hat of a signal-domain loss (module docstring)
+            g_hat = ws.take("rows_hat", (plan.n_rows, f), cdt, dev)  # (U, F)
             g = torch.view_as_complex(grad.reshape(grad.shape[0], f, 2).contiguous())  # (N, F)
             if plan.row_map is not None:
                 g_hat.zero_().index_add_(0, plan.row_map, g)
@@ -338,27 +310,26 @@ class _Compose(torch.autograd.Function):
                 torch.mul(g if plan.row_map is None else g_hat, w, out=g_hat)
         else:
             if plan.row_map is None:
-                torch.fft.rfft(grad.contiguous(), dim=1, out=g_hat)
+                g_hat = torch.fft.rfft(grad.contiguous(), dim=1)  # (U, F), fresh (an out= only adds a copy)
             else:
                 g_u = ws.take("rows", (plan.n_rows, d), dtype, dev).zero_()  # (U, D)
                 g_u.index_add_(0, plan.row_map, grad)
-                torch.fft.rfft(g_u, dim=1, out=g_hat)
+                g_hat = torch.fft.rfft(g_u, dim=1)  # (U, F)
                 ws.give("rows", g_u)
             if spectral_in:
                 scale = bin_weights(d, dtype, dev) / d  # (F,)
         if ctx.fused:  # the backward of the path the forward took
-            return _fused_backward(ctx, a_hat, g_hat, scale)
+            return _fused_backward(ctx, a_hat, g_hat, scale, pooled)
         _, mt, q = plan.matrices(dtype)
         gb = ws.take("pairs", (plan.n_pairs, f), cdt, dev)  # (P, F)
         torch.addmm(_real2d(gb), mt, _real2d(g_hat), beta=0, out=_real2d(gb))
-        ws.give("rows_hat", g_hat)
+        if pooled:
+            ws.give("rows_hat", g_hat)
         grad_r = grad_a = None
         if need_r:
             gr_hat = torch.zeros_like(r_hat)  # (R, F)
             _relation_grads(a_hat, gb, plan, ws, gr_hat)
             grad_r = _to_input(gr_hat, d, spectral_in, scale)  # (R, D) or (R, 2F)
-        if not ctx.held["given"]:
-            _give_back(ws, a_hat, ctx.held)
         if need_a:
             _scale_by_conj_relation(gb, r_hat, plan, ws)
             # spectral inputs, every atom: the adjoint is the gradient itself (fresh, scaled in place)

@@ -159,6 +159,10 @@ int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, cons
             for (int64_t q = q_crow[a]; q < q_crow[a + 1]; ++q) {
                 const int64_t p = q_col[q];
                 const REAL *gp = gb; /* the pair's summed gradient, times gw */
+                if (q + 1 < q_crow[n_atoms]) { /* the next pair's first row, while this pair is read */
+                    const int64_t pn = q_col[q + 1];
+                    hrr_prefetch(g_hat + mt_row[mt_crow[pn]] * w2, (size_t)w2 * sizeof(REAL));
+                }
                 REAL gw = scale;
                 if (mt_crow[p + 1] - mt_crow[p] == 1) { /* one row reads the pair: use its gradient */
                     gp = g_hat + mt_row[mt_crow[p]] * w2;
@@ -167,6 +171,8 @@ int NAME(hrr_bind_rows_adjoint)(int64_t n_atoms, int64_t n_rel, int64_t nf, cons
                     memset(gb, 0, (size_t)w2 * sizeof(REAL));
                     for (int64_t e = mt_crow[p]; e < mt_crow[p + 1]; ++e) {
                         const REAL *restrict g = g_hat + mt_row[e] * w2;
+                        if (e + 1 < mt_crow[p + 1]) /* and the pair's next row */
+                            hrr_prefetch(g_hat + mt_row[e + 1] * w2, (size_t)w2 * sizeof(REAL));
                         const REAL w = (REAL)mt_val[e];
 #pragma omp simd
                         for (int64_t k = 0; k < w2; ++k) gb[k] += w * g[k];
