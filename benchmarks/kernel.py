@@ -7,6 +7,7 @@ Usage::
     python benchmarks/kernel.py --no-350k       # sweep without the 350k point
     python benchmarks/kernel.py --program artifacts/programs/<release>/<id>   # also a compiled program
     python benchmarks/kernel.py --device cuda --no-sweep --json out.json       # on a GPU, rows as JSON
+    python benchmarks/kernel.py --allocator default   # glibc as it starts, not as the hrrbert command sets it
 
 Every number is measured in this run; each (program, method) runs in a fresh process so that peak
 resident memory (VmHWM above the post-setup RSS) is attributable to it; on ``--device cuda`` the memory
@@ -14,6 +15,11 @@ is GPU memory (peak allocated above the allocation after setup) and timings are 
 medians. Below the main table a short list says which goals of issue #15 the run met: on the CPU (2
 cores) (d) fwd+bwd <= 100 ms, (e) fwd+bwd <= 10 ms, peak extra <= 512 MiB for (c) and <= 150 MiB for (d);
 on CUDA also (c) forward <= 1 ms and fwd+bwd <= 3 ms.
+
+The workers run with the C allocator the ``hrrbert`` command sets (``--allocator keep``, the default:
+glibc keeps freed memory, :mod:`pipelines.cli.allocator`), so the times are those of a training step run
+by the command; ``--allocator default`` leaves glibc as it starts (every large temporary is fresh ``mmap``
+memory, faulted in again each call). The table's title says which.
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ WORKER_METHODS = (
     "batch_rows_spectral",
     "fft_floor",
 )
+ALLOCATORS = {
+    "keep": "glibc keeps freed memory, as the hrrbert command sets it (--allocator keep)",
+    "default": "glibc as it starts, freed large blocks handed back to the kernel (--allocator default)",
+}
 BATCH_LABEL = "32 x 128 codes"  # _kernel_methods.BATCH x SEQ
 # issue #15: (method, measured key, limit, unit, devices the goal is stated for, what it says)
 GOALS = (
@@ -91,12 +101,14 @@ def run_worker(
     timeout: float,
     device: str = "cpu",
     native: bool = True,
+    allocator: str = "keep",
 ) -> dict:
     """One (program, method) in a fresh process; ``native=False`` runs it with ``HRRBERT_NATIVE=0``
-    (the torch path of a batch's rows, the baseline of the native kernels)."""
+    (the torch path of a batch's rows, the baseline of the native kernels); ``allocator``: ``keep`` (glibc
+    keeps freed memory, as the ``hrrbert`` command sets it) or ``default``."""
     cmd = [sys.executable, __file__, "--worker", method, "--program", str(program), "--dim", str(dim)]
     cmd += ["--reps", str(reps), "--warmup", str(warmup), "--device", device]
-    env = dict(os.environ)
+    env = worker_env(allocator)
     if not native:
         env["HRRBERT_NATIVE"] = "0"
     try:
@@ -108,6 +120,19 @@ def run_worker(
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["no output"]
         return {"method": method, "error": f"exit {res.returncode}: {tail[0][:120]}"}
     return json.loads(lines[-1])
+
+
+def worker_env(allocator: str) -> dict[str, str]:
+    """The workers' environment: this one with glibc told to keep freed memory (``keep``, what the
+    ``hrrbert`` command sets) or with those settings removed (``default``)."""
+    from pipelines.cli.allocator import ENV, KEEP_FREED_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in KEEP_FREED_ENV and k != ENV}
+    if allocator == "keep":
+        env.update(KEEP_FREED_ENV)
+    elif allocator != "default":
+        raise ValueError(f"allocator must be keep or default, got {allocator!r}")
+    return env
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -242,7 +267,17 @@ def compare(root: Path, title: str, args, baselines: bool) -> tuple[list[str], d
     for label, method, reps, warmup, *native in plan:
         t0 = time.perf_counter()
         on = native[0] if native else True
-        r = run_worker(root, method, args.dim, reps, warmup, args.timeout, args.device, native=on)
+        r = run_worker(
+            root,
+            method,
+            args.dim,
+            reps,
+            warmup,
+            args.timeout,
+            args.device,
+            native=on,
+            allocator=args.allocator,
+        )
         if "distinct_rows" in r:
             label += f", {r['distinct_rows']:,} distinct"
         if method.startswith("batch_rows") and on and r.get("native"):
@@ -312,7 +347,16 @@ def sweep(args) -> tuple[list[str], list[dict]]:
     rows = []
     for n in points:
         root = synthetic_program(n)
-        r = run_worker(root, "ours", args.dim, args.reps, args.warmup, args.timeout, args.device)
+        r = run_worker(
+            root,
+            "ours",
+            args.dim,
+            args.reps,
+            args.warmup,
+            args.timeout,
+            args.device,
+            allocator=args.allocator,
+        )
         r["concepts"] = n
         rows.append(r)
         print(f"  sweep {n}: {json.dumps({k: v for k, v in r.items() if k != 'counts'})}", file=sys.stderr)
@@ -375,6 +419,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (every method runs on the GPU)")
     ap.add_argument("--json", type=Path, default=None, help="also write every row (and the goals) as JSON")
+    ap.add_argument(
+        "--allocator",
+        choices=["keep", "default"],
+        default="keep",
+        help="glibc in the workers: keep freed memory as the hrrbert command does (default), or as it starts",
+    )
     ap.add_argument("--worker", choices=WORKER_METHODS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
@@ -388,7 +438,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         args.reps, args.warmup, args.baseline_reps = 3, 1, 1
         args.skip = sorted(set(args.skip) | {"torchhd"})
-    out = [f"## hrr_kernel benchmark — {machine(args.device)}", ""]
+    out = [
+        f"## hrr_kernel benchmark — {machine(args.device)}",
+        "",
+        f"C allocator: {ALLOCATORS[args.allocator]}",
+        "",
+    ]
     n_main = 5_000 if args.quick else PAPER_CONCEPTS
     lines, main_section = compare(
         synthetic_program(n_main), f"Synthetic paper-scale program ({n_main:,} codes)", args, baselines=True
@@ -422,6 +477,7 @@ def main(argv: list[str] | None = None) -> None:
             "machine": machine(args.device),
             "device": args.device,
             "dim": args.dim,
+            "allocator": args.allocator,
             "sections": sections,
             "goals": goal_rows,
             "sweep": sweep_rows,

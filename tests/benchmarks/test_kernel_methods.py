@@ -1,6 +1,6 @@
 """benchmarks/kernel.py's methods run on a tiny program (no timings asserted): (d) spectral and (e) batch
 rows give the right output and gradient shapes, (e) equals the full matrix's rows, the goals list says
-met / not met, and benchmarks/gpu.sh parses."""
+met / not met, the workers' allocator settings, and benchmarks/gpu.sh parses."""
 
 from __future__ import annotations
 
@@ -107,6 +107,22 @@ def test_goals_say_met_and_not_met():
     verdicts = {(g["method"], g["key"]): g["verdict"] for g in goals}
     assert verdicts[("ours", "forward")] == "met" and verdicts[("ours", "forward_backward")] == "not met"
     assert ("spectral", "forward_backward") not in verdicts  # a 2-core CPU goal
+
+
+def test_worker_env_sets_or_removes_the_commands_allocator(monkeypatch):
+    """The workers get glibc's keep-freed settings (as the hrrbert command sets them) or none of them."""
+    from pipelines.cli.allocator import ENV, KEEP_FREED_ENV
+
+    kernel = _load("kernel")
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "7")
+    monkeypatch.setenv(ENV, "default")
+    keep = kernel.worker_env("keep")
+    assert {k: keep[k] for k in KEEP_FREED_ENV} == KEEP_FREED_ENV and ENV not in keep
+    default = kernel.worker_env("default")
+    assert not set(KEEP_FREED_ENV) & set(default) and ENV not in default
+    assert default["PATH"] == keep["PATH"]  # the rest of the environment passes through
+    with pytest.raises(ValueError, match="keep or default"):
+        kernel.worker_env("jemalloc")
 
 
 def test_gpu_script_parses():
