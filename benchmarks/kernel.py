@@ -7,7 +7,7 @@ Usage::
     python benchmarks/kernel.py --no-350k       # sweep without the 350k point
     python benchmarks/kernel.py --program artifacts/programs/<release>/<id>   # also a compiled program
     python benchmarks/kernel.py --device cuda --no-sweep --json out.json       # on a GPU, rows as JSON
-    python benchmarks/kernel.py --allocator default   # glibc as it starts, not as the hrrbert command sets it
+    python benchmarks/kernel.py --allocator keep      # glibc keeping freed memory, as hrrbert runs
 
 Every number is measured in this run; each (program, method) runs in a fresh process so that peak
 resident memory (VmHWM above the post-setup RSS) is attributable to it; on ``--device cuda`` the memory
@@ -16,10 +16,11 @@ medians. Below the main table a short list says which goals of issue #15 the run
 cores) (d) fwd+bwd <= 100 ms, (e) fwd+bwd <= 10 ms, peak extra <= 512 MiB for (c) and <= 150 MiB for (d);
 on CUDA also (c) forward <= 1 ms and fwd+bwd <= 3 ms.
 
-The workers run with the C allocator the ``hrrbert`` command sets (``--allocator keep``, the default:
-glibc keeps freed memory, :mod:`pipelines.cli.allocator`), so the times are those of a training step run
-by the command; ``--allocator default`` leaves glibc as it starts (every large temporary is fresh ``mmap``
-memory, faulted in again each call). The table's title says which.
+The workers run with glibc as it starts (``--allocator default``: every large temporary is fresh ``mmap``
+memory, faulted in again each call), or with the setting the ``hrrbert`` command makes (``--allocator
+keep``: freed memory stays in the process, :mod:`pipelines.cli.allocator`), which is faster and keeps a
+larger peak (fragmentation: on the 2-core VM (c) 227 -> 139 ms fwd+bwd, peak extra 458 -> 912 MiB). The
+table's title says which.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def run_worker(
     timeout: float,
     device: str = "cpu",
     native: bool = True,
-    allocator: str = "keep",
+    allocator: str = "default",
 ) -> dict:
     """One (program, method) in a fresh process; ``native=False`` runs it with ``HRRBERT_NATIVE=0``
     (the torch path of a batch's rows, the baseline of the native kernels); ``allocator``: ``keep`` (glibc
@@ -422,8 +423,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--allocator",
         choices=["keep", "default"],
-        default="keep",
-        help="glibc in the workers: keep freed memory as the hrrbert command does (default), or as it starts",
+        default="default",
+        help="glibc in the workers: as it starts (default), or keeping freed memory as hrrbert does",
     )
     ap.add_argument("--worker", choices=WORKER_METHODS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
