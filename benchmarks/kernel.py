@@ -129,10 +129,10 @@ def worker_env(allocator: str) -> dict[str, str]:
     from pipelines.cli.allocator import ENV, KEEP_FREED_ENV
 
     env = {k: v for k, v in os.environ.items() if k not in KEEP_FREED_ENV and k != ENV}
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"allocator must be keep or default, got {allocator!r}")
     if allocator == "keep":
         env.update(KEEP_FREED_ENV)
-    elif allocator != "default":
-        raise ValueError(f"allocator must be keep or default, got {allocator!r}")
     return env
 
 
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write every row (and the goals) as JSON")
     ap.add_argument(
         "--allocator",
-        choices=["keep", "default"],
+        choices=list(ALLOCATORS),
         default="default",
         help="glibc in the workers: as it starts (default), or keeping freed memory as hrrbert does",
     )

@@ -317,15 +317,9 @@ class Workspace:
 
     def __init__(self) -> None:
         self._free: dict[tuple, Tensor] = {}
-        self._takes: dict[tuple, int] = {}
-
-    def takes(self, name: str, dtype: torch.dtype, device: torch.device) -> int:
-        """How many times a buffer of this kind was handed out (to detect reuse after a give)."""
-        return self._takes.get((name, dtype, torch.device(device)), 0)
 
     def take(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
         key = (name, dtype, torch.device(device))
-        self._takes[key] = self._takes.get(key, 0) + 1
         numel = int(np.prod(shape)) if shape else 1
         buf = self._free.pop(key, None)
         if buf is None or buf.numel() < numel:
