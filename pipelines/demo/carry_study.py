@@ -66,6 +66,7 @@ def cohort_without(ehr: Path, codes: pa.Table, dest: Path) -> Path:
     import duckdb
 
     from pipelines.data.folders import folder_written
+    from pipelines.data.readers.common import duckdb_path
 
     if (dest / "hosp" / "diagnoses_icd.csv.gz").is_file():
         return dest
@@ -73,16 +74,18 @@ def cohort_without(ehr: Path, codes: pa.Table, dest: Path) -> Path:
         (tmp / "hosp").mkdir()
         con = duckdb.connect()
         con.register("new_codes", codes.select(["vocabulary", "code"]))
-        src = {t: str(ehr / "hosp" / f"{t}.csv.gz") for t in HOSP_TABLES}
+        # glob characters escaped, so the compression is named (DuckDB's guess from the name fails then)
+        src = {t: duckdb_path(ehr / "hosp" / f"{t}.csv.gz") for t in HOSP_TABLES}
         con.execute(
-            "CREATE TABLE carriers AS SELECT DISTINCT d.subject_id FROM read_csv(?, all_varchar = true) d "
+            "CREATE TABLE carriers AS SELECT DISTINCT d.subject_id "
+            "FROM read_csv(?, all_varchar = true, compression = 'gzip') d "
             "JOIN new_codes n ON n.code = d.icd_code AND n.vocabulary = "
             "CASE d.icd_version WHEN '9' THEN 'ICD9CM' ELSE 'ICD10CM' END",
             [src["diagnoses_icd"]],
         )
         for t in HOSP_TABLES:
             rel = con.sql(
-                "SELECT * FROM read_csv($1, all_varchar = true) "
+                "SELECT * FROM read_csv($1, all_varchar = true, compression = 'gzip') "
                 "WHERE subject_id NOT IN (SELECT subject_id FROM carriers)",
                 params=[src[t]],
             )

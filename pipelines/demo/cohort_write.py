@@ -98,7 +98,7 @@ class Hospital:
 
 
 def _lit(values: list[str]) -> str:
-    return "[" + ", ".join("'" + v.replace("'", "''") + "'" for v in values) + "]"
+    return "[" + ", ".join(quote_literal(v) for v in values) + "]"
 
 
 def _pick(rng: np.random.Generator, n: int, k: int, skew: float = 1.3) -> np.ndarray:

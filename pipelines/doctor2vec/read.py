@@ -61,6 +61,7 @@ import pyarrow.parquet as pq
 from ontology_compiler.api import SPECIAL_TOKENS
 from pipelines.data.dataset import verify_dataset
 from pipelines.data.readers import READERS
+from pipelines.data.readers.common import compression_option, duckdb_path
 from pipelines.errors import InputFileError, MissingTableError, PipelineError
 
 log = logging.getLogger(__name__)
@@ -426,9 +427,11 @@ def read_demographics(f: Path, reader: str) -> pa.Table:
     """(subject_id, sex, age) of the patients in the demographics file ``f`` of a ``reader`` source
     (:data:`DEMOGRAPHICS`), sorted by subject_id."""
     sql = DEMOGRAPHICS[reader][1]
-    csv = "read_csv($1, header = true, all_varchar = true, nullstr = '')"  # the path is a bound parameter
+    # the path is a bound parameter, its glob characters escaped; the compression named, since DuckDB's
+    # guess from the name fails on an escaped one
+    csv = f"read_csv($1, header = true, all_varchar = true, nullstr = '', {compression_option(f)})"
     try:
-        table = duckdb.connect().sql(sql.format(csv=csv), params=[f.as_posix()]).to_arrow_table()
+        table = duckdb.connect().sql(sql.format(csv=csv), params=[duckdb_path(f)]).to_arrow_table()
     except duckdb.Error as e:
         raise InputFileError(f, f"cannot read demographics: {e}", hint="check the file's header") from e
     return table.filter(pc.is_valid(table.column("subject_id"))).sort_by("subject_id")

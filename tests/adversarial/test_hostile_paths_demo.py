@@ -10,7 +10,8 @@ import pytest
 
 from pipelines.doctor2vec.read import read_demographics
 
-HOSTILE = ["O'Brien", "it's {x}", "a'); COPY (SELECT 1) TO 'pwned.txt'; --", "Ménière"]
+# the last two hold DuckDB's glob characters: the path must name this one file, not a pattern
+HOSTILE = ["O'Brien", "it's {x}", "a'); COPY (SELECT 1) TO 'pwned.txt'; --", "Ménière", "site [1]", "q?x *"]
 
 
 @pytest.mark.parametrize("folder", HOSTILE)
@@ -40,3 +41,19 @@ def test_cohort_writer_takes_hostile_folder_names(tmp_path, monkeypatch):
     _copy(con, "SELECT 1 AS a, 'O''Brien' AS b", out, "a, b")
     assert duckdb.connect().execute("SELECT * FROM read_csv($1)", [str(out)]).fetchall() == [(1, "O'Brien")]
     assert not any("pwned" in name for _, _, files in __import__("os").walk(tmp_path) for name in files)
+
+
+def test_load_csv_refuses_a_type_that_is_not_a_duckdb_type(tmp_path):
+    """A column's type reaches the SQL text (``try_cast(... AS type)``) only after the quoting helper's
+    type check, also for a column the header lacks."""
+    import duckdb
+
+    from pipelines.data.readers.common import load_csv
+
+    f = tmp_path / "t.csv"
+    f.write_text("a\n1\n")
+    con = duckdb.connect()
+    with pytest.raises(ValueError, match="not an allowed DuckDB type"):
+        load_csv(con, "t", f, {"a": "INTEGER", "b": "INTEGER) IS NULL OR (1"})
+    load_csv(con, "t", f, {"a": "INTEGER"})
+    assert con.execute("SELECT a FROM t").fetchall() == [(1,)]

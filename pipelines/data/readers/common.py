@@ -239,7 +239,7 @@ def _bad_value_sql(col: str, sql_type: str) -> str:
     return f"({c} IS NOT NULL AND trim({c}) <> '' AND {test})"
 
 
-def _compression(path: Path) -> str:
+def compression_option(path: Path) -> str:
     """The ``compression`` option, from the file name (DuckDB's own guess fails on paths holding ``?``)."""
     return "compression = 'gzip'" if path.suffix == ".gz" else "compression = 'none'"
 
@@ -264,12 +264,14 @@ def load_csv(con: duckdb.DuckDBPyConnection, table: str, path: Path, types: dict
     stream, UTF-8, the number of fields on each line) and re-read as text to name the line (header =
     line 1, one line per record), column and value in the error.
     """
+    columns_literal(types)  # every type checked here, also those of columns the header lacks
     header = read_header(path)
     select = ", ".join(quote_identifier(c) for c in types)
     try:
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE {quote_identifier(table)} AS SELECT {select} "
-            f"FROM read_csv($1, columns = {_columns(header, types)}, {CSV_OPTIONS}, {_compression(path)})",
+            f"FROM read_csv($1, columns = {_columns(header, types)}, {CSV_OPTIONS}, "
+            f"{compression_option(path)})",
             [duckdb_path(path)],
         )
         return
@@ -282,7 +284,7 @@ def load_csv(con: duckdb.DuckDBPyConnection, table: str, path: Path, types: dict
             bad = con.execute(
                 f"SELECT _line, {quote_identifier(col)} FROM (SELECT row_number() OVER () + 1 AS _line, "
                 f"{quote_identifier(col)} FROM read_csv($1, columns = {text}, {CSV_OPTIONS}, "
-                f"{_compression(path)}, "
+                f"{compression_option(path)}, "
                 "parallel = false)) "
                 f"WHERE {_bad_value_sql(col, sql_type)} ORDER BY _line LIMIT 1",
                 [duckdb_path(path)],

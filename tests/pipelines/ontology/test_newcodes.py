@@ -117,10 +117,11 @@ def test_new_code_rows_are_the_tokens_the_old_program_lacks(program, tmp_path):
     assert new_code_rows(old, new).tolist() == [1, 3]
 
 
-def test_cohort_without_drops_every_carrier(tmp_path):
+@pytest.mark.parametrize("ehr_name", ["ehr", "ehr [1] q?*"])  # glob characters name this folder only
+def test_cohort_without_drops_every_carrier(tmp_path, ehr_name):
     from pipelines.demo.carry_study import cohort_without
 
-    hosp = tmp_path / "ehr" / "hosp"
+    hosp = tmp_path / ehr_name / "hosp"
     hosp.mkdir(parents=True)
     tables = {
         "patients": "subject_id,gender\n1,F\n2,M\n3,F\n",
@@ -132,7 +133,7 @@ def test_cohort_without_drops_every_carrier(tmp_path):
         with gzip.open(hosp / f"{name}.csv.gz", "wt") as f:
             f.write(text)
     codes = pa.table({"vocabulary": ["ICD10CM"], "code": ["Z99"]})
-    out = cohort_without(tmp_path / "ehr", codes, tmp_path / "before")
+    out = cohort_without(tmp_path / ehr_name, codes, tmp_path / "before")
     read = {n: gzip.open(out / "hosp" / f"{n}.csv.gz", "rt").read().splitlines() for n in tables}
     assert [r.split(",")[0] for r in read["patients"][1:]] == ["1", "3"]  # 3 has Z99 only as ICD-9
     assert read["diagnoses_icd"][0] == "subject_id,hadm_id,seq_num,icd_code,icd_version"
