@@ -32,13 +32,15 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from ontology_compiler.api import quote_literal
+
 from .common import ICD9_RE, ICD10_RE, Findings, one
 from .omop_checks import finding
 from .omop_layout import ICD_VOCABULARIES, SNOMED_VOCABULARY
 from .omop_load import Where
 
 CODES = ("source", "standard")
-ICD_LIST = "(" + ", ".join(f"'{v}'" for v in ICD_VOCABULARIES) + ")"
+ICD_LIST = "(" + ", ".join(quote_literal(v) for v in ICD_VOCABULARIES) + ")"
 SCTID_RE = r"^[0-9]{6,18}$"
 # a source record's columns: everything read but condition_occurrence_id and condition_concept_id
 SOURCE_RECORD = (

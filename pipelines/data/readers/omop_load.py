@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-from ontology_compiler.api import columns_literal, quote_identifier
+from ontology_compiler.api import columns_literal, quote_identifier, quote_literal
 from pipelines.errors import InputFileError, MissingTableError
 
 from .common import connect, duckdb_path, input_record, load_csv, one, read_header
@@ -369,7 +369,7 @@ EXPECTED = {
 
 
 def _formats(formats: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{f}'" for f in formats) + "]"
+    return "[" + ", ".join(quote_literal(f) for f in formats) + "]"
 
 
 def _convert(col: str, kind: str, sql_type: str) -> tuple[str, str | None] | None:
@@ -414,7 +414,7 @@ def _typed(con: duckdb.DuckDBPyConnection, where: Where, table: str) -> None:
         exprs.append(f"{conv[0]} AS {quote_identifier(col)}")
         if conv[1] is not None:
             bad.append((col, conv[1]))
-    flag = " ".join(f"WHEN {test} THEN '{col}'" for col, test in bad)
+    flag = " ".join(f"WHEN {test} THEN {quote_literal(col)}" for col, test in bad)
     value = " ".join(f"WHEN {test} THEN {quote_identifier(col)}::VARCHAR" for col, test in bad)
     extra = f", CASE {flag} END AS _bad, CASE {value} END AS _raw" if bad else ", NULL AS _bad, NULL AS _raw"
     name = quote_identifier(temp_name(table))
