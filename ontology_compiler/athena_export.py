@@ -84,54 +84,75 @@ def _write(program: Path, manifest: dict, out: Path) -> dict:
     sctid = sc["id"].to_numpy()
     snomed_cid = A.ID_BASE[A.SNOMED] + np.arange(len(sctid), dtype=np.int64)
     cid_of = dict(zip(sctid.tolist(), snomed_cid.tolist(), strict=True))
-    tags = pc.fill_null(sc["semantic_tag"], "").to_pylist()
-    classes = [A.SNOMED_CLASSES.get(t, A.DEFAULT_CLASS) for t in tags]
     name = pc.coalesce(sc["preferred_term"], strip_semantic_tag(sc["fsn"])).to_pylist()
-    start = [str(x) for x in sc["effective_time"].to_pylist()]
-    end = str(A.OPEN_END)
-    concept_rows = [
-        [str(c), n, d, A.SNOMED, k, "S", str(s), st, end, ""]
-        for c, n, (d, k), s, st in zip(snomed_cid.tolist(), name, classes, sctid.tolist(), start, strict=True)
-    ]
-    rel_rows: list[list[str]] = [
-        [str(c), str(c), A.MAPS_TO, st, end, ""] for c, st in zip(snomed_cid.tolist(), start, strict=True)
-    ]
-    # tokens: Maps to their program concepts
-    tok_cid: dict[tuple[str, str], int] = {}
-    for vocab in A.ICD_VOCABULARIES:
-        t = tokens.filter(pc.equal(tokens["vocabulary"], vocab)).sort_by("code")
-        for i, (code, dotted, title, ids) in enumerate(
-            zip(
-                t["code"].to_pylist(),
-                t["code_dotted"].to_pylist(),
-                t["title"].to_pylist(),
-                t["snomed_ids"].to_pylist(),
-                strict=True,
-            )
-        ):
-            c = A.ID_BASE[vocab] + i
-            tok_cid[(vocab, code)] = c
-            concept_rows.append(
-                [
-                    str(c),
-                    title or dotted,
-                    "Condition",
-                    vocab,
-                    _icd_class(vocab, code),
-                    "",
-                    dotted,
-                    ICD_START[vocab],
-                    end,
-                    "",
-                ]
-            )
-            for s in ids:
-                rel_rows.append([str(c), str(cid_of[s]), A.MAPS_TO, ICD_START[vocab], end, ""])
-                rel_rows.append([str(cid_of[s]), str(c), A.MAPPED_FROM, ICD_START[vocab], end, ""])
+    concept_rows, rel_rows = _snomed_rows(sc, snomed_cid, name)
+    n_tokens = _token_rows(tokens, cid_of, concept_rows, rel_rows)
     # attribute relationships, both directions
     inferred = rels.filter(pc.not_equal(rels["characteristic_type_id"], pa.scalar(S.STATED, pa.int64())))
     src, dst, typ = (inferred[c].to_numpy() for c in ("source_id", "destination_id", "type_id"))
     key = np.unique(np.stack([src, typ, dst], axis=1), axis=0) if len(src) else np.zeros((0, 3), np.int64)
+    used_rel, not_expressible = _attribute_rows(key, cid_of, rel_rows)
+    synonyms = _synonyms(desc, languages, cid_of, dict(zip(sctid.tolist(), name, strict=True)))
+    ancestors = _ancestors(key, cid_of)
+    _tsv(out / "CONCEPT.csv", "CONCEPT.csv", concept_rows)
+    _tsv(out / "CONCEPT_RELATIONSHIP.csv", "CONCEPT_RELATIONSHIP.csv", rel_rows)
+    _tsv(out / "CONCEPT_SYNONYM.csv", "CONCEPT_SYNONYM.csv", synonyms)
+    _tsv(out / "CONCEPT_ANCESTOR.csv", "CONCEPT_ANCESTOR.csv", ancestors)
+    _write_reference_tables(out, manifest.get("release", {}).get("date"), concept_rows, used_rel)
+    return {
+        "concepts": len(concept_rows),
+        "snomed_concepts": len(sctid),
+        "icd_concepts": n_tokens,
+        "relationships": len(rel_rows),
+        "synonyms": len(synonyms),
+        "ancestors": len(ancestors),
+        "attribute_rows_not_expressible": int(sum(not_expressible.values())),
+        "attribute_types_not_expressible": sorted(not_expressible),
+    }
+
+
+def _snomed_rows(sc: pa.Table, snomed_cid: np.ndarray, name: list) -> tuple[list[list[str]], list[list[str]]]:
+    """The CONCEPT rows of the program's SNOMED concepts (sorted by id, numbered ``snomed_cid``) and
+    their ``Maps to`` self-rows of CONCEPT_RELATIONSHIP."""
+    tags = pc.fill_null(sc["semantic_tag"], "").to_pylist()
+    classes = [A.SNOMED_CLASSES.get(t, A.DEFAULT_CLASS) for t in tags]
+    start = [str(x) for x in sc["effective_time"].to_pylist()]
+    sctid = sc["id"].to_pylist()
+    end = str(A.OPEN_END)
+    concept_rows = [
+        [str(c), n, d, A.SNOMED, k, "S", str(s), st, end, ""]
+        for c, n, (d, k), s, st in zip(snomed_cid.tolist(), name, classes, sctid, start, strict=True)
+    ]
+    rel_rows = [
+        [str(c), str(c), A.MAPS_TO, st, end, ""] for c, st in zip(snomed_cid.tolist(), start, strict=True)
+    ]
+    return concept_rows, rel_rows
+
+
+def _token_rows(tokens: pa.Table, cid_of: dict, concept_rows: list, rel_rows: list) -> int:
+    """Append the ICD tokens' CONCEPT rows and their ``Maps to`` / ``Mapped from`` rows to the SNOMED
+    concepts of the program; returns the number of tokens."""
+    end = str(A.OPEN_END)
+    n = 0
+    for vocab in A.ICD_VOCABULARIES:
+        t = tokens.filter(pc.equal(tokens["vocabulary"], vocab)).sort_by("code")
+        columns = (t[c].to_pylist() for c in ("code", "code_dotted", "title", "snomed_ids"))
+        for i, (code, dotted, title, ids) in enumerate(zip(*columns, strict=True)):
+            c = A.ID_BASE[vocab] + i
+            row = [str(c), title or dotted, "Condition", vocab, _icd_class(vocab, code), "", dotted]
+            concept_rows.append(row + [ICD_START[vocab], end, ""])
+            for s in ids:
+                rel_rows.append([str(c), str(cid_of[s]), A.MAPS_TO, ICD_START[vocab], end, ""])
+                rel_rows.append([str(cid_of[s]), str(c), A.MAPPED_FROM, ICD_START[vocab], end, ""])
+            n += 1
+    return n
+
+
+def _attribute_rows(key: np.ndarray, cid_of: dict, rel_rows: list) -> tuple[set[str], dict[int, int]]:
+    """Append each distinct (source, type, destination) relationship ``key`` with an OHDSI relationship
+    id to ``rel_rows``, both directions; returns the relationship ids used (with ``Maps to``) and the
+    rows per attribute type that have none (logged, not exported)."""
+    end = str(A.OPEN_END)
     not_expressible: dict[int, int] = {}
     used_rel: set[str] = {A.MAPS_TO}
     for s, ty, d in key.tolist():
@@ -147,40 +168,33 @@ def _write(program: Path, manifest: dict, out: Path) -> dict:
             "attribute types with no OHDSI relationship id, not exported: %s",
             ", ".join(f"{k} ({v} rows)" for k, v in sorted(not_expressible.items())),
         )
-    synonyms = _synonyms(desc, languages, cid_of, dict(zip(sctid.tolist(), name, strict=True)))
-    ancestors = _ancestors(key, cid_of)
-    _tsv(out / "CONCEPT.csv", "CONCEPT.csv", concept_rows)
-    _tsv(out / "CONCEPT_RELATIONSHIP.csv", "CONCEPT_RELATIONSHIP.csv", rel_rows)
-    _tsv(out / "CONCEPT_SYNONYM.csv", "CONCEPT_SYNONYM.csv", synonyms)
-    _tsv(out / "CONCEPT_ANCESTOR.csv", "CONCEPT_ANCESTOR.csv", ancestors)
-    version = manifest.get("release", {}).get("date")
+    return used_rel, not_expressible
+
+
+# VOCABULARY.csv: (vocabulary_id, name, version or None for the release's, vocabulary_concept_id)
+VOCABULARIES = (
+    (A.SNOMED, "Systematic Nomenclature of Medicine - Clinical Terms", None, "44819097"),
+    (
+        "ICD10CM",
+        "International Classification of Diseases, Tenth Revision, Clinical Modification",
+        "ICD10CM",
+        "44819098",
+    ),
+    (
+        "ICD9CM",
+        "International Classification of Diseases, Ninth Revision, Clinical Modification, Volume 1 and 2",
+        "ICD9CM",
+        "5046",
+    ),
+)
+
+
+def _write_reference_tables(out: Path, version: str | None, concept_rows: list, used_rel: set[str]) -> None:
+    """VOCABULARY, DOMAIN, CONCEPT_CLASS and RELATIONSHIP: the definitions the other tables refer to."""
     _tsv(
         out / "VOCABULARY.csv",
         "VOCABULARY.csv",
-        [
-            [
-                A.SNOMED,
-                "Systematic Nomenclature of Medicine - Clinical Terms",
-                "hrrbert export",
-                f"SNOMED {version}",
-                "44819097",
-            ],
-            [
-                "ICD10CM",
-                "International Classification of Diseases, Tenth Revision, Clinical Modification",
-                "hrrbert export",
-                "ICD10CM",
-                "44819098",
-            ],
-            [
-                "ICD9CM",
-                "International Classification of Diseases, Ninth Revision, Clinical Modification, "
-                "Volume 1 and 2",
-                "hrrbert export",
-                "ICD9CM",
-                "5046",
-            ],
-        ],
+        [[v, n, "hrrbert export", ver or f"SNOMED {version}", c] for v, n, ver, c in VOCABULARIES],
     )
     domains = sorted({r[2] for r in concept_rows})
     _tsv(out / "DOMAIN.csv", "DOMAIN.csv", [[d, d, "0"] for d in domains])
@@ -189,29 +203,17 @@ def _write(program: Path, manifest: dict, out: Path) -> dict:
         "CONCEPT_CLASS.csv",
         [[c, c, "0"] for c in sorted({r[4] for r in concept_rows})],
     )
+    rels = sorted(used_rel - {A.MAPS_TO})
     rel_defs = [
         [r, r, "1" if r == "Is a" else "0", "1" if r == "Is a" else "0", A.RELATIONSHIPS[r][1], "0"]
-        for r in sorted(used_rel - {A.MAPS_TO})
+        for r in rels
     ]
-    rel_defs += [
-        [A.RELATIONSHIPS[r][1], A.RELATIONSHIPS[r][1], "0", "0", r, "0"]
-        for r in sorted(used_rel - {A.MAPS_TO})
-    ]
+    rel_defs += [[A.RELATIONSHIPS[r][1], A.RELATIONSHIPS[r][1], "0", "0", r, "0"] for r in rels]
     rel_defs += [
         [A.MAPS_TO, "Non-standard to Standard map (OMOP)", "0", "0", A.MAPPED_FROM, "44818977"],
         [A.MAPPED_FROM, "Standard to Non-standard map (OMOP)", "0", "0", A.MAPS_TO, "44818978"],
     ]
     _tsv(out / "RELATIONSHIP.csv", "RELATIONSHIP.csv", rel_defs)
-    return {
-        "concepts": len(concept_rows),
-        "snomed_concepts": len(sctid),
-        "icd_concepts": len(tok_cid),
-        "relationships": len(rel_rows),
-        "synonyms": len(synonyms),
-        "ancestors": len(ancestors),
-        "attribute_rows_not_expressible": int(sum(not_expressible.values())),
-        "attribute_types_not_expressible": sorted(not_expressible),
-    }
 
 
 def _icd_class(vocab: str, code: str) -> str:
