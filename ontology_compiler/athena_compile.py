@@ -92,21 +92,8 @@ def compile_athena(
     sources = {k: v for k, v in extra.items() if not k.startswith("omop_")}
     sources["omop_concept"] = [files.paths["CONCEPT.csv"]]
     sources["omop_relationship"] = [files.paths["CONCEPT_RELATIONSHIP.csv"]]
-    inputs = [input_entry(f"athena:{n}", p, n) for n, p in sorted(files.paths.items())]
-    inputs += [stop_input]
-    inputs += [
-        input_entry(f"map:{k}", p, str(p))
-        for k, ps in sorted(sources.items())
-        if k[:5] != "omop_"
-        for p in ps
-    ]
-    inputs += [{"role": "map_policy", "path": policy.path, "sha256": policy.sha256, "bytes": None}]
     named = (("codes", codes), ("code_counts", code_counts), ("concept_set", concept_set))
-    inputs += [option_file_input(r, f) for r, f in named if f]
-    if icd_hierarchy:
-        from .icd_hierarchy import hierarchy_inputs
-
-        inputs += hierarchy_inputs()
+    inputs = _inputs(files.paths, stop_input, sources, policy, named, icd_hierarchy)
     options = {
         "format": "athena",
         "as_of": None if at is None else str(at),
@@ -145,15 +132,7 @@ def compile_athena(
     )
     manifest = {
         **manifest_head(pid),
-        "release": {
-            "name": name,
-            "date": info["snomed_version"],
-            "as_of": options["as_of"],
-            "type": "Athena",
-            "namespaces": [],
-            "modules": [],
-            "note": LICENCE_NOTE,
-        },
+        "release": _release_entry(name, info["snomed_version"], options["as_of"]),
         "inputs": inputs,
         "options": options,
         "counts": {
@@ -166,3 +145,39 @@ def compile_athena(
         "timings": {"hash_inputs": round(t_hash, 3), **rel.timings},
     }
     return publish_program(out_dir, pid, tables, graph_tables, manifest, t_start)
+
+
+def _inputs(
+    paths: dict[str, Path], stop_input: dict, sources: dict, policy, named: tuple, icd_hierarchy: bool
+) -> list[dict]:
+    """The manifest's inputs, which the program id hashes: the download's files, the stopwords, the
+    mapping sources besides the download's own, the policy, the option files ``named`` ((role, path or
+    None) pairs) and, with ``icd_hierarchy``, the ICD classification's data."""
+    inputs = [input_entry(f"athena:{n}", p, n) for n, p in sorted(paths.items())]
+    inputs += [stop_input]
+    inputs += [
+        input_entry(f"map:{k}", p, str(p))
+        for k, ps in sorted(sources.items())
+        if k[:5] != "omop_"
+        for p in ps
+    ]
+    inputs += [{"role": "map_policy", "path": policy.path, "sha256": policy.sha256, "bytes": None}]
+    inputs += [option_file_input(r, f) for r, f in named if f]
+    if icd_hierarchy:
+        from .icd_hierarchy import hierarchy_inputs
+
+        inputs += hierarchy_inputs()
+    return inputs
+
+
+def _release_entry(name: str, snomed_version, as_of: str | None) -> dict:
+    """The manifest's ``release`` entry of an Athena download."""
+    return {
+        "name": name,
+        "date": snomed_version,
+        "as_of": as_of,
+        "type": "Athena",
+        "namespaces": [],
+        "modules": [],
+        "note": LICENCE_NOTE,
+    }
