@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from ontology_compiler.api import columns_literal, quote_identifier, quote_literal
 from pipelines.errors import InputFileError, MissingTableError
 
-from .common import connect, duckdb_path, input_record, load_csv, one, read_header
+from .common import compression_option, connect, duckdb_path, input_record, load_csv, one, read_header
 from .omop_layout import (
     ATHENA_CONCEPT,
     CDM_COLUMNS,
@@ -301,12 +301,12 @@ def _raw_athena(con: duckdb.DuckDBPyConnection, where: Where) -> None:
             found=repr("\t".join(header)),
         )
     cols = columns_literal({c: "VARCHAR" for c in expected})
-    gz = "compression = 'gzip'" if path.suffix == ".gz" else "compression = 'none'"
     wanted = ", ".join(quote_identifier(c) for c in READ[CONCEPT])
     try:
         con.execute(
             f"CREATE OR REPLACE TEMP TABLE _omop_csv AS SELECT {wanted} FROM read_csv($1, columns = {cols}, "
-            f"header = true, delim = '\t', quote = '', escape = '', nullstr = '', {gz})",
+            f"header = true, delim = '\t', quote = '', escape = '', nullstr = '', "
+            f"{compression_option(path)})",
             [duckdb_path(path)],
         )
     except duckdb.Error as e:
